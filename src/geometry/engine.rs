@@ -1,0 +1,61 @@
+//! Per-engine geometry (prefill or decode): TP size, kernel and logical block
+//! sizes, pool size, layout and buffer mode.
+
+use serde::{Deserialize, Serialize};
+
+use super::model::{KvLayout, ModelSpec};
+
+/// The block geometry of one engine (all of its TP ranks share it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineGeometry {
+    pub tp_size: u32,
+    /// Kernel (physical page) block size in tokens: the attention backend's page.
+    pub kernel_block: u32,
+    /// Logical (scheduler) block size in tokens; a multiple of `kernel_block`.
+    pub logical_block: u32,
+    /// Logical blocks in each rank's pool; `None` lets the scenario size the pool.
+    pub num_logical_blocks: Option<u32>,
+    pub layout: KvLayout,
+    /// KV staged through host buffers (`kv_buffer_device = "cpu"`).
+    pub host_buffer: bool,
+    pub prefix_caching: bool,
+}
+
+impl EngineGeometry {
+    /// Physical (kernel) blocks per logical block.
+    pub fn ppl(&self) -> u32 {
+        self.logical_block / self.kernel_block
+    }
+
+    /// Bytes of one logical block of one layer slot on one rank: the unified
+    /// page shared by attention and (padded) mamba state.
+    pub fn unified_page_bytes(&self, model: &ModelSpec) -> u64 {
+        let per_token = model
+            .attention
+            .as_ref()
+            .map_or(0, |a| a.bytes_per_token(self.tp_size));
+        per_token * u64::from(self.logical_block)
+    }
+
+    /// Bytes of one kernel block of one layer slot on one rank.
+    pub fn kernel_page_bytes(&self, model: &ModelSpec) -> u64 {
+        self.unified_page_bytes(model) / u64::from(self.ppl())
+    }
+}
+
+/// `tp_ratio` as computed by the side whose TP size is `local_tp`:
+/// `local / remote` when local >= remote, else `-(remote / local)`.
+/// `None` when neither divides the other.
+pub fn tp_ratio(local_tp: u32, remote_tp: u32) -> Option<i32> {
+    if local_tp >= remote_tp {
+        (local_tp % remote_tp == 0).then(|| (local_tp / remote_tp) as i32)
+    } else {
+        (remote_tp % local_tp == 0).then(|| -((remote_tp / local_tp) as i32))
+    }
+}
+
+/// `block_size_ratio` as computed by the local side: local kernel / remote
+/// kernel. `None` unless the local kernel block is a multiple of the remote one.
+pub fn block_size_ratio(local_kernel: u32, remote_kernel: u32) -> Option<u32> {
+    (remote_kernel != 0 && local_kernel % remote_kernel == 0).then(|| local_kernel / remote_kernel)
+}

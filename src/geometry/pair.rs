@@ -1,0 +1,88 @@
+//! A named P/D geometry: the model plus the prefill and decode engines.
+
+use serde::{Deserialize, Serialize};
+
+use super::engine::{block_size_ratio, tp_ratio, EngineGeometry};
+use super::model::ModelSpec;
+
+/// Which engine plays the local side: pull mode reads on D, push mode writes from P.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub enum Mode {
+    /// D issues READs from P's memory.
+    Pull,
+    /// P issues WRITEs into D's memory.
+    Push,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Pull => "pull",
+            Mode::Push => "push",
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One geometry file: a model served by a prefill engine and a decode engine.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Geometry {
+    pub name: String,
+    /// The real model or bug this geometry stands for.
+    pub description: String,
+    pub model: ModelSpec,
+    pub prefill: EngineGeometry,
+    pub decode: EngineGeometry,
+    /// Prompt lengths to sweep; `None` means the default residue sweep.
+    pub prompts: Option<Vec<u32>>,
+    /// Set when the connector must refuse this pair at handshake: a substring
+    /// of the expected rejection message. A sweep then passes a case only if
+    /// the handshake rejects it loudly with that message.
+    pub expect_rejection: Option<String>,
+}
+
+/// Ratios derived for a P/D pair, seen from D (pull) and from P (push).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct PairRatios {
+    /// D kernel / P kernel, if integral.
+    pub pull_block_size_ratio: Option<u32>,
+    /// P kernel / D kernel, if integral.
+    pub push_block_size_ratio: Option<u32>,
+    /// tp_ratio computed on D.
+    pub pull_tp_ratio: Option<i32>,
+    /// tp_ratio computed on P.
+    pub push_tp_ratio: Option<i32>,
+    pub decode_ppl: u32,
+    pub prefill_ppl: u32,
+}
+
+impl Geometry {
+    pub fn ratios(&self) -> PairRatios {
+        let (p, d) = (&self.prefill, &self.decode);
+        PairRatios {
+            pull_block_size_ratio: block_size_ratio(d.kernel_block, p.kernel_block),
+            push_block_size_ratio: block_size_ratio(p.kernel_block, d.kernel_block),
+            pull_tp_ratio: tp_ratio(d.tp_size, p.tp_size),
+            push_tp_ratio: tp_ratio(p.tp_size, d.tp_size),
+            decode_ppl: d.ppl(),
+            prefill_ppl: p.ppl(),
+        }
+    }
+
+    /// Tokens whose KV is transferred for a prompt of `prompt_len` tokens:
+    /// hybrid models transfer N-1 (D recomputes the last token).
+    pub fn transferred_tokens(&self, prompt_len: u32) -> u32 {
+        if self.model.has_mamba() {
+            prompt_len.saturating_sub(1)
+        } else {
+            prompt_len
+        }
+    }
+}

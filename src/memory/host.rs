@@ -1,0 +1,68 @@
+//! Host arenas: one heap allocation per KV tensor, shared between the
+//! scenario (which fills and inspects it) and the transport (which copies
+//! into it). The arena's address is the real address of its bytes, so the
+//! same arena can be registered with real NIXL.
+
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// A fixed-size, zero-initialised host buffer with a stable address.
+#[derive(Clone, Debug)]
+pub struct HostArena {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    base: u64,
+    len: u64,
+    bytes: RwLock<Box<[u8]>>,
+}
+
+impl HostArena {
+    pub fn new(len: u64) -> Self {
+        let bytes = vec![0u8; len as usize].into_boxed_slice();
+        let base = bytes.as_ptr() as u64;
+        Self {
+            inner: Arc::new(Inner {
+                base,
+                len,
+                bytes: RwLock::new(bytes),
+            }),
+        }
+    }
+
+    /// Address of the first byte (stable for the arena's lifetime).
+    pub fn base(&self) -> u64 {
+        self.inner.base
+    }
+
+    pub fn len(&self) -> u64 {
+        self.inner.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.inner.len == 0
+    }
+
+    /// Whether `[addr, addr + len)` lies inside this arena.
+    pub fn contains(&self, addr: u64, len: u64) -> bool {
+        addr >= self.base() && addr.checked_add(len).is_some_and(|end| end <= self.base() + self.len())
+    }
+
+    pub fn same_as(&self, other: &HostArena) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    pub fn read(&self) -> RwLockReadGuard<'_, Box<[u8]>> {
+        self.inner.bytes.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn write(&self) -> RwLockWriteGuard<'_, Box<[u8]>> {
+        self.inner.bytes.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A copy of the whole content.
+    pub fn snapshot(&self) -> Vec<u8> {
+        self.read().to_vec()
+    }
+}

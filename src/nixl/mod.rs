@@ -1,0 +1,138 @@
+//! The narrow NIXL surface the connector uses, as a trait, and its
+//! implementations: [`Loopback`] (in-process, the default), [`DryRun`]
+//! (records only, moves nothing), the real agent over nixl-sys (feature
+//! `nixl`) and the [`Recording`] wrapper the oracles read.
+
+pub mod desc;
+pub mod dry_run;
+pub mod loopback;
+#[cfg(feature = "nixl")]
+pub mod real;
+pub mod recording;
+
+pub use desc::{DescList, DescRow, MemKind, StridedRun};
+pub use dry_run::DryRun;
+pub use loopback::Loopback;
+pub use recording::Recording;
+
+use serde::{Deserialize, Serialize};
+
+/// An agent created through [`Nixl::create_agent`]; one per connector worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct AgentId(pub u32);
+
+/// A prepared descriptor list (unique per agent).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct DlistHandle(pub u64);
+
+/// A prepared transfer (unique per agent).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct XferHandle(pub u64);
+
+/// Transfer direction from the initiator's view: READ pulls remote -> local,
+/// WRITE pushes local -> remote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum XferOp {
+    Read,
+    Write,
+}
+
+impl XferOp {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            XferOp::Read => "READ",
+            XferOp::Write => "WRITE",
+        }
+    }
+}
+
+/// State of a posted transfer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum XferState {
+    InProgress,
+    Done,
+}
+
+/// Which agent a descriptor list is prepared against.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DlistTarget {
+    /// The initiator's own memory (vLLM's `NIXL_INIT_AGENT`).
+    Local,
+    /// A loaded remote agent, by name.
+    Remote(String),
+}
+
+/// One memory registration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MemRegion {
+    pub addr: u64,
+    pub len: u64,
+    pub mem: MemKind,
+    pub dev: u32,
+}
+
+/// Errors, with the same kinds real NIXL returns.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NixlError {
+    /// Rejected arguments: pair length mismatch, index lists of different
+    /// lengths, an index out of range, swapped handles.
+    #[error("NIXL invalid parameter: {0}")]
+    InvalidParam(String),
+    /// A descriptor outside every registered region, or an unknown agent or handle.
+    #[error("NIXL not found: {0}")]
+    NotFound(String),
+    /// The backend failed (UCX could not start, a transfer failed).
+    #[error("NIXL backend error: {0}")]
+    Backend(String),
+    /// The NIXL runtime library could not be loaded.
+    #[error("NIXL runtime unavailable: {0}")]
+    RuntimeUnavailable(String),
+    /// Something the chosen implementation does not support (e.g. VRAM on loopback).
+    #[error("NIXL operation not supported: {0}")]
+    Unsupported(String),
+}
+
+pub type NixlResult<T> = Result<T, NixlError>;
+
+/// The NIXL operations the connector needs. Every call names the agent it is
+/// made on, so one transport value can host all workers of a scenario.
+pub trait Nixl {
+    /// Create an agent; its name is what remote peers see.
+    fn create_agent(&mut self, name: &str) -> NixlResult<AgentId>;
+    fn agent_name(&self, agent: AgentId) -> NixlResult<String>;
+    fn register_memory(&mut self, agent: AgentId, regions: &[MemRegion]) -> NixlResult<()>;
+    fn deregister_memory(&mut self, agent: AgentId, regions: &[MemRegion]) -> NixlResult<()>;
+    /// The metadata blob a peer loads with [`Nixl::add_remote_agent`].
+    fn local_metadata(&mut self, agent: AgentId) -> NixlResult<Vec<u8>>;
+    /// Load a peer's metadata; returns the peer's agent name.
+    fn add_remote_agent(&mut self, agent: AgentId, metadata: &[u8]) -> NixlResult<String>;
+    fn remove_remote_agent(&mut self, agent: AgentId, remote: &str) -> NixlResult<()>;
+    /// Prepare a descriptor list once; transfers then address its rows by id.
+    fn prepare_dlist(
+        &mut self,
+        agent: AgentId,
+        target: &DlistTarget,
+        mem: MemKind,
+        list: &DescList,
+    ) -> NixlResult<DlistHandle>;
+    /// Pair `local_ids[i]` with `remote_ids[i]` into one prepared transfer.
+    #[allow(clippy::too_many_arguments)]
+    fn make_xfer(
+        &mut self,
+        agent: AgentId,
+        op: XferOp,
+        local: DlistHandle,
+        local_ids: &[u32],
+        remote: DlistHandle,
+        remote_ids: &[u32],
+        notification: Option<&[u8]>,
+    ) -> NixlResult<XferHandle>;
+    fn post_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState>;
+    fn xfer_state(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState>;
+    fn release_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<()>;
+    fn release_dlist(&mut self, agent: AgentId, dlist: DlistHandle) -> NixlResult<()>;
+    fn send_notification(&mut self, agent: AgentId, remote: &str, message: &[u8]) -> NixlResult<()>;
+    /// Notifications received by `agent` since the last call: (sender name, message).
+    fn take_notifications(&mut self, agent: AgentId) -> NixlResult<Vec<(String, Vec<u8>)>>;
+}

@@ -1,0 +1,341 @@
+//! The recording wrapper: forwards every call to an inner [`Nixl`] and keeps
+//! an ordered log of memory registrations, prepared descriptor lists and
+//! transfers, so every desc id can be resolved back to byte ranges.
+
+use serde::Serialize;
+
+use super::{
+    AgentId, DescList, DescRow, DlistHandle, DlistTarget, MemKind, MemRegion, Nixl, NixlResult,
+    XferHandle, XferOp, XferState,
+};
+
+/// One recorded call.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum Event {
+    RegisterMemory {
+        agent: AgentId,
+        regions: Vec<MemRegion>,
+    },
+    AddRemoteAgent {
+        agent: AgentId,
+        remote: String,
+    },
+    Dlist {
+        agent: AgentId,
+        handle: DlistHandle,
+        target: DlistTarget,
+        mem: MemKind,
+        list: DescList,
+    },
+    Xfer {
+        agent: AgentId,
+        handle: XferHandle,
+        op: XferOp,
+        local: DlistHandle,
+        local_ids: Vec<u32>,
+        remote: DlistHandle,
+        remote_ids: Vec<u32>,
+        notification: Option<Vec<u8>>,
+    },
+    Post {
+        agent: AgentId,
+        handle: XferHandle,
+    },
+    Notification {
+        agent: AgentId,
+        remote: String,
+        message: Vec<u8>,
+    },
+}
+
+/// A prepared transfer as recorded, with both descriptor lists.
+#[derive(Clone, Debug)]
+pub struct RecordedXfer<'a> {
+    pub agent: AgentId,
+    pub handle: XferHandle,
+    pub op: XferOp,
+    pub local_list: &'a DescList,
+    pub local_ids: &'a [u32],
+    pub remote_list: &'a DescList,
+    /// The agent the remote list was prepared against.
+    pub remote_agent: &'a str,
+    pub remote_ids: &'a [u32],
+    pub notification: Option<&'a [u8]>,
+    pub posted: bool,
+}
+
+/// One descriptor pair of a transfer resolved to byte ranges.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ResolvedPair<L> {
+    /// Index of the transfer in recording order.
+    pub xfer: usize,
+    /// Index of the pair inside its transfer.
+    pub pair: usize,
+    pub op: XferOp,
+    pub initiator: AgentId,
+    pub remote_agent: String,
+    pub local: DescRow,
+    pub remote: DescRow,
+    pub local_location: L,
+    pub remote_location: L,
+    /// Whether the transfer was posted (only posted transfers move bytes).
+    pub posted: bool,
+}
+
+/// Maps a byte range of a named agent's memory to a location the oracles
+/// understand (region, kind, token range...). The scenario supplies it from
+/// its own model of the memory layout, independent of the connector.
+pub trait Classify {
+    type Location;
+    fn classify(&self, initiator: AgentId, agent_name: &str, row: DescRow) -> Self::Location;
+}
+
+/// Records every call made through it and forwards it to `inner`.
+#[derive(Debug, Default)]
+pub struct Recording<T> {
+    inner: T,
+    events: Vec<Event>,
+    names: Vec<String>,
+}
+
+impl<T: Nixl> Recording<T> {
+    pub fn new(inner: T) -> Self {
+        Self {
+            inner,
+            events: Vec::new(),
+            names: Vec::new(),
+        }
+    }
+
+    pub fn inner(&self) -> &T {
+        &self.inner
+    }
+
+    pub fn inner_mut(&mut self) -> &mut T {
+        &mut self.inner
+    }
+
+    pub fn into_inner(self) -> T {
+        self.inner
+    }
+
+    pub fn events(&self) -> &[Event] {
+        &self.events
+    }
+
+    /// Name of an agent created through this wrapper.
+    pub fn name_of(&self, agent: AgentId) -> Option<&str> {
+        self.names.get(agent.0 as usize).map(String::as_str)
+    }
+
+    fn dlist(&self, agent: AgentId, handle: DlistHandle) -> Option<(&DescList, &DlistTarget)> {
+        self.events.iter().find_map(|e| match e {
+            Event::Dlist {
+                agent: a,
+                handle: h,
+                list,
+                target,
+                ..
+            } if *a == agent && *h == handle => Some((list, target)),
+            _ => None,
+        })
+    }
+
+    /// Every recorded transfer with its lists, in recording order.
+    pub fn xfers(&self) -> Vec<RecordedXfer<'_>> {
+        let mut out = Vec::new();
+        for e in &self.events {
+            if let Event::Xfer {
+                agent,
+                handle,
+                op,
+                local,
+                local_ids,
+                remote,
+                remote_ids,
+                notification,
+            } = e
+            {
+                let (Some((local_list, _)), Some((remote_list, target))) =
+                    (self.dlist(*agent, *local), self.dlist(*agent, *remote))
+                else {
+                    continue;
+                };
+                let remote_agent = match target {
+                    DlistTarget::Remote(name) => name.as_str(),
+                    DlistTarget::Local => "",
+                };
+                let posted = self.events.iter().any(
+                    |p| matches!(p, Event::Post { agent: a, handle: h } if a == agent && h == handle),
+                );
+                out.push(RecordedXfer {
+                    agent: *agent,
+                    handle: *handle,
+                    op: *op,
+                    local_list,
+                    local_ids,
+                    remote_list,
+                    remote_agent,
+                    remote_ids,
+                    notification: notification.as_deref(),
+                    posted,
+                });
+            }
+        }
+        out
+    }
+
+    /// Every pair of every transfer resolved to byte ranges and classified.
+    /// Pairs whose ids are out of range are skipped (NIXL rejects them at make time).
+    pub fn resolve<C: Classify>(&self, classifier: &C) -> Vec<ResolvedPair<C::Location>> {
+        let mut out = Vec::new();
+        for (xi, x) in self.xfers().into_iter().enumerate() {
+            let initiator_name = self.name_of(x.agent).unwrap_or("");
+            for (pi, (&l, &r)) in x.local_ids.iter().zip(x.remote_ids).enumerate() {
+                let (Some(local), Some(remote)) =
+                    (x.local_list.get(u64::from(l)), x.remote_list.get(u64::from(r)))
+                else {
+                    continue;
+                };
+                out.push(ResolvedPair {
+                    xfer: xi,
+                    pair: pi,
+                    op: x.op,
+                    initiator: x.agent,
+                    remote_agent: x.remote_agent.to_string(),
+                    local,
+                    remote,
+                    local_location: classifier.classify(x.agent, initiator_name, local),
+                    remote_location: classifier.classify(x.agent, x.remote_agent, remote),
+                    posted: x.posted,
+                });
+            }
+        }
+        out
+    }
+}
+
+impl<T: Nixl> Nixl for Recording<T> {
+    fn create_agent(&mut self, name: &str) -> NixlResult<AgentId> {
+        let id = self.inner.create_agent(name)?;
+        let idx = id.0 as usize;
+        if self.names.len() <= idx {
+            self.names.resize(idx + 1, String::new());
+        }
+        self.names[idx] = name.to_string();
+        Ok(id)
+    }
+
+    fn agent_name(&self, agent: AgentId) -> NixlResult<String> {
+        self.inner.agent_name(agent)
+    }
+
+    fn register_memory(&mut self, agent: AgentId, regions: &[MemRegion]) -> NixlResult<()> {
+        self.inner.register_memory(agent, regions)?;
+        self.events.push(Event::RegisterMemory {
+            agent,
+            regions: regions.to_vec(),
+        });
+        Ok(())
+    }
+
+    fn deregister_memory(&mut self, agent: AgentId, regions: &[MemRegion]) -> NixlResult<()> {
+        self.inner.deregister_memory(agent, regions)
+    }
+
+    fn local_metadata(&mut self, agent: AgentId) -> NixlResult<Vec<u8>> {
+        self.inner.local_metadata(agent)
+    }
+
+    fn add_remote_agent(&mut self, agent: AgentId, metadata: &[u8]) -> NixlResult<String> {
+        let remote = self.inner.add_remote_agent(agent, metadata)?;
+        self.events.push(Event::AddRemoteAgent {
+            agent,
+            remote: remote.clone(),
+        });
+        Ok(remote)
+    }
+
+    fn remove_remote_agent(&mut self, agent: AgentId, remote: &str) -> NixlResult<()> {
+        self.inner.remove_remote_agent(agent, remote)
+    }
+
+    fn prepare_dlist(
+        &mut self,
+        agent: AgentId,
+        target: &DlistTarget,
+        mem: MemKind,
+        list: &DescList,
+    ) -> NixlResult<DlistHandle> {
+        let handle = self.inner.prepare_dlist(agent, target, mem, list)?;
+        self.events.push(Event::Dlist {
+            agent,
+            handle,
+            target: target.clone(),
+            mem,
+            list: list.clone(),
+        });
+        Ok(handle)
+    }
+
+    fn make_xfer(
+        &mut self,
+        agent: AgentId,
+        op: XferOp,
+        local: DlistHandle,
+        local_ids: &[u32],
+        remote: DlistHandle,
+        remote_ids: &[u32],
+        notification: Option<&[u8]>,
+    ) -> NixlResult<XferHandle> {
+        let handle =
+            self.inner
+                .make_xfer(agent, op, local, local_ids, remote, remote_ids, notification)?;
+        self.events.push(Event::Xfer {
+            agent,
+            handle,
+            op,
+            local,
+            local_ids: local_ids.to_vec(),
+            remote,
+            remote_ids: remote_ids.to_vec(),
+            notification: notification.map(<[u8]>::to_vec),
+        });
+        Ok(handle)
+    }
+
+    fn post_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState> {
+        let state = self.inner.post_xfer(agent, xfer)?;
+        self.events.push(Event::Post {
+            agent,
+            handle: xfer,
+        });
+        Ok(state)
+    }
+
+    fn xfer_state(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState> {
+        self.inner.xfer_state(agent, xfer)
+    }
+
+    fn release_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<()> {
+        self.inner.release_xfer(agent, xfer)
+    }
+
+    fn release_dlist(&mut self, agent: AgentId, dlist: DlistHandle) -> NixlResult<()> {
+        self.inner.release_dlist(agent, dlist)
+    }
+
+    fn send_notification(&mut self, agent: AgentId, remote: &str, message: &[u8]) -> NixlResult<()> {
+        self.inner.send_notification(agent, remote, message)?;
+        self.events.push(Event::Notification {
+            agent,
+            remote: remote.to_string(),
+            message: message.to_vec(),
+        });
+        Ok(())
+    }
+
+    fn take_notifications(&mut self, agent: AgentId) -> NixlResult<Vec<(String, Vec<u8>)>> {
+        self.inner.take_notifications(agent)
+    }
+}
