@@ -8,6 +8,7 @@
 //! and the oracles check them against the memory the scenario allocated.
 
 pub mod connector;
+pub mod defects;
 pub mod geometry;
 pub mod memory;
 pub mod nixl;

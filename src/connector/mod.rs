@@ -1,2 +1,30 @@
 //! The system under test: a NIXL KV connector worker behaving like vLLM
-//! 0.33.0's, for hybrid models with heterogeneous P/D block geometry.
+//! 0.33.0's, for hybrid (attention + mamba) models with heterogeneous P/D
+//! block geometry.
+//!
+//! Where to look: registration in `registration.rs`, the attention and mamba
+//! local lists in `local_lists.rs`, remote lists in `remote_lists.rs`,
+//! multi-read split lists in `split_lists.rs`, handshake checks in
+//! `handshake.rs`, desc ids in `desc_ids.rs`, block-id mapping and prefix
+//! alignment in `block_mapping.rs`, pull READ planning in `pull.rs`, push
+//! WRITE planning in `push.rs`, the receive post-process in `post_process.rs`.
+
+pub mod block_mapping;
+pub mod desc_ids;
+pub mod handshake;
+pub mod local_lists;
+pub mod metadata;
+pub mod post_process;
+pub mod pull;
+pub mod registration;
+pub mod remote_lists;
+pub mod split_lists;
+pub mod tp_mapping;
+pub mod worker;
+
+pub use block_mapping::BlockIds;
+pub use handshake::HandshakeError;
+pub use metadata::HandshakeMetadata;
+pub use pull::{ReadRequest, Received, Receiving};
+pub use registration::{KvTensor, Registration};
+pub use worker::{ConnectorError, Worker, WorkerConfig};

@@ -19,6 +19,10 @@ pub struct EngineGeometry {
     /// KV staged through host buffers (`kv_buffer_device = "cpu"`).
     pub host_buffer: bool,
     pub prefix_caching: bool,
+    /// Padding bytes after every kernel page (interleaved or padded layouts):
+    /// the kernel block stride is `kernel page + padding`.
+    #[serde(default)]
+    pub block_padding_bytes: u64,
 }
 
 impl EngineGeometry {
@@ -27,19 +31,25 @@ impl EngineGeometry {
         self.logical_block / self.kernel_block
     }
 
-    /// Bytes of one logical block of one layer slot on one rank: the unified
-    /// page shared by attention and (padded) mamba state.
-    pub fn unified_page_bytes(&self, model: &ModelSpec) -> u64 {
+    /// Bytes of one kernel page (the tokens of one kernel block) of one layer
+    /// slot on one rank, without padding.
+    pub fn kernel_page_bytes(&self, model: &ModelSpec) -> u64 {
         let per_token = model
             .attention
             .as_ref()
             .map_or(0, |a| a.bytes_per_token(self.tp_size));
-        per_token * u64::from(self.logical_block)
+        per_token * u64::from(self.kernel_block)
     }
 
-    /// Bytes of one kernel block of one layer slot on one rank.
-    pub fn kernel_page_bytes(&self, model: &ModelSpec) -> u64 {
-        self.unified_page_bytes(model) / u64::from(self.ppl())
+    /// Bytes between consecutive kernel blocks (page plus padding).
+    pub fn kernel_block_stride(&self, model: &ModelSpec) -> u64 {
+        self.kernel_page_bytes(model) + self.block_padding_bytes
+    }
+
+    /// Bytes of one logical block of one layer slot on one rank: the unified
+    /// page shared by attention and (padded) mamba state.
+    pub fn unified_page_bytes(&self, model: &ModelSpec) -> u64 {
+        self.kernel_block_stride(model) * u64::from(self.ppl())
     }
 }
 

@@ -1,0 +1,209 @@
+//! Per-request block-id transformations shared by pull and push: logical to
+//! kernel expansion, the block-size-ratio mapping (attention expanded to
+//! remote granularity and clipped, mamba 1:1) and the prefix-cache alignment.
+
+use crate::defects::Defect;
+use crate::geometry::GroupKind;
+
+/// Block ids per KV-cache group.
+pub type BlockIds = Vec<Vec<u32>>;
+
+/// A planning step refused the request (vLLM raises an assertion here).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AlignError {
+    #[error("group {group}: decode has {decode} blocks but prefill only {prefill}")]
+    DecodeLonger { group: usize, decode: usize, prefill: usize },
+    #[error("group {group}: unpairable SSM state slots, decode={decode} prefill={prefill}")]
+    UnpairableState { group: usize, decode: usize, prefill: usize },
+    #[error("group {group}: |{decode} - {prefill}| exceeds the padding bound {bound}")]
+    CountMismatch {
+        group: usize,
+        decode: usize,
+        prefill: usize,
+        bound: usize,
+    },
+}
+
+/// Expand logical ids of attention groups to kernel ids (`b * ppl + j`);
+/// mamba groups stay logical.
+pub fn logical_to_kernel(block_ids: &[Vec<u32>], groups: &[GroupKind], ppl: u32) -> BlockIds {
+    block_ids
+        .iter()
+        .zip(groups)
+        .map(|(ids, kind)| match kind {
+            GroupKind::Mamba => ids.clone(),
+            GroupKind::Attention => ids
+                .iter()
+                .flat_map(|&b| (0..ppl).map(move |j| b * ppl + j))
+                .collect(),
+        })
+        .collect()
+}
+
+/// Map local attention ids to remote granularity: each local kernel block
+/// becomes `ratio` sub-blocks, clipped to the remote list's length. Mamba
+/// groups pass through. An all-empty local result means a full prefix hit
+/// and is returned as an empty list of groups.
+pub fn map_for_block_size_ratio(
+    local: &[Vec<u32>],
+    remote: &[Vec<u32>],
+    groups: &[GroupKind],
+    ratio: u32,
+) -> (BlockIds, BlockIds) {
+    let mut mapped_local = Vec::new();
+    for (i, remote_group) in remote.iter().enumerate() {
+        let local_group = local.get(i).cloned().unwrap_or_default();
+        if groups[i] == GroupKind::Mamba {
+            mapped_local.push(local_group);
+            continue;
+        }
+        let mut mapped: Vec<u32> = local_group
+            .iter()
+            .flat_map(|&b| (0..ratio).map(move |q| b * ratio + q))
+            .collect();
+        mapped.truncate(remote_group.len());
+        mapped_local.push(mapped);
+    }
+    if mapped_local.iter().all(Vec::is_empty) {
+        return (Vec::new(), remote.to_vec());
+    }
+    (mapped_local, remote.to_vec())
+}
+
+/// Trim decode (D) and prefill (P) kernel-level lists so that only what must
+/// move is paired, as vLLM 0.33.0's `_apply_prefix_caching` does.
+pub fn apply_prefix_caching(
+    decode: &[Vec<u32>],
+    prefill: &[Vec<u32>],
+    groups: &[GroupKind],
+    decode_ppl: u32,
+    prefill_ppl: u32,
+    defect: Option<Defect>,
+) -> Result<(BlockIds, BlockIds), AlignError> {
+    let mut decode = decode.to_vec();
+    let mut prefill = prefill.to_vec();
+    let has_mamba = groups.contains(&GroupKind::Mamba);
+    for (g, kind) in groups.iter().enumerate() {
+        let (nd, np) = (decode[g].len(), prefill[g].len());
+        if !has_mamba {
+            if nd > np {
+                return Err(AlignError::DecodeLonger {
+                    group: g,
+                    decode: nd,
+                    prefill: np,
+                });
+            }
+            prefill[g] = last(&prefill[g], nd);
+            continue;
+        }
+        match kind {
+            GroupKind::Mamba => {
+                if nd == np {
+                    continue;
+                }
+                if nd > np + 1 {
+                    return Err(AlignError::UnpairableState {
+                        group: g,
+                        decode: nd,
+                        prefill: np,
+                    });
+                }
+                let n = nd.min(np);
+                if nd < np {
+                    prefill[g] = last(&prefill[g], n);
+                } else {
+                    decode[g].truncate(n);
+                }
+            }
+            GroupKind::Attention if decode_ppl == prefill_ppl && nd < np => {
+                prefill[g] = last(&prefill[g], nd);
+            }
+            GroupKind::Attention => {
+                let diff = nd.abs_diff(np);
+                let (bound, ok) = if defect == Some(Defect::StrictPrefixTolerance) {
+                    let bound = decode_ppl.max(prefill_ppl) as usize;
+                    (bound, diff < bound)
+                } else {
+                    let bound = (decode_ppl + prefill_ppl) as usize;
+                    (bound, diff <= bound)
+                };
+                if !ok {
+                    return Err(AlignError::CountMismatch {
+                        group: g,
+                        decode: nd,
+                        prefill: np,
+                        bound,
+                    });
+                }
+                let n = nd.min(np);
+                decode[g].truncate(n);
+                prefill[g].truncate(n);
+            }
+        }
+    }
+    Ok((decode, prefill))
+}
+
+/// The last `n` entries. Python's `x[-0:]` would return the whole list;
+/// vLLM 0.33.0 has that edge, which only arises for an attention group with
+/// no decode blocks next to a non-empty one, and the length check after it
+/// refuses the transfer either way.
+fn last(ids: &[u32], n: usize) -> Vec<u32> {
+    if n == 0 {
+        return ids.to_vec();
+    }
+    ids[ids.len() - n..].to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use GroupKind::{Attention as A, Mamba as M};
+
+    #[test]
+    fn expands_attention_only() {
+        let k = logical_to_kernel(&[vec![1, 3], vec![0]], &[A, M], 3);
+        assert_eq!(k, vec![vec![3, 4, 5, 9, 10, 11], vec![0]]);
+    }
+
+    #[test]
+    fn ratio_mapping_clips_to_remote() {
+        let remote = vec![(30..40).collect::<Vec<_>>(), vec![42]];
+        let (l, r) = map_for_block_size_ratio(&[vec![1, 2, 3], vec![7]], &remote, &[A, M], 4);
+        assert_eq!(l, vec![(4..14).collect::<Vec<_>>(), vec![7]]);
+        assert_eq!(r, remote);
+        let (l, _) = map_for_block_size_ratio(&[vec![]], &[vec![1, 2]], &[A], 4);
+        assert!(l.is_empty());
+    }
+
+    #[test]
+    fn hetero_ppl_front_trims_both_sides() {
+        // Local ppl 6 with 12 kernel blocks vs remote ppl 10 with 10: both keep 0..9.
+        let d = vec![(0..12).collect::<Vec<_>>(), vec![3]];
+        let p = vec![(0..10).collect::<Vec<_>>(), vec![5]];
+        let (d2, p2) = apply_prefix_caching(&d, &p, &[A, M], 6, 10, None).unwrap();
+        assert_eq!(d2[0], (0..10).collect::<Vec<_>>());
+        assert_eq!(p2[0], (0..10).collect::<Vec<_>>());
+        let (d3, p3) = apply_prefix_caching(&p, &d, &[A, M], 10, 6, None).unwrap();
+        assert_eq!((d3[0].len(), p3[0].len()), (10, 10));
+    }
+
+    #[test]
+    fn equal_ppl_prefix_hit_end_trims_prefill() {
+        let (d, p) = apply_prefix_caching(&[vec![7, 8]], &[vec![1, 2, 3, 4]], &[A], 1, 1, None).unwrap();
+        assert_eq!((d[0].clone(), p[0].clone()), (vec![7, 8], vec![3, 4]));
+        assert!(apply_prefix_caching(&[vec![1, 2, 3]], &[vec![1]], &[A], 1, 1, None).is_err());
+    }
+
+    #[test]
+    fn tolerance_is_inclusive_sum_and_strict_max_refuses_n25() {
+        // 12-token local vs 8-token remote blocks (kernel 4), N = 25, PR allocation model.
+        let d = vec![vec![6, 7, 8, 15, 16, 17, 18, 19, 20], vec![0]];
+        let p = vec![vec![8, 9, 14, 15, 18, 19], vec![1]];
+        let (d2, p2) = apply_prefix_caching(&d, &p, &[A, M], 3, 2, None).unwrap();
+        assert_eq!(d2[0], vec![6, 7, 8, 15, 16, 17]);
+        assert_eq!(p2[0], vec![8, 9, 14, 15, 18, 19]);
+        let err = apply_prefix_caching(&d, &p, &[A, M], 3, 2, Some(Defect::StrictPrefixTolerance));
+        assert!(matches!(err, Err(AlignError::CountMismatch { bound: 3, .. })));
+    }
+}

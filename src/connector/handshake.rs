@@ -1,0 +1,241 @@
+//! Handshake compatibility checks: every check vLLM 0.33.0 runs when a local
+//! worker adds a remote rank, with the same accept/reject decisions and
+//! messages that say what is unsupported.
+
+use super::metadata::HandshakeMetadata;
+use super::registration::Registration;
+use super::split_lists::SplitError;
+use crate::defects::Defect;
+use crate::geometry::{KvLayout, ModelSpec};
+
+/// A refused handshake.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HandshakeError {
+    #[error("Local block size {local} is not divisible by remote block size {remote} or vice versa.")]
+    BlockSizeNotDivisible { local: u32, remote: u32 },
+    #[error("TP sizes are not multiples of one another: local {local}, remote {remote}")]
+    TpNotDivisible { local: u32, remote: u32 },
+    #[error(
+        "P_TP > D_TP with replicated KV heads is not supported for dense attention \
+         (remote TP {remote_tp} > {total_heads} KV heads)"
+    )]
+    ReplicatedKvMultiRead { remote_tp: u32, total_heads: u32 },
+    #[error(
+        "Prefix caching with heterogeneous physical_blocks_per_logical is not supported for Mamba \
+         hybrid models. Local: {local}, Remote: {remote}. Disable prefix caching with --disable-prefix-caching."
+    )]
+    PrefixCachingHeteroPpl { local: u32, remote: u32 },
+    #[error("Heterogeneous block sizes are not supported with host buffer (block_size_ratio={ratio})")]
+    HostBufferWithRatio { ratio: u32 },
+    #[error(
+        "Heterogeneous TP expects same kv_cache_layout (local {local}, remote {remote}); \
+         receiving LBHNC into LBNHC needs enable_permute_local_kv, which the hybrid allocator does not support"
+    )]
+    LayoutMismatch { local: &'static str, remote: &'static str },
+    #[error(
+        "Heterogeneous TP head-dimension splitting requires contiguous heads. \
+         Use a block-contiguous layout (e.g. LBHNC) on the prefill side."
+    )]
+    HeadSplitNeedsContiguousLayout,
+    #[error(
+        "Hybrid MLA kernel-granularity block lengths must match between P and D \
+         (block_size_ratio={ratio}): local={local:?}, remote={remote:?}."
+    )]
+    HybridMlaBlockLens {
+        ratio: u32,
+        local: Vec<u64>,
+        remote: Vec<u64>,
+    },
+    #[error("Number of KV layers must match between prefill and decode (local {local}, remote {remote})")]
+    RegionCount { local: usize, remote: usize },
+    #[error("KV cache sizes must match between P and D when replicated (region {region}: local={local}, remote={remote}, bsr={ratio}).")]
+    ReplicatedBlockLen {
+        region: usize,
+        local: u64,
+        remote: u64,
+        ratio: u32,
+    },
+    #[error("SPLIT region {region}: remote P KV block_len {remote} must equal {expected} (local {local}, heads {remote_heads}/{local_heads}, bsr {ratio}).")]
+    SplitBlockLen {
+        region: usize,
+        local: u64,
+        remote: u64,
+        expected: u64,
+        remote_heads: u32,
+        local_heads: u32,
+        ratio: u32,
+    },
+    #[error("Different local/remote block sizes are not supported when P TP > D TP.")]
+    RatioWithMultiRead,
+    #[error("remote ranks of one engine report different block counts ({first} vs {this})")]
+    NumBlocksMismatch { first: u64, this: u64 },
+    #[error("remote region {region} has a block stride {stride} shorter than its block length {len}")]
+    StrideShorterThanLength { region: usize, stride: u64, len: u64 },
+    #[error(transparent)]
+    Split(#[from] SplitError),
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// What the checks need to know about the local side.
+pub struct LocalSide<'a> {
+    pub model: &'a ModelSpec,
+    pub reg: &'a Registration,
+    pub tp_size: u32,
+    pub layout: KvLayout,
+    pub host_buffer: bool,
+    pub prefix_caching: bool,
+    pub defect: Option<Defect>,
+}
+
+/// `_validate_remote_agent_handshake`: the checks after the ratios are known.
+pub fn validate(
+    local: &LocalSide<'_>,
+    meta: &HandshakeMetadata,
+    remote_tp: u32,
+    tp_ratio: i32,
+    ratio: u32,
+    first_num_blocks: u64,
+) -> Result<(), HandshakeError> {
+    let model = local.model;
+    let is_mla = model.is_mla();
+    let has_mamba = model.has_mamba();
+    let total_heads = model.attention.as_ref().map_or(1, |a| a.total_kv_heads());
+    let kv_replicated = remote_tp > total_heads;
+    if !is_mla && !has_mamba && tp_ratio < 0 && kv_replicated {
+        return Err(HandshakeError::ReplicatedKvMultiRead {
+            remote_tp,
+            total_heads,
+        });
+    }
+    let remote_ppl = meta.physical_blocks_per_logical_kv_block;
+    if has_mamba && remote_ppl != local.reg.ppl && local.prefix_caching {
+        return Err(HandshakeError::PrefixCachingHeteroPpl {
+            local: local.reg.ppl,
+            remote: remote_ppl,
+        });
+    }
+    if ratio != 1 && local.host_buffer && local.defect != Some(Defect::HostBufferRatioAccepted) {
+        return Err(HandshakeError::HostBufferWithRatio { ratio });
+    }
+    if !is_mla && meta.kv_cache_layout != local.layout {
+        return Err(HandshakeError::LayoutMismatch {
+            local: local.layout.vllm_name(),
+            remote: meta.kv_cache_layout.vllm_name(),
+        });
+    }
+    if tp_ratio.abs() != 1 && !is_mla && !kv_replicated && !local.layout.is_block_contiguous() {
+        return Err(HandshakeError::HeadSplitNeedsContiguousLayout);
+    }
+    let local_lens = local.reg.block_lens();
+    if has_mamba && is_mla {
+        let scaled: Vec<u64> = meta.block_lens.iter().map(|l| l * u64::from(ratio)).collect();
+        if local_lens != scaled {
+            return Err(HandshakeError::HybridMlaBlockLens {
+                ratio,
+                local: local_lens,
+                remote: meta.block_lens.clone(),
+            });
+        }
+    } else if !has_mamba {
+        if local_lens.len() != meta.block_lens.len() {
+            return Err(HandshakeError::RegionCount {
+                local: local_lens.len(),
+                remote: meta.block_lens.len(),
+            });
+        }
+        let replicated_model = is_mla || kv_replicated;
+        let attention = model.attention.as_ref();
+        let local_heads = attention.map_or(1, |a| a.heads_per_rank(local.tp_size));
+        let remote_heads = attention.map_or(1, |a| a.heads_per_rank(remote_tp));
+        for (i, (&local_len, &remote_len)) in local_lens.iter().zip(&meta.block_lens).enumerate() {
+            let r = u64::from(ratio);
+            if replicated_model || local.reg.regions[i].replicated {
+                if local_len / r != remote_len {
+                    return Err(HandshakeError::ReplicatedBlockLen {
+                        region: i,
+                        local: local_len,
+                        remote: remote_len,
+                        ratio,
+                    });
+                }
+            } else {
+                let scaled = local_len * u64::from(remote_heads) / u64::from(local_heads);
+                let expected = if tp_ratio > 0 {
+                    scaled / r
+                } else {
+                    if ratio != 1 {
+                        return Err(HandshakeError::RatioWithMultiRead);
+                    }
+                    scaled
+                };
+                if remote_len != expected {
+                    return Err(HandshakeError::SplitBlockLen {
+                        region: i,
+                        local: local_len,
+                        remote: remote_len,
+                        expected,
+                        remote_heads,
+                        local_heads,
+                        ratio,
+                    });
+                }
+            }
+        }
+    }
+    if first_num_blocks != meta.num_blocks {
+        return Err(HandshakeError::NumBlocksMismatch {
+            first: first_num_blocks,
+            this: meta.num_blocks,
+        });
+    }
+    if meta.kv_caches_base_addr.len() != local.reg.num_regions() {
+        return Err(HandshakeError::RegionCount {
+            local: local.reg.num_regions(),
+            remote: meta.kv_caches_base_addr.len(),
+        });
+    }
+    for (i, (&stride, &len)) in meta.block_strides.iter().zip(&meta.block_lens).enumerate() {
+        if stride < len {
+            return Err(HandshakeError::StrideShorterThanLength {
+                region: i,
+                stride,
+                len,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// vLLM 0.33.0 pairs a hybrid MLA remote whose kernel block does not divide
+/// the local one by viewing the remote blocks as gcd-sized kernel blocks
+/// (`_split_remote_blocks`, pull only). Returns the adjusted metadata.
+pub fn split_remote_blocks(local_kernel: u32, meta: &HandshakeMetadata) -> HandshakeMetadata {
+    const MAX_SPLIT: u32 = 128;
+    let mut meta = meta.clone();
+    if local_kernel % meta.block_size == 0 {
+        return meta;
+    }
+    let unit = gcd(local_kernel, meta.block_size);
+    let split = meta.block_size / unit;
+    if split.max(local_kernel / unit) > MAX_SPLIT
+        || meta.block_strides != meta.block_lens
+        || meta.block_lens.iter().any(|l| l % u64::from(split) != 0)
+    {
+        return meta;
+    }
+    meta.block_size /= split;
+    meta.physical_blocks_per_logical_kv_block *= split;
+    meta.num_blocks *= u64::from(split);
+    meta.block_lens = meta.block_lens.iter().map(|l| l / u64::from(split)).collect();
+    meta.block_strides = meta.block_lens.clone();
+    meta
+}
+
+fn gcd(a: u32, b: u32) -> u32 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}

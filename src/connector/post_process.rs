@@ -1,0 +1,255 @@
+//! The receive post-process on D: for attention caches only, the block-size
+//! conversion when remote pages were smaller (head-major layouts), then the
+//! zeroing of everything the transfer did not write: the token tail of the
+//! last partially covered local block and every whole block after it.
+
+use serde::Serialize;
+
+use super::registration::Registration;
+use crate::defects::Defect;
+use crate::geometry::{GroupKind, KvLayout, ModelSpec};
+use crate::memory::KvMemory;
+
+/// One operation on every attention cache of the worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum PostOp {
+    /// Reorder a kernel block received as `ratio` remote sub-pages
+    /// (each `[head][token][content]`) into the local `[head][token][content]`.
+    ConvertBlockSize { block: u32, ratio: u32 },
+    /// Zero tokens `from_token..` of a kernel block (all heads).
+    ZeroTokens { block: u32, from_token: u32 },
+    /// Zero a whole kernel block.
+    ZeroBlock { block: u32 },
+}
+
+/// The post-process of one attention group of one request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct GroupPostProcess {
+    pub group: usize,
+    /// The request's local kernel block ids of this group.
+    pub block_ids: Vec<u32>,
+    /// Remote-granularity sub-blocks the transfer wrote.
+    pub covered_sub_blocks: u64,
+    pub ratio: u32,
+    /// Whether block ids had to be uploaded (conversion or stale blocks).
+    pub needs_block_ids: bool,
+    pub ops: Vec<PostOp>,
+}
+
+/// Inputs of the post-process for one finished request.
+pub struct PostProcessInput<'a> {
+    pub groups: &'a [GroupKind],
+    pub is_mla: bool,
+    pub layout: KvLayout,
+    /// Local kernel / remote kernel.
+    pub ratio: u32,
+    pub hetero_ppl: bool,
+    /// Local kernel ids per group.
+    pub local_kernel_ids: &'a [Vec<u32>],
+    /// Remote-granularity block count per group: the full (untrimmed)
+    /// kernel-expanded remote list length.
+    pub remote_counts: &'a [usize],
+    pub kernel_block: u32,
+    pub defect: Option<Defect>,
+}
+
+/// What vLLM 0.33.0's `get_transfer_results` + `post_process_device_kv_on_receive` do.
+pub fn plan(input: &PostProcessInput<'_>) -> Vec<GroupPostProcess> {
+    let r = input.ratio;
+    let defect = input.defect;
+    let triggered = if defect == Some(Defect::NoClippedBlockZeroing) {
+        r > 1
+    } else {
+        r > 1 || input.hetero_ppl
+    };
+    if !triggered {
+        return Vec::new();
+    }
+    let convert = !input.is_mla && r > 1 && input.layout.is_block_contiguous();
+    let mut out = Vec::new();
+    for (g, kind) in input.groups.iter().enumerate() {
+        let ids = &input.local_kernel_ids[g];
+        if *kind != GroupKind::Attention || ids.is_empty() {
+            continue;
+        }
+        let covered = (ids.len() as u64 * u64::from(r)).min(input.remote_counts[g] as u64);
+        let (covered_blocks, sub_in_last) = (covered / u64::from(r), covered % u64::from(r));
+        let first_stale = (covered_blocks + u64::from(sub_in_last > 0)) as usize;
+        let has_stale = first_stale < ids.len();
+        let mut ops = Vec::new();
+        if convert {
+            ops.extend(ids.iter().map(|&block| PostOp::ConvertBlockSize { block, ratio: r }));
+        }
+        let tail = |ops: &mut Vec<PostOp>| {
+            if sub_in_last > 0 {
+                ops.push(PostOp::ZeroTokens {
+                    block: ids[covered_blocks as usize],
+                    from_token: sub_in_last as u32 * (input.kernel_block / r),
+                });
+            }
+        };
+        match defect {
+            Some(Defect::DiscardedBlockIds) => {}
+            Some(Defect::TwoPathZeroing) => {
+                // Path A: ratio tail, non-MLA only, last covered block only.
+                if r > 1 && !input.is_mla {
+                    tail(&mut ops);
+                }
+                // Path B: whole kernel blocks past the count in local kernel units.
+                if input.hetero_ppl {
+                    let kept = ids.len().min(input.remote_counts[g]);
+                    ops.extend(ids[kept..].iter().map(|&block| PostOp::ZeroBlock { block }));
+                }
+            }
+            _ => {
+                tail(&mut ops);
+                if has_stale {
+                    ops.extend(ids[first_stale..].iter().map(|&block| PostOp::ZeroBlock { block }));
+                }
+            }
+        }
+        out.push(GroupPostProcess {
+            group: g,
+            block_ids: ids.clone(),
+            covered_sub_blocks: covered,
+            ratio: r,
+            needs_block_ids: convert || has_stale,
+            ops,
+        });
+    }
+    out
+}
+
+/// Byte geometry of one attention kernel page on this worker.
+#[derive(Clone, Copy, Debug)]
+pub struct PageGeometry {
+    pub block_len: u64,
+    pub block_stride: u64,
+    pub tokens: u64,
+    pub heads: u64,
+    /// Bytes of one head of one token.
+    pub head_token_bytes: u64,
+    pub layout: KvLayout,
+}
+
+impl PageGeometry {
+    pub fn new(model: &ModelSpec, reg: &Registration, tp_size: u32, layout: KvLayout, region: usize) -> Self {
+        let attention = model.attention.as_ref();
+        Self {
+            block_len: reg.regions[region].block_len,
+            block_stride: reg.regions[region].block_stride,
+            tokens: u64::from(reg.kernel_block),
+            heads: attention.map_or(1, |a| u64::from(a.heads_per_rank(tp_size))),
+            head_token_bytes: attention.map_or(0, |a| a.bytes_per_head_token()),
+            layout: if model.is_mla() { KvLayout::Hnd } else { layout },
+        }
+    }
+
+    /// Byte ranges (offset from the region base) holding tokens `from..` of `block`.
+    pub fn token_tail_ranges(&self, block: u32, from: u64) -> Vec<(u64, u64)> {
+        let start = u64::from(block) * self.block_stride;
+        let c = self.head_token_bytes;
+        match self.layout {
+            KvLayout::Nhd => {
+                let row = self.heads * c;
+                vec![(start + from * row, (self.tokens - from) * row)]
+            }
+            KvLayout::Hnd => (0..self.heads)
+                .map(|h| (start + h * self.tokens * c + from * c, (self.tokens - from) * c))
+                .collect(),
+        }
+    }
+}
+
+/// Reorder a head-major page received as `ratio` sub-pages.
+pub fn convert_block_size(page: &[u8], geometry: &PageGeometry, ratio: u64) -> Vec<u8> {
+    let (heads, n, c) = (geometry.heads, geometry.tokens, geometry.head_token_bytes);
+    let sub_tokens = n / ratio;
+    let mut out = vec![0u8; page.len()];
+    for j in 0..ratio {
+        for h in 0..heads {
+            let src = ((j * heads + h) * sub_tokens * c) as usize;
+            let dst = ((h * n + j * sub_tokens) * c) as usize;
+            let len = (sub_tokens * c) as usize;
+            out[dst..dst + len].copy_from_slice(&page[src..src + len]);
+        }
+    }
+    out
+}
+
+/// Apply the planned operations to every attention cache (every region).
+pub fn apply(plans: &[GroupPostProcess], geometries: &[PageGeometry], memory: &mut dyn KvMemory) {
+    for plan in plans {
+        for op in &plan.ops {
+            for (region, g) in geometries.iter().enumerate() {
+                match *op {
+                    PostOp::ConvertBlockSize { block, ratio } => {
+                        let offset = u64::from(block) * g.block_stride;
+                        let page = memory.read(region, offset, g.block_len);
+                        memory.write(region, offset, &convert_block_size(&page, g, u64::from(ratio)));
+                    }
+                    PostOp::ZeroTokens { block, from_token } => {
+                        for (offset, len) in g.token_tail_ranges(block, u64::from(from_token)) {
+                            memory.zero(region, offset, len);
+                        }
+                    }
+                    PostOp::ZeroBlock { block } => {
+                        memory.zero(region, u64::from(block) * g.block_stride, g.block_len);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use GroupKind::{Attention as A, Mamba as M};
+
+    fn input<'a>(ids: &'a [Vec<u32>], remote: &'a [usize], ratio: u32, mla: bool, defect: Option<Defect>) -> PostProcessInput<'a> {
+        PostProcessInput {
+            groups: &[A, M, M],
+            is_mla: mla,
+            layout: KvLayout::Hnd,
+            ratio,
+            hetero_ppl: true,
+            local_kernel_ids: ids,
+            remote_counts: remote,
+            kernel_block: 8,
+            defect,
+        }
+    }
+
+    #[test]
+    fn mixed_regime_n29_zeroes_two_whole_blocks() {
+        // D kernel 8 ppl 3, P kernel 4 ppl 2, N = 29: local [3,4,5,9,10,11], 8 remote kernels.
+        let ids = vec![vec![3, 4, 5, 9, 10, 11], vec![0], vec![6]];
+        let plans = plan(&input(&ids, &[8, 1, 1], 2, true, None));
+        assert_eq!(plans.len(), 1);
+        assert_eq!(plans[0].covered_sub_blocks, 8);
+        assert_eq!(plans[0].ops, vec![PostOp::ZeroBlock { block: 10 }, PostOp::ZeroBlock { block: 11 }]);
+        // The old two-path zeroing leaves both stale (MLA skips path A, path B counts 6 vs 8).
+        let old = plan(&input(&ids, &[8, 1, 1], 2, true, Some(Defect::TwoPathZeroing)));
+        assert!(old[0].ops.is_empty());
+    }
+
+    #[test]
+    fn partial_tail_then_whole_blocks() {
+        // r = 2, 3 local kernel blocks, 3 remote sub-blocks: tail of block at position 1, then position 2.
+        let ids = vec![vec![7, 8, 9], vec![], vec![]];
+        let plans = plan(&input(&ids, &[3, 0, 0], 2, false, None));
+        let ops = &plans[0].ops;
+        assert_eq!(ops.iter().filter(|o| matches!(o, PostOp::ConvertBlockSize { .. })).count(), 3);
+        assert!(ops.contains(&PostOp::ZeroTokens { block: 8, from_token: 4 }));
+        assert!(ops.contains(&PostOp::ZeroBlock { block: 9 }));
+    }
+
+    #[test]
+    fn conversion_interleaves_sub_pages_per_head() {
+        // 2 heads, 4 tokens, 1 byte per head-token, ratio 2: sub-page j holds [h][2 tokens].
+        let g = PageGeometry { block_len: 8, block_stride: 8, tokens: 4, heads: 2, head_token_bytes: 1, layout: KvLayout::Hnd };
+        let received = [0, 1, 10, 11, 2, 3, 12, 13];
+        assert_eq!(convert_block_size(&received, &g, 2), vec![0, 1, 2, 3, 10, 11, 12, 13]);
+    }
+}

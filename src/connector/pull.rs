@@ -1,0 +1,267 @@
+//! Pull mode on D: plan and post the READs of one request (one per source
+//! rank), then, once they are done, run the receive post-process
+//! (vLLM's `_read_blocks_for_req`, `_read_blocks` and `get_finished`).
+
+use serde::Serialize;
+
+use super::block_mapping::{apply_prefix_caching, logical_to_kernel, map_for_block_size_ratio, BlockIds};
+use super::desc_ids::{compute_desc_ids, ListShape};
+use super::post_process::{self, GroupPostProcess, PostProcessInput};
+use super::worker::{ConnectorError, Worker};
+use crate::defects::Defect;
+use crate::geometry::{block_size_ratio, tp_ratio};
+use crate::memory::KvMemory;
+use crate::nixl::{Nixl, XferHandle, XferOp, XferState};
+
+/// What D's scheduler hands the worker for one request to receive.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ReadRequest {
+    pub request_id: String,
+    /// D's logical block ids per group (only the blocks the transfer fills).
+    pub local_block_ids: BlockIds,
+    pub remote_engine_id: String,
+    pub remote_request_id: String,
+    /// P's logical block ids per group.
+    pub remote_block_ids: BlockIds,
+    pub remote_tp_size: u32,
+}
+
+/// One planned READ (or notification) towards one source rank.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PlannedRead {
+    pub remote_rank: u32,
+    pub local_block_ids: BlockIds,
+    pub remote_block_ids: BlockIds,
+    pub local_desc_ids: Vec<u32>,
+    pub remote_desc_ids: Vec<u32>,
+    pub notification: String,
+    /// `None` when only a notification was sent (full prefix hit).
+    pub xfer: Option<XferHandle>,
+}
+
+/// A request being received.
+#[derive(Clone, Debug, Serialize)]
+pub struct Receiving {
+    pub request: ReadRequest,
+    /// D's kernel-expanded ids.
+    pub local_kernel_ids: BlockIds,
+    /// P's kernel-expanded ids, untrimmed (sizes the zeroing).
+    pub remote_kernel_ids: BlockIds,
+    pub reads: Vec<PlannedRead>,
+}
+
+/// A request whose transfers are all done, with its post-process.
+#[derive(Clone, Debug, Serialize)]
+pub struct Received {
+    pub request_id: String,
+    pub post_process: Vec<GroupPostProcess>,
+}
+
+impl Worker {
+    /// Plan and post the READs of `req` (vLLM's `start_load_kv` for one request).
+    pub fn start_read(&mut self, nixl: &mut dyn Nixl, req: &ReadRequest) -> Result<Receiving, ConnectorError> {
+        let groups = self.cfg.model.groups.clone();
+        let engine = self
+            .remotes
+            .get(&req.remote_engine_id)
+            .ok_or_else(|| ConnectorError::UnknownEngine(req.remote_engine_id.clone()))?
+            .clone();
+        let local_kernel = logical_to_kernel(&req.local_block_ids, &groups, self.reg.ppl);
+        let remote_ppl = if self.cfg.defect == Some(Defect::RemoteIdsLocalPpl) {
+            self.reg.ppl
+        } else {
+            engine.ppl
+        };
+        let remote_kernel = logical_to_kernel(&req.remote_block_ids, &groups, remote_ppl);
+        let t = tp_ratio(self.cfg.engine.tp_size, req.remote_tp_size)
+            .ok_or_else(|| ConnectorError::Plan("TP sizes do not divide".into()))?;
+        let ratio = block_size_ratio(self.reg.kernel_block, engine.block_size)
+            .ok_or_else(|| ConnectorError::Plan("kernel block sizes do not divide".into()))?;
+        let mapping = &engine.mapping;
+        let specs: Vec<(u32, BlockIds, BlockIds)> = mapping
+            .all_source_ranks
+            .iter()
+            .map(|&rank| {
+                let keep = |ids: &BlockIds| -> BlockIds {
+                    ids.iter()
+                        .enumerate()
+                        .map(|(g, v)| {
+                            if mapping.source_ranks_per_group[g].contains(&rank) {
+                                v.clone()
+                            } else {
+                                Vec::new()
+                            }
+                        })
+                        .collect()
+                };
+                (rank, keep(&local_kernel), keep(&remote_kernel))
+            })
+            .collect();
+        let notification = format!("{}:{}", req.remote_request_id, mapping.local_consumers);
+        let mut reads = Vec::new();
+        for (position, (rank, local_ids, remote_ids)) in specs.iter().enumerate() {
+            let remote = engine
+                .ranks
+                .get(rank)
+                .ok_or_else(|| ConnectorError::Plan(format!("no handshake with remote rank {rank}")))?;
+            let local_handle = self
+                .local_handle(t, engine.block_size, position, specs.len())
+                .ok_or_else(|| ConnectorError::Plan("no local list for this remote geometry".into()))?;
+            let (mut local_ids, mut remote_ids) = (local_ids.clone(), remote_ids.clone());
+            if ratio > 1 {
+                (local_ids, remote_ids) = map_for_block_size_ratio(&local_ids, &remote_ids, &groups, ratio);
+            }
+            if local_ids.iter().all(Vec::is_empty) {
+                nixl.send_notification(self.agent, &remote.agent_name, notification.as_bytes())?;
+                reads.push(PlannedRead {
+                    remote_rank: *rank,
+                    local_block_ids: local_ids,
+                    remote_block_ids: remote_ids,
+                    local_desc_ids: Vec::new(),
+                    remote_desc_ids: Vec::new(),
+                    notification: notification.clone(),
+                    xfer: None,
+                });
+                continue;
+            }
+            let (local_ids, remote_ids) = apply_prefix_caching(
+                &local_ids,
+                &remote_ids,
+                &groups,
+                self.reg.ppl,
+                engine.ppl,
+                self.cfg.defect,
+            )
+            .map_err(|e| ConnectorError::Plan(e.to_string()))?;
+            let state_lists = self.state_lists();
+            let remote_desc_ids = compute_desc_ids(
+                &remote_ids,
+                &groups,
+                ListShape {
+                    num_regions: self.reg.num_regions() as u64,
+                    num_kernel_blocks: engine.num_blocks,
+                    ratio: None,
+                    ppl: engine.ppl,
+                    num_state_lists: state_lists,
+                },
+                None,
+            );
+            let local_desc_ids = compute_desc_ids(
+                &local_ids,
+                &groups,
+                ListShape {
+                    num_regions: self.reg.num_regions() as u64,
+                    num_kernel_blocks: self.reg.num_kernel_blocks,
+                    ratio: Some(ratio),
+                    ppl: self.reg.ppl,
+                    num_state_lists: state_lists,
+                },
+                self.cfg.defect,
+            );
+            if local_desc_ids.len() != remote_desc_ids.len() {
+                return Err(ConnectorError::Plan(format!(
+                    "descriptor count mismatch: {} local vs {} remote",
+                    local_desc_ids.len(),
+                    remote_desc_ids.len()
+                )));
+            }
+            let xfer = nixl.make_xfer(
+                self.agent,
+                XferOp::Read,
+                local_handle,
+                &local_desc_ids,
+                remote.handle,
+                &remote_desc_ids,
+                Some(notification.as_bytes()),
+            )?;
+            nixl.post_xfer(self.agent, xfer)?;
+            reads.push(PlannedRead {
+                remote_rank: *rank,
+                local_block_ids: local_ids,
+                remote_block_ids: remote_ids,
+                local_desc_ids,
+                remote_desc_ids,
+                notification: notification.clone(),
+                xfer: Some(xfer),
+            });
+        }
+        if self.cfg.model.is_mla() && t < 0 && specs.len() == 1 {
+            // Replicas on the other remote ranks are released by a notification.
+            let read_rank = specs[0].0;
+            for (rank, remote) in &engine.ranks {
+                if *rank != read_rank {
+                    nixl.send_notification(self.agent, &remote.agent_name, notification.as_bytes())?;
+                }
+            }
+        }
+        Ok(Receiving {
+            request: req.clone(),
+            local_kernel_ids: local_kernel,
+            remote_kernel_ids: remote_kernel,
+            reads,
+        })
+    }
+
+    /// Mamba descriptor lists per side: SSM regions x (conv projections + 1).
+    pub(crate) fn state_lists(&self) -> u64 {
+        if self.reg.has_mamba() {
+            (self.reg.ssm_regions.len() * (self.reg.conv_offsets.len() + 1)) as u64
+        } else {
+            0
+        }
+    }
+
+    /// Whether every READ of `recv` is done.
+    pub fn reads_done(&self, nixl: &mut dyn Nixl, recv: &Receiving) -> Result<bool, ConnectorError> {
+        for read in &recv.reads {
+            if let Some(x) = read.xfer {
+                if nixl.xfer_state(self.agent, x)? != XferState::Done {
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// The receive post-process of a finished request, planned.
+    pub fn plan_receive_post_process(&self, recv: &Receiving) -> Result<Vec<GroupPostProcess>, ConnectorError> {
+        let engine = self
+            .remotes
+            .get(&recv.request.remote_engine_id)
+            .ok_or_else(|| ConnectorError::UnknownEngine(recv.request.remote_engine_id.clone()))?;
+        let ratio = block_size_ratio(self.reg.kernel_block, engine.block_size)
+            .ok_or_else(|| ConnectorError::Plan("Only nP < nD supported currently.".into()))?;
+        let remote_counts: Vec<usize> = recv.remote_kernel_ids.iter().map(Vec::len).collect();
+        Ok(post_process::plan(&PostProcessInput {
+            groups: &self.cfg.model.groups,
+            is_mla: self.cfg.model.is_mla(),
+            layout: self.cfg.engine.layout,
+            ratio,
+            hetero_ppl: engine.ppl != self.reg.ppl,
+            local_kernel_ids: &recv.local_kernel_ids,
+            remote_counts: &remote_counts,
+            kernel_block: self.reg.kernel_block,
+            defect: self.cfg.defect,
+        }))
+    }
+
+    /// Release the transfers of a finished request and post-process its blocks.
+    pub fn finish_read(
+        &mut self,
+        nixl: &mut dyn Nixl,
+        recv: &Receiving,
+        memory: &mut dyn KvMemory,
+    ) -> Result<Received, ConnectorError> {
+        let plans = self.plan_receive_post_process(recv)?;
+        for read in &recv.reads {
+            if let Some(x) = read.xfer {
+                nixl.release_xfer(self.agent, x)?;
+            }
+        }
+        post_process::apply(&plans, &self.page_geometries(), memory);
+        Ok(Received {
+            request_id: recv.request.request_id.clone(),
+            post_process: plans,
+        })
+    }
+}

@@ -1,0 +1,136 @@
+//! Registration of an engine rank's KV tensors: the regions (one per shared
+//! tensor), their per-kernel-block length and stride, and the derived block
+//! counts, as vLLM's `register_kv_caches` computes them.
+
+use crate::geometry::{EngineGeometry, ModelSpec, SubRegion};
+use crate::nixl::{MemKind, MemRegion};
+
+/// One KV tensor handed to the connector: a layer slot shared by all groups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvTensor {
+    pub base: u64,
+    pub len: u64,
+}
+
+/// One NIXL region (a distinct tensor base address).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Region {
+    pub base: u64,
+    /// Bytes of one kernel block.
+    pub block_len: u64,
+    /// Bytes between consecutive kernel blocks.
+    pub block_stride: u64,
+    /// Kernel blocks in the region.
+    pub num_blocks: u64,
+    /// REPLICATE (MLA): read whole on every rank. Otherwise SPLIT (head-sharded).
+    pub replicated: bool,
+}
+
+/// The outcome of registering one rank's KV tensors.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Registration {
+    pub regions: Vec<Region>,
+    /// Indices of regions holding mamba state, in registration order.
+    pub ssm_regions: Vec<usize>,
+    /// Kernel block size in tokens (the worker's `block_size` after sync).
+    pub kernel_block: u32,
+    pub ppl: u32,
+    /// Logical blocks per region (`_logical_num_blocks`).
+    pub num_logical_blocks: u64,
+    /// Kernel blocks per region (`num_blocks`).
+    pub num_kernel_blocks: u64,
+    /// Conv sub-projections of one mamba page (local geometry).
+    pub conv_offsets: Vec<SubRegion>,
+    /// `(conv_size, ssm_size)` of this rank; `(0, 0)` without mamba.
+    pub ssm_sizes: (u64, u64),
+    /// Memory registration entries (one per distinct tensor).
+    pub memory: Vec<MemRegion>,
+    pub mem: MemKind,
+    pub device: u32,
+}
+
+impl Registration {
+    /// Register `tensors` (one per layer slot, in slot order).
+    pub fn new(
+        model: &ModelSpec,
+        engine: &EngineGeometry,
+        num_logical_blocks: u32,
+        tensors: &[KvTensor],
+        mem: MemKind,
+        device: u32,
+    ) -> Self {
+        let ppl = engine.ppl();
+        let num_logical = u64::from(num_logical_blocks);
+        let num_kernel = num_logical * u64::from(ppl);
+        let kernel_page = engine.kernel_page_bytes(model);
+        let kernel_stride = engine.kernel_block_stride(model);
+        let replicated = model.is_mla();
+        let mut regions: Vec<Region> = Vec::new();
+        let mut memory = Vec::new();
+        for t in tensors {
+            memory.push(MemRegion {
+                addr: t.base,
+                len: t.len,
+                mem,
+                dev: device,
+            });
+            if let Some(existing) = regions.iter_mut().find(|r| r.base == t.base) {
+                existing.replicated |= replicated;
+                continue;
+            }
+            regions.push(Region {
+                base: t.base,
+                block_len: kernel_page,
+                block_stride: kernel_stride,
+                num_blocks: num_kernel,
+                replicated,
+            });
+        }
+        let (conv_offsets, ssm_sizes, ssm_regions) = match (&model.mamba, model.has_mamba()) {
+            (Some(m), true) => (
+                m.conv_offsets(engine.tp_size),
+                m.ssm_sizes(engine.tp_size),
+                (0..regions.len()).collect(),
+            ),
+            _ => (Vec::new(), (0, 0), Vec::new()),
+        };
+        Registration {
+            regions,
+            ssm_regions,
+            kernel_block: engine.kernel_block,
+            ppl,
+            num_logical_blocks: num_logical,
+            num_kernel_blocks: num_kernel,
+            conv_offsets,
+            ssm_sizes,
+            memory,
+            mem,
+            device,
+        }
+    }
+
+    pub fn num_regions(&self) -> usize {
+        self.regions.len()
+    }
+
+    pub fn has_mamba(&self) -> bool {
+        !self.ssm_regions.is_empty()
+    }
+
+    /// Local FA descriptors at ratio 1 (`num_descs`).
+    pub fn num_descs(&self) -> u64 {
+        self.regions.iter().map(|r| r.num_blocks).sum()
+    }
+
+    pub fn base_addresses(&self) -> Vec<u64> {
+        self.regions.iter().map(|r| r.base).collect()
+    }
+
+    pub fn block_lens(&self) -> Vec<u64> {
+        self.regions.iter().map(|r| r.block_len).collect()
+    }
+
+    pub fn block_strides(&self) -> Vec<u64> {
+        self.regions.iter().map(|r| r.block_stride).collect()
+    }
+}

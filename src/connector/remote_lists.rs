@@ -1,0 +1,138 @@
+//! Remote descriptor lists, built locally from a remote rank's handshake
+//! metadata: attention pages (whole for replicated regions, a head slice or
+//! a slot share for split ones) followed by the remote mamba sub-regions
+//! (vLLM's `_build_fa_remote` + `_build_mamba_remote`).
+
+use super::metadata::HandshakeMetadata;
+use super::registration::Registration;
+use super::tp_mapping::TpMapping;
+use crate::geometry::SubRegion;
+use crate::nixl::{DescList, StridedRun};
+
+/// Offsets of this rank's conv sub-projection slices inside one remote page.
+/// `local_sizes` are the local sub-projection byte sizes; `slice` is this
+/// rank's slice index when the remote page is bigger (tp_ratio > 1).
+pub fn remote_conv_offsets(local_sizes: &[u64], slice: u64, tp_ratio: i32) -> Vec<SubRegion> {
+    let mut base = 0;
+    local_sizes
+        .iter()
+        .map(|&size| {
+            if tp_ratio >= 1 {
+                let sub = SubRegion {
+                    offset: base + slice * size,
+                    size,
+                };
+                base += size * tp_ratio.unsigned_abs() as u64;
+                sub
+            } else {
+                let remote_size = size / u64::from(tp_ratio.unsigned_abs());
+                let sub = SubRegion {
+                    offset: base,
+                    size: remote_size,
+                };
+                base += remote_size;
+                sub
+            }
+        })
+        .collect()
+}
+
+/// Attention part of a remote rank's list.
+pub fn attention_runs(
+    reg: &Registration,
+    mapping: &TpMapping,
+    first_attention_group: usize,
+    meta: &HandshakeMetadata,
+    ratio: u32,
+) -> Vec<StridedRun> {
+    let ratio = u64::from(ratio);
+    let readers = mapping.source_ranks_per_group[first_attention_group].len() as u64;
+    meta.kv_caches_base_addr
+        .iter()
+        .enumerate()
+        .map(|(i, &base)| {
+            let local_len = reg.regions[i].block_len;
+            let unit = local_len / ratio;
+            let (reads, offset) = if reg.regions[i].replicated {
+                (1, 0)
+            } else {
+                (readers, mapping.rank_offset_factor * unit)
+            };
+            StridedRun {
+                addr: base + offset,
+                len: unit / reads,
+                dev: meta.device_id,
+                stride: meta.block_strides[i],
+                count: meta.num_blocks,
+            }
+        })
+        .collect()
+}
+
+/// Mamba part of a remote rank's list.
+pub fn mamba_runs(reg: &Registration, tp_rank: u32, meta: &HandshakeMetadata, tp_ratio: i32) -> Vec<StridedRun> {
+    let slice = u64::from(tp_rank % tp_ratio.max(1) as u32);
+    let local_sizes: Vec<u64> = reg.conv_offsets.iter().map(|s| s.size).collect();
+    let conv = remote_conv_offsets(&local_sizes, slice, tp_ratio);
+    let ssm_read = if tp_ratio >= 1 {
+        reg.ssm_sizes.1
+    } else {
+        meta.ssm_sizes.1
+    };
+    let remote_ppl = u64::from(meta.physical_blocks_per_logical_kv_block);
+    let logical_blocks = meta.num_blocks / remote_ppl;
+    let mut runs = Vec::new();
+    for &i in &reg.ssm_regions {
+        let base = meta.kv_caches_base_addr[i];
+        let stride = meta.block_strides[i] * remote_ppl;
+        for sub in &conv {
+            runs.push(StridedRun {
+                addr: base + sub.offset,
+                len: sub.size,
+                dev: meta.device_id,
+                stride,
+                count: logical_blocks,
+            });
+        }
+        runs.push(StridedRun {
+            addr: base + meta.ssm_sizes.0 + slice * ssm_read,
+            len: ssm_read,
+            dev: meta.device_id,
+            stride,
+            count: logical_blocks,
+        });
+    }
+    runs
+}
+
+/// The full list of one remote rank.
+#[allow(clippy::too_many_arguments)]
+pub fn remote_list(
+    reg: &Registration,
+    mapping: &TpMapping,
+    first_attention_group: usize,
+    tp_rank: u32,
+    meta: &HandshakeMetadata,
+    ratio: u32,
+    tp_ratio: i32,
+) -> DescList {
+    let mut runs = attention_runs(reg, mapping, first_attention_group, meta, ratio);
+    if reg.has_mamba() {
+        runs.extend(mamba_runs(reg, tp_rank, meta, tp_ratio));
+    }
+    DescList::from_runs(runs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conv_offsets_follow_the_tp_direction() {
+        let sizes = [12, 12, 24];
+        let bigger: Vec<_> = remote_conv_offsets(&sizes, 1, 2).iter().map(|s| (s.offset, s.size)).collect();
+        assert_eq!(bigger, [(12, 12), (36, 12), (72, 24)]);
+        let smaller: Vec<_> = remote_conv_offsets(&sizes, 0, -2).iter().map(|s| (s.offset, s.size)).collect();
+        assert_eq!(smaller, [(0, 6), (6, 6), (12, 12)]);
+    }
+}

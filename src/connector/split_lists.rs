@@ -1,0 +1,78 @@
+//! Per-source split lists for the multi-read path (P_TP > D_TP): one local
+//! list per source rank, each placing that rank's share inside the local
+//! pages (vLLM's `_build_local_splits_from_plan`).
+
+use super::registration::Registration;
+use super::tp_mapping::TpMapping;
+use crate::geometry::GroupKind;
+use crate::nixl::{DescList, StridedRun};
+
+/// Why split lists cannot be built.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SplitError {
+    #[error(
+        "Head-sharded attention reads with P_TP > D_TP and heterogeneous block sizes are not supported \
+         (block_size_ratio={ratio}, {sources} attention source ranks)"
+    )]
+    HeadShardedWithRatio { ratio: u32, sources: usize },
+}
+
+/// Build one list per entry of `mapping.all_source_ranks` from `src` (the
+/// local list at remote granularity); `num_fa` is the attention/state boundary.
+pub fn split_lists(
+    reg: &Registration,
+    mapping: &TpMapping,
+    groups: &[GroupKind],
+    src: &DescList,
+    num_fa: u64,
+    ratio: u32,
+) -> Result<Vec<DescList>, SplitError> {
+    let first = |kind| groups.iter().position(|g| *g == kind);
+    let fa_splits = first(GroupKind::Attention)
+        .map_or(1, |g| mapping.source_ranks_per_group[g].len() as u64)
+        .max(1);
+    let has_state = num_fa < src.len();
+    let ssm_splits = match first(GroupKind::Mamba) {
+        Some(g) if has_state => mapping.source_ranks_per_group[g].len() as u64,
+        _ => 0,
+    };
+    // Which region an attention run belongs to, by the id of its first row.
+    let per_region = reg.num_kernel_blocks * u64::from(ratio);
+    let mut start = 0;
+    let runs: Vec<(StridedRun, bool, bool)> = src
+        .runs()
+        .iter()
+        .map(|run| {
+            let is_fa = start < num_fa;
+            let replicated = is_fa && reg.regions[(start / per_region) as usize].replicated;
+            start += run.count;
+            (*run, is_fa, replicated)
+        })
+        .collect();
+    let all_replicated = runs.iter().filter(|r| r.1).all(|r| r.2);
+    if ratio != 1 && fa_splits != 1 && !all_replicated {
+        return Err(SplitError::HeadShardedWithRatio {
+            ratio,
+            sources: fa_splits as usize,
+        });
+    }
+    Ok(mapping
+        .all_source_ranks
+        .iter()
+        .enumerate()
+        .map(|(position, &rank)| {
+            let slot = u64::from(mapping.attention_slot(rank));
+            DescList::from_runs(runs.iter().map(|&(run, is_fa, replicated)| {
+                let mut run = run;
+                if is_fa && !replicated {
+                    run.len /= fa_splits;
+                    run.addr += slot * run.len;
+                } else if !is_fa && ssm_splits > 0 {
+                    run.len /= ssm_splits;
+                    run.addr += position as u64 * run.len;
+                }
+                run
+            }))
+        })
+        .collect())
+}

@@ -1,0 +1,310 @@
+//! One connector worker (one TP rank of one engine): registration, the
+//! handshake with remote ranks, and the descriptor lists it prepares.
+//! Request planning lives in `pull.rs` and `push.rs`.
+
+use std::collections::BTreeMap;
+
+use super::handshake::{self, HandshakeError, LocalSide};
+use super::local_lists;
+use super::metadata::HandshakeMetadata;
+use super::post_process::PageGeometry;
+use super::registration::{KvTensor, Registration};
+use super::remote_lists;
+use super::split_lists::split_lists;
+use super::tp_mapping::{compute_tp_mapping, TpMapping};
+use crate::defects::Defect;
+use crate::geometry::{block_size_ratio, tp_ratio, EngineGeometry, GroupKind, Mode, ModelSpec};
+use crate::nixl::{AgentId, DescList, DlistHandle, DlistTarget, MemKind, Nixl, NixlError};
+
+/// Everything a worker is configured with.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    pub engine_id: String,
+    pub agent_name: String,
+    pub model: ModelSpec,
+    pub engine: EngineGeometry,
+    pub num_logical_blocks: u32,
+    pub tp_rank: u32,
+    /// Pull (D reads) or push (P writes): the engine's transfer mode.
+    pub mode: Mode,
+    pub mem: MemKind,
+    pub device: u32,
+    pub defect: Option<Defect>,
+}
+
+/// Errors of the connector.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectorError {
+    #[error(transparent)]
+    Nixl(#[from] NixlError),
+    #[error("handshake refused: {0}")]
+    Handshake(#[from] HandshakeError),
+    #[error("transfer planning refused: {0}")]
+    Plan(String),
+    #[error("unknown remote engine {0}")]
+    UnknownEngine(String),
+}
+
+/// A remote engine after at least one rank's handshake.
+#[derive(Clone, Debug)]
+pub struct RemoteEngine {
+    pub tp_size: u32,
+    /// Remote kernel block size (after gcd splitting).
+    pub block_size: u32,
+    pub ppl: u32,
+    pub num_blocks: u64,
+    pub mapping: TpMapping,
+    pub ranks: BTreeMap<u32, RemoteRank>,
+}
+
+/// One handshaken remote rank.
+#[derive(Clone, Debug)]
+pub struct RemoteRank {
+    pub agent_name: String,
+    pub handle: DlistHandle,
+    pub list: DescList,
+    pub metadata: HandshakeMetadata,
+}
+
+/// Key of a set of per-source split lists: (tp_ratio, remote kernel block).
+pub type SplitKey = (i32, u32);
+
+/// One connector worker.
+#[derive(Debug)]
+pub struct Worker {
+    pub(crate) cfg: WorkerConfig,
+    pub(crate) agent: AgentId,
+    pub(crate) reg: Registration,
+    /// Local lists by the remote kernel block size they serve (own size first).
+    pub(crate) lists_by_block_size: BTreeMap<u32, (DlistHandle, DescList)>,
+    pub(crate) split_handles: BTreeMap<SplitKey, Vec<(DlistHandle, DescList)>>,
+    pub(crate) remotes: BTreeMap<String, RemoteEngine>,
+}
+
+impl Worker {
+    /// Create the agent, register the tensors and prepare the own local list.
+    pub fn register(nixl: &mut dyn Nixl, cfg: WorkerConfig, tensors: &[KvTensor]) -> Result<Self, ConnectorError> {
+        let agent = nixl.create_agent(&cfg.agent_name)?;
+        let reg = Registration::new(&cfg.model, &cfg.engine, cfg.num_logical_blocks, tensors, cfg.mem, cfg.device);
+        nixl.register_memory(agent, &reg.memory)?;
+        let own = local_lists::local_list(&reg, 1, cfg.defect);
+        let handle = nixl.prepare_dlist(agent, &DlistTarget::Local, cfg.mem, &own)?;
+        let mut lists_by_block_size = BTreeMap::new();
+        lists_by_block_size.insert(reg.kernel_block, (handle, own));
+        Ok(Worker {
+            cfg,
+            agent,
+            reg,
+            lists_by_block_size,
+            split_handles: BTreeMap::new(),
+            remotes: BTreeMap::new(),
+        })
+    }
+
+    pub fn agent(&self) -> AgentId {
+        self.agent
+    }
+
+    pub fn config(&self) -> &WorkerConfig {
+        &self.cfg
+    }
+
+    pub fn registration(&self) -> &Registration {
+        &self.reg
+    }
+
+    pub fn remote(&self, engine_id: &str) -> Option<&RemoteEngine> {
+        self.remotes.get(engine_id)
+    }
+
+    pub fn groups(&self) -> &[GroupKind] {
+        &self.cfg.model.groups
+    }
+
+    pub(crate) fn first_attention_group(&self) -> usize {
+        self.cfg.model.first_group(GroupKind::Attention).unwrap_or(0)
+    }
+
+    /// The metadata this rank publishes for its peers.
+    pub fn metadata(&self, nixl: &mut dyn Nixl) -> Result<HandshakeMetadata, ConnectorError> {
+        Ok(HandshakeMetadata {
+            engine_id: self.cfg.engine_id.clone(),
+            agent_metadata: nixl.local_metadata(self.agent)?,
+            device_id: self.cfg.device,
+            kv_caches_base_addr: self.reg.base_addresses(),
+            num_blocks: self.reg.num_kernel_blocks,
+            block_lens: self.reg.block_lens(),
+            block_strides: self.reg.block_strides(),
+            kv_cache_layout: self.cfg.engine.layout,
+            block_size: self.reg.kernel_block,
+            ssm_sizes: self.reg.ssm_sizes,
+            physical_blocks_per_logical_kv_block: self.reg.ppl,
+            host_buffer: self.cfg.engine.host_buffer,
+        })
+    }
+
+    /// Byte geometry of each region's attention pages (for the post-process).
+    pub fn page_geometries(&self) -> Vec<PageGeometry> {
+        (0..self.reg.num_regions())
+            .map(|r| PageGeometry::new(&self.cfg.model, &self.reg, self.cfg.engine.tp_size, self.cfg.engine.layout, r))
+            .collect()
+    }
+
+    /// The remote ranks this rank handshakes with.
+    pub fn handshake_targets(&self, remote_tp: u32) -> Result<Vec<u32>, HandshakeError> {
+        let t = tp_ratio(self.cfg.engine.tp_size, remote_tp).ok_or(HandshakeError::TpNotDivisible {
+            local: self.cfg.engine.tp_size,
+            remote: remote_tp,
+        })?;
+        let rank = self.cfg.tp_rank;
+        Ok(if t > 0 {
+            vec![rank / t as u32]
+        } else {
+            let n = t.unsigned_abs();
+            (rank * n..(rank + 1) * n).collect()
+        })
+    }
+
+    /// Add one remote rank: checks, per-granularity and split local lists,
+    /// and the remote rank's list (vLLM's `add_remote_agent`).
+    pub fn add_remote_agent(
+        &mut self,
+        nixl: &mut dyn Nixl,
+        meta: &HandshakeMetadata,
+        remote_rank: u32,
+        remote_tp: u32,
+    ) -> Result<String, ConnectorError> {
+        if let Some(r) = self.remotes.get(&meta.engine_id).and_then(|e| e.ranks.get(&remote_rank)) {
+            return Ok(r.agent_name.clone());
+        }
+        let model = &self.cfg.model;
+        let local_tp = self.cfg.engine.tp_size;
+        let meta = if model.has_mamba() && model.is_mla() && self.cfg.mode == Mode::Pull {
+            handshake::split_remote_blocks(self.reg.kernel_block, meta)
+        } else {
+            meta.clone()
+        };
+        let t = tp_ratio(local_tp, remote_tp).ok_or(HandshakeError::TpNotDivisible {
+            local: local_tp,
+            remote: remote_tp,
+        })?;
+        let mapping = compute_tp_mapping(
+            self.cfg.tp_rank,
+            local_tp,
+            remote_tp,
+            model.is_mla(),
+            model.attention.as_ref().map_or(1, |a| a.total_kv_heads()),
+            &model.groups,
+        );
+        let agent_name = nixl.add_remote_agent(self.agent, &meta.agent_metadata)?;
+        let ratio = block_size_ratio(self.reg.kernel_block, meta.block_size).ok_or(
+            HandshakeError::BlockSizeNotDivisible {
+                local: self.reg.kernel_block,
+                remote: meta.block_size,
+            },
+        )?;
+        let first_num_blocks = self.remotes.get(&meta.engine_id).map_or(meta.num_blocks, |e| e.num_blocks);
+        handshake::validate(
+            &LocalSide {
+                model,
+                reg: &self.reg,
+                tp_size: local_tp,
+                layout: self.cfg.engine.layout,
+                host_buffer: self.cfg.engine.host_buffer,
+                prefix_caching: self.cfg.engine.prefix_caching,
+                defect: self.cfg.defect,
+            },
+            &meta,
+            remote_tp,
+            t,
+            ratio,
+            first_num_blocks,
+        )?;
+        let remote_block = meta.block_size;
+        if ratio > 1 && !self.lists_by_block_size.contains_key(&remote_block) {
+            let list = local_lists::local_list(&self.reg, ratio, self.cfg.defect);
+            let handle = nixl.prepare_dlist(self.agent, &DlistTarget::Local, self.cfg.mem, &list)?;
+            self.lists_by_block_size.insert(remote_block, (handle, list));
+        }
+        let split_defect = self.cfg.defect == Some(Defect::SplitHandleKeyRatioOnly);
+        let key = self.split_key(t, remote_block);
+        if self.needs_split_lists(t, &mapping) && !self.split_handles.contains_key(&key) {
+            // The pre-fix code built the splits from the own (ratio 1) list.
+            let (src, num_fa) = if split_defect {
+                (&self.lists_by_block_size[&self.reg.kernel_block].1, self.reg.num_descs())
+            } else {
+                (
+                    &self.lists_by_block_size[if ratio > 1 { &remote_block } else { &self.reg.kernel_block }].1,
+                    self.reg.num_descs() * u64::from(ratio),
+                )
+            };
+            let split_ratio = if split_defect { 1 } else { ratio };
+            let lists = split_lists(&self.reg, &mapping, &model.groups, src, num_fa, split_ratio)
+                .map_err(HandshakeError::from)?;
+            let mut handles = Vec::new();
+            for list in lists {
+                let h = nixl.prepare_dlist(self.agent, &DlistTarget::Local, self.cfg.mem, &list)?;
+                handles.push((h, list));
+            }
+            self.split_handles.insert(key, handles);
+        }
+        let list = remote_lists::remote_list(
+            &self.reg,
+            &mapping,
+            self.first_attention_group(),
+            self.cfg.tp_rank,
+            &meta,
+            ratio,
+            t,
+        );
+        let remote_mem = self.cfg.mem;
+        let handle = nixl.prepare_dlist(self.agent, &DlistTarget::Remote(agent_name.clone()), remote_mem, &list)?;
+        let engine = self.remotes.entry(meta.engine_id.clone()).or_insert_with(|| RemoteEngine {
+            tp_size: remote_tp,
+            block_size: meta.block_size,
+            ppl: meta.physical_blocks_per_logical_kv_block,
+            num_blocks: meta.num_blocks,
+            mapping: mapping.clone(),
+            ranks: BTreeMap::new(),
+        });
+        engine.ranks.insert(
+            remote_rank,
+            RemoteRank {
+                agent_name: agent_name.clone(),
+                handle,
+                list,
+                metadata: meta,
+            },
+        );
+        Ok(agent_name)
+    }
+
+    pub(crate) fn split_key(&self, t: i32, remote_block: u32) -> SplitKey {
+        if self.cfg.defect == Some(Defect::SplitHandleKeyRatioOnly) {
+            (t, 0)
+        } else {
+            (t, remote_block)
+        }
+    }
+
+    pub(crate) fn needs_split_lists(&self, t: i32, mapping: &TpMapping) -> bool {
+        t < 0 && (!self.cfg.model.is_mla() || mapping.all_source_ranks.len() > 1)
+    }
+
+    /// The local list a transfer to/from remote source position `position` uses.
+    pub(crate) fn local_handle(&self, t: i32, remote_block: u32, position: usize, specs: usize) -> Option<DlistHandle> {
+        if t < 0 && (!self.cfg.model.is_mla() || specs > 1) {
+            self.split_handles
+                .get(&self.split_key(t, remote_block))
+                .and_then(|v| v.get(position))
+                .map(|(h, _)| *h)
+        } else {
+            let key = if self.lists_by_block_size.contains_key(&remote_block) {
+                remote_block
+            } else {
+                self.reg.kernel_block
+            };
+            self.lists_by_block_size.get(&key).map(|(h, _)| *h)
+        }
+    }
+}
