@@ -232,6 +232,35 @@ pub fn split_remote_blocks(local_kernel: u32, meta: &HandshakeMetadata) -> Hands
     meta
 }
 
+/// kvgeom's push from a prefill rank with a smaller kernel block: view the
+/// decode pages as `remote / local` prefill-sized sub-pages, so the prefill
+/// writes whole pages of its own into them. Needs unpadded decode pages.
+pub fn view_as_sub_pages(
+    local_kernel: u32,
+    meta: &HandshakeMetadata,
+) -> Result<(HandshakeMetadata, u32), HandshakeError> {
+    if meta.block_size % local_kernel != 0 {
+        return Err(HandshakeError::BlockSizeNotDivisible {
+            local: local_kernel,
+            remote: meta.block_size,
+        });
+    }
+    let split = meta.block_size / local_kernel;
+    if meta.block_strides != meta.block_lens || meta.block_lens.iter().any(|l| l % u64::from(split) != 0) {
+        return Err(HandshakeError::Unsupported(format!(
+            "push into {}-token decode blocks from {}-token prefill blocks needs unpadded decode pages",
+            meta.block_size, local_kernel
+        )));
+    }
+    let mut view = meta.clone();
+    view.block_size = local_kernel;
+    view.physical_blocks_per_logical_kv_block *= split;
+    view.num_blocks *= u64::from(split);
+    view.block_lens = meta.block_lens.iter().map(|l| l / u64::from(split)).collect();
+    view.block_strides = view.block_lens.clone();
+    Ok((view, split))
+}
+
 fn gcd(a: u32, b: u32) -> u32 {
     if b == 0 {
         a

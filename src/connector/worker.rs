@@ -27,6 +27,8 @@ pub struct WorkerConfig {
     pub tp_rank: u32,
     /// Pull (D reads) or push (P writes): the engine's transfer mode.
     pub mode: Mode,
+    /// This worker belongs to the decode engine.
+    pub is_decode: bool,
     pub mem: MemKind,
     pub device: u32,
     pub defect: Option<Defect>,
@@ -53,6 +55,9 @@ pub struct RemoteEngine {
     pub block_size: u32,
     pub ppl: u32,
     pub num_blocks: u64,
+    /// Push with a larger decode kernel: D's kernel pages are viewed as this
+    /// many prefill-sized sub-pages (1 otherwise).
+    pub sub_ratio: u32,
     pub mapping: TpMapping,
     pub ranks: BTreeMap<u32, RemoteRank>,
 }
@@ -179,8 +184,16 @@ impl Worker {
         }
         let model = &self.cfg.model;
         let local_tp = self.cfg.engine.tp_size;
-        let meta = if model.has_mamba() && model.is_mla() && self.cfg.mode == Mode::Pull {
+        let writer = self.cfg.mode == Mode::Push && !self.cfg.is_decode;
+        let own_push = writer && self.cfg.defect != Some(Defect::PushOneWayRatio);
+        let mut sub_ratio = 1;
+        let meta = if model.has_mamba() && model.is_mla() && !writer {
             handshake::split_remote_blocks(self.reg.kernel_block, meta)
+        } else if own_push && meta.block_size > self.reg.kernel_block {
+            // kvgeom's push: write prefill pages into decode sub-pages.
+            let (view, r) = handshake::view_as_sub_pages(self.reg.kernel_block, meta)?;
+            sub_ratio = r;
+            view
         } else {
             meta.clone()
         };
@@ -264,6 +277,7 @@ impl Worker {
             block_size: meta.block_size,
             ppl: meta.physical_blocks_per_logical_kv_block,
             num_blocks: meta.num_blocks,
+            sub_ratio,
             mapping: mapping.clone(),
             ranks: BTreeMap::new(),
         });
@@ -274,6 +288,54 @@ impl Worker {
                 handle,
                 list,
                 metadata: meta,
+            },
+        );
+        Ok(agent_name)
+    }
+
+    /// D side of a push: learn the prefill engine from one of its ranks.
+    /// kvgeom validates the pair exactly as a pull would (so push is accepted
+    /// when pull is); vLLM 0.33.0 only records the engine for notifications.
+    pub fn add_push_peer(
+        &mut self,
+        nixl: &mut dyn Nixl,
+        meta: &HandshakeMetadata,
+        remote_rank: u32,
+        remote_tp: u32,
+    ) -> Result<String, ConnectorError> {
+        let vllm_push = matches!(
+            self.cfg.defect,
+            Some(Defect::PushEmptyRemoteIds) | Some(Defect::PushOneWayRatio)
+        );
+        if !vllm_push {
+            return self.add_remote_agent(nixl, meta, remote_rank, remote_tp);
+        }
+        let agent_name = nixl.add_remote_agent(self.agent, &meta.agent_metadata)?;
+        let model = &self.cfg.model;
+        let mapping = compute_tp_mapping(
+            self.cfg.tp_rank,
+            self.cfg.engine.tp_size,
+            remote_tp,
+            model.is_mla(),
+            model.attention.as_ref().map_or(1, |a| a.total_kv_heads()),
+            &model.groups,
+        );
+        let engine = self.remotes.entry(meta.engine_id.clone()).or_insert_with(|| RemoteEngine {
+            tp_size: remote_tp,
+            block_size: meta.block_size,
+            ppl: meta.physical_blocks_per_logical_kv_block,
+            num_blocks: meta.num_blocks,
+            sub_ratio: 1,
+            mapping,
+            ranks: BTreeMap::new(),
+        });
+        engine.ranks.insert(
+            remote_rank,
+            RemoteRank {
+                agent_name: agent_name.clone(),
+                handle: DlistHandle(0),
+                list: DescList::new(),
+                metadata: meta.clone(),
             },
         );
         Ok(agent_name)

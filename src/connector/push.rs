@@ -1,0 +1,294 @@
+//! Push mode: P plans and posts WRITEs into D's registered memory (one per
+//! target rank), and D completes the request from P's notifications and runs
+//! its receive post-process (vLLM's push worker, with kvgeom's corrections).
+//!
+//! vLLM 0.33.0 leaves D with an empty remote block list and computes the
+//! block-size ratio in opposite directions on P and D; kvgeom's push instead
+//! carries the covered sub-block count in the completion notification and
+//! handles both kernel directions. The 0.33.0 behaviour stays available as
+//! the `push-empty-remote-ids` and `push-one-way-ratio` defects.
+
+use serde::Serialize;
+
+use super::block_mapping::{apply_prefix_caching, logical_to_kernel, map_for_block_size_ratio, BlockIds};
+use super::desc_ids::{compute_desc_ids, ListShape};
+use super::post_process::{self, GroupPostProcess, PostProcessInput};
+use super::pull::PlannedRead;
+use super::worker::{ConnectorError, Worker};
+use crate::defects::Defect;
+use crate::geometry::{block_size_ratio, tp_ratio, GroupKind};
+use crate::memory::KvMemory;
+use crate::nixl::{Nixl, XferOp};
+
+/// What P's worker knows about one request to push: its own blocks and D's
+/// registration (D's logical ids).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct WriteRequest {
+    pub request_id: String,
+    /// P's logical block ids per group.
+    pub local_block_ids: BlockIds,
+    pub remote_engine_id: String,
+    /// D's request id (notifications carry it).
+    pub remote_request_id: String,
+    /// D's logical block ids per group (from D's registration).
+    pub remote_block_ids: BlockIds,
+    pub remote_tp_size: u32,
+}
+
+/// The WRITEs P posted for one request.
+#[derive(Clone, Debug, Serialize)]
+pub struct Sending {
+    pub request: WriteRequest,
+    pub writes: Vec<PlannedRead>,
+}
+
+/// Prefix of the notification P sends to D when it refuses to push.
+pub const PUSH_REJECT_PREFIX: &str = "PUSH_REJECT:";
+
+/// Parse a completion notification: `"<req>:<n>"` (vLLM) or
+/// `"<req>:<n>;covered=<g>:<count>,..."` (kvgeom).
+pub fn parse_completion(message: &str) -> Option<(String, Vec<(usize, u64)>)> {
+    let (head, covered) = match message.split_once(";covered=") {
+        Some((h, c)) => (h, Some(c)),
+        None => (message, None),
+    };
+    let (req, _) = head.rsplit_once(':')?;
+    let mut counts = Vec::new();
+    if let Some(c) = covered {
+        for item in c.split(',').filter(|s| !s.is_empty()) {
+            let (g, n) = item.split_once(':')?;
+            counts.push((g.parse().ok()?, n.parse().ok()?));
+        }
+    }
+    Some((req.to_string(), counts))
+}
+
+impl Worker {
+    fn own_push(&self) -> bool {
+        !matches!(self.cfg.defect, Some(Defect::PushEmptyRemoteIds) | Some(Defect::PushOneWayRatio))
+    }
+
+    /// P side: plan and post the WRITEs of one request.
+    pub fn start_write(&mut self, nixl: &mut dyn Nixl, req: &WriteRequest) -> Result<Sending, ConnectorError> {
+        let groups = self.cfg.model.groups.clone();
+        let engine = self
+            .remotes
+            .get(&req.remote_engine_id)
+            .ok_or_else(|| ConnectorError::UnknownEngine(req.remote_engine_id.clone()))?
+            .clone();
+        let local_kernel = logical_to_kernel(&req.local_block_ids, &groups, self.reg.ppl);
+        let remote_kernel = logical_to_kernel(&req.remote_block_ids, &groups, engine.ppl);
+        let t = tp_ratio(self.cfg.engine.tp_size, req.remote_tp_size)
+            .ok_or_else(|| ConnectorError::Plan("TP sizes do not divide".into()))?;
+        let ratio = block_size_ratio(self.reg.kernel_block, engine.block_size).ok_or_else(|| {
+            ConnectorError::Plan(format!(
+                "Local block size {} is not divisible by remote block size {} or vice versa.",
+                self.reg.kernel_block, engine.block_size
+            ))
+        })?;
+        let is_mla = self.cfg.model.is_mla();
+        let has_mamba = self.cfg.model.has_mamba();
+        let mapping = &engine.mapping;
+        let replicate_attention = is_mla && t < 0;
+        let ranks: Vec<u32> = if replicate_attention && !has_mamba {
+            engine.ranks.keys().copied().collect()
+        } else {
+            mapping.all_source_ranks.clone()
+        };
+        let keep = |ids: &BlockIds, rank: u32| -> BlockIds {
+            ids.iter()
+                .enumerate()
+                .map(|(g, v)| {
+                    let attention = groups[g] == GroupKind::Attention;
+                    if (replicate_attention && attention) || mapping.source_ranks_per_group[g].contains(&rank) {
+                        v.clone()
+                    } else {
+                        Vec::new()
+                    }
+                })
+                .collect()
+        };
+        let mut writes = Vec::new();
+        let state_lists = self.state_lists();
+        for (position, &rank) in ranks.iter().enumerate() {
+            let remote = engine
+                .ranks
+                .get(&rank)
+                .ok_or_else(|| ConnectorError::Plan(format!("no handshake with decode rank {rank}")))?;
+            let local_handle = if t < 0 && (!is_mla || mapping.all_source_ranks.len() > 1) {
+                self.split_handles
+                    .get(&self.split_key(t, engine.block_size))
+                    .and_then(|v| v.get(position))
+                    .map(|(h, _)| *h)
+            } else {
+                self.local_handle(1, engine.block_size, position, 1)
+            }
+            .ok_or_else(|| ConnectorError::Plan("no local list for this decode geometry".into()))?;
+            let (mut local_ids, mut remote_ids) = (keep(&local_kernel, rank), keep(&remote_kernel, rank));
+            if ratio > 1 {
+                (local_ids, remote_ids) = map_for_block_size_ratio(&local_ids, &remote_ids, &groups, ratio);
+            }
+            if local_ids.is_empty() {
+                continue;
+            }
+            let (remote_ids, local_ids) =
+                apply_prefix_caching(&remote_ids, &local_ids, &groups, engine.ppl, self.reg.ppl, self.cfg.defect)
+                    .map_err(|e| ConnectorError::Plan(e.to_string()))?;
+            for (g, (l, r)) in local_ids.iter().zip(&remote_ids).enumerate() {
+                if l.len() != r.len() {
+                    return Err(ConnectorError::Plan(format!(
+                        "push block-count mismatch group {g}: {} local vs {} remote blocks",
+                        l.len(),
+                        r.len()
+                    )));
+                }
+            }
+            let remote_desc_ids = compute_desc_ids(
+                &remote_ids,
+                &groups,
+                ListShape {
+                    num_regions: self.reg.num_regions() as u64,
+                    num_kernel_blocks: engine.num_blocks,
+                    ratio: None,
+                    ppl: engine.ppl,
+                    num_state_lists: state_lists,
+                },
+                None,
+            );
+            let local_desc_ids = compute_desc_ids(
+                &local_ids,
+                &groups,
+                ListShape {
+                    num_regions: self.reg.num_regions() as u64,
+                    num_kernel_blocks: self.reg.num_kernel_blocks,
+                    ratio: Some(ratio),
+                    ppl: self.reg.ppl,
+                    num_state_lists: state_lists,
+                },
+                self.cfg.defect,
+            );
+            let mut notification = format!("{}:{}", req.remote_request_id, self.cfg.engine.tp_size);
+            if self.own_push() {
+                let covered: Vec<String> = remote_ids
+                    .iter()
+                    .enumerate()
+                    .filter(|(g, ids)| groups[*g] == GroupKind::Attention && !ids.is_empty())
+                    .map(|(g, ids)| format!("{g}:{}", ids.len()))
+                    .collect();
+                notification.push_str(";covered=");
+                notification.push_str(&covered.join(","));
+            }
+            let xfer = nixl.make_xfer(
+                self.agent,
+                XferOp::Write,
+                local_handle,
+                &local_desc_ids,
+                remote.handle,
+                &remote_desc_ids,
+                Some(notification.as_bytes()),
+            )?;
+            nixl.post_xfer(self.agent, xfer)?;
+            writes.push(PlannedRead {
+                remote_rank: rank,
+                local_block_ids: local_ids,
+                remote_block_ids: remote_ids,
+                local_desc_ids,
+                remote_desc_ids,
+                notification,
+                xfer: Some(xfer),
+            });
+        }
+        Ok(Sending {
+            request: req.clone(),
+            writes,
+        })
+    }
+
+    /// D side: the post-process of a pushed request once every notification
+    /// arrived. `covered` holds the sub-block counts P reported per attention
+    /// group (empty under vLLM 0.33.0's push, which reports none).
+    pub fn plan_push_post_process(
+        &self,
+        prefill_engine_id: &str,
+        local_block_ids: &BlockIds,
+        covered: &[(usize, u64)],
+    ) -> Result<Vec<GroupPostProcess>, ConnectorError> {
+        let groups = &self.cfg.model.groups;
+        let engine = self
+            .remotes
+            .get(prefill_engine_id)
+            .ok_or_else(|| ConnectorError::UnknownEngine(prefill_engine_id.into()))?;
+        let local_kernel = logical_to_kernel(local_block_ids, groups, self.reg.ppl);
+        let one_way = self.cfg.defect == Some(Defect::PushOneWayRatio);
+        let empty_ids = self.cfg.defect == Some(Defect::PushEmptyRemoteIds);
+        // The prefill engine's kernel as D registered it (before any gcd view).
+        let prefill_kernel = engine.ranks.values().next().map_or(engine.block_size, |r| r.metadata.block_size);
+        let ratio = match block_size_ratio(self.reg.kernel_block, prefill_kernel) {
+            Some(r) => r,
+            None if one_way || empty_ids => {
+                return Err(ConnectorError::Plan(format!(
+                    "AssertionError: Local block size {} is not divisible by remote block size {} or vice versa.",
+                    self.reg.kernel_block, prefill_kernel
+                )))
+            }
+            // kvgeom: P wrote whole decode pages; count them at ratio 1.
+            None => 1,
+        };
+        let hetero_ppl = engine.ppl != self.reg.ppl;
+        if (one_way || empty_ids) && (ratio > 1 || hetero_ppl) && empty_ids {
+            return Err(ConnectorError::Plan(
+                "IndexError: tuple index out of range (decode keeps an empty remote block list in push mode)".into(),
+            ));
+        }
+        let remote_counts: Vec<usize> = (0..groups.len())
+            .map(|g| {
+                covered
+                    .iter()
+                    .filter(|(cg, _)| *cg == g)
+                    .map(|(_, c)| *c as usize)
+                    .max()
+                    // Without a report, assume everything local was written.
+                    .unwrap_or(local_kernel[g].len() * ratio as usize)
+            })
+            .collect();
+        Ok(post_process::plan(&PostProcessInput {
+            groups,
+            is_mla: self.cfg.model.is_mla(),
+            layout: self.cfg.engine.layout,
+            ratio,
+            hetero_ppl: hetero_ppl || ratio > 1 || !covered.is_empty(),
+            local_kernel_ids: &local_kernel,
+            remote_counts: &remote_counts,
+            kernel_block: self.reg.kernel_block,
+            defect: self.cfg.defect,
+        }))
+    }
+
+    /// D side: apply the push post-process to this worker's memory.
+    pub fn finish_push(
+        &self,
+        prefill_engine_id: &str,
+        local_block_ids: &BlockIds,
+        covered: &[(usize, u64)],
+        memory: &mut dyn KvMemory,
+    ) -> Result<Vec<GroupPostProcess>, ConnectorError> {
+        let plans = self.plan_push_post_process(prefill_engine_id, local_block_ids, covered)?;
+        post_process::apply(&plans, &self.page_geometries(), memory);
+        Ok(plans)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completion_messages_parse_both_forms() {
+        assert_eq!(parse_completion("req-7:2"), Some(("req-7".into(), vec![])));
+        assert_eq!(
+            parse_completion("req:x:1;covered=0:8,3:2"),
+            Some(("req:x".into(), vec![(0, 8), (3, 2)]))
+        );
+        assert_eq!(parse_completion("nocolon"), None);
+    }
+}
