@@ -136,3 +136,66 @@ pub trait Nixl {
     /// Notifications received by `agent` since the last call: (sender name, message).
     fn take_notifications(&mut self, agent: AgentId) -> NixlResult<Vec<(String, Vec<u8>)>>;
 }
+
+impl<T: Nixl + ?Sized> Nixl for Box<T> {
+    fn create_agent(&mut self, name: &str) -> NixlResult<AgentId> {
+        (**self).create_agent(name)
+    }
+    fn agent_name(&self, agent: AgentId) -> NixlResult<String> {
+        (**self).agent_name(agent)
+    }
+    fn register_memory(&mut self, agent: AgentId, regions: &[MemRegion]) -> NixlResult<()> {
+        (**self).register_memory(agent, regions)
+    }
+    fn deregister_memory(&mut self, agent: AgentId, regions: &[MemRegion]) -> NixlResult<()> {
+        (**self).deregister_memory(agent, regions)
+    }
+    fn local_metadata(&mut self, agent: AgentId) -> NixlResult<Vec<u8>> {
+        (**self).local_metadata(agent)
+    }
+    fn add_remote_agent(&mut self, agent: AgentId, metadata: &[u8]) -> NixlResult<String> {
+        (**self).add_remote_agent(agent, metadata)
+    }
+    fn remove_remote_agent(&mut self, agent: AgentId, remote: &str) -> NixlResult<()> {
+        (**self).remove_remote_agent(agent, remote)
+    }
+    fn prepare_dlist(
+        &mut self,
+        agent: AgentId,
+        target: &DlistTarget,
+        mem: MemKind,
+        list: &DescList,
+    ) -> NixlResult<DlistHandle> {
+        (**self).prepare_dlist(agent, target, mem, list)
+    }
+    fn make_xfer(
+        &mut self,
+        agent: AgentId,
+        op: XferOp,
+        local: DlistHandle,
+        local_ids: &[u32],
+        remote: DlistHandle,
+        remote_ids: &[u32],
+        notification: Option<&[u8]>,
+    ) -> NixlResult<XferHandle> {
+        (**self).make_xfer(agent, op, local, local_ids, remote, remote_ids, notification)
+    }
+    fn post_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState> {
+        (**self).post_xfer(agent, xfer)
+    }
+    fn xfer_state(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState> {
+        (**self).xfer_state(agent, xfer)
+    }
+    fn release_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<()> {
+        (**self).release_xfer(agent, xfer)
+    }
+    fn release_dlist(&mut self, agent: AgentId, dlist: DlistHandle) -> NixlResult<()> {
+        (**self).release_dlist(agent, dlist)
+    }
+    fn send_notification(&mut self, agent: AgentId, remote: &str, message: &[u8]) -> NixlResult<()> {
+        (**self).send_notification(agent, remote, message)
+    }
+    fn take_notifications(&mut self, agent: AgentId) -> NixlResult<Vec<(String, Vec<u8>)>> {
+        (**self).take_notifications(agent)
+    }
+}

@@ -1,0 +1,152 @@
+//! One case of the harness and its report.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::connector::scheduler::DecodeAllocation;
+use crate::defects::Defect;
+use crate::geometry::{Geometry, Mode};
+use crate::layout::Side;
+use crate::oracle::Violation;
+
+/// Which transport moves the bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum TransportKind {
+    /// In-process memcpy between registered host memory (no dependencies).
+    Loopback,
+    /// Real NIXL agents (cargo feature `nixl` and the NIXL runtime).
+    Nixl,
+}
+
+/// Where the KV memory lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryKind {
+    Host,
+    /// CUDA device memory (cargo feature `cuda` and a GPU).
+    Vram,
+}
+
+/// Geometry + prompt length + local prefix hit + mode + allocation + seed (+ defect).
+#[derive(Clone, Debug, Serialize)]
+pub struct Case {
+    #[serde(skip)]
+    pub geometry: Arc<Geometry>,
+    /// The file the geometry came from, for the replay command.
+    pub file: Option<PathBuf>,
+    pub prompt_len: u32,
+    pub prefix_hit: u32,
+    pub mode: Mode,
+    pub allocation: DecodeAllocation,
+    pub seed: u64,
+    pub defect: Option<Defect>,
+}
+
+impl Case {
+    pub fn geometry_name(&self) -> &str {
+        &self.geometry.name
+    }
+
+    /// The command that replays this case on its own.
+    pub fn replay_command(&self) -> String {
+        let target = self
+            .file
+            .as_ref()
+            .map_or_else(|| format!("geometries/{}.toml", self.geometry.name), |p| p.display().to_string());
+        let mut cmd = format!(
+            "kvgeom explain {target} --prompt {} --prefix-hit {} --mode {} --alloc {} --seed {}",
+            self.prompt_len,
+            self.prefix_hit,
+            self.mode,
+            self.allocation.as_str(),
+            self.seed
+        );
+        if let Some(d) = self.defect {
+            cmd.push_str(&format!(" --defect {d}"));
+        }
+        cmd
+    }
+}
+
+/// How a case ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Outcome {
+    /// Transfers done and every oracle passed.
+    Passed,
+    /// Transfers done; some invariant is violated.
+    Violations,
+    /// The connector refused the pair loudly, as the geometry file expects.
+    ExpectedRejection { side: Side, message: String },
+    /// The connector refused a pair it should accept (or with another message).
+    UnexpectedRejection { side: Side, message: String },
+    /// The geometry expects a rejection but the handshake accepted the pair.
+    MissingRejection { expected: String },
+    /// A planning step or the post-process failed (vLLM raises here).
+    Crashed { side: Side, message: String },
+    /// The request can never complete (e.g. D waits for a push that never comes).
+    Hung { message: String },
+    /// The harness itself could not run the case (bad input, missing runtime).
+    Error { message: String },
+}
+
+impl Outcome {
+    pub fn passed(&self) -> bool {
+        matches!(self, Outcome::Passed | Outcome::ExpectedRejection { .. })
+    }
+
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Passed => "passed",
+            Outcome::Violations => "violations",
+            Outcome::ExpectedRejection { .. } => "expected rejection",
+            Outcome::UnexpectedRejection { .. } => "unexpected rejection",
+            Outcome::MissingRejection { .. } => "missing rejection",
+            Outcome::Crashed { .. } => "crashed",
+            Outcome::Hung { .. } => "hung",
+            Outcome::Error { .. } => "error",
+        }
+    }
+
+    /// One line describing a non-passing outcome.
+    pub fn describe(&self) -> String {
+        match self {
+            Outcome::Passed => "passed".into(),
+            Outcome::Violations => "invariants violated".into(),
+            Outcome::ExpectedRejection { side, message } => format!("{side} refused as expected: {message}"),
+            Outcome::UnexpectedRejection { side, message } => format!("{side} refused the pair: {message}"),
+            Outcome::MissingRejection { expected } => {
+                format!("handshake accepted a pair that must be refused with \"{expected}\"")
+            }
+            Outcome::Crashed { side, message } => format!("{side} crashed: {message}"),
+            Outcome::Hung { message } => format!("never completes: {message}"),
+            Outcome::Error { message } => format!("harness error: {message}"),
+        }
+    }
+}
+
+/// Counts of one case.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    pub pairs: u64,
+    pub transferred_bytes: u64,
+    pub zeroed_bytes: u64,
+}
+
+/// The result of one case.
+#[derive(Clone, Debug, Serialize)]
+pub struct CaseReport {
+    pub case: Case,
+    pub outcome: Outcome,
+    pub stats: Stats,
+    pub violations: Vec<Violation>,
+}
+
+impl CaseReport {
+    pub fn passed(&self) -> bool {
+        self.outcome.passed() && self.violations.is_empty()
+    }
+}

@@ -1,0 +1,97 @@
+//! Where the request's blocks sit among co-resident neighbours: a seeded
+//! choice of distinct logical block ids out of each engine's pool.
+
+use crate::connector::scheduler::RequestShape;
+use crate::geometry::Geometry;
+
+/// Logical block ids of the request per group, on both engines, and the pool sizes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub decode: Vec<Vec<u32>>,
+    pub prefill: Vec<Vec<u32>>,
+    pub decode_pool: u32,
+    pub prefill_pool: u32,
+}
+
+/// Why the request does not fit.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{engine} pool of {pool} logical blocks cannot hold the request's {needed} blocks")]
+pub struct PlacementError {
+    pub engine: &'static str,
+    pub pool: u32,
+    pub needed: u32,
+}
+
+/// A small deterministic generator (splitmix64).
+#[derive(Clone, Debug)]
+pub struct SplitMix(u64);
+
+impl SplitMix {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+fn pool_size(fixed: Option<u32>, needed: u32) -> u32 {
+    fixed.unwrap_or((2 * needed + 4).max(8))
+}
+
+/// Pick `needed` distinct ids out of `pool` in a seeded order.
+fn pick(rng: &mut SplitMix, pool: u32, needed: u32) -> Vec<u32> {
+    let mut ids: Vec<u32> = (0..pool).collect();
+    for i in 0..needed as usize {
+        let j = i + rng.below((ids.len() - i) as u64) as usize;
+        ids.swap(i, j);
+    }
+    ids.truncate(needed as usize);
+    ids
+}
+
+fn split(ids: Vec<u32>, counts: &[u32]) -> Vec<Vec<u32>> {
+    let mut rest = ids.into_iter();
+    counts.iter().map(|&n| rest.by_ref().take(n as usize).collect()).collect()
+}
+
+/// Place the request's blocks on both engines.
+pub fn place(geometry: &Geometry, shape: &RequestShape, seed: u64) -> Result<Placement, PlacementError> {
+    let mut rng = SplitMix::new(seed ^ 0x6B76_6765_6F6D);
+    let d_needed: u32 = shape.decode_blocks.iter().sum();
+    let p_needed: u32 = shape.prefill_blocks.iter().sum();
+    let decode_pool = pool_size(geometry.decode.num_logical_blocks, d_needed);
+    let prefill_pool = pool_size(geometry.prefill.num_logical_blocks, p_needed);
+    if d_needed > decode_pool {
+        return Err(PlacementError {
+            engine: "decode",
+            pool: decode_pool,
+            needed: d_needed,
+        });
+    }
+    if p_needed > prefill_pool {
+        return Err(PlacementError {
+            engine: "prefill",
+            pool: prefill_pool,
+            needed: p_needed,
+        });
+    }
+    let decode = split(pick(&mut rng, decode_pool, d_needed), &shape.decode_blocks);
+    let prefill = split(pick(&mut rng, prefill_pool, p_needed), &shape.prefill_blocks);
+    Ok(Placement {
+        decode,
+        prefill,
+        decode_pool,
+        prefill_pool,
+    })
+}
