@@ -2,9 +2,17 @@
 //! geometry files.
 
 pub mod engine;
+pub mod error;
+pub mod file;
+pub mod load;
 pub mod model;
 pub mod pair;
+pub mod validate;
 
 pub use engine::{block_size_ratio, tp_ratio, EngineGeometry};
+pub use error::{Engine, GeometryError, Rule, Violation};
+pub use file::{parse_geometry, to_toml};
+pub use load::{load_geometries, load_geometry};
 pub use model::{AttentionSpec, GroupKind, KvLayout, MambaKind, MambaSpec, ModelSpec, SubRegion};
 pub use pair::{Geometry, Mode, PairRatios};
+pub use validate::validate;

@@ -1,0 +1,449 @@
+//! The TOML geometry file format: one geometry per file.
+//!
+//! [`parse_geometry`] reads a file's text into file structs (serde, unknown
+//! fields refused), converts them into a [`Geometry`] and runs
+//! [`validate`]. [`to_toml`] writes a geometry back
+//! in the same format; the two round-trip. `docs/geometry-format.md`
+//! describes the format for users.
+
+use std::collections::HashSet;
+use std::fmt::{self, Write as _};
+use std::path::Path;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+
+use super::engine::EngineGeometry;
+use super::error::{mamba_kind_name, GeometryError, Rule, Violation};
+use super::model::{AttentionSpec, GroupKind, KvLayout, MambaKind, MambaSpec, ModelSpec};
+use super::pair::Geometry;
+use super::validate::{validate, MAX_PROMPTS};
+
+/// Parse and validate one geometry. `source` is the file path or another name
+/// used in messages; its file stem is the default geometry name.
+pub fn parse_geometry(source: &str, text: &str) -> Result<Geometry, GeometryError> {
+    let file: GeometryFile = toml::from_str(text).map_err(|e| syntax_error(source, text, &e))?;
+    let geometry = file
+        .into_geometry(&default_name(source))
+        .map_err(|v| v.in_file(source))?;
+    validate(&geometry).map_err(|v| v.in_file(source))?;
+    Ok(geometry)
+}
+
+/// Write `geometry` in the file format. `parse_geometry` of the result gives
+/// back an equal geometry when `geometry` is valid. The name is always
+/// written, defaults are left out, and runs of three or more consecutive
+/// prompt lengths become `"START..=END"` ranges.
+pub fn to_toml(geometry: &Geometry) -> String {
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = write_toml(&mut out, geometry);
+    out
+}
+
+fn default_name(source: &str) -> String {
+    Path::new(source)
+        .file_stem()
+        .map_or_else(|| source.to_string(), |s| s.to_string_lossy().into_owned())
+}
+
+fn syntax_error(source: &str, text: &str, error: &toml::de::Error) -> GeometryError {
+    let position = error.span().map(|span| line_column(text, span.start));
+    GeometryError::Syntax {
+        file: source.to_string(),
+        line: position.map(|(line, _)| line),
+        column: position.map(|(_, column)| column),
+        detail: error.to_string().trim_end().to_string(),
+    }
+}
+
+/// 1-based line and column (in characters) of byte offset `at`.
+fn line_column(text: &str, at: usize) -> (usize, usize) {
+    let mut at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let before = &text[..at];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (line, before[line_start..].chars().count() + 1)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GeometryFile {
+    #[serde(default)]
+    name: Option<String>,
+    description: String,
+    #[serde(default)]
+    prompts: Option<Vec<PromptEntry>>,
+    #[serde(default)]
+    expect_rejection: Option<String>,
+    model: ModelFile,
+    prefill: EngineFile,
+    decode: EngineFile,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelFile {
+    layer_slots: u32,
+    groups: Vec<GroupKind>,
+    #[serde(default)]
+    attention: Option<AttentionFile>,
+    #[serde(default)]
+    mamba: Option<MambaFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum AttentionKind {
+    Mla,
+    Full,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AttentionFile {
+    kind: AttentionKind,
+    #[serde(default)]
+    total_kv_heads: Option<u32>,
+    head_size: u32,
+    dtype_bytes: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MambaFile {
+    kind: MambaKind,
+    conv_dims: Vec<u32>,
+    conv_rows: u32,
+    conv_dtype_bytes: u32,
+    ssm_state_bytes: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EngineFile {
+    tp_size: u32,
+    kernel_block: u32,
+    logical_block: u32,
+    #[serde(default)]
+    num_logical_blocks: Option<u32>,
+    #[serde(default = "default_layout")]
+    layout: KvLayout,
+    #[serde(default)]
+    host_buffer: bool,
+    #[serde(default)]
+    prefix_caching: bool,
+}
+
+fn default_layout() -> KvLayout {
+    KvLayout::Nhd
+}
+
+/// One entry of `prompts`: a length, or an inclusive range string `"2..=39"`.
+#[derive(Debug)]
+enum PromptEntry {
+    Length(i64),
+    Range(String),
+}
+
+impl<'de> Deserialize<'de> for PromptEntry {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct EntryVisitor;
+        impl Visitor<'_> for EntryVisitor {
+            type Value = PromptEntry;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a prompt length or a range string like \"2..=39\"")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<PromptEntry, E> {
+                Ok(PromptEntry::Length(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<PromptEntry, E> {
+                Ok(PromptEntry::Length(i64::try_from(v).unwrap_or(i64::MAX)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<PromptEntry, E> {
+                Ok(PromptEntry::Range(v.to_string()))
+            }
+        }
+        deserializer.deserialize_any(EntryVisitor)
+    }
+}
+
+impl GeometryFile {
+    fn into_geometry(self, default_name: &str) -> Result<Geometry, Violation> {
+        let prompts = self.prompts.as_deref().map(expand_prompts).transpose()?;
+        Ok(Geometry {
+            name: self.name.unwrap_or_else(|| default_name.to_string()),
+            description: self.description,
+            model: self.model.into_spec()?,
+            prefill: self.prefill.into_engine(),
+            decode: self.decode.into_engine(),
+            prompts,
+            expect_rejection: self.expect_rejection,
+        })
+    }
+}
+
+impl ModelFile {
+    fn into_spec(self) -> Result<ModelSpec, Violation> {
+        let attention = self.attention.map(AttentionFile::into_spec).transpose()?;
+        Ok(ModelSpec {
+            attention,
+            mamba: self.mamba.map(|m| MambaSpec {
+                kind: m.kind,
+                conv_dims: m.conv_dims,
+                conv_rows: m.conv_rows,
+                conv_dtype_bytes: m.conv_dtype_bytes,
+                ssm_state_bytes: m.ssm_state_bytes,
+            }),
+            groups: self.groups,
+            layer_slots: self.layer_slots,
+        })
+    }
+}
+
+impl AttentionFile {
+    fn into_spec(self) -> Result<AttentionSpec, Violation> {
+        const HEADS: &str = "model.attention.total_kv_heads";
+        let (head_size, dtype_bytes) = (self.head_size, self.dtype_bytes);
+        match (self.kind, self.total_kv_heads) {
+            (AttentionKind::Mla, None) => Ok(AttentionSpec::Mla {
+                head_size,
+                dtype_bytes,
+            }),
+            (AttentionKind::Mla, Some(_)) => Err(Violation::new(HEADS, Rule::KvHeadsOnMla)),
+            (AttentionKind::Full, Some(total_kv_heads)) => Ok(AttentionSpec::Full {
+                total_kv_heads,
+                head_size,
+                dtype_bytes,
+            }),
+            (AttentionKind::Full, None) => Err(Violation::new(HEADS, Rule::MissingKvHeads)),
+        }
+    }
+}
+
+impl EngineFile {
+    fn into_engine(self) -> EngineGeometry {
+        EngineGeometry {
+            tp_size: self.tp_size,
+            kernel_block: self.kernel_block,
+            logical_block: self.logical_block,
+            num_logical_blocks: self.num_logical_blocks,
+            layout: self.layout,
+            host_buffer: self.host_buffer,
+            prefix_caching: self.prefix_caching,
+        }
+    }
+}
+
+/// Expand lengths and ranges in order; errors name the entry's index in the file.
+fn expand_prompts(entries: &[PromptEntry]) -> Result<Vec<u32>, Violation> {
+    let mut spans = Vec::with_capacity(entries.len());
+    let mut count: u64 = 0;
+    for (i, entry) in entries.iter().enumerate() {
+        let field = || format!("prompts[{i}]");
+        let (start, end) = match entry {
+            PromptEntry::Length(n) => (*n, *n),
+            PromptEntry::Range(text) => parse_range(text)
+                .ok_or_else(|| Violation::new(field(), Rule::BadRange { text: text.clone() }))?,
+        };
+        if start < 1 {
+            return Err(Violation::new(field(), Rule::NotPositive { found: start }));
+        }
+        if end < start {
+            return Err(Violation::new(field(), Rule::EmptyRange { start, end }));
+        }
+        let too_long = |found: i64| Violation::new(field(), Rule::PromptTooLong { found });
+        let start = u32::try_from(start).map_err(|_| too_long(start))?;
+        let end = u32::try_from(end).map_err(|_| too_long(end))?;
+        count += u64::from(end - start) + 1;
+        if count > MAX_PROMPTS {
+            return Err(Violation::new(
+                "prompts",
+                Rule::TooManyPrompts {
+                    count,
+                    limit: MAX_PROMPTS,
+                },
+            ));
+        }
+        spans.push((i, start, end));
+    }
+    let mut seen = HashSet::new();
+    let mut lengths = Vec::with_capacity(count as usize);
+    for (i, start, end) in spans {
+        for length in start..=end {
+            if !seen.insert(length) {
+                return Err(Violation::new(
+                    format!("prompts[{i}]"),
+                    Rule::DuplicatePrompt { length },
+                ));
+            }
+            lengths.push(length);
+        }
+    }
+    Ok(lengths)
+}
+
+/// `"START..=END"` with optional spaces around the numbers.
+fn parse_range(text: &str) -> Option<(i64, i64)> {
+    let (start, end) = text.split_once("..=")?;
+    Some((start.trim().parse().ok()?, end.trim().parse().ok()?))
+}
+
+/// Prompt lengths as file entries: runs of 3+ consecutive values become ranges.
+fn compress_prompts(prompts: &[u32]) -> Vec<String> {
+    let mut entries = Vec::new();
+    let mut i = 0;
+    while i < prompts.len() {
+        let mut j = i;
+        while j + 1 < prompts.len() && prompts[j].checked_add(1) == Some(prompts[j + 1]) {
+            j += 1;
+        }
+        if j - i >= 2 {
+            entries.push(format!("\"{}..={}\"", prompts[i], prompts[j]));
+            i = j + 1;
+        } else {
+            entries.push(prompts[i].to_string());
+            i += 1;
+        }
+    }
+    entries
+}
+
+fn quoted(text: &str) -> String {
+    toml::Value::String(text.to_string()).to_string()
+}
+
+fn group_name(kind: GroupKind) -> &'static str {
+    match kind {
+        GroupKind::Attention => "\"attention\"",
+        GroupKind::Mamba => "\"mamba\"",
+    }
+}
+
+fn list<T: ToString>(items: impl IntoIterator<Item = T>) -> String {
+    let items: Vec<String> = items.into_iter().map(|x| x.to_string()).collect();
+    format!("[{}]", items.join(", "))
+}
+
+fn write_toml(out: &mut String, g: &Geometry) -> fmt::Result {
+    writeln!(out, "name = {}", quoted(&g.name))?;
+    writeln!(out, "description = {}", quoted(&g.description))?;
+    if let Some(prompts) = &g.prompts {
+        writeln!(out, "prompts = {}", list(compress_prompts(prompts)))?;
+    }
+    if let Some(expected) = &g.expect_rejection {
+        writeln!(out, "expect_rejection = {}", quoted(expected))?;
+    }
+    let model = &g.model;
+    writeln!(out, "\n[model]")?;
+    writeln!(out, "layer_slots = {}", model.layer_slots)?;
+    writeln!(
+        out,
+        "groups = {}",
+        list(model.groups.iter().map(|k| group_name(*k)))
+    )?;
+    match &model.attention {
+        Some(AttentionSpec::Mla {
+            head_size,
+            dtype_bytes,
+        }) => {
+            writeln!(out, "\n[model.attention]\nkind = \"mla\"")?;
+            writeln!(out, "head_size = {head_size}\ndtype_bytes = {dtype_bytes}")?;
+        }
+        Some(AttentionSpec::Full {
+            total_kv_heads,
+            head_size,
+            dtype_bytes,
+        }) => {
+            writeln!(out, "\n[model.attention]\nkind = \"full\"")?;
+            writeln!(out, "total_kv_heads = {total_kv_heads}")?;
+            writeln!(out, "head_size = {head_size}\ndtype_bytes = {dtype_bytes}")?;
+        }
+        None => {}
+    }
+    if let Some(m) = &model.mamba {
+        writeln!(out, "\n[model.mamba]")?;
+        writeln!(out, "kind = \"{}\"", mamba_kind_name(m.kind))?;
+        writeln!(out, "conv_dims = {}", list(&m.conv_dims))?;
+        writeln!(out, "conv_rows = {}", m.conv_rows)?;
+        writeln!(out, "conv_dtype_bytes = {}", m.conv_dtype_bytes)?;
+        writeln!(out, "ssm_state_bytes = {}", m.ssm_state_bytes)?;
+    }
+    write_engine(out, "prefill", &g.prefill)?;
+    write_engine(out, "decode", &g.decode)
+}
+
+fn write_engine(out: &mut String, table: &str, e: &EngineGeometry) -> fmt::Result {
+    writeln!(out, "\n[{table}]")?;
+    writeln!(out, "tp_size = {}", e.tp_size)?;
+    writeln!(out, "kernel_block = {}", e.kernel_block)?;
+    writeln!(out, "logical_block = {}", e.logical_block)?;
+    if let Some(blocks) = e.num_logical_blocks {
+        writeln!(out, "num_logical_blocks = {blocks}")?;
+    }
+    if e.layout != KvLayout::Nhd {
+        writeln!(out, "layout = \"HND\"")?;
+    }
+    if e.host_buffer {
+        writeln!(out, "host_buffer = true")?;
+    }
+    if e.prefix_caching {
+        writeln!(out, "prefix_caching = true")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_expand_in_order() {
+        let entries = [
+            PromptEntry::Length(40),
+            PromptEntry::Range("2..=4".into()),
+            PromptEntry::Range(" 7 ..= 7 ".into()),
+        ];
+        assert_eq!(expand_prompts(&entries), Ok(vec![40, 2, 3, 4, 7]));
+    }
+
+    #[test]
+    fn runs_of_three_or_more_compress() {
+        assert_eq!(
+            compress_prompts(&[2, 3, 4, 5, 9, 10, 12, 4_294_967_295]),
+            ["\"2..=5\"", "9", "10", "12", "4294967295"]
+        );
+    }
+
+    #[test]
+    fn line_column_counts_characters() {
+        let text = "a = 1\nbé = x\n";
+        assert_eq!(line_column(text, 0), (1, 1));
+        assert_eq!(line_column(text, 6), (2, 1));
+        assert_eq!(line_column(text, 12), (2, 6));
+        assert_eq!(line_column(text, 4), (1, 5));
+    }
+
+    #[test]
+    fn huge_range_is_refused_before_expanding() {
+        let entries = [PromptEntry::Range("1..=4000000000".into())];
+        let err = expand_prompts(&entries).unwrap_err();
+        assert_eq!(err.field, "prompts");
+        assert_eq!(
+            err.rule,
+            Rule::TooManyPrompts {
+                count: 4_000_000_000,
+                limit: MAX_PROMPTS
+            }
+        );
+    }
+
+    #[test]
+    fn default_name_is_the_file_stem() {
+        assert_eq!(default_name("geometries/g1-mla.toml"), "g1-mla");
+        assert_eq!(default_name("inline"), "inline");
+    }
+}
