@@ -11,3 +11,4 @@ pub mod connector;
 pub mod geometry;
 pub mod memory;
 pub mod nixl;
+pub mod trace;
