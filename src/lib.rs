@@ -12,3 +12,4 @@ pub mod defects;
 pub mod geometry;
 pub mod memory;
 pub mod nixl;
+pub mod trace;

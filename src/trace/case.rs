@@ -1,0 +1,420 @@
+//! One trace file as a test case: the inputs a replay needs to rebuild the
+//! same worker and request, and the expected descriptor lists and transfers
+//! to compare a run against.
+//!
+//! Replay inputs, in the order a replay uses them:
+//! - [`TraceCase::worker`]: local logical block, kernel block, logical block
+//!   count, TP size and rank (plus [`TraceCase::case_args`] for sweep cases);
+//! - [`TraceCase::local_regions`] and [`TraceCase::local_geometry`]: what the
+//!   local worker registered and derived (block lengths and strides per
+//!   region, ppl, MLA and SSM region flags, mamba `(conv, ssm)` sizes);
+//! - [`TraceCase::remotes`]: one handshake per remote rank (TP rank and size,
+//!   the metadata the rank sent);
+//! - [`TraceCase::request`]: the request's block ids per KV-cache group.
+//!
+//! Expected answers: [`TraceCase::dlists`] in preparation order,
+//! [`TraceCase::xfers`] in order, [`TraceCase::request_done`] (ids after the
+//! read) and [`TraceCase::result`].
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::error::{TraceError, TraceErrorKind};
+use super::format::{
+    AddRemoteAgent, CaseArgs, DlistEvent, Meta, RemoteArgs, RemoteMeta, RequestDone, RequestEvent,
+    ResultEvent, TraceEvent, TraceRegion, WorkerArgs, WorkerGeometry, LOCAL_TARGET,
+};
+use super::normalize::{NormRow, Region, RegionMap};
+use super::reader::{read_trace, TraceFile, TraceLine};
+use crate::nixl::{DescList, DlistHandle, DlistTarget, MemKind, XferHandle, XferOp};
+
+/// What a prepared list is for, as far as the trace tells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum ListRole {
+    /// A local list prepared at registration (before `local_geometry`).
+    Local,
+    /// A local list prepared later, at a handshake (TP split or block-size view).
+    Split,
+    /// The list of remote rank `tp_rank` (`remote` indexes [`TraceCase::remotes`]).
+    Remote { remote: usize, tp_rank: u32 },
+}
+
+impl fmt::Display for ListRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ListRole::Local => f.write_str("local"),
+            ListRole::Split => f.write_str("split"),
+            ListRole::Remote { tp_rank, .. } => write!(f, "remote rank {tp_rank}"),
+        }
+    }
+}
+
+/// One expected descriptor list.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ExpectedDlist {
+    /// Line of the `dlist` event.
+    pub line: usize,
+    pub handle: DlistHandle,
+    pub target: DlistTarget,
+    pub mem: MemKind,
+    pub list: DescList,
+    pub role: ListRole,
+}
+
+impl ExpectedDlist {
+    /// The target as vLLM names it (`NIXL_INIT_AGENT` or the remote agent).
+    pub fn target_name(&self) -> &str {
+        match &self.target {
+            DlistTarget::Local => LOCAL_TARGET,
+            DlistTarget::Remote(name) => name,
+        }
+    }
+}
+
+/// One expected transfer. Pair `i` moves local row `local_ids[i]` of list
+/// `local_list` and remote row `remote_ids[i]` of list `remote_list`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ExpectedXfer {
+    /// Line of the `xfer` event.
+    pub line: usize,
+    pub handle: XferHandle,
+    pub op: XferOp,
+    pub local_handle: DlistHandle,
+    /// Index of the local list in [`TraceCase::dlists`].
+    pub local_list: usize,
+    pub local_ids: Vec<u32>,
+    pub remote_handle: DlistHandle,
+    /// Index of the remote list in [`TraceCase::dlists`].
+    pub remote_list: usize,
+    pub remote_ids: Vec<u32>,
+    pub notif_msg: Option<String>,
+}
+
+/// One remote rank's handshake.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RemoteRank {
+    /// Line of the `add_remote_agent` event.
+    pub line: usize,
+    pub tp_rank: u32,
+    pub tp_size: u32,
+    pub dcp_size: u32,
+    /// The remote agent name (the dlist target of this rank's list).
+    pub agent_name: String,
+    /// What the rank sent: engine id, region bases, device, block counts,
+    /// lengths and strides, layout, kernel block size, ssm sizes, ppl.
+    pub meta: RemoteMeta,
+    /// Index in [`TraceCase::dlists`] of this rank's remote list.
+    pub dlist: Option<usize>,
+    pub dst_num_blocks: Option<u64>,
+    pub dst_region_num_blocks: Option<Vec<u64>>,
+}
+
+impl RemoteRank {
+    /// The rank's regions for normalisation: each `kv_caches_base_addr`
+    /// extends up to the next higher base. The metadata's block counts and
+    /// strides ([`RemoteMeta::region_lens`]) are not a bound: vLLM's remote
+    /// lists may end past them (its synthetic P in the (24, 4) sweep cases has
+    /// a 56-byte mamba state in 48-byte blocks).
+    pub fn region_map(&self) -> RegionMap {
+        RegionMap::new(
+            self.meta
+                .kv_caches_base_addr
+                .iter()
+                .map(|&base| Region::unbounded(base))
+                .collect(),
+        )
+    }
+}
+
+/// Everything one trace file says about one case.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TraceCase {
+    /// File name without `.jsonl` / `.jsonl.gz`.
+    pub name: String,
+    pub path: PathBuf,
+    /// Test node id, test name, pytest params, vLLM version.
+    pub meta: Meta,
+    /// The sweep helper's arguments (absent for fixed-id tests).
+    pub case_args: Option<CaseArgs>,
+    pub worker: WorkerArgs,
+    /// The trace's recording agent number for the local worker.
+    pub agent: u32,
+    /// Regions the local worker registered, in region-index order.
+    pub local_regions: Vec<TraceRegion>,
+    pub local_geometry: WorkerGeometry,
+    pub remote_args: Option<RemoteArgs>,
+    pub remotes: Vec<RemoteRank>,
+    pub request: RequestEvent,
+    pub dlists: Vec<ExpectedDlist>,
+    pub xfers: Vec<ExpectedXfer>,
+    pub request_done: Option<RequestDone>,
+    pub result: ResultEvent,
+}
+
+/// Stores a once-only event, refusing a second one.
+fn once<T>(
+    slot: &mut Option<T>,
+    value: T,
+    line: &TraceLine,
+    err: &dyn Fn(Option<usize>, TraceErrorKind) -> TraceError,
+) -> Result<(), TraceError> {
+    if slot.is_some() {
+        return Err(err(
+            Some(line.line),
+            TraceErrorKind::DuplicateEvent(line.event.name()),
+        ));
+    }
+    *slot = Some(value);
+    Ok(())
+}
+
+impl TraceCase {
+    /// Read a `.jsonl` or `.jsonl.gz` trace and extract its case.
+    pub fn read(path: &Path) -> Result<Self, TraceError> {
+        Self::from_file(&read_trace(path)?)
+    }
+
+    /// Extract the case from parsed lines.
+    pub fn from_file(file: &TraceFile) -> Result<Self, TraceError> {
+        Self::from_lines(&file.path, &file.lines)
+    }
+
+    pub fn from_lines(path: &Path, lines: &[TraceLine]) -> Result<Self, TraceError> {
+        let err = |line: Option<usize>, kind| TraceError::new(path, line, kind);
+        let mut meta = None;
+        let mut case_args = None;
+        let mut worker = None;
+        let mut regions = None;
+        let mut geometry = None;
+        let mut remote_args = None;
+        let mut request = None;
+        let mut request_done = None;
+        let mut result = None;
+        let mut agent: Option<u32> = None;
+        let mut dlists: Vec<ExpectedDlist> = Vec::new();
+        let mut by_handle: HashMap<DlistHandle, usize> = HashMap::new();
+        let mut remote_events: Vec<(usize, AddRemoteAgent)> = Vec::new();
+        let mut xfers = Vec::new();
+
+        for line in lines {
+            if let Some(found) = line.event.agent() {
+                match agent {
+                    None => agent = Some(found),
+                    Some(expected) if expected != found => {
+                        return Err(err(
+                            Some(line.line),
+                            TraceErrorKind::SeveralAgents { expected, found },
+                        ))
+                    }
+                    Some(_) => {}
+                }
+            }
+            match &line.event {
+                TraceEvent::Meta(m) => once(&mut meta, m.clone(), line, &err)?,
+                TraceEvent::Case(c) => once(&mut case_args, c.args.clone(), line, &err)?,
+                TraceEvent::MakeWorker(w) => once(&mut worker, w.args.clone(), line, &err)?,
+                TraceEvent::NixlAgent(_) => {}
+                TraceEvent::RegisterMemory(r) => once(&mut regions, r.regions.clone(), line, &err)?,
+                TraceEvent::Dlist(d) => {
+                    let role = if geometry.is_none() {
+                        ListRole::Local
+                    } else {
+                        ListRole::Split
+                    };
+                    if by_handle.insert(d.handle, dlists.len()).is_some() {
+                        return Err(err(
+                            Some(line.line),
+                            TraceErrorKind::DuplicateHandle(d.handle.0),
+                        ));
+                    }
+                    let DlistEvent {
+                        handle,
+                        target,
+                        mem,
+                        list,
+                        ..
+                    } = d.clone();
+                    dlists.push(ExpectedDlist {
+                        line: line.line,
+                        handle,
+                        target,
+                        mem,
+                        list,
+                        role,
+                    });
+                }
+                TraceEvent::LocalGeometry(g) => {
+                    let Some(geo) = &g.geometry else {
+                        return Err(err(
+                            Some(line.line),
+                            TraceErrorKind::BadEvent {
+                                ev: "local_geometry",
+                                message: format!(
+                                    "no geometry (worker raised {})",
+                                    g.exception.clone().unwrap_or_default()
+                                ),
+                            },
+                        ));
+                    };
+                    once(&mut geometry, geo.clone(), line, &err)?
+                }
+                TraceEvent::MakeRemoteMeta(m) => {
+                    once(&mut remote_args, m.args.clone(), line, &err)?
+                }
+                TraceEvent::AddRemoteAgent(a) => remote_events.push((line.line, a.clone())),
+                TraceEvent::Request(r) => once(&mut request, r.clone(), line, &err)?,
+                TraceEvent::Xfer(x) => {
+                    let find = |side: &'static str, handle: DlistHandle| {
+                        by_handle.get(&handle).copied().ok_or_else(|| {
+                            err(
+                                Some(line.line),
+                                TraceErrorKind::UnknownHandle {
+                                    side,
+                                    handle: handle.0,
+                                },
+                            )
+                        })
+                    };
+                    xfers.push(ExpectedXfer {
+                        line: line.line,
+                        handle: x.handle,
+                        op: x.op,
+                        local_handle: x.local_handle,
+                        local_list: find("local", x.local_handle)?,
+                        local_ids: x.local_ids.clone(),
+                        remote_handle: x.remote_handle,
+                        remote_list: find("remote", x.remote_handle)?,
+                        remote_ids: x.remote_ids.clone(),
+                        notif_msg: x.notif_msg.clone(),
+                    });
+                }
+                TraceEvent::RequestDone(r) => once(&mut request_done, r.clone(), line, &err)?,
+                TraceEvent::Result(r) => once(&mut result, r.clone(), line, &err)?,
+            }
+        }
+
+        let remotes = link_remotes(path, &mut dlists, &by_handle, remote_events)?;
+        let need = |name: &'static str| err(None, TraceErrorKind::MissingEvent(name));
+        Ok(TraceCase {
+            name: case_name(path),
+            path: path.to_path_buf(),
+            meta: meta.ok_or_else(|| need("meta"))?,
+            case_args,
+            worker: worker.ok_or_else(|| need("make_worker"))?,
+            agent: agent.unwrap_or(0),
+            local_regions: regions.ok_or_else(|| need("register_memory"))?,
+            local_geometry: geometry.ok_or_else(|| need("local_geometry"))?,
+            remote_args,
+            remotes,
+            request: request.ok_or_else(|| need("request"))?,
+            dlists,
+            xfers,
+            request_done,
+            result: result.ok_or_else(|| need("result"))?,
+        })
+    }
+
+    /// The local regions as registered.
+    pub fn local_region_map(&self) -> RegionMap {
+        RegionMap::new(
+            self.local_regions
+                .iter()
+                .map(|r| Region {
+                    base: r.addr,
+                    len: r.len,
+                })
+                .collect(),
+        )
+    }
+
+    /// Byte length of each local region.
+    pub fn local_region_lens(&self) -> Vec<u64> {
+        self.local_regions.iter().map(|r| r.len).collect()
+    }
+
+    /// The regions expected list `index` is normalised against: the local
+    /// regions, or its remote rank's.
+    pub fn region_map_of(&self, index: usize) -> RegionMap {
+        match self.dlists.get(index).map(|d| d.role) {
+            Some(ListRole::Remote { remote, .. }) => self.remotes[remote].region_map(),
+            _ => self.local_region_map(),
+        }
+    }
+
+    /// Expected list `index`, normalised and expanded (desc ids index it).
+    pub fn normalized_rows(&self, index: usize) -> Vec<NormRow> {
+        let map = self.region_map_of(index);
+        self.dlists
+            .get(index)
+            .map(|d| d.list.rows().map(|r| map.normalize(r)).collect())
+            .unwrap_or_default()
+    }
+
+    /// `"split, target NIXL_INIT_AGENT"`: how reports name list `index`.
+    pub fn list_label(&self, index: usize) -> String {
+        self.dlists.get(index).map_or_else(
+            || "not in the trace".to_string(),
+            |d| format!("{}, target {}", d.role, d.target_name()),
+        )
+    }
+}
+
+/// File name without `.jsonl` / `.jsonl.gz`.
+fn case_name(path: &Path) -> String {
+    let file = path
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let file = file.strip_suffix(".gz").unwrap_or(&file);
+    file.strip_suffix(".jsonl").unwrap_or(file).to_string()
+}
+
+/// Tie each remote list to its rank (by `dst_handle`, else by agent name).
+fn link_remotes(
+    path: &Path,
+    dlists: &mut [ExpectedDlist],
+    by_handle: &HashMap<DlistHandle, usize>,
+    events: Vec<(usize, AddRemoteAgent)>,
+) -> Result<Vec<RemoteRank>, TraceError> {
+    let remotes: Vec<RemoteRank> = events
+        .into_iter()
+        .map(|(line, a)| RemoteRank {
+            line,
+            tp_rank: a.args.remote_tp_rank,
+            tp_size: a.args.remote_tp_size,
+            dcp_size: a.args.remote_dcp_size,
+            agent_name: a.result.unwrap_or_default(),
+            dlist: a.dst_handle.and_then(|h| by_handle.get(&h).copied()),
+            meta: a.remote_meta,
+            dst_num_blocks: a.dst_num_blocks,
+            dst_region_num_blocks: a.dst_region_num_blocks,
+        })
+        .collect();
+    for (index, list) in dlists.iter_mut().enumerate() {
+        let DlistTarget::Remote(name) = &list.target else {
+            continue;
+        };
+        let remote = remotes
+            .iter()
+            .position(|r| r.dlist == Some(index))
+            .or_else(|| remotes.iter().position(|r| &r.agent_name == name))
+            .ok_or_else(|| {
+                TraceError::new(
+                    path,
+                    Some(list.line),
+                    TraceErrorKind::UnknownRemote {
+                        handle: list.handle.0,
+                        target: name.clone(),
+                    },
+                )
+            })?;
+        list.role = ListRole::Remote {
+            remote,
+            tp_rank: remotes[remote].tp_rank,
+        };
+    }
+    Ok(remotes)
+}

@@ -1,0 +1,438 @@
+//! The shape of one `vllm-nixl-geometry-trace/1` line, as typed events.
+//!
+//! Each `ev` has a payload struct; fields a struct does not name are
+//! ignored, so newer traces with extra fields still read. `dlist` events are
+//! read through [`RawDlist`] and checked by the reader before they become a
+//! [`DlistEvent`] (whose rows are always rebuilt from the strided runs).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::nixl::{DescList, DlistHandle, DlistTarget, MemKind, XferHandle, XferOp};
+
+/// The `format` string of the `meta` event this reader understands.
+pub const FORMAT_NAME: &str = "vllm-nixl-geometry-trace/1";
+
+/// vLLM's name for "the initiator's own memory" as a dlist target.
+pub const LOCAL_TARGET: &str = "NIXL_INIT_AGENT";
+
+/// A strided run as vLLM writes it: `[addr, len, dev, stride, count]`.
+pub type RawStridedRun = (u64, u64, u32, u64, u64);
+
+/// Every `ev` value, in the order of [`TraceEvent`]'s variants.
+pub const EVENT_NAMES: [&str; 13] = [
+    "meta",
+    "case",
+    "make_worker",
+    "nixl_agent",
+    "register_memory",
+    "dlist",
+    "local_geometry",
+    "make_remote_meta",
+    "add_remote_agent",
+    "request",
+    "xfer",
+    "request_done",
+    "result",
+];
+
+/// One event of a trace.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub enum TraceEvent {
+    Meta(Meta),
+    Case(CaseEvent),
+    MakeWorker(MakeWorker),
+    NixlAgent(NixlAgent),
+    RegisterMemory(RegisterMemory),
+    Dlist(DlistEvent),
+    LocalGeometry(LocalGeometry),
+    MakeRemoteMeta(MakeRemoteMeta),
+    AddRemoteAgent(AddRemoteAgent),
+    Request(RequestEvent),
+    Xfer(XferEvent),
+    RequestDone(RequestDone),
+    Result(ResultEvent),
+}
+
+impl TraceEvent {
+    /// The `ev` value of this event.
+    pub fn name(&self) -> &'static str {
+        let index = match self {
+            TraceEvent::Meta(_) => 0,
+            TraceEvent::Case(_) => 1,
+            TraceEvent::MakeWorker(_) => 2,
+            TraceEvent::NixlAgent(_) => 3,
+            TraceEvent::RegisterMemory(_) => 4,
+            TraceEvent::Dlist(_) => 5,
+            TraceEvent::LocalGeometry(_) => 6,
+            TraceEvent::MakeRemoteMeta(_) => 7,
+            TraceEvent::AddRemoteAgent(_) => 8,
+            TraceEvent::Request(_) => 9,
+            TraceEvent::Xfer(_) => 10,
+            TraceEvent::RequestDone(_) => 11,
+            TraceEvent::Result(_) => 12,
+        };
+        EVENT_NAMES[index]
+    }
+
+    /// The recording agent the event belongs to, for events that name one.
+    pub fn agent(&self) -> Option<u32> {
+        match self {
+            TraceEvent::NixlAgent(e) => Some(e.agent),
+            TraceEvent::RegisterMemory(e) => Some(e.agent),
+            TraceEvent::Dlist(e) => Some(e.agent),
+            TraceEvent::LocalGeometry(e) => Some(e.agent),
+            TraceEvent::AddRemoteAgent(e) => Some(e.agent),
+            TraceEvent::Request(e) => Some(e.agent),
+            TraceEvent::Xfer(e) => Some(e.agent),
+            TraceEvent::RequestDone(e) => Some(e.agent),
+            _ => None,
+        }
+    }
+}
+
+/// `meta`: what produced the trace.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Meta {
+    pub format: String,
+    pub nodeid: String,
+    pub test: String,
+    /// The test's pytest parameters (empty for unparametrised tests).
+    #[serde(default)]
+    pub params: BTreeMap<String, Value>,
+    pub vllm: String,
+}
+
+/// `case`: the arguments of the test's case helper.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CaseEvent {
+    #[serde(rename = "fn")]
+    pub function: String,
+    pub args: CaseArgs,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaseArgs {
+    pub local_block: u32,
+    pub kernel: u32,
+    pub remote_block: u32,
+    pub num_tokens: u32,
+    pub tp_size: u32,
+    /// `None`: same as `kernel`.
+    pub remote_kernel: Option<u32>,
+    pub remote_dcp_size: u32,
+    pub cached: u32,
+    pub local_dcp_size: u32,
+    pub local_rank: u32,
+}
+
+/// `make_worker`: how the local (decode) worker was built.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MakeWorker {
+    #[serde(rename = "fn")]
+    pub function: String,
+    pub args: WorkerArgs,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerArgs {
+    /// Logical block size in tokens.
+    pub local_block_size: u32,
+    pub kernel_block_size: u32,
+    pub num_logical_blocks: u32,
+    pub tp_size: u32,
+    pub tp_rank: u32,
+    #[serde(default = "one")]
+    pub dcp_size: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// `nixl_agent`: a recording stand-in was created.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NixlAgent {
+    pub agent: u32,
+    pub cls: String,
+}
+
+/// One registered region `[addr, len, dev, name]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "(u64, u64, u32, String)", into = "(u64, u64, u32, String)")]
+pub struct TraceRegion {
+    pub addr: u64,
+    pub len: u64,
+    pub dev: u32,
+    pub name: String,
+}
+
+impl From<(u64, u64, u32, String)> for TraceRegion {
+    fn from((addr, len, dev, name): (u64, u64, u32, String)) -> Self {
+        Self {
+            addr,
+            len,
+            dev,
+            name,
+        }
+    }
+}
+
+impl From<TraceRegion> for (u64, u64, u32, String) {
+    fn from(r: TraceRegion) -> Self {
+        (r.addr, r.len, r.dev, r.name)
+    }
+}
+
+/// `register_memory`: the local worker's KV regions.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RegisterMemory {
+    pub agent: u32,
+    pub regions: Vec<TraceRegion>,
+    #[serde(default)]
+    pub backends: Vec<String>,
+}
+
+/// `dlist` as written: strided runs `[addr, len, dev, stride, count]` and,
+/// optionally, the expanded rows `[addr, len, dev]`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct RawDlist {
+    pub agent: u32,
+    pub handle: u64,
+    pub target: String,
+    pub mem_type: MemKind,
+    pub strided: Vec<RawStridedRun>,
+    #[serde(default)]
+    pub rows: Option<Vec<(u64, u64, u32)>>,
+}
+
+/// `dlist`: a prepared descriptor list. Desc ids index `list`'s expanded rows.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DlistEvent {
+    pub agent: u32,
+    pub handle: DlistHandle,
+    /// `Local` for vLLM's `NIXL_INIT_AGENT`, otherwise the remote agent name.
+    pub target: DlistTarget,
+    pub mem: MemKind,
+    pub list: DescList,
+}
+
+/// The worker's derived geometry (`local_geometry` and `request_done`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkerGeometry {
+    pub engine_id: String,
+    pub tp_rank: u32,
+    pub world_size: u32,
+    pub use_mla: bool,
+    #[serde(rename = "_has_mamba")]
+    pub has_mamba: bool,
+    pub kv_cache_layout: String,
+    /// Kernel block size in tokens.
+    pub block_size: u32,
+    /// Kernel blocks per region.
+    pub num_blocks: u64,
+    #[serde(rename = "_logical_num_blocks")]
+    pub logical_num_blocks: u64,
+    /// Kernel blocks per logical block (ppl).
+    #[serde(rename = "_physical_blocks_per_logical_kv_block")]
+    pub physical_blocks_per_logical: u32,
+    pub num_regions: u32,
+    pub num_descs: u64,
+    pub block_len_per_layer: Vec<u64>,
+    pub block_stride_per_layer: Vec<u64>,
+    pub region_num_blocks: Vec<u64>,
+    pub region_names: Vec<String>,
+    pub region_mem_types: Vec<MemKind>,
+    #[serde(rename = "_region_is_mla")]
+    pub region_is_mla: Vec<bool>,
+    #[serde(rename = "_ssm_region_indices")]
+    pub ssm_region_indices: Vec<u32>,
+    /// Mamba `(conv, ssm)` state sizes in bytes.
+    #[serde(rename = "_mamba_ssm_size", default)]
+    pub mamba_ssm_size: Option<Vec<u64>>,
+    pub nixl_memory_type: MemKind,
+    pub use_host_buffer: bool,
+    /// Region base addresses per key (vLLM keys them by rank).
+    #[serde(default)]
+    pub local_base_addrs: BTreeMap<String, Vec<u64>>,
+    /// vLLM's raw local strided rows; redundant with the first local dlist
+    /// and dropped from the project's fixtures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src_blocks_data: Option<Vec<RawStridedRun>>,
+}
+
+/// `local_geometry`: the local worker after registration.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LocalGeometry {
+    pub agent: u32,
+    pub worker_cls: String,
+    #[serde(default)]
+    pub exception: Option<Value>,
+    pub geometry: Option<WorkerGeometry>,
+}
+
+/// `make_remote_meta`: how the synthetic remote metadata was built.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MakeRemoteMeta {
+    #[serde(rename = "fn")]
+    pub function: String,
+    pub args: RemoteArgs,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteArgs {
+    pub remote_block_size: u32,
+    pub remote_kernel_block_size: u32,
+    pub remote_num_logical: u32,
+    #[serde(default)]
+    pub remote_ssm_sizes: Vec<u64>,
+}
+
+/// `add_remote_agent`: one remote rank's handshake.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AddRemoteAgent {
+    pub agent: u32,
+    pub args: RemoteRankArgs,
+    pub remote_meta: RemoteMeta,
+    /// The remote agent name the call returned.
+    pub result: Option<String>,
+    #[serde(default)]
+    pub exception: Option<Value>,
+    /// The remote dlist prepared for this rank.
+    #[serde(default)]
+    pub dst_handle: Option<DlistHandle>,
+    #[serde(default)]
+    pub dst_num_blocks: Option<u64>,
+    #[serde(default)]
+    pub dst_region_num_blocks: Option<Vec<u64>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteRankArgs {
+    pub remote_tp_rank: u32,
+    pub remote_tp_size: u32,
+    #[serde(default = "one")]
+    pub remote_dcp_size: u32,
+}
+
+/// The handshake metadata one remote rank sent. Fields not named here are
+/// kept in `other`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RemoteMeta {
+    pub engine_id: String,
+    pub kv_caches_base_addr: Vec<u64>,
+    pub device_id: u32,
+    /// Kernel blocks per region.
+    pub num_blocks: u64,
+    pub block_lens: Vec<u64>,
+    #[serde(default)]
+    pub block_strides: Option<Vec<u64>>,
+    pub kv_cache_layout: String,
+    /// Kernel block size in tokens.
+    pub block_size: u32,
+    #[serde(default)]
+    pub ssm_sizes: Option<Vec<u64>>,
+    pub physical_blocks_per_logical_kv_block: u32,
+    #[serde(default)]
+    pub region_num_blocks: Option<Vec<u64>>,
+    #[serde(default)]
+    pub attn_backend_name: Option<String>,
+    #[serde(default)]
+    pub dcp_size: Option<u32>,
+    #[serde(default)]
+    pub pcp_size: Option<u32>,
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
+}
+
+impl RemoteMeta {
+    /// Byte length of each remote region as far as the metadata tells:
+    /// blocks of the region times its block stride (block length when no
+    /// strides are sent).
+    pub fn region_lens(&self) -> Vec<u64> {
+        (0..self.kv_caches_base_addr.len())
+            .map(|i| {
+                let blocks = self
+                    .region_num_blocks
+                    .as_ref()
+                    .and_then(|b| b.get(i).copied())
+                    .unwrap_or(self.num_blocks);
+                let stride = self
+                    .block_strides
+                    .as_ref()
+                    .and_then(|s| s.get(i).copied())
+                    .or_else(|| self.block_lens.get(i).copied())
+                    .unwrap_or(0);
+                blocks.saturating_mul(stride)
+            })
+            .collect()
+    }
+}
+
+/// Block ids of a request, per KV-cache group.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestBlocks {
+    /// Logical local block ids per group.
+    pub local_block_ids: Vec<Vec<u64>>,
+    /// Kernel local block ids per group.
+    pub local_physical_block_ids: Vec<Vec<u64>>,
+    #[serde(default)]
+    pub local_num_computed_blocks: Vec<u64>,
+    /// Logical remote block ids per group (kernel ids after the read).
+    pub remote_block_ids: Vec<Vec<u64>>,
+    pub remote_engine_id: String,
+    pub tp_size: u32,
+    #[serde(default = "one")]
+    pub dcp_size: u32,
+}
+
+/// `request`: the request at the start of the read.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RequestEvent {
+    pub agent: u32,
+    pub req_id: String,
+    /// Prompt length N (`None` when the test sets block ids directly).
+    pub prompt_len: Option<u32>,
+    /// Tokens whose KV is read (N - 1 for hybrid models).
+    pub matched_tokens: Option<u32>,
+    #[serde(flatten)]
+    pub blocks: RequestBlocks,
+}
+
+/// `xfer`: one prepared transfer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct XferEvent {
+    pub agent: u32,
+    pub handle: XferHandle,
+    pub op: XferOp,
+    pub local_handle: DlistHandle,
+    pub local_ids: Vec<u32>,
+    pub remote_handle: DlistHandle,
+    pub remote_ids: Vec<u32>,
+    #[serde(default)]
+    pub notif_msg: Option<String>,
+}
+
+/// `request_done`: the request after the read.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RequestDone {
+    pub agent: u32,
+    pub req_id: String,
+    #[serde(default)]
+    pub exception: Option<Value>,
+    pub after_call: Option<RequestBlocks>,
+    #[serde(default)]
+    pub geometry: Option<WorkerGeometry>,
+}
+
+/// `result`: the test's outcome.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResultEvent {
+    pub outcome: String,
+    #[serde(default)]
+    pub duration_s: Option<f64>,
+    #[serde(default)]
+    pub message: Option<String>,
+}

@@ -1,0 +1,25 @@
+//! vLLM NIXL geometry traces (`vllm-nixl-geometry-trace/1`): reading them
+//! into typed events ([`reader`], [`format`](mod@format)), extracting one
+//! case ([`case`]), normalising addresses to (region, offset)
+//! ([`normalize`]), and diffing a recorded run against a case ([`diff`]).
+//! [`fixture`] writes the project's compact copies of the traces;
+//! [`reissue`](mod@reissue) replays a case's own calls through the dry-run
+//! transport.
+
+pub mod case;
+pub mod diff;
+pub mod error;
+pub mod fixture;
+pub mod format;
+pub mod normalize;
+pub mod reader;
+pub mod reissue;
+
+pub use case::{ExpectedDlist, ExpectedXfer, ListRole, RemoteRank, TraceCase};
+pub use diff::{diff_block_ids, diff_run, ActualRun, DiffReport, Difference, Side};
+pub use error::{TraceError, TraceErrorKind};
+pub use fixture::{write_fixture, FixtureStats};
+pub use format::TraceEvent;
+pub use normalize::{Location, NormRow, Region, RegionMap};
+pub use reader::{parse_trace, read_trace, TraceFile, TraceLine};
+pub use reissue::{reissue, ReissueError, Relocation};
