@@ -29,7 +29,12 @@ pub struct WorkerConfig {
     pub mode: Mode,
     /// This worker belongs to the decode engine.
     pub is_decode: bool,
+    /// Memory type of the registered tensors (and of the own local list).
     pub mem: MemKind,
+    /// The platform's NIXL memory type, used by vLLM for every list prepared
+    /// at handshake (block-size, split and remote lists). Equal to `mem`
+    /// except where a platform reports device memory over host tensors.
+    pub platform_mem: MemKind,
     pub device: u32,
     pub defect: Option<Defect>,
 }
@@ -236,7 +241,7 @@ impl Worker {
         let remote_block = meta.block_size;
         if ratio > 1 && !self.lists_by_block_size.contains_key(&remote_block) {
             let list = local_lists::local_list(&self.reg, ratio, self.cfg.defect);
-            let handle = nixl.prepare_dlist(self.agent, &DlistTarget::Local, self.cfg.mem, &list)?;
+            let handle = nixl.prepare_dlist(self.agent, &DlistTarget::Local, self.cfg.platform_mem, &list)?;
             self.lists_by_block_size.insert(remote_block, (handle, list));
         }
         let split_defect = self.cfg.defect == Some(Defect::SplitHandleKeyRatioOnly);
@@ -256,7 +261,7 @@ impl Worker {
                 .map_err(HandshakeError::from)?;
             let mut handles = Vec::new();
             for list in lists {
-                let h = nixl.prepare_dlist(self.agent, &DlistTarget::Local, self.cfg.mem, &list)?;
+                let h = nixl.prepare_dlist(self.agent, &DlistTarget::Local, self.cfg.platform_mem, &list)?;
                 handles.push((h, list));
             }
             self.split_handles.insert(key, handles);
@@ -270,7 +275,7 @@ impl Worker {
             ratio,
             t,
         );
-        let remote_mem = self.cfg.mem;
+        let remote_mem = self.cfg.platform_mem;
         let handle = nixl.prepare_dlist(self.agent, &DlistTarget::Remote(agent_name.clone()), remote_mem, &list)?;
         let engine = self.remotes.entry(meta.engine_id.clone()).or_insert_with(|| RemoteEngine {
             tp_size: remote_tp,

@@ -136,6 +136,8 @@ struct EngineFile {
     host_buffer: bool,
     #[serde(default)]
     prefix_caching: bool,
+    #[serde(default)]
+    block_padding_bytes: u64,
 }
 
 fn default_layout() -> KvLayout {
@@ -234,6 +236,7 @@ impl EngineFile {
             layout: self.layout,
             host_buffer: self.host_buffer,
             prefix_caching: self.prefix_caching,
+            block_padding_bytes: self.block_padding_bytes,
         }
     }
 }
@@ -389,6 +392,9 @@ fn write_engine(out: &mut String, table: &str, e: &EngineGeometry) -> fmt::Resul
     }
     if e.host_buffer {
         writeln!(out, "host_buffer = true")?;
+    }
+    if e.block_padding_bytes != 0 {
+        writeln!(out, "block_padding_bytes = {}", e.block_padding_bytes)?;
     }
     if e.prefix_caching {
         writeln!(out, "prefix_caching = true")?;

@@ -352,6 +352,7 @@ mod tests {
             layout: KvLayout::Nhd,
             host_buffer: false,
             prefix_caching: false,
+            block_padding_bytes: 0,
         }
     }
 

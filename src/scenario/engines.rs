@@ -71,6 +71,7 @@ pub fn register_side(
             mode,
             is_decode: side == Side::Decode,
             mem: MemKind::Dram,
+            platform_mem: MemKind::Dram,
             device: 0,
             defect,
         };

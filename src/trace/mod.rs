@@ -14,6 +14,7 @@ pub mod format;
 pub mod normalize;
 pub mod reader;
 pub mod reissue;
+pub mod replay;
 
 pub use case::{ExpectedDlist, ExpectedXfer, ListRole, RemoteRank, TraceCase};
 pub use diff::{diff_block_ids, diff_run, ActualRun, DiffReport, Difference, Side};
@@ -23,3 +24,4 @@ pub use format::TraceEvent;
 pub use normalize::{Location, NormRow, Region, RegionMap};
 pub use reader::{parse_trace, read_trace, TraceFile, TraceLine};
 pub use reissue::{reissue, ReissueError, Relocation};
+pub use replay::{diff_against_connector, replay, Replay, ReplayError};

@@ -1,0 +1,196 @@
+//! Rebuilding a traced case with the project's own connector: the same
+//! worker, the same remote handshakes and the same request, through the
+//! recording dry-run transport, so its lists and transfers can be diffed
+//! against what vLLM 0.33.0 did.
+
+use std::collections::BTreeMap;
+
+use super::case::TraceCase;
+use super::diff::{diff_block_ids, diff_run, ActualRun, DiffReport};
+use crate::connector::{ConnectorError, HandshakeMetadata, KvTensor, ReadRequest, Worker, WorkerConfig};
+use crate::geometry::{AttentionSpec, EngineGeometry, GroupKind, KvLayout, MambaKind, MambaSpec, Mode, ModelSpec};
+use crate::nixl::{DryRun, Recording};
+
+/// Why a trace cannot be replayed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("{0}: the trace's model is not one kvgeom can rebuild: {1}")]
+    Model(String, String),
+    #[error("{0}: the connector refused the case: {1}")]
+    Connector(String, ConnectorError),
+}
+
+/// The outcome of a replay: the recording and where its memory was.
+pub struct Replay {
+    pub recording: Recording<DryRun>,
+    pub actual: ActualRun,
+    /// P's block ids after kernel expansion (vLLM rewrites them in place).
+    pub remote_kernel_ids: Vec<Vec<u64>>,
+}
+
+fn layout(name: &str) -> KvLayout {
+    if name == "LBHNC" || name == "HND" {
+        KvLayout::Hnd
+    } else {
+        KvLayout::Nhd
+    }
+}
+
+/// The model of vLLM's geometry tests, from the numbers the trace carries:
+/// MLA pages of `block_len / kernel` bytes per token, and KDA state whose
+/// conv part splits Q|K|V = 1:1:2 over 3 rows of 2-byte values.
+pub fn traced_model(case: &TraceCase) -> Result<ModelSpec, ReplayError> {
+    let g = &case.local_geometry;
+    let bad = |why: &str| ReplayError::Model(case.name.clone(), why.to_string());
+    if !g.use_mla {
+        return Err(bad("only MLA traces are supported"));
+    }
+    let per_token = g.block_len_per_layer.first().copied().unwrap_or(0) / u64::from(g.block_size.max(1));
+    let groups = case.request.blocks.local_block_ids.len();
+    let mut kinds = vec![GroupKind::Attention];
+    let mamba = if g.has_mamba {
+        let sizes = g.mamba_ssm_size.clone().unwrap_or_default();
+        let (conv, ssm) = match sizes.as_slice() {
+            [c, s] => (*c, *s),
+            _ => return Err(bad("mamba sizes missing")),
+        };
+        if conv % 24 != 0 {
+            return Err(bad("conv state does not split Q|K|V = 1:1:2 over 3 rows of 2 bytes"));
+        }
+        let unit = (conv / 24) as u32;
+        kinds.extend(std::iter::repeat_n(GroupKind::Mamba, groups.saturating_sub(1)));
+        Some(MambaSpec {
+            kind: MambaKind::Kda,
+            conv_dims: vec![unit, unit, 2 * unit],
+            conv_rows: 3,
+            conv_dtype_bytes: 2,
+            ssm_state_bytes: ssm * u64::from(g.world_size.max(1)),
+        })
+    } else {
+        None
+    };
+    Ok(ModelSpec {
+        attention: Some(AttentionSpec::Mla {
+            head_size: per_token as u32,
+            dtype_bytes: 1,
+        }),
+        mamba,
+        groups: kinds,
+        layer_slots: g.num_regions,
+    })
+}
+
+/// Replay `case` through the project's connector.
+pub fn replay(case: &TraceCase) -> Result<Replay, ReplayError> {
+    let model = traced_model(case)?;
+    let g = &case.local_geometry;
+    let w = &case.worker;
+    let engine = EngineGeometry {
+        tp_size: w.tp_size,
+        kernel_block: w.kernel_block_size,
+        logical_block: w.local_block_size,
+        num_logical_blocks: Some(w.num_logical_blocks),
+        layout: layout(&g.kv_cache_layout),
+        host_buffer: g.use_host_buffer,
+        prefix_caching: false,
+        block_padding_bytes: 0,
+    };
+    let own_mem = case.dlists.first().map_or(g.nixl_memory_type, |d| d.mem);
+    let cfg = WorkerConfig {
+        engine_id: g.engine_id.clone(),
+        agent_name: "local".into(),
+        model,
+        engine,
+        num_logical_blocks: w.num_logical_blocks,
+        tp_rank: w.tp_rank,
+        mode: Mode::Pull,
+        is_decode: true,
+        mem: own_mem,
+        platform_mem: g.nixl_memory_type,
+        device: 0,
+        defect: None,
+    };
+    let tensors: Vec<KvTensor> = case
+        .local_regions
+        .iter()
+        .map(|r| KvTensor {
+            base: r.addr,
+            len: r.len,
+        })
+        .collect();
+    let connector = |e| ReplayError::Connector(case.name.clone(), e);
+    let mut nixl = Recording::new(DryRun::new());
+    let mut worker = Worker::register(&mut nixl, cfg, &tensors).map_err(connector)?;
+    let mut remote_bases = BTreeMap::new();
+    for remote in &case.remotes {
+        let m = &remote.meta;
+        let ssm = m.ssm_sizes.clone().unwrap_or_default();
+        let meta = HandshakeMetadata {
+            engine_id: m.engine_id.clone(),
+            agent_metadata: remote.agent_name.clone().into_bytes(),
+            device_id: m.device_id,
+            kv_caches_base_addr: m.kv_caches_base_addr.clone(),
+            num_blocks: m.num_blocks,
+            block_lens: m.block_lens.clone(),
+            block_strides: m.block_strides.clone().unwrap_or_else(|| m.block_lens.clone()),
+            kv_cache_layout: layout(&m.kv_cache_layout),
+            block_size: m.block_size,
+            ssm_sizes: (ssm.first().copied().unwrap_or(0), ssm.get(1).copied().unwrap_or(0)),
+            physical_blocks_per_logical_kv_block: m.physical_blocks_per_logical_kv_block,
+            host_buffer: false,
+        };
+        worker
+            .add_remote_agent(&mut nixl, &meta, remote.tp_rank, remote.tp_size)
+            .map_err(connector)?;
+        remote_bases.insert(remote.agent_name.clone(), m.kv_caches_base_addr.clone());
+    }
+    let ids32 = |v: &Vec<Vec<u64>>| -> Vec<Vec<u32>> {
+        v.iter().map(|g| g.iter().map(|&b| b as u32).collect()).collect()
+    };
+    let blocks = &case.request.blocks;
+    let remote_request_id = case
+        .xfers
+        .iter()
+        .find_map(|x| x.notif_msg.as_deref().and_then(|n| n.rsplit_once(':')).map(|(r, _)| r.to_string()))
+        .unwrap_or_else(|| format!("prefill-{}", case.request.req_id));
+    let request = ReadRequest {
+        request_id: case.request.req_id.clone(),
+        local_block_ids: ids32(&blocks.local_block_ids),
+        remote_engine_id: blocks.remote_engine_id.clone(),
+        remote_request_id,
+        remote_block_ids: ids32(&blocks.remote_block_ids),
+        remote_tp_size: blocks.tp_size,
+    };
+    let receiving = worker.start_read(&mut nixl, &request).map_err(connector)?;
+    Ok(Replay {
+        actual: ActualRun {
+            agent: worker.agent(),
+            local_bases: tensors.iter().map(|t| t.base).collect(),
+            remote_bases,
+        },
+        remote_kernel_ids: receiving
+            .remote_kernel_ids
+            .iter()
+            .map(|g| g.iter().map(|&b| u64::from(b)).collect())
+            .collect(),
+        recording: nixl,
+    })
+}
+
+/// Replay `case` and compare every prepared list, every transfer and the
+/// rewritten remote ids with vLLM's.
+pub fn diff_against_connector(case: &TraceCase) -> Result<DiffReport, ReplayError> {
+    let run = replay(case)?;
+    let report = diff_run(case, run.recording.events(), &run.actual);
+    if !report.is_match() {
+        return Ok(report);
+    }
+    match case.request_done.as_ref().and_then(|d| d.after_call.as_ref()) {
+        Some(after) => Ok(diff_block_ids(
+            "request_done remote_block_ids",
+            &after.remote_block_ids,
+            &run.remote_kernel_ids,
+        )),
+        None => Ok(report),
+    }
+}
