@@ -7,6 +7,7 @@
 //! transport.
 
 pub mod case;
+pub mod check;
 pub mod diff;
 pub mod error;
 pub mod fixture;

@@ -1,0 +1,73 @@
+//! `kvgeom explain`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::{parse_defect, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
+use crate::connector::scheduler::DecodeAllocation;
+use crate::geometry::{load_geometry, Mode};
+use crate::report::explain::{explain_text, svg};
+use crate::scenario::{run_case_detailed, Case, Outcome, RunOptions, TransportKind};
+
+pub struct ExplainArgs {
+    pub geometry: PathBuf,
+    pub prompt: u32,
+    pub prefix_hit: u32,
+    pub mode: Mode,
+    pub allocation: DecodeAllocation,
+    pub seed: u64,
+    pub defect: Option<String>,
+    pub transport: TransportKind,
+    pub svg: Option<PathBuf>,
+}
+
+pub fn explain(args: ExplainArgs) -> u8 {
+    let defect = match parse_defect(args.defect.as_deref()) {
+        Ok(d) => d,
+        Err(code) => return code,
+    };
+    let geometry = match load_geometry(&args.geometry) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    if args.prompt == 0 {
+        eprintln!("error: --prompt must be at least 1");
+        return EXIT_BAD_INPUT;
+    }
+    let case = Case {
+        geometry: Arc::new(geometry),
+        file: Some(args.geometry.clone()),
+        prompt_len: args.prompt,
+        prefix_hit: args.prefix_hit,
+        mode: args.mode,
+        allocation: args.allocation,
+        seed: args.seed,
+        defect,
+    };
+    let run = run_case_detailed(
+        &case,
+        &RunOptions {
+            transport: args.transport,
+            ..RunOptions::default()
+        },
+    );
+    if let Outcome::Error { message } = &run.report.outcome {
+        eprintln!("error: {message}");
+        return EXIT_BAD_INPUT;
+    }
+    print!("{}", explain_text(&run));
+    if let Some(path) = &args.svg {
+        if let Err(e) = std::fs::write(path, svg(&run)) {
+            eprintln!("error: cannot write {}: {e}", path.display());
+            return EXIT_BAD_INPUT;
+        }
+    }
+    if run.report.passed() {
+        EXIT_OK
+    } else {
+        EXIT_FAILED
+    }
+}

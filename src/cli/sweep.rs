@@ -1,0 +1,118 @@
+//! `kvgeom sweep`.
+
+use std::path::PathBuf;
+
+use super::{default_paths, parse_defect, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
+use crate::connector::scheduler::DecodeAllocation;
+use crate::geometry::Mode;
+use crate::report::sweep_report::{self, Format};
+use crate::scenario::{MemoryKind, RunOptions, TransportKind};
+use crate::sweep::{execute, plan, prompts};
+
+pub struct SweepArgs {
+    pub paths: Vec<PathBuf>,
+    pub prompts: Option<String>,
+    pub modes: Vec<Mode>,
+    pub allocations: Option<Vec<DecodeAllocation>>,
+    pub transport: TransportKind,
+    pub memory: MemoryKind,
+    pub defect: Option<String>,
+    pub random: Option<usize>,
+    pub seed: u64,
+    pub threads: Option<usize>,
+    pub format: Format,
+    pub out: Option<PathBuf>,
+    pub shrink: bool,
+}
+
+pub fn sweep(args: SweepArgs) -> u8 {
+    let defect = match parse_defect(args.defect.as_deref()) {
+        Ok(d) => d,
+        Err(code) => return code,
+    };
+    let prompt_list = match args.prompts.as_deref().map(prompts::parse_prompt_list).transpose() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let sources = match plan::load_sources(&default_paths(args.paths)) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let opts = plan::PlanOptions {
+        prompts: prompt_list,
+        modes: args.modes,
+        allocations: args.allocations,
+        defect,
+        seed: args.seed,
+    };
+    let cases = match args.random {
+        Some(n) => plan::random(&sources, n, args.seed, &opts),
+        None => plan::grid(&sources, &opts),
+    };
+    let run_opts = RunOptions {
+        transport: args.transport,
+        memory: args.memory,
+    };
+    // A missing runtime or device is bad input, not a failed invariant.
+    if let Some(first) = cases.first() {
+        let probe = crate::scenario::run_case(first, &run_opts);
+        if let crate::scenario::Outcome::Error { message } = &probe.outcome {
+            eprintln!("error: {message}");
+            return EXIT_BAD_INPUT;
+        }
+    }
+    let reports = execute::run_all(&cases, &run_opts, args.threads);
+    let text = match args.format {
+        Format::Table => sweep_report::table(&reports),
+        Format::Json => sweep_report::json(&reports),
+        Format::Junit => sweep_report::junit(&reports),
+    };
+    match &args.out {
+        Some(path) => {
+            if let Err(e) = std::fs::write(path, &text) {
+                eprintln!("error: cannot write {}: {e}", path.display());
+                return EXIT_BAD_INPUT;
+            }
+        }
+        None => print!("{text}"),
+    }
+    let failures: Vec<_> = reports.iter().filter(|r| !r.passed()).collect();
+    if failures.is_empty() {
+        return EXIT_OK;
+    }
+    // A short summary with a minimal replay for the first failures.
+    eprintln!("\n{} of {} cases failed", failures.len(), reports.len());
+    let mut shown = Vec::new();
+    for r in failures {
+        let key = (r.case.geometry_name().to_string(), r.case.mode, r.outcome.label());
+        if shown.contains(&key) || shown.len() >= 5 {
+            continue;
+        }
+        shown.push(key);
+        let minimal = if args.shrink {
+            execute::shrink(&r.case, &run_opts)
+        } else {
+            r.case.clone()
+        };
+        eprintln!(
+            "- {} N={} h={} {} {}: {}",
+            r.case.geometry_name(),
+            r.case.prompt_len,
+            r.case.prefix_hit,
+            r.case.mode,
+            r.case.allocation.as_str(),
+            r.outcome.describe()
+        );
+        for v in r.violations.iter().take(3) {
+            eprintln!("    {v}");
+        }
+        eprintln!("  replay: {}", minimal.replay_command());
+    }
+    EXIT_FAILED
+}

@@ -1,0 +1,113 @@
+//! `kvgeom check-trace` and `kvgeom diff-trace`.
+
+use std::path::PathBuf;
+
+use super::{EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
+use crate::trace::check::check_case;
+use crate::trace::{diff_against_connector, TraceCase};
+
+fn expand(files: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for f in files {
+        if f.is_dir() {
+            let mut inner: Vec<PathBuf> = std::fs::read_dir(f)
+                .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+                .unwrap_or_default();
+            inner.retain(|p| {
+                let s = p.to_string_lossy();
+                s.ends_with(".jsonl") || s.ends_with(".jsonl.gz")
+            });
+            inner.sort();
+            out.extend(inner);
+        } else {
+            out.push(f.clone());
+        }
+    }
+    out
+}
+
+/// Exit status over several files: bad input wins, then failures.
+fn worst(a: u8, b: u8) -> u8 {
+    if a == EXIT_BAD_INPUT || b == EXIT_BAD_INPUT {
+        EXIT_BAD_INPUT
+    } else {
+        a.max(b)
+    }
+}
+
+pub fn diff_trace(files: &[PathBuf]) -> u8 {
+    let files = expand(files);
+    if files.is_empty() {
+        eprintln!("error: no trace files given");
+        return EXIT_BAD_INPUT;
+    }
+    let mut code = EXIT_OK;
+    let (mut matched, mut differ) = (0, 0);
+    for f in &files {
+        let case = match TraceCase::read(f) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("{}: error: {e}", f.display());
+                code = worst(code, EXIT_BAD_INPUT);
+                continue;
+            }
+        };
+        match diff_against_connector(&case) {
+            Ok(report) if report.is_match() => {
+                matched += 1;
+                println!("{}: MATCH", f.display());
+            }
+            Ok(report) => {
+                differ += 1;
+                println!("{}: {report}", f.display());
+                code = worst(code, EXIT_FAILED);
+            }
+            Err(e) => {
+                eprintln!("{}: error: {e}", f.display());
+                code = worst(code, EXIT_BAD_INPUT);
+            }
+        }
+    }
+    println!("\n{matched} match, {differ} differ");
+    code
+}
+
+pub fn check_trace(files: &[PathBuf]) -> u8 {
+    let files = expand(files);
+    if files.is_empty() {
+        eprintln!("error: no trace files given");
+        return EXIT_BAD_INPUT;
+    }
+    let mut code = EXIT_OK;
+    let (mut clean, mut broken) = (0, 0);
+    for f in &files {
+        let case = match TraceCase::read(f) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("{}: error: {e}", f.display());
+                code = worst(code, EXIT_BAD_INPUT);
+                continue;
+            }
+        };
+        match check_case(&case) {
+            Ok(v) if v.is_empty() => {
+                clean += 1;
+                println!("{}: OK", f.display());
+            }
+            Ok(v) => {
+                broken += 1;
+                println!("{}: {} violations", f.display(), v.len());
+                for x in v.iter().take(10) {
+                    println!("  {x}");
+                }
+                code = worst(code, EXIT_FAILED);
+            }
+            Err(e) => {
+                eprintln!("{}: error: {e}", f.display());
+                code = worst(code, EXIT_BAD_INPUT);
+            }
+        }
+    }
+    println!("\n{clean} passed, {broken} failed");
+    code
+}

@@ -1,0 +1,197 @@
+//! A sweep's results as a terminal table, JSON or JUnit XML.
+
+use std::fmt::Write;
+
+use serde::Serialize;
+
+use crate::scenario::CaseReport;
+
+/// Output format of `kvgeom sweep`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+    Junit,
+}
+
+#[derive(Serialize)]
+struct Summary {
+    cases: usize,
+    passed: usize,
+    failed: usize,
+}
+
+#[derive(Serialize)]
+struct JsonViolation<'a> {
+    oracle: &'a str,
+    region: Option<u32>,
+    local_block: Option<u32>,
+    bytes: u64,
+    message: String,
+}
+
+#[derive(Serialize)]
+struct JsonCase<'a> {
+    geometry: &'a str,
+    file: Option<String>,
+    prompt_len: u32,
+    prefix_hit: u32,
+    mode: &'a str,
+    allocation: &'a str,
+    seed: u64,
+    defect: Option<&'a str>,
+    passed: bool,
+    outcome: &'a crate::scenario::Outcome,
+    stats: crate::scenario::Stats,
+    violations: Vec<JsonViolation<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    summary: Summary,
+    cases: Vec<JsonCase<'a>>,
+}
+
+fn summary(reports: &[CaseReport]) -> Summary {
+    let passed = reports.iter().filter(|r| r.passed()).count();
+    Summary {
+        cases: reports.len(),
+        passed,
+        failed: reports.len() - passed,
+    }
+}
+
+/// The JSON document of a sweep.
+pub fn json(reports: &[CaseReport]) -> String {
+    let cases = reports
+        .iter()
+        .map(|r| JsonCase {
+            geometry: r.case.geometry_name(),
+            file: r.case.file.as_ref().map(|f| f.display().to_string()),
+            prompt_len: r.case.prompt_len,
+            prefix_hit: r.case.prefix_hit,
+            mode: r.case.mode.as_str(),
+            allocation: r.case.allocation.as_str(),
+            seed: r.case.seed,
+            defect: r.case.defect.map(|d| d.name()),
+            passed: r.passed(),
+            outcome: &r.outcome,
+            stats: r.stats,
+            violations: r
+                .violations
+                .iter()
+                .map(|v| JsonViolation {
+                    oracle: v.oracle,
+                    region: v.region,
+                    local_block: v.local_block,
+                    bytes: v.bytes,
+                    message: v.to_string(),
+                })
+                .collect(),
+        })
+        .collect();
+    serde_json::to_string_pretty(&JsonReport {
+        summary: summary(reports),
+        cases,
+    })
+    .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// JUnit XML: one testsuite per geometry, one testcase per case.
+pub fn junit(reports: &[CaseReport]) -> String {
+    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let s = summary(reports);
+    let _ = writeln!(out, "<testsuites name=\"kvgeom\" tests=\"{}\" failures=\"{}\">", s.cases, s.failed);
+    let mut names: Vec<&str> = reports.iter().map(|r| r.case.geometry_name()).collect();
+    names.dedup();
+    for name in names {
+        let mine: Vec<&CaseReport> = reports.iter().filter(|r| r.case.geometry_name() == name).collect();
+        let failed = mine.iter().filter(|r| !r.passed()).count();
+        let _ = writeln!(
+            out,
+            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{failed}\">",
+            xml_escape(name),
+            mine.len()
+        );
+        for r in mine {
+            let c = &r.case;
+            let _ = write!(
+                out,
+                "    <testcase classname=\"{}\" name=\"N={} h={} {} {}\"",
+                xml_escape(name),
+                c.prompt_len,
+                c.prefix_hit,
+                c.mode,
+                c.allocation.as_str()
+            );
+            if r.passed() {
+                out.push_str("/>\n");
+                continue;
+            }
+            out.push_str(">\n");
+            let mut body = format!("{}\nreplay: {}\n", r.outcome.describe(), c.replay_command());
+            for v in r.violations.iter().take(20) {
+                let _ = writeln!(body, "{v}");
+            }
+            let _ = writeln!(
+                out,
+                "      <failure message=\"{}\">{}</failure>",
+                xml_escape(&r.outcome.describe()),
+                xml_escape(&body)
+            );
+            out.push_str("    </testcase>\n");
+        }
+        out.push_str("  </testsuite>\n");
+    }
+    out.push_str("</testsuites>\n");
+    out
+}
+
+/// The terminal table: one line per geometry and mode, then each failure.
+pub fn table(reports: &[CaseReport]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<44} {:<5} {:>6} {:>6} {:>6} {:>10} {:>12}",
+        "geometry", "mode", "cases", "passed", "failed", "pairs", "bytes"
+    );
+    let mut keys: Vec<(&str, &str)> = reports.iter().map(|r| (r.case.geometry_name(), r.case.mode.as_str())).collect();
+    keys.dedup();
+    let mut seen = Vec::new();
+    for key in keys {
+        if seen.contains(&key) {
+            continue;
+        }
+        seen.push(key);
+        let mine: Vec<&CaseReport> = reports
+            .iter()
+            .filter(|r| (r.case.geometry_name(), r.case.mode.as_str()) == key)
+            .collect();
+        let passed = mine.iter().filter(|r| r.passed()).count();
+        let rejected = mine
+            .iter()
+            .any(|r| matches!(r.outcome, crate::scenario::Outcome::ExpectedRejection { .. }));
+        let _ = writeln!(
+            out,
+            "{:<44} {:<5} {:>6} {:>6} {:>6} {:>10} {:>12}{}",
+            key.0,
+            key.1,
+            mine.len(),
+            passed,
+            mine.len() - passed,
+            mine.iter().map(|r| r.stats.pairs).sum::<u64>(),
+            mine.iter().map(|r| r.stats.transferred_bytes).sum::<u64>(),
+            if rejected { "  (refused as expected)" } else { "" }
+        );
+    }
+    let s = summary(reports);
+    let _ = writeln!(out, "\n{} passed, {} failed", s.passed, s.failed);
+    out
+}

@@ -1,0 +1,164 @@
+//! Enumerating cases: the grid from geometry files x prompt lengths x prefix
+//! hits x modes x allocations, or a seeded random draw from the same space.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::connector::scheduler::{transferred_tokens, DecodeAllocation};
+use crate::defects::Defect;
+use crate::geometry::{load_geometry, Geometry, GeometryError, Mode};
+use crate::scenario::placement::SplitMix;
+use crate::scenario::Case;
+
+use super::prompts::{default_prompts, prompts_for};
+
+/// A geometry and the file it came from.
+#[derive(Clone, Debug)]
+pub struct SourcedGeometry {
+    pub geometry: Arc<Geometry>,
+    pub file: Option<PathBuf>,
+}
+
+/// Load files and folders (a folder contributes its `*.toml`, sorted).
+pub fn load_sources(paths: &[PathBuf]) -> Result<Vec<SourcedGeometry>, GeometryError> {
+    let mut out = Vec::new();
+    for path in paths {
+        let files = if path.is_dir() { toml_files(path)? } else { vec![path.clone()] };
+        for file in files {
+            let geometry = load_geometry(&file)?;
+            if let Some(first) = out.iter().find(|s: &&SourcedGeometry| s.geometry.name == geometry.name) {
+                return Err(GeometryError::DuplicateName {
+                    name: geometry.name.clone(),
+                    first: first.file.as_ref().map_or_else(String::new, |f| f.display().to_string()),
+                    second: file.display().to_string(),
+                });
+            }
+            out.push(SourcedGeometry {
+                geometry: Arc::new(geometry),
+                file: Some(file),
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn toml_files(dir: &Path) -> Result<Vec<PathBuf>, GeometryError> {
+    let read_error = |source| GeometryError::Read {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(read_error)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "toml") && p.is_file())
+        .collect();
+    if files.is_empty() {
+        return Err(GeometryError::EmptyFolder { dir: dir.to_path_buf() });
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Which cases to run.
+#[derive(Clone, Debug)]
+pub struct PlanOptions {
+    /// Overrides every geometry's own prompt list.
+    pub prompts: Option<Vec<u32>>,
+    pub modes: Vec<Mode>,
+    /// `None`: both allocations for hybrids, mainline otherwise.
+    pub allocations: Option<Vec<DecodeAllocation>>,
+    pub defect: Option<Defect>,
+    pub seed: u64,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        Self {
+            prompts: None,
+            modes: vec![Mode::Pull, Mode::Push],
+            allocations: None,
+            defect: None,
+            seed: 0,
+        }
+    }
+}
+
+/// Prefix hits to try: none, and with prefix caching on D one and the most
+/// whole decode blocks short of the transferred tokens.
+pub fn prefix_hits(geometry: &Geometry, prompt_len: u32) -> Vec<u32> {
+    let mut hits = vec![0];
+    if geometry.decode.prefix_caching {
+        let block = geometry.decode.logical_block;
+        let m = transferred_tokens(geometry, prompt_len);
+        let most = m.saturating_sub(1) / block * block;
+        for h in [block, most] {
+            if h > 0 && h < m && !hits.contains(&h) {
+                hits.push(h);
+            }
+        }
+    }
+    hits
+}
+
+/// Decode allocations worth running: they differ only for hybrids.
+pub fn allocations(geometry: &Geometry, chosen: &Option<Vec<DecodeAllocation>>) -> Vec<DecodeAllocation> {
+    match chosen {
+        Some(list) => list.clone(),
+        None if geometry.model.has_mamba() => vec![DecodeAllocation::Mainline, DecodeAllocation::WithLastToken],
+        None => vec![DecodeAllocation::Mainline],
+    }
+}
+
+/// The full grid.
+pub fn grid(sources: &[SourcedGeometry], opts: &PlanOptions) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for src in sources {
+        let g = &src.geometry;
+        for prompt_len in prompts_for(g, opts.prompts.as_deref()) {
+            for prefix_hit in prefix_hits(g, prompt_len) {
+                for &mode in &opts.modes {
+                    for allocation in allocations(g, &opts.allocations) {
+                        cases.push(Case {
+                            geometry: Arc::clone(g),
+                            file: src.file.clone(),
+                            prompt_len,
+                            prefix_hit,
+                            mode,
+                            allocation,
+                            seed: opts.seed,
+                            defect: opts.defect,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    cases
+}
+
+/// `count` cases drawn from the same space with `seed`, each with its own
+/// placement seed; prompt lengths range over the default residue sweep.
+pub fn random(sources: &[SourcedGeometry], count: usize, seed: u64, opts: &PlanOptions) -> Vec<Case> {
+    let mut rng = SplitMix::new(seed);
+    let mut pick = |n: usize| rng.below(n.max(1) as u64) as usize;
+    (0..count)
+        .filter_map(|_| {
+            let src = sources.get(pick(sources.len()))?;
+            let g = &src.geometry;
+            let prompts = opts.prompts.clone().unwrap_or_else(|| default_prompts(g));
+            let prompt_len = prompts[pick(prompts.len())];
+            let hits = prefix_hits(g, prompt_len);
+            let allocs = allocations(g, &opts.allocations);
+            Some(Case {
+                geometry: Arc::clone(g),
+                file: src.file.clone(),
+                prompt_len,
+                prefix_hit: hits[pick(hits.len())],
+                mode: opts.modes[pick(opts.modes.len())],
+                allocation: allocs[pick(allocs.len())],
+                seed: pick(u32::MAX as usize) as u64,
+                defect: opts.defect,
+            })
+        })
+        .collect()
+}

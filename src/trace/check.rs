@@ -1,0 +1,128 @@
+//! The descriptor-level oracles applied to a vLLM trace: the traced lists
+//! and transfers are re-issued with one agent name per rank, classified by
+//! the harness's own layout model of the traced geometry, and checked for
+//! containment, pairing, coverage and double writes.
+
+use std::collections::HashMap;
+
+use super::case::{ListRole, TraceCase};
+use super::replay::traced_model;
+use crate::geometry::{EngineGeometry, Geometry, KvLayout, Mode};
+use crate::layout::{CaseLayout, RequestBlocks, Side};
+use crate::nixl::{DlistHandle, DlistTarget, DryRun, Nixl, Recording};
+use crate::oracle::{run_descriptor_level, OracleInput, Violation};
+
+/// Why a trace cannot be checked.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error("{0}: {1}")]
+    Unsupported(String, String),
+}
+
+fn layout_of(name: &str) -> KvLayout {
+    if name == "LBHNC" {
+        KvLayout::Hnd
+    } else {
+        KvLayout::Nhd
+    }
+}
+
+/// The traced P/D geometry: D is the traced worker, P is what its remote
+/// ranks advertised.
+pub fn traced_geometry(case: &TraceCase) -> Result<Geometry, CheckError> {
+    let unsupported = |why: String| CheckError::Unsupported(case.name.clone(), why);
+    let model = traced_model(case).map_err(|e| unsupported(e.to_string()))?;
+    let remote = case.remotes.first().ok_or_else(|| unsupported("no remote rank".into()))?;
+    let m = &remote.meta;
+    let w = &case.worker;
+    let ppl = m.physical_blocks_per_logical_kv_block.max(1);
+    Ok(Geometry {
+        name: case.name.clone(),
+        description: format!("traced by vLLM: {}", case.meta.nodeid),
+        model,
+        prefill: EngineGeometry {
+            tp_size: remote.tp_size,
+            kernel_block: m.block_size,
+            logical_block: m.block_size * ppl,
+            num_logical_blocks: Some((m.num_blocks / u64::from(ppl)) as u32),
+            layout: layout_of(&m.kv_cache_layout),
+            host_buffer: false,
+            prefix_caching: false,
+            block_padding_bytes: 0,
+        },
+        decode: EngineGeometry {
+            tp_size: w.tp_size,
+            kernel_block: w.kernel_block_size,
+            logical_block: w.local_block_size,
+            num_logical_blocks: Some(w.num_logical_blocks),
+            layout: layout_of(&case.local_geometry.kv_cache_layout),
+            host_buffer: false,
+            prefix_caching: false,
+            block_padding_bytes: 0,
+        },
+        prompts: None,
+        expect_rejection: None,
+    })
+}
+
+/// Run the descriptor-level oracles on one traced case.
+pub fn check_case(case: &TraceCase) -> Result<Vec<Violation>, CheckError> {
+    let unsupported = |why: String| CheckError::Unsupported(case.name.clone(), why);
+    let geometry = traced_geometry(case)?;
+    let ids = |v: &Vec<Vec<u64>>| -> Vec<Vec<u32>> { v.iter().map(|g| g.iter().map(|&b| b as u32).collect()).collect() };
+    let blocks = &case.request.blocks;
+    let request = RequestBlocks {
+        decode: ids(&blocks.local_block_ids),
+        decode_transfer: ids(&blocks.local_block_ids),
+        prefill: ids(&blocks.remote_block_ids),
+    };
+    let mut remote_bases = vec![Vec::new(); geometry.prefill.tp_size as usize];
+    for r in &case.remotes {
+        if let Some(slot) = remote_bases.get_mut(r.tp_rank as usize) {
+            *slot = r.meta.kv_caches_base_addr.clone();
+        }
+    }
+    let layout = CaseLayout::from_bases(
+        geometry.clone(),
+        Mode::Pull,
+        request,
+        vec![case.local_regions.iter().map(|r| r.addr).collect()],
+        case.worker.num_logical_blocks,
+        remote_bases,
+        geometry.prefill.num_logical_blocks.unwrap_or(0),
+    )
+    .map_err(|e| unsupported(format!("layout model: {e}")))?;
+    // Re-issue the traced calls with one agent name per rank.
+    let mut nixl = Recording::new(DryRun::new());
+    let fail = |e: crate::nixl::NixlError| unsupported(e.to_string());
+    let me = nixl.create_agent(&Side::Decode.agent_name(0)).map_err(fail)?;
+    let mut handles: HashMap<u64, DlistHandle> = HashMap::new();
+    for d in &case.dlists {
+        let target = match d.role {
+            ListRole::Remote { tp_rank, .. } => {
+                let name = Side::Prefill.agent_name(tp_rank);
+                nixl.add_remote_agent(me, name.as_bytes()).map_err(fail)?;
+                DlistTarget::Remote(name)
+            }
+            _ => DlistTarget::Local,
+        };
+        let h = nixl.prepare_dlist(me, &target, d.mem, &d.list).map_err(fail)?;
+        handles.insert(d.handle.0, h);
+    }
+    for x in &case.xfers {
+        let (Some(&l), Some(&r)) = (handles.get(&x.local_handle.0), handles.get(&x.remote_handle.0)) else {
+            return Err(unsupported("a transfer names an unknown list".into()));
+        };
+        let h = nixl
+            .make_xfer(me, x.op, l, &x.local_ids, r, &x.remote_ids, x.notif_msg.as_deref().map(str::as_bytes))
+            .map_err(fail)?;
+        nixl.post_xfer(me, h).map_err(fail)?;
+    }
+    let pairs = nixl.resolve(&layout);
+    let prompt = case.request.prompt_len.unwrap_or(0);
+    let mut input = OracleInput::new(layout, prompt, 0, pairs);
+    if let Some(m) = case.request.matched_tokens {
+        input = input.with_transferred_tokens(m);
+    }
+    Ok(run_descriptor_level(&input))
+}
