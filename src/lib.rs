@@ -9,5 +9,8 @@
 
 pub mod connector;
 pub mod geometry;
+pub mod layout;
 pub mod memory;
 pub mod nixl;
+pub mod oracle;
+pub mod pattern;
