@@ -7,9 +7,16 @@
 //! the [`nixl::Recording`] wrapper resolves every descriptor to byte ranges
 //! and the oracles check them against the memory the scenario allocated.
 
+pub mod cli;
 pub mod connector;
 pub mod defects;
 pub mod geometry;
+pub mod layout;
 pub mod memory;
 pub mod nixl;
+pub mod oracle;
+pub mod pattern;
+pub mod report;
+pub mod scenario;
+pub mod sweep;
 pub mod trace;

@@ -88,6 +88,7 @@ impl Worker {
         })?;
         let is_mla = self.cfg.model.is_mla();
         let has_mamba = self.cfg.model.has_mamba();
+        let own_push = self.own_push();
         let mapping = &engine.mapping;
         let replicate_attention = is_mla && t < 0;
         let ranks: Vec<u32> = if replicate_attention && !has_mamba {
@@ -125,8 +126,32 @@ impl Worker {
             }
             .ok_or_else(|| ConnectorError::Plan("no local list for this decode geometry".into()))?;
             let (mut local_ids, mut remote_ids) = (keep(&local_kernel, rank), keep(&remote_kernel, rank));
+            if own_push && is_mla && t > 1 && self.cfg.tp_rank % t as u32 != 0 {
+                // Replicated pages: one prefill rank per decode rank writes them.
+                for (g, kind) in groups.iter().enumerate() {
+                    if *kind == GroupKind::Attention {
+                        local_ids[g].clear();
+                        remote_ids[g].clear();
+                    }
+                }
+            }
             if ratio > 1 {
                 (local_ids, remote_ids) = map_for_block_size_ratio(&local_ids, &remote_ids, &groups, ratio);
+            }
+            if engine.sub_ratio > 1 {
+                // Decode sub-pages past what prefill holds are not written (zeroed on D).
+                for (g, kind) in groups.iter().enumerate() {
+                    if *kind == GroupKind::Attention {
+                        let n = local_ids[g].len();
+                        remote_ids[g].truncate(n);
+                    }
+                }
+            }
+            if local_ids.iter().all(Vec::is_empty) && own_push {
+                // Nothing to write from this rank: only tell decode it is done.
+                let notification = format!("{}:{};covered=", req.remote_request_id, self.cfg.engine.tp_size);
+                nixl.send_notification(self.agent, &remote.agent_name, notification.as_bytes())?;
+                continue;
             }
             if local_ids.is_empty() {
                 continue;

@@ -1,0 +1,146 @@
+//! Everything the oracles look at for one case: the layouts and block lists,
+//! the token counts, the resolved descriptor pairs tagged by direction, and
+//! (optionally) memory images before and after the transfer.
+
+use serde::Serialize;
+
+use crate::geometry::{Geometry, Mode};
+use crate::layout::{CaseLayout, Location, Side};
+use crate::nixl::recording::ResolvedPair;
+use crate::nixl::{DescRow, XferOp};
+
+use super::violation::PairRef;
+
+/// One end of a pair.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Endpoint {
+    pub row: DescRow,
+    pub location: Location,
+}
+
+/// A resolved pair, by direction of the bytes rather than by initiator:
+/// a READ moves remote to local, a WRITE local to remote.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct OraclePair {
+    pub id: PairRef,
+    pub op: XferOp,
+    /// Only posted transfers move bytes.
+    pub posted: bool,
+    /// Where the bytes land (decode, in a correct case).
+    pub destination: Endpoint,
+    /// Where the bytes come from (prefill, in a correct case).
+    pub source: Endpoint,
+}
+
+impl OraclePair {
+    pub fn from_resolved(p: ResolvedPair<Location>) -> Self {
+        let local = Endpoint {
+            row: p.local,
+            location: p.local_location,
+        };
+        let remote = Endpoint {
+            row: p.remote,
+            location: p.remote_location,
+        };
+        let (destination, source) = match p.op {
+            XferOp::Read => (local, remote),
+            XferOp::Write => (remote, local),
+        };
+        Self {
+            id: PairRef {
+                xfer: p.xfer,
+                pair: p.pair,
+            },
+            op: p.op,
+            posted: p.posted,
+            destination,
+            source,
+        }
+    }
+}
+
+/// One rank's region images (index = region) before the transfer and after
+/// the receive post-process.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemoryImages {
+    pub before: Vec<Vec<u8>>,
+    pub after: Vec<Vec<u8>>,
+}
+
+/// One case as the oracles see it.
+#[derive(Clone, Debug)]
+pub struct OracleInput {
+    /// Geometry, mode, every rank's layout and the request's block lists.
+    pub case: CaseLayout,
+    pub prompt_len: u32,
+    /// Tokens whose KV is transferred (M).
+    pub transferred_tokens: u32,
+    /// Decode's local prefix hit in tokens (h).
+    pub prefix_hit_tokens: u32,
+    /// Every pair of every transfer of the request, in recording order.
+    pub pairs: Vec<OraclePair>,
+    decode_memory: Vec<Option<MemoryImages>>,
+    prefill_memory: Vec<Option<MemoryImages>>,
+}
+
+impl OracleInput {
+    /// A case without memory images; `M` follows the geometry's rule
+    /// (`N - 1` for hybrid models, else `N`).
+    pub fn new(
+        case: CaseLayout,
+        prompt_len: u32,
+        prefix_hit_tokens: u32,
+        pairs: Vec<ResolvedPair<Location>>,
+    ) -> Self {
+        let transferred_tokens = case.geometry().transferred_tokens(prompt_len);
+        let decode_memory = vec![None; case.engines(Side::Decode).len()];
+        let prefill_memory = vec![None; case.engines(Side::Prefill).len()];
+        Self {
+            case,
+            prompt_len,
+            transferred_tokens,
+            prefix_hit_tokens,
+            pairs: pairs.into_iter().map(OraclePair::from_resolved).collect(),
+            decode_memory,
+            prefill_memory,
+        }
+    }
+
+    /// Overrides `M` (e.g. for a scheduler with another lookahead rule).
+    pub fn with_transferred_tokens(mut self, tokens: u32) -> Self {
+        self.transferred_tokens = tokens;
+        self
+    }
+
+    /// Attaches a rank's memory images; ignored for a rank the case does not have.
+    pub fn set_memory(&mut self, side: Side, rank: u32, images: MemoryImages) {
+        let slots = match side {
+            Side::Decode => &mut self.decode_memory,
+            Side::Prefill => &mut self.prefill_memory,
+        };
+        if let Some(slot) = slots.get_mut(rank as usize) {
+            *slot = Some(images);
+        }
+    }
+
+    pub fn memory(&self, side: Side, rank: u32) -> Option<&MemoryImages> {
+        let slots = match side {
+            Side::Decode => &self.decode_memory,
+            Side::Prefill => &self.prefill_memory,
+        };
+        slots.get(rank as usize).and_then(Option::as_ref)
+    }
+
+    pub fn geometry(&self) -> &Geometry {
+        self.case.geometry()
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.case.mode()
+    }
+
+    /// Pairs of posted transfers: the ones that moved bytes.
+    pub fn posted_pairs(&self) -> impl Iterator<Item = &OraclePair> {
+        self.pairs.iter().filter(|p| p.posted)
+    }
+}

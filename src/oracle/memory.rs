@@ -1,0 +1,120 @@
+//! Shared by the byte-level oracles: fetching a rank's images with their
+//! sizes checked, and tallying bad bytes per (region, block, kind of fault).
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use crate::layout::{EngineLayout, Side};
+
+use super::input::{MemoryImages, OracleInput};
+use super::violation::Violation;
+
+/// The rank's images, or a violation saying why they cannot be checked.
+pub(crate) fn images<'a>(
+    oracle: &'static str,
+    input: &'a OracleInput,
+    layout: &EngineLayout,
+    need_before: bool,
+) -> Result<&'a MemoryImages, Box<Violation>> {
+    let (side, rank) = (layout.side(), layout.tp_rank());
+    let fail = |msg: String| Box::new(Violation::new(oracle, msg).on(Some(side), Some(rank)));
+    let images = input.memory(side, rank).ok_or_else(|| {
+        fail(format!(
+            "{side} rank {rank} has no memory images; the byte-level check cannot run"
+        ))
+    })?;
+    let regions = layout.num_regions() as usize;
+    let sets: &[(&str, &Vec<Vec<u8>>)] = if need_before {
+        &[("before", &images.before), ("after", &images.after)]
+    } else {
+        &[("after", &images.after)]
+    };
+    for (name, set) in sets {
+        if set.len() != regions {
+            return Err(fail(format!(
+                "{name} image has {} regions, the layout has {regions}",
+                set.len()
+            )));
+        }
+        if let Some((i, img)) = set
+            .iter()
+            .enumerate()
+            .find(|(_, img)| img.len() as u64 != layout.region_len())
+        {
+            let v = fail(format!(
+                "{name} image of region {i} has {} bytes, the layout needs {}",
+                img.len(),
+                layout.region_len()
+            ));
+            return Err(Box::new(v.region(Some(i as u32))));
+        }
+    }
+    Ok(images)
+}
+
+/// Bad bytes of one (region, block, fault).
+pub(crate) struct Tally {
+    pub count: u64,
+    pub bytes: Range<u64>,
+    pub tokens: Option<Range<u32>>,
+    pub expected: u8,
+    pub found: u8,
+}
+
+/// Bad bytes grouped by (region, block, fault), in order.
+#[derive(Default)]
+pub(crate) struct Tallies {
+    map: BTreeMap<(u32, u32, &'static str), Tally>,
+}
+
+impl Tallies {
+    #[allow(clippy::too_many_arguments)]
+    pub fn add(
+        &mut self,
+        region: u32,
+        block: u32,
+        fault: &'static str,
+        offset: u64,
+        token: Option<u32>,
+        expected: u8,
+        found: u8,
+    ) {
+        let t = self.map.entry((region, block, fault)).or_insert(Tally {
+            count: 0,
+            bytes: offset..offset + 1,
+            tokens: token.map(|t| t..t + 1),
+            expected,
+            found,
+        });
+        t.count += 1;
+        t.bytes = t.bytes.start.min(offset)..t.bytes.end.max(offset + 1);
+        if let (Some(r), Some(tok)) = (&mut t.tokens, token) {
+            *r = r.start.min(tok)..r.end.max(tok + 1);
+        }
+    }
+
+    /// One violation per (region, block, fault), with the place, the byte
+    /// range and the first expected/found bytes filled in; `finish` adds the
+    /// message (and may refine the rest).
+    pub fn into_violations(
+        self,
+        oracle: &'static str,
+        side: Side,
+        rank: u32,
+        finish: impl Fn(&'static str, &Tally, Violation) -> Violation,
+    ) -> Vec<Violation> {
+        self.map
+            .into_iter()
+            .map(|((region, block, fault), t)| {
+                let v = Violation::new(oracle, String::new())
+                    .on(Some(side), Some(rank))
+                    .region(Some(region))
+                    .block(Some(block))
+                    .bytes(t.bytes.clone(), t.count)
+                    .expected(format!("{:#04x}", t.expected))
+                    .found(format!("{:#04x}", t.found));
+                finish(fault, &t, v)
+            })
+            .collect()
+    }
+}

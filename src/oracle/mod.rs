@@ -1,0 +1,49 @@
+//! The invariants, one file each. An oracle reads an [`OracleInput`] and
+//! returns [`Violation`]s; it never prints.
+//!
+//! Descriptor-level oracles ([`run_descriptor_level`]) need only the layouts
+//! and the resolved pairs, so they also run on recorded vLLM traces; the
+//! byte-level ones need memory images and the provenance pattern of
+//! [`crate::pattern`].
+//!
+//! A scenario builds a [`crate::layout::CaseLayout`] from the region bases it
+//! allocated, fills prefill with [`crate::pattern::fill_prefill_arenas`] and
+//! decode with [`crate::pattern::fill_decode_arenas`], snapshots both, runs
+//! the connector through [`crate::nixl::Recording`] and the receive
+//! post-process, resolves the pairs with `recording.resolve(&case)`, and
+//! hands [`OracleInput::new`] plus [`OracleInput::set_memory`] per rank to
+//! [`run_all`].
+
+pub mod containment;
+pub mod coverage;
+pub mod input;
+mod intervals;
+mod memory;
+pub mod neighbour_preservation;
+pub mod no_double_write;
+pub mod pairing;
+pub mod transferred_or_zeroed;
+pub mod violation;
+
+#[cfg(test)]
+mod test_case;
+
+pub use input::{Endpoint, MemoryImages, OracleInput, OraclePair};
+pub use violation::{PairRef, Violation};
+
+/// Every oracle.
+pub fn run_all(input: &OracleInput) -> Vec<Violation> {
+    let mut out = run_descriptor_level(input);
+    out.extend(transferred_or_zeroed::check(input));
+    out.extend(neighbour_preservation::check(input));
+    out
+}
+
+/// The oracles that need no memory: containment, pairing, coverage and no double write.
+pub fn run_descriptor_level(input: &OracleInput) -> Vec<Violation> {
+    let mut out = containment::check(input);
+    out.extend(pairing::check(input));
+    out.extend(coverage::check(input));
+    out.extend(no_double_write::check(input));
+    out
+}

@@ -1,0 +1,478 @@
+//! Provenance patterns: every byte of the request's prefill KV encodes its
+//! TP-independent [`Coordinate`], so a misplaced byte is caught, not only a
+//! missing one. Other blocks carry a "foreign" pattern, decode memory starts
+//! as [`SENTINEL`].
+//!
+//! No pattern byte is ever 0 (the value the receive post-process zeroes
+//! with) or [`SENTINEL`].
+
+use crate::layout::{CaseLayout, Coordinate, EngineLayout, MambaPart, Side};
+use crate::memory::HostArena;
+
+/// The byte decode memory is filled with before a transfer: a byte still
+/// equal to it afterwards was never written.
+pub const SENTINEL: u8 = 0xAA;
+
+const TAG_ATTENTION: u64 = 0x6174_746e_0000_0001;
+const TAG_MAMBA: u64 = 0x6d61_6d62_0000_0002;
+const TAG_FOREIGN: u64 = 0x666f_7265_0000_0003;
+
+/// splitmix64's finaliser.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Maps a hash onto the 253 byte values other than 0, [`SENTINEL`] and 0xFF.
+fn to_byte(h: u64) -> u8 {
+    let v = 1 + (h % 253) as u8;
+    if v >= SENTINEL {
+        v + 1
+    } else {
+        v
+    }
+}
+
+fn finish(seed: u64, byte: u64) -> u8 {
+    to_byte(mix(seed ^ byte.wrapping_mul(0xd6e8_feb8_6659_fd93)))
+}
+
+fn attention_seed(region: u32, group: u32, token: u32, head: u32) -> u64 {
+    let h = mix(TAG_ATTENTION ^ u64::from(region));
+    let h = mix(h ^ (u64::from(group) << 32 | u64::from(token)));
+    mix(h ^ u64::from(head))
+}
+
+fn part_code(part: MambaPart) -> u64 {
+    match part {
+        MambaPart::Conv(j) => u64::from(j),
+        MambaPart::Ssm => 0xffff_fffe,
+        MambaPart::Padding => 0xffff_ffff,
+    }
+}
+
+fn mamba_seed(region: u32, group: u32, part: MambaPart) -> u64 {
+    let h = mix(TAG_MAMBA ^ u64::from(region));
+    mix(h ^ (u64::from(group) << 32 | part_code(part)))
+}
+
+fn foreign_seed(side: Side, rank: u32, region: u32) -> u64 {
+    let side = match side {
+        Side::Prefill => 1u64,
+        Side::Decode => 2u64,
+    };
+    mix(mix(TAG_FOREIGN ^ (side << 32 | u64::from(rank))) ^ u64::from(region))
+}
+
+/// The provenance byte of a coordinate: what prefill holds there, and so
+/// what decode must hold there after the transfer.
+pub fn pattern_byte(coordinate: &Coordinate) -> u8 {
+    match *coordinate {
+        Coordinate::Attention {
+            region,
+            group,
+            token,
+            head,
+            byte,
+        } => finish(attention_seed(region, group, token, head), byte),
+        Coordinate::Mamba {
+            region,
+            group,
+            part,
+            byte,
+        } => finish(mamba_seed(region, group, part), byte),
+    }
+}
+
+/// Fills `out` with the provenance bytes of one (token, head) cell's content,
+/// starting at content byte `first_byte`.
+pub fn attention_cell_pattern(
+    region: u32,
+    group: u32,
+    token: u32,
+    head: u32,
+    first_byte: u64,
+    out: &mut [u8],
+) {
+    let seed = attention_seed(region, group, token, head);
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = finish(seed, first_byte + i as u64);
+    }
+}
+
+/// Fills `out` with the provenance bytes of a mamba sub-region, from global byte `first_byte`.
+pub fn mamba_pattern(region: u32, group: u32, part: MambaPart, first_byte: u64, out: &mut [u8]) {
+    let seed = mamba_seed(region, group, part);
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = finish(seed, first_byte + i as u64);
+    }
+}
+
+/// The byte a block that is not the request's holds at `offset` of `region`
+/// of rank `rank` of `side` (distinct per rank, region and offset).
+pub fn foreign_byte(side: Side, rank: u32, region: u32, offset: u64) -> u8 {
+    finish(foreign_seed(side, rank, region), offset)
+}
+
+fn foreign_fill(side: Side, rank: u32, region: u32, first_offset: u64, out: &mut [u8]) {
+    let seed = foreign_seed(side, rank, region);
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = finish(seed, first_offset + i as u64);
+    }
+}
+
+/// How decode memory starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeFill {
+    /// Every byte is [`SENTINEL`].
+    Sentinel,
+    /// The request's blocks are [`SENTINEL`]; every other block (a
+    /// co-resident neighbour) carries the foreign pattern of its rank.
+    SentinelWithNeighbours,
+}
+
+/// Why a memory image cannot be filled.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FillError {
+    #[error("{side} rank {rank} does not exist in this case")]
+    UnknownRank { side: Side, rank: u32 },
+    #[error("{side} rank {rank} region {region} does not exist")]
+    UnknownRegion { side: Side, rank: u32, region: u32 },
+    #[error(
+        "{side} rank {rank} region {region} image has {got} bytes, the layout needs {expected}"
+    )]
+    ImageSize {
+        side: Side,
+        rank: u32,
+        region: u32,
+        got: u64,
+        expected: u64,
+    },
+    #[error("{side} rank {rank} has {got} region images, the layout has {expected} regions")]
+    RegionCount {
+        side: Side,
+        rank: u32,
+        got: usize,
+        expected: u32,
+    },
+}
+
+fn checked_layout(
+    case: &CaseLayout,
+    side: Side,
+    rank: u32,
+    region: u32,
+    len: usize,
+) -> Result<&EngineLayout, FillError> {
+    let layout = case
+        .engine(side, rank)
+        .ok_or(FillError::UnknownRank { side, rank })?;
+    if region >= layout.num_regions() {
+        return Err(FillError::UnknownRegion { side, rank, region });
+    }
+    if len as u64 != layout.region_len() {
+        return Err(FillError::ImageSize {
+            side,
+            rank,
+            region,
+            got: len as u64,
+            expected: layout.region_len(),
+        });
+    }
+    Ok(layout)
+}
+
+/// Fills one prefill region: the request's attention blocks and mamba state
+/// with provenance bytes (in the rank's own layout), everything else
+/// (other blocks, mamba padding) with the rank's foreign pattern.
+pub fn fill_prefill_region(
+    case: &CaseLayout,
+    rank: u32,
+    region: u32,
+    bytes: &mut [u8],
+) -> Result<(), FillError> {
+    let side = Side::Prefill;
+    let layout = checked_layout(case, side, rank, region, bytes.len())?;
+    foreign_fill(side, rank, region, 0, bytes);
+    let u = layout.unified_page() as usize;
+    for block in 0..layout.num_logical_blocks() {
+        let page = &mut bytes[block as usize * u..(block as usize + 1) * u];
+        write_request_block(case, layout, region, block, page);
+    }
+    Ok(())
+}
+
+/// Writes the provenance bytes of `block` (if the request owns it) into `page`.
+fn write_request_block(
+    case: &CaseLayout,
+    layout: &EngineLayout,
+    region: u32,
+    block: u32,
+    page: &mut [u8],
+) {
+    let Some(owner) = case.owner(layout.side(), block) else {
+        return;
+    };
+    match case.group_kind(owner.group) {
+        Some(crate::geometry::GroupKind::Attention) => {
+            let view = layout.own_view();
+            let c = layout.bytes_per_head_token() as usize;
+            let first_token = owner.position * layout.logical_block();
+            for t in 0..layout.logical_block() {
+                for h in 0..layout.heads().count {
+                    let off = layout.cell_offset(view, t, h) as usize;
+                    let head = layout.global_head(h);
+                    attention_cell_pattern(
+                        region,
+                        owner.group,
+                        first_token + t,
+                        head,
+                        0,
+                        &mut page[off..off + c],
+                    );
+                }
+            }
+        }
+        Some(crate::geometry::GroupKind::Mamba) => {
+            let Some(mamba) = layout.mamba() else { return };
+            for (part, sub) in mamba.parts() {
+                let (s, e) = (sub.offset as usize, (sub.offset + sub.size) as usize);
+                let first = layout.mamba_global_byte(part, 0);
+                mamba_pattern(region, owner.group, part, first, &mut page[s..e]);
+            }
+        }
+        None => {}
+    }
+}
+
+/// Fills one decode region per `fill`.
+pub fn fill_decode_region(
+    case: &CaseLayout,
+    rank: u32,
+    region: u32,
+    bytes: &mut [u8],
+    fill: DecodeFill,
+) -> Result<(), FillError> {
+    let side = Side::Decode;
+    let layout = checked_layout(case, side, rank, region, bytes.len())?;
+    bytes.fill(SENTINEL);
+    if fill == DecodeFill::SentinelWithNeighbours {
+        let u = layout.unified_page();
+        for block in 0..layout.num_logical_blocks() {
+            if case.owner(side, block).is_none() {
+                let s = u64::from(block) * u;
+                foreign_fill(
+                    side,
+                    rank,
+                    region,
+                    s,
+                    &mut bytes[s as usize..(s + u) as usize],
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Fills every region image of a prefill rank (`images[region]`).
+pub fn fill_prefill_rank(
+    case: &CaseLayout,
+    rank: u32,
+    images: &mut [Vec<u8>],
+) -> Result<(), FillError> {
+    check_region_count(case, Side::Prefill, rank, images.len())?;
+    images
+        .iter_mut()
+        .enumerate()
+        .try_for_each(|(i, img)| fill_prefill_region(case, rank, i as u32, img))
+}
+
+/// Fills every region image of a decode rank (`images[region]`).
+pub fn fill_decode_rank(
+    case: &CaseLayout,
+    rank: u32,
+    images: &mut [Vec<u8>],
+    fill: DecodeFill,
+) -> Result<(), FillError> {
+    check_region_count(case, Side::Decode, rank, images.len())?;
+    images
+        .iter_mut()
+        .enumerate()
+        .try_for_each(|(i, img)| fill_decode_region(case, rank, i as u32, img, fill))
+}
+
+/// Fills the host arenas of a prefill rank (`arenas[region]`).
+pub fn fill_prefill_arenas(
+    case: &CaseLayout,
+    rank: u32,
+    arenas: &[HostArena],
+) -> Result<(), FillError> {
+    check_region_count(case, Side::Prefill, rank, arenas.len())?;
+    arenas
+        .iter()
+        .enumerate()
+        .try_for_each(|(i, a)| fill_prefill_region(case, rank, i as u32, &mut a.write()))
+}
+
+/// Fills the host arenas of a decode rank (`arenas[region]`).
+pub fn fill_decode_arenas(
+    case: &CaseLayout,
+    rank: u32,
+    arenas: &[HostArena],
+    fill: DecodeFill,
+) -> Result<(), FillError> {
+    check_region_count(case, Side::Decode, rank, arenas.len())?;
+    arenas
+        .iter()
+        .enumerate()
+        .try_for_each(|(i, a)| fill_decode_region(case, rank, i as u32, &mut a.write(), fill))
+}
+
+fn check_region_count(
+    case: &CaseLayout,
+    side: Side,
+    rank: u32,
+    got: usize,
+) -> Result<(), FillError> {
+    let layout = case
+        .engine(side, rank)
+        .ok_or(FillError::UnknownRank { side, rank })?;
+    if got != layout.num_regions() as usize {
+        return Err(FillError::RegionCount {
+            side,
+            rank,
+            got,
+            expected: layout.num_regions(),
+        });
+    }
+    Ok(())
+}
+
+/// What prefill held for the coordinate that byte `offset` of `region` of
+/// decode rank `rank` holds once post-processed (decode's own layout);
+/// `None` outside the request's blocks and in mamba padding.
+pub fn expected_decode_byte(case: &CaseLayout, rank: u32, region: u32, offset: u64) -> Option<u8> {
+    let layout = case.engine(Side::Decode, rank)?;
+    if region >= layout.num_regions() {
+        return None;
+    }
+    case.coordinate_at(layout, layout.own_view(), region, offset)
+        .map(|c| pattern_byte(&c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pattern_bytes_avoid_zero_and_sentinel_and_depend_on_every_field() {
+        let mut seen = [false; 256];
+        for token in 0..64 {
+            for byte in 0..64 {
+                let c = Coordinate::Attention {
+                    region: 1,
+                    group: 0,
+                    token,
+                    head: 2,
+                    byte,
+                };
+                seen[pattern_byte(&c) as usize] = true;
+            }
+        }
+        assert!(!seen[0] && !seen[SENTINEL as usize] && !seen[0xff]);
+        assert_eq!(seen.iter().filter(|&&s| s).count(), 253);
+
+        let base = Coordinate::Attention {
+            region: 0,
+            group: 0,
+            token: 5,
+            head: 1,
+            byte: 3,
+        };
+        let variants = [
+            Coordinate::Attention {
+                region: 1,
+                group: 0,
+                token: 5,
+                head: 1,
+                byte: 3,
+            },
+            Coordinate::Attention {
+                region: 0,
+                group: 1,
+                token: 5,
+                head: 1,
+                byte: 3,
+            },
+            Coordinate::Attention {
+                region: 0,
+                group: 0,
+                token: 6,
+                head: 1,
+                byte: 3,
+            },
+            Coordinate::Attention {
+                region: 0,
+                group: 0,
+                token: 5,
+                head: 0,
+                byte: 3,
+            },
+        ];
+        // A single byte can collide by chance; a 16-byte run cannot plausibly.
+        let run = |c: Coordinate| -> Vec<u8> {
+            (0..16)
+                .map(|b| match c {
+                    Coordinate::Attention {
+                        region,
+                        group,
+                        token,
+                        head,
+                        ..
+                    } => pattern_byte(&Coordinate::Attention {
+                        region,
+                        group,
+                        token,
+                        head,
+                        byte: b,
+                    }),
+                    Coordinate::Mamba { .. } => unreachable!(),
+                })
+                .collect()
+        };
+        for v in variants {
+            assert_ne!(run(base), run(v), "{v:?}");
+        }
+        let mut cell = [0u8; 16];
+        attention_cell_pattern(0, 0, 5, 1, 0, &mut cell);
+        assert_eq!(cell.to_vec(), run(base));
+    }
+
+    #[test]
+    fn mamba_and_foreign_patterns_differ_by_part_and_rank() {
+        let mut conv = [0u8; 32];
+        let mut ssm = [0u8; 32];
+        mamba_pattern(0, 1, MambaPart::Conv(0), 0, &mut conv);
+        mamba_pattern(0, 1, MambaPart::Ssm, 0, &mut ssm);
+        assert_ne!(conv, ssm);
+        assert_eq!(
+            conv[7],
+            pattern_byte(&Coordinate::Mamba {
+                region: 0,
+                group: 1,
+                part: MambaPart::Conv(0),
+                byte: 7
+            })
+        );
+        let f0: Vec<u8> = (0..32)
+            .map(|o| foreign_byte(Side::Prefill, 0, 0, o))
+            .collect();
+        let f1: Vec<u8> = (0..32)
+            .map(|o| foreign_byte(Side::Prefill, 1, 0, o))
+            .collect();
+        assert_ne!(f0, f1);
+        assert!(f0.iter().all(|&b| b != 0 && b != SENTINEL));
+    }
+}

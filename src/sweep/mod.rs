@@ -1,0 +1,6 @@
+//! Many cases: enumeration (grid from geometry files, seeded random draws),
+//! parallel execution, and shrinking a failure to a minimal replay.
+
+pub mod execute;
+pub mod plan;
+pub mod prompts;
