@@ -19,10 +19,11 @@ pub enum Defect {
     SplitHandleKeyRatioOnly,
     PushEmptyRemoteIds,
     PushOneWayRatio,
+    PushReplicatedDoubleWrite,
 }
 
 impl Defect {
-    pub const ALL: [Defect; 11] = [
+    pub const ALL: [Defect; 12] = [
         Defect::StrictPrefixTolerance,
         Defect::NoClippedBlockZeroing,
         Defect::TwoPathZeroing,
@@ -34,6 +35,7 @@ impl Defect {
         Defect::SplitHandleKeyRatioOnly,
         Defect::PushEmptyRemoteIds,
         Defect::PushOneWayRatio,
+        Defect::PushReplicatedDoubleWrite,
     ];
 
     /// The name used on the command line.
@@ -50,6 +52,7 @@ impl Defect {
             Defect::SplitHandleKeyRatioOnly => "split-handle-key-ratio-only",
             Defect::PushEmptyRemoteIds => "push-empty-remote-ids",
             Defect::PushOneWayRatio => "push-one-way-ratio",
+            Defect::PushReplicatedDoubleWrite => "push-replicated-double-write",
         }
     }
 
@@ -93,6 +96,9 @@ impl Defect {
             Defect::PushOneWayRatio => {
                 "vLLM 0.33.0 push: P and D compute the block-size ratio in opposite directions"
             }
+            Defect::PushReplicatedDoubleWrite => {
+                "vLLM 0.33.0 push with P_TP > D_TP: every prefill rank writes the replicated MLA pages"
+            }
         }
     }
 
@@ -123,6 +129,9 @@ impl Defect {
             Defect::PushEmptyRemoteIds => "decode crashes with IndexError; request never finishes",
             Defect::PushOneWayRatio => {
                 "assertion on one side, decode waits forever for a push that never comes"
+            }
+            Defect::PushReplicatedDoubleWrite => {
+                "the same decode bytes written by several concurrent WRITEs (NIXL does not detect it)"
             }
         }
     }

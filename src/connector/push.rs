@@ -64,10 +64,6 @@ pub fn parse_completion(message: &str) -> Option<(String, Vec<(usize, u64)>)> {
 }
 
 impl Worker {
-    fn own_push(&self) -> bool {
-        !matches!(self.cfg.defect, Some(Defect::PushEmptyRemoteIds) | Some(Defect::PushOneWayRatio))
-    }
-
     /// P side: plan and post the WRITEs of one request.
     pub fn start_write(&mut self, nixl: &mut dyn Nixl, req: &WriteRequest) -> Result<Sending, ConnectorError> {
         let groups = self.cfg.model.groups.clone();
@@ -88,7 +84,6 @@ impl Worker {
         })?;
         let is_mla = self.cfg.model.is_mla();
         let has_mamba = self.cfg.model.has_mamba();
-        let own_push = self.own_push();
         let mapping = &engine.mapping;
         let replicate_attention = is_mla && t < 0;
         let ranks: Vec<u32> = if replicate_attention && !has_mamba {
@@ -126,7 +121,8 @@ impl Worker {
             }
             .ok_or_else(|| ConnectorError::Plan("no local list for this decode geometry".into()))?;
             let (mut local_ids, mut remote_ids) = (keep(&local_kernel, rank), keep(&remote_kernel, rank));
-            if own_push && is_mla && t > 1 && self.cfg.tp_rank % t as u32 != 0 {
+            let write_replicas_once = self.cfg.defect != Some(Defect::PushReplicatedDoubleWrite);
+            if write_replicas_once && is_mla && t > 1 && self.cfg.tp_rank % t as u32 != 0 {
                 // Replicated pages: one prefill rank per decode rank writes them.
                 for (g, kind) in groups.iter().enumerate() {
                     if *kind == GroupKind::Attention {
@@ -147,7 +143,7 @@ impl Worker {
                     }
                 }
             }
-            if local_ids.iter().all(Vec::is_empty) && own_push {
+            if local_ids.iter().all(Vec::is_empty) {
                 // Nothing to write from this rank: only tell decode it is done.
                 let notification = format!("{}:{};covered=", req.remote_request_id, self.cfg.engine.tp_size);
                 nixl.send_notification(self.agent, &remote.agent_name, notification.as_bytes())?;
@@ -193,7 +189,7 @@ impl Worker {
                 self.cfg.defect,
             );
             let mut notification = format!("{}:{}", req.remote_request_id, self.cfg.engine.tp_size);
-            if self.own_push() {
+            if self.cfg.defect != Some(Defect::PushEmptyRemoteIds) {
                 let covered: Vec<String> = remote_ids
                     .iter()
                     .enumerate()

@@ -333,8 +333,10 @@ impl CaseLayout {
             return loc;
         };
         loc.kind = match self.group_kind(owner.group) {
+            Some(GroupKind::Attention) if layout.touches_padding(in_block, row.len) => LocationKind::PagePadding,
             Some(GroupKind::Attention) => {
-                LocationKind::Attention(self.attention_span(layout, view, owner, in_block, row.len))
+                let dense = layout.dense_offset(in_block).unwrap_or(in_block);
+                LocationKind::Attention(self.attention_span(layout, view, owner, dense, row.len))
             }
             _ => LocationKind::Mamba(MambaSpan {
                 group: owner.group,
@@ -402,7 +404,7 @@ impl CaseLayout {
         let in_block = offset % u;
         match self.group_kind(owner.group)? {
             GroupKind::Attention => {
-                let (t, h, byte) = layout.byte_cell(view, in_block);
+                let (t, h, byte) = layout.byte_cell(view, layout.dense_offset(in_block)?);
                 Some(Coordinate::Attention {
                     region,
                     group: owner.group,

@@ -83,6 +83,9 @@ pub struct EngineLayout {
     logical_block: u32,
     layout: KvLayout,
     unified_page: u64,
+    /// Bytes of one kernel page and between consecutive kernel pages.
+    kernel_page: u64,
+    kernel_stride: u64,
     num_logical_blocks: u32,
     region_bases: Vec<u64>,
     heads: HeadSlice,
@@ -171,6 +174,8 @@ impl EngineLayout {
             logical_block: engine.logical_block,
             layout: engine.layout,
             unified_page,
+            kernel_page: engine.kernel_page_bytes(model),
+            kernel_stride: engine.kernel_block_stride(model),
             num_logical_blocks,
             region_bases,
             heads,
@@ -250,7 +255,31 @@ impl EngineLayout {
 
     /// Bytes of one kernel block (`U / ppl`).
     pub fn kernel_page(&self) -> u64 {
-        self.unified_page / u64::from(self.ppl())
+        self.kernel_page
+    }
+
+    /// Offset inside a logical block as if kernel pages were unpadded, or
+    /// `None` when `in_block` is padding between kernel pages.
+    pub fn dense_offset(&self, in_block: u64) -> Option<u64> {
+        let (page, w) = (in_block / self.kernel_stride, in_block % self.kernel_stride);
+        (w < self.kernel_page).then_some(page * self.kernel_page + w)
+    }
+
+    /// Whether `[in_block, in_block + len)` of a logical block touches padding
+    /// or spans two kernel pages of a padded layout.
+    pub fn touches_padding(&self, in_block: u64, len: u64) -> bool {
+        if self.kernel_stride == self.kernel_page {
+            return false;
+        }
+        let last = in_block + len.max(1) - 1;
+        match (self.dense_offset(in_block), self.dense_offset(last)) {
+            (Some(a), Some(b)) => b - a != last - in_block,
+            _ => true,
+        }
+    }
+
+    fn padded_offset(&self, dense: u64) -> u64 {
+        (dense / self.kernel_page) * self.kernel_stride + dense % self.kernel_page
     }
 
     pub fn num_logical_blocks(&self) -> u32 {
@@ -317,6 +346,10 @@ impl EngineLayout {
     /// Offset inside a logical block of the first content byte of token
     /// `token` (relative to the block) and local head `head`, in `view`.
     pub fn cell_offset(&self, view: PageView, token: u32, head: u32) -> u64 {
+        self.padded_offset(self.dense_cell_offset(view, token, head))
+    }
+
+    fn dense_cell_offset(&self, view: PageView, token: u32, head: u32) -> u64 {
         let (h_count, c) = (u64::from(self.heads.count), self.bytes_per_head_token);
         let (t, h) = (u64::from(token), u64::from(head));
         match view.layout {
@@ -329,7 +362,8 @@ impl EngineLayout {
         }
     }
 
-    /// The (token, local head, content byte) a block offset holds in `view`.
+    /// The (token, local head, content byte) a dense block offset (see
+    /// [`Self::dense_offset`]) holds in `view`.
     pub fn byte_cell(&self, view: PageView, offset: u64) -> (u32, u32, u64) {
         let (h_count, c) = (u64::from(self.heads.count), self.bytes_per_head_token);
         match view.layout {
@@ -348,7 +382,7 @@ impl EngineLayout {
         }
     }
 
-    /// Cells touched by `len >= 1` bytes at `offset` of a logical block, in `view`.
+    /// Cells touched by `len >= 1` bytes at dense `offset` of a logical block, in `view`.
     pub(crate) fn block_cells(&self, view: PageView, offset: u64, len: u64) -> BlockCells {
         let (h_count, c) = (u64::from(self.heads.count), self.bytes_per_head_token);
         let token_major = h_count == 1 || view.layout == KvLayout::Nhd;

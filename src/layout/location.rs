@@ -111,6 +111,9 @@ pub enum LocationKind {
     Unowned,
     /// Inside a region but across a logical block boundary.
     CrossesBlocks,
+    /// In the padding between the kernel pages of an attention block
+    /// (layouts whose kernel block stride exceeds the page).
+    PagePadding,
     /// Not inside any region of this rank (or running past a region's end).
     OutsideRegions,
     /// The agent name is not `prefill-<rank>`/`decode-<rank>` of this case.
@@ -125,6 +128,7 @@ impl LocationKind {
             LocationKind::Mamba(_) => "mamba",
             LocationKind::Unowned => "unowned block",
             LocationKind::CrossesBlocks => "across blocks",
+            LocationKind::PagePadding => "page padding",
             LocationKind::OutsideRegions => "outside regions",
             LocationKind::UnknownAgent => "unknown agent",
         }

@@ -47,6 +47,7 @@ fn destination(input: &OracleInput, pair: &OraclePair) -> Option<Violation> {
             }
             LocationKind::Unowned => format!("{what} writes a block the request does not own"),
             LocationKind::CrossesBlocks => format!("{what} runs across a logical block boundary"),
+            LocationKind::PagePadding => format!("{what} writes the padding between kernel pages"),
             LocationKind::OutsideRegions => format!("{what} is outside every registered region"),
             LocationKind::UnknownAgent => format!("{what} is on an agent this case does not know"),
         }
@@ -67,6 +68,7 @@ fn source(pair: &OraclePair) -> Option<Violation> {
             LocationKind::Attention(_) | LocationKind::Mamba(_) => return None,
             LocationKind::Unowned => format!("{what} reads a block the request does not own"),
             LocationKind::CrossesBlocks => format!("{what} runs across a logical block boundary"),
+            LocationKind::PagePadding => format!("{what} reads the padding between kernel pages"),
             LocationKind::OutsideRegions => format!("{what} is outside every registered region"),
             LocationKind::UnknownAgent => format!("{what} is on an agent this case does not know"),
         }

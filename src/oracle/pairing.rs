@@ -147,7 +147,8 @@ fn cell_pieces(
     let view = layout.transfer_view();
     let c = layout.bytes_per_head_token();
     let first_token = span.block_position * layout.logical_block();
-    let mut offset = loc.offset % layout.unified_page();
+    let in_block = loc.offset % layout.unified_page();
+    let mut offset = layout.dense_offset(in_block).unwrap_or(in_block);
     let mut left = loc.len;
     let mut out = Vec::new();
     while left > 0 {
