@@ -7,6 +7,7 @@
 //! the [`nixl::Recording`] wrapper resolves every descriptor to byte ranges
 //! and the oracles check them against the memory the scenario allocated.
 
+pub mod bench;
 pub mod cli;
 pub mod connector;
 pub mod defects;

@@ -101,7 +101,7 @@ fn bench_sweep(threads: Option<usize>) -> u8 {
 pub fn bench(kind: BenchKind, threads: Option<usize>) -> u8 {
     match kind {
         BenchKind::Sweep => bench_sweep(threads),
-        BenchKind::Transport => match Ok::<&str, String>("transport bench pending") {
+        BenchKind::Transport => match crate::bench::transport_bench(&crate::bench::TransportBenchConfig::default()) {
             Ok(report) => {
                 println!("{report}");
                 EXIT_OK

@@ -3,7 +3,7 @@
 //! into it). The arena's address is the real address of its bytes, so the
 //! same arena can be registered with real NIXL.
 
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
 /// A fixed-size, zero-initialised host buffer with a stable address.
 #[derive(Clone, Debug)]
@@ -46,7 +46,10 @@ impl HostArena {
 
     /// Whether `[addr, addr + len)` lies inside this arena.
     pub fn contains(&self, addr: u64, len: u64) -> bool {
-        addr >= self.base() && addr.checked_add(len).is_some_and(|end| end <= self.base() + self.len())
+        addr >= self.base()
+            && addr
+                .checked_add(len)
+                .is_some_and(|end| end <= self.base() + self.len())
     }
 
     pub fn same_as(&self, other: &HostArena) -> bool {
@@ -59,6 +62,24 @@ impl HostArena {
 
     pub fn write(&self) -> RwLockWriteGuard<'_, Box<[u8]>> {
         self.inner.bytes.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The bytes for reading, or `None` while a writer holds them.
+    pub fn try_read(&self) -> Option<RwLockReadGuard<'_, Box<[u8]>>> {
+        match self.inner.bytes.try_read() {
+            Ok(guard) => Some(guard),
+            Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// The bytes for writing, or `None` while any other guard holds them.
+    pub fn try_write(&self) -> Option<RwLockWriteGuard<'_, Box<[u8]>>> {
+        match self.inner.bytes.try_write() {
+            Ok(guard) => Some(guard),
+            Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
     }
 
     /// A copy of the whole content.

@@ -44,6 +44,16 @@ impl DryRun {
     }
 }
 
+/// Agent names must be usable as NIXL names and as notification keys.
+pub(crate) fn check_agent_name(name: &str) -> NixlResult<()> {
+    if name.is_empty() || name.contains('\0') {
+        return Err(NixlError::InvalidParam(format!(
+            "agent name {name:?} must be non-empty and free of NUL bytes"
+        )));
+    }
+    Ok(())
+}
+
 /// NIXL's checks on a prepared transfer, shared by the in-process transports.
 pub(crate) fn check_xfer_ids(
     local: (&DlistTarget, u64),
@@ -51,7 +61,20 @@ pub(crate) fn check_xfer_ids(
     remote: (&DlistTarget, u64),
     remote_ids: &[u32],
 ) -> NixlResult<()> {
-    if *local.0 != DlistTarget::Local || matches!(remote.0, DlistTarget::Local) {
+    check_xfer_sides(local.0, local_ids, remote.0, remote_ids)?;
+    check_xfer_ranges(local.1, local_ids, remote.1, remote_ids)
+}
+
+/// The checks NIXL makes first: the local handle was prepared locally, the
+/// remote one against a remote agent, and the index lists are non-empty and
+/// of equal length.
+pub(crate) fn check_xfer_sides(
+    local: &DlistTarget,
+    local_ids: &[u32],
+    remote: &DlistTarget,
+    remote_ids: &[u32],
+) -> NixlResult<()> {
+    if *local != DlistTarget::Local || matches!(remote, DlistTarget::Local) {
         return Err(NixlError::InvalidParam(
             "local handle must be prepared locally and remote handle against a remote agent".into(),
         ));
@@ -63,16 +86,24 @@ pub(crate) fn check_xfer_ids(
             remote_ids.len()
         )));
     }
-    if let Some(bad) = local_ids.iter().find(|&&i| u64::from(i) >= local.1) {
+    Ok(())
+}
+
+/// Every index must address a row of its prepared list (`*_len` rows).
+pub(crate) fn check_xfer_ranges(
+    local_len: u64,
+    local_ids: &[u32],
+    remote_len: u64,
+    remote_ids: &[u32],
+) -> NixlResult<()> {
+    if let Some(bad) = local_ids.iter().find(|&&i| u64::from(i) >= local_len) {
         return Err(NixlError::InvalidParam(format!(
-            "local index {bad} out of range (list has {} descriptors)",
-            local.1
+            "local index {bad} out of range (list has {local_len} descriptors)"
         )));
     }
-    if let Some(bad) = remote_ids.iter().find(|&&i| u64::from(i) >= remote.1) {
+    if let Some(bad) = remote_ids.iter().find(|&&i| u64::from(i) >= remote_len) {
         return Err(NixlError::InvalidParam(format!(
-            "remote index {bad} out of range (list has {} descriptors)",
-            remote.1
+            "remote index {bad} out of range (list has {remote_len} descriptors)"
         )));
     }
     Ok(())
@@ -144,10 +175,9 @@ impl Nixl for DryRun {
             .dlists
             .get(&local.0)
             .ok_or_else(|| NixlError::InvalidParam(format!("unknown local handle {}", local.0)))?;
-        let r = a
-            .dlists
-            .get(&remote.0)
-            .ok_or_else(|| NixlError::InvalidParam(format!("unknown remote handle {}", remote.0)))?;
+        let r = a.dlists.get(&remote.0).ok_or_else(|| {
+            NixlError::InvalidParam(format!("unknown remote handle {}", remote.0))
+        })?;
         check_xfer_ids((&l.0, l.1), local_ids, (&r.0, r.1), remote_ids)?;
         let h = a.next();
         a.xfers.insert(h, false);
@@ -183,7 +213,12 @@ impl Nixl for DryRun {
         Ok(())
     }
 
-    fn send_notification(&mut self, agent: AgentId, remote: &str, message: &[u8]) -> NixlResult<()> {
+    fn send_notification(
+        &mut self,
+        agent: AgentId,
+        remote: &str,
+        message: &[u8],
+    ) -> NixlResult<()> {
         let from = self.agent(agent)?.name.clone();
         if let Some(target) = self.agents.iter_mut().find(|a| a.name == remote) {
             target.inbox.push((from, message.to_vec()));

@@ -13,6 +13,8 @@ pub mod recording;
 pub use desc::{DescList, DescRow, MemKind, StridedRun};
 pub use dry_run::DryRun;
 pub use loopback::Loopback;
+#[cfg(feature = "nixl")]
+pub use real::RealNixl;
 pub use recording::Recording;
 
 use serde::{Deserialize, Serialize};

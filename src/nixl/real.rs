@@ -1,0 +1,561 @@
+//! Real NIXL agents through nixl-sys (cargo feature `nixl`), one nixl-sys
+//! agent with a UCX backend per [`AgentId`].
+//!
+//! nixl-sys is built in stub mode: it loads `libnixl_capi.so` at run time and
+//! aborts the process on any call when the library is missing, except
+//! `nixl_sys::is_stub()`. [`RealNixl::new`] checks that first and returns
+//! [`NixlError::RuntimeUnavailable`], so nothing else here runs without the
+//! library.
+//!
+//! Descriptor lists stay in this crate's strided form until they reach NIXL,
+//! where they are expanded to plain rows (nixl-sys 1.5.2 has no strided API).
+//! Argument checks are left to NIXL itself, so its verdicts can be compared
+//! with [`super::Loopback`]'s; only what NIXL cannot see is checked here
+//! (unknown handles, ids beyond `i32`, memory the transport does not own).
+//!
+//! Memory safety: NIXL writes wherever a registration points. Host memory can
+//! only be registered inside a [`HostArena`] given to [`RealNixl::attach`]
+//! (kept alive by the transport), and device memory inside a range given to
+//! the `unsafe` [`RealNixl::attach_device_memory`].
+//!
+//! Threads: nixl-sys descriptor lists, prepared handles and notification maps
+//! are not `Send`, so neither is `RealNixl`: it stays on the thread that
+//! created it. A parallel sweep creates one per worker thread.
+
+use std::collections::HashMap;
+
+use nixl_sys as sys;
+
+use super::dry_run::check_agent_name;
+use super::{
+    AgentId, DescList, DlistHandle, DlistTarget, MemKind, MemRegion, Nixl, NixlError, NixlResult,
+    XferHandle, XferOp, XferState,
+};
+use crate::memory::HostArena;
+
+/// The NIXL backend every agent uses.
+const BACKEND: &str = "UCX";
+
+/// How to get the runtime, for error messages.
+const INSTALL_HINT: &str = "install it with `scripts/install-nixl-runtime.sh`, then \
+                            `source .nixl-runtime/env.sh` (sets LD_LIBRARY_PATH, NIXL_PLUGIN_DIR \
+                            and the UCX loopback settings)";
+
+/// Real NIXL agents in this process.
+pub struct RealNixl {
+    // Fields drop in order: agents (with their requests, handles and
+    // registrations) before the memory they point into.
+    agents: Vec<RealAgent>,
+    arenas: Vec<HostArena>,
+    device_memory: Vec<MemRegion>,
+}
+
+struct RealAgent {
+    name: String,
+    next_handle: u64,
+    // Requests, prepared lists and registrations must go before `agent`
+    // (fields drop in declaration order; prepared lists hold a raw pointer
+    // to the agent).
+    xfers: HashMap<u64, sys::XferRequest>,
+    dlists: HashMap<u64, Prepared>,
+    registrations: Vec<(MemRegion, sys::RegistrationHandle)>,
+    agent: sys::Agent,
+}
+
+struct Prepared {
+    handle: sys::XferDlistHandle,
+}
+
+/// A registered range, as nixl-sys wants to see it.
+#[derive(Debug)]
+struct RawMemory {
+    addr: usize,
+    len: usize,
+    mem: sys::MemType,
+    dev: u64,
+}
+
+// SAFETY: the pointer is only handed to NIXL, which registers the range with
+// UCX. `RealNixl::register_memory` builds a `RawMemory` only for ranges inside
+// an attached host arena (kept alive by the transport, so the range stays
+// allocated until the registration is dropped with the agent) or inside
+// device memory whose lifetime the caller of `attach_device_memory` vouched for.
+impl sys::MemoryRegion for RawMemory {
+    unsafe fn as_ptr(&self) -> *const u8 {
+        std::ptr::with_exposed_provenance(self.addr)
+    }
+
+    fn size(&self) -> usize {
+        self.len
+    }
+}
+
+impl sys::NixlDescriptor for RawMemory {
+    fn mem_type(&self) -> sys::MemType {
+        self.mem
+    }
+
+    fn device_id(&self) -> u64 {
+        self.dev
+    }
+}
+
+fn mem_type(mem: MemKind) -> sys::MemType {
+    match mem {
+        MemKind::Dram => sys::MemType::Dram,
+        MemKind::Vram => sys::MemType::Vram,
+    }
+}
+
+/// A nixl-sys error as this crate's kind, with what was being done.
+fn nixl_error(what: String, e: sys::NixlError) -> NixlError {
+    let text = format!("{what}: {e} (NIXL logs the reason on stderr)");
+    match e {
+        sys::NixlError::InvalidParam
+        | sys::NixlError::IndexOutOfBounds
+        | sys::NixlError::StringConversionError(_) => NixlError::InvalidParam(text),
+        sys::NixlError::NotFound => NixlError::NotFound(text),
+        _ => NixlError::Backend(text),
+    }
+}
+
+fn to_usize(v: u64, what: &str) -> NixlResult<usize> {
+    usize::try_from(v).map_err(|_| NixlError::InvalidParam(format!("{what} {v} exceeds usize")))
+}
+
+fn to_i32_ids(ids: &[u32], side: &str) -> NixlResult<Vec<i32>> {
+    ids.iter()
+        .map(|&id| {
+            i32::try_from(id).map_err(|_| {
+                NixlError::InvalidParam(format!("{side} index {id} is beyond NIXL's i32 range"))
+            })
+        })
+        .collect()
+}
+
+fn describe(region: &MemRegion) -> String {
+    format!(
+        "{:?} region {:#x}+{} (dev {})",
+        region.mem, region.addr, region.len, region.dev
+    )
+}
+
+impl RealNixl {
+    /// Check that the NIXL runtime loads and offers the UCX backend.
+    pub fn new() -> NixlResult<Self> {
+        if sys::is_stub() {
+            return Err(NixlError::RuntimeUnavailable(format!(
+                "libnixl_capi.so could not be loaded (it is not on LD_LIBRARY_PATH); {INSTALL_HINT}"
+            )));
+        }
+        let probe = sys::Agent::new("kvgeom-runtime-probe")
+            .map_err(|e| nixl_error("creating a probe agent".into(), e))?;
+        let plugins = probe
+            .get_available_plugins()
+            .map_err(|e| nixl_error("listing NIXL plugins".into(), e))?;
+        if !plugins.iter().any(|p| p.is_ok_and(|p| p == BACKEND)) {
+            return Err(NixlError::RuntimeUnavailable(format!(
+                "NIXL loaded but its {BACKEND} plugin was not found (NIXL_PLUGIN_DIR={:?}); \
+                 {INSTALL_HINT}",
+                std::env::var("NIXL_PLUGIN_DIR").unwrap_or_default()
+            )));
+        }
+        Ok(Self {
+            agents: Vec::new(),
+            arenas: Vec::new(),
+            device_memory: Vec::new(),
+        })
+    }
+
+    /// Let agents register host memory inside `arena`; the transport keeps
+    /// the arena alive. Attaching the same arena twice has no effect.
+    pub fn attach(&mut self, arena: HostArena) {
+        if !self.arenas.iter().any(|a| a.same_as(&arena)) {
+            self.arenas.push(arena);
+        }
+    }
+
+    /// Let agents register the device memory `region` (`MemKind::Vram`,
+    /// `dev` = CUDA device ordinal, `addr` = the device pointer).
+    ///
+    /// # Safety
+    ///
+    /// The range must be device memory allocated on `region.dev` that stays
+    /// allocated until this `RealNixl` is dropped: NIXL reads and writes it
+    /// whenever a transfer says so.
+    pub unsafe fn attach_device_memory(&mut self, region: MemRegion) -> NixlResult<()> {
+        if region.mem != MemKind::Vram {
+            return Err(NixlError::InvalidParam(format!(
+                "{} is host memory: attach its HostArena instead",
+                describe(&region)
+            )));
+        }
+        self.device_memory.push(region);
+        Ok(())
+    }
+
+    fn agent(&self, agent: AgentId) -> NixlResult<&RealAgent> {
+        self.agents
+            .get(agent.0 as usize)
+            .ok_or_else(|| NixlError::NotFound(format!("agent {} does not exist", agent.0)))
+    }
+
+    fn agent_mut(&mut self, agent: AgentId) -> NixlResult<&mut RealAgent> {
+        self.agents
+            .get_mut(agent.0 as usize)
+            .ok_or_else(|| NixlError::NotFound(format!("agent {} does not exist", agent.0)))
+    }
+
+    /// Whether the transport owns the memory `region` points at.
+    fn owns(&self, region: &MemRegion) -> bool {
+        match region.mem {
+            MemKind::Dram => self
+                .arenas
+                .iter()
+                .any(|a| a.contains(region.addr, region.len)),
+            MemKind::Vram => self.device_memory.iter().any(|d| {
+                d.dev == region.dev
+                    && d.addr <= region.addr
+                    && region.addr.checked_add(region.len).is_some_and(|end| {
+                        d.addr.checked_add(d.len).is_some_and(|d_end| end <= d_end)
+                    })
+            }),
+        }
+    }
+}
+
+impl std::fmt::Debug for RealNixl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RealNixl")
+            .field(
+                "agents",
+                &self.agents.iter().map(|a| &a.name).collect::<Vec<_>>(),
+            )
+            .field("arenas", &self.arenas.len())
+            .field("device_memory", &self.device_memory)
+            .finish()
+    }
+}
+
+impl RealAgent {
+    fn next(&mut self) -> u64 {
+        self.next_handle += 1;
+        self.next_handle
+    }
+
+    fn err<'a>(&'a self, what: &'a str) -> impl FnOnce(sys::NixlError) -> NixlError + 'a {
+        move |e| nixl_error(format!("{what} on agent '{}'", self.name), e)
+    }
+}
+
+impl Drop for RealNixl {
+    fn drop(&mut self) {
+        // Disconnect every agent from its peers while all of them still
+        // exist, so that no agent reaches for one already destroyed.
+        for a in &mut self.agents {
+            a.xfers.clear();
+            a.dlists.clear();
+        }
+        for a in &self.agents {
+            // Nothing to report to at this point; a failure only means the
+            // peer was already forgotten.
+            let _ = a.agent.invalidate_all_remotes();
+        }
+    }
+}
+
+impl Nixl for RealNixl {
+    fn create_agent(&mut self, name: &str) -> NixlResult<AgentId> {
+        check_agent_name(name)?;
+        if self.agents.iter().any(|a| a.name == name) {
+            return Err(NixlError::InvalidParam(format!(
+                "an agent named '{name}' already exists in this transport"
+            )));
+        }
+        let id = u32::try_from(self.agents.len())
+            .map_err(|_| NixlError::InvalidParam("too many agents".into()))?;
+        let agent =
+            sys::Agent::new(name).map_err(|e| nixl_error(format!("creating agent '{name}'"), e))?;
+        let (_mems, params) = agent
+            .get_plugin_params(BACKEND)
+            .map_err(|e| nixl_error(format!("reading {BACKEND} parameters for '{name}'"), e))?;
+        agent.create_backend(BACKEND, &params).map_err(|e| {
+            NixlError::Backend(format!(
+                "the {BACKEND} backend of agent '{name}' did not start ({e}); for in-process \
+                 agents set UCX_TLS=tcp,sm,self and UCX_NET_DEVICES=lo (.nixl-runtime/env.sh does)"
+            ))
+        })?;
+        self.agents.push(RealAgent {
+            name: name.to_string(),
+            next_handle: 0,
+            xfers: HashMap::new(),
+            dlists: HashMap::new(),
+            registrations: Vec::new(),
+            agent,
+        });
+        Ok(AgentId(id))
+    }
+
+    fn agent_name(&self, agent: AgentId) -> NixlResult<String> {
+        Ok(self.agent(agent)?.name.clone())
+    }
+
+    fn register_memory(&mut self, agent: AgentId, regions: &[MemRegion]) -> NixlResult<()> {
+        self.agent(agent)?;
+        let mut raw = Vec::with_capacity(regions.len());
+        for region in regions {
+            if !self.owns(region) {
+                let owner = match region.mem {
+                    MemKind::Dram => "any host arena attached to the transport",
+                    MemKind::Vram => "device memory attached to the transport",
+                };
+                return Err(NixlError::InvalidParam(format!(
+                    "{} is not inside {owner}",
+                    describe(region)
+                )));
+            }
+            raw.push(RawMemory {
+                addr: to_usize(region.addr, "address")?,
+                len: to_usize(region.len, "length")?,
+                mem: mem_type(region.mem),
+                dev: region.dev.into(),
+            });
+        }
+        let a = self.agent_mut(agent)?;
+        let mut added = Vec::with_capacity(regions.len());
+        for (region, memory) in regions.iter().zip(&raw) {
+            // On failure `added` drops, deregistering this call's regions.
+            let handle = a
+                .agent
+                .register_memory(memory, None)
+                .map_err(|e| nixl_error(format!("registering {}", describe(region)), e))?;
+            added.push((*region, handle));
+        }
+        a.registrations.extend(added);
+        Ok(())
+    }
+
+    fn deregister_memory(&mut self, agent: AgentId, regions: &[MemRegion]) -> NixlResult<()> {
+        let a = self.agent_mut(agent)?;
+        let mut picked: Vec<usize> = Vec::with_capacity(regions.len());
+        for region in regions {
+            let at = a
+                .registrations
+                .iter()
+                .enumerate()
+                .position(|(i, (r, _))| r == region && !picked.contains(&i))
+                .ok_or_else(|| {
+                    NixlError::NotFound(format!(
+                        "{} is not registered with agent '{}'",
+                        describe(region),
+                        a.name
+                    ))
+                })?;
+            picked.push(at);
+        }
+        picked.sort_unstable();
+        for at in picked.into_iter().rev() {
+            // Dropping the handle deregisters the region.
+            a.registrations.remove(at);
+        }
+        Ok(())
+    }
+
+    fn local_metadata(&mut self, agent: AgentId) -> NixlResult<Vec<u8>> {
+        let a = self.agent(agent)?;
+        a.agent.get_local_md().map_err(a.err("exporting metadata"))
+    }
+
+    fn add_remote_agent(&mut self, agent: AgentId, metadata: &[u8]) -> NixlResult<String> {
+        let a = self.agent(agent)?;
+        a.agent
+            .load_remote_md(metadata)
+            .map_err(a.err("loading remote metadata"))
+    }
+
+    fn remove_remote_agent(&mut self, agent: AgentId, remote: &str) -> NixlResult<()> {
+        let a = self.agent(agent)?;
+        a.agent
+            .invalidate_remote_md(remote)
+            .map_err(a.err(&format!("removing remote agent '{remote}'")))
+    }
+
+    fn prepare_dlist(
+        &mut self,
+        agent: AgentId,
+        target: &DlistTarget,
+        mem: MemKind,
+        list: &DescList,
+    ) -> NixlResult<DlistHandle> {
+        let a = self.agent(agent)?;
+        let mut rows =
+            sys::XferDescList::new(mem_type(mem)).map_err(a.err("creating a descriptor list"))?;
+        for (id, run) in list.runs().iter().enumerate() {
+            for k in 0..run.count {
+                let addr = k
+                    .checked_mul(run.stride)
+                    .and_then(|o| run.addr.checked_add(o));
+                let Some(addr) = addr.filter(|a| a.checked_add(run.len).is_some()) else {
+                    return Err(NixlError::NotFound(format!(
+                        "run {id} of the list runs past the end of the address space at row {k}"
+                    )));
+                };
+                rows.add_desc(
+                    to_usize(addr, "address")?,
+                    to_usize(run.len, "length")?,
+                    run.dev.into(),
+                );
+            }
+        }
+        let name = match target {
+            DlistTarget::Local => "",
+            DlistTarget::Remote(name) => name.as_str(),
+        };
+        let handle = a
+            .agent
+            .prepare_xfer_dlist(name, &rows, None)
+            .map_err(a.err(&format!(
+                "preparing {} descriptors against {target:?}",
+                list.len()
+            )))?;
+        let a = self.agent_mut(agent)?;
+        let id = a.next();
+        a.dlists.insert(id, Prepared { handle });
+        Ok(DlistHandle(id))
+    }
+
+    fn make_xfer(
+        &mut self,
+        agent: AgentId,
+        op: XferOp,
+        local: DlistHandle,
+        local_ids: &[u32],
+        remote: DlistHandle,
+        remote_ids: &[u32],
+        notification: Option<&[u8]>,
+    ) -> NixlResult<XferHandle> {
+        let a = self.agent(agent)?;
+        let l = a.dlists.get(&local.0).ok_or_else(|| {
+            NixlError::InvalidParam(format!("unknown local dlist handle {}", local.0))
+        })?;
+        let r = a.dlists.get(&remote.0).ok_or_else(|| {
+            NixlError::InvalidParam(format!("unknown remote dlist handle {}", remote.0))
+        })?;
+        let lids = to_i32_ids(local_ids, "local")?;
+        let rids = to_i32_ids(remote_ids, "remote")?;
+        let args = match notification {
+            Some(message) => {
+                let mut args = sys::OptArgs::new().map_err(a.err("creating transfer options"))?;
+                args.set_has_notification(true)
+                    .and_then(|()| args.set_notification_message(message))
+                    .map_err(a.err("setting the notification"))?;
+                Some(args)
+            }
+            None => None,
+        };
+        let sys_op = match op {
+            XferOp::Read => sys::XferOp::Read,
+            XferOp::Write => sys::XferOp::Write,
+        };
+        let request = a
+            .agent
+            .make_xfer_req(sys_op, &l.handle, &lids, &r.handle, &rids, args.as_ref())
+            .map_err(a.err(&format!(
+                "making a {} of {} local / {} remote ids",
+                op.as_str(),
+                lids.len(),
+                rids.len()
+            )))?;
+        let a = self.agent_mut(agent)?;
+        let id = a.next();
+        a.xfers.insert(id, request);
+        Ok(XferHandle(id))
+    }
+
+    fn post_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState> {
+        let a = self.agent(agent)?;
+        let request = a
+            .xfers
+            .get(&xfer.0)
+            .ok_or_else(|| NixlError::NotFound(format!("unknown transfer handle {}", xfer.0)))?;
+        let in_progress = a
+            .agent
+            .post_xfer_req(request, None)
+            .map_err(a.err(&format!("posting transfer {}", xfer.0)))?;
+        Ok(if in_progress {
+            XferState::InProgress
+        } else {
+            XferState::Done
+        })
+    }
+
+    fn xfer_state(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState> {
+        let a = self.agent(agent)?;
+        let request = a
+            .xfers
+            .get(&xfer.0)
+            .ok_or_else(|| NixlError::NotFound(format!("unknown transfer handle {}", xfer.0)))?;
+        match a
+            .agent
+            .get_xfer_status(request)
+            .map_err(a.err(&format!("polling transfer {}", xfer.0)))?
+        {
+            sys::XferStatus::Success => Ok(XferState::Done),
+            sys::XferStatus::InProgress => Ok(XferState::InProgress),
+        }
+    }
+
+    fn release_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<()> {
+        self.agent_mut(agent)?
+            .xfers
+            .remove(&xfer.0)
+            .map(|_| ())
+            .ok_or_else(|| NixlError::NotFound(format!("unknown transfer handle {}", xfer.0)))
+    }
+
+    fn release_dlist(&mut self, agent: AgentId, dlist: DlistHandle) -> NixlResult<()> {
+        self.agent_mut(agent)?
+            .dlists
+            .remove(&dlist.0)
+            .map(|_| ())
+            .ok_or_else(|| NixlError::NotFound(format!("unknown dlist handle {}", dlist.0)))
+    }
+
+    fn send_notification(
+        &mut self,
+        agent: AgentId,
+        remote: &str,
+        message: &[u8],
+    ) -> NixlResult<()> {
+        let a = self.agent(agent)?;
+        a.agent
+            .send_notification(remote, message, None)
+            .map_err(a.err(&format!("notifying '{remote}'")))
+    }
+
+    fn take_notifications(&mut self, agent: AgentId) -> NixlResult<Vec<(String, Vec<u8>)>> {
+        let a = self.agent(agent)?;
+        let mut map = sys::NotificationMap::new().map_err(a.err("creating a notification map"))?;
+        a.agent
+            .get_notifications(&mut map, None)
+            .map_err(a.err("reading notifications"))?;
+        let senders: Vec<String> = map
+            .agents()
+            .map(|s| s.map(str::to_string))
+            .collect::<Result<_, _>>()
+            .map_err(a.err("reading notification senders"))?;
+        let mut out = Vec::new();
+        for sender in senders {
+            for message in map
+                .get_notifications(&sender)
+                .map_err(a.err("reading notifications"))?
+            {
+                out.push((
+                    sender.clone(),
+                    message.map_err(a.err("reading a notification"))?,
+                ));
+            }
+        }
+        Ok(out)
+    }
+}
