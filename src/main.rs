@@ -12,7 +12,11 @@ use kvgeom::report::sweep_report::Format;
 use kvgeom::scenario::{MemoryKind, TransportKind};
 
 #[derive(Parser)]
-#[command(name = "kvgeom", version, about = "Verify KV-cache transfers over NIXL across P/D block geometries")]
+#[command(
+    name = "kvgeom",
+    version,
+    about = "Verify KV-cache transfers over NIXL across P/D block geometries"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

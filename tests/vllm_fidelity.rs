@@ -29,7 +29,12 @@ fn all_153_traced_cases_match_vllm() {
             differences.push(format!("{}: {report}", case.name));
         }
     }
-    assert!(differences.is_empty(), "{} of 153 differ:\n{}", differences.len(), differences.join("\n"));
+    assert!(
+        differences.is_empty(),
+        "{} of 153 differ:\n{}",
+        differences.len(),
+        differences.join("\n")
+    );
 }
 
 #[test]

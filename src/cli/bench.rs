@@ -57,7 +57,8 @@ fn time(files: &[&str], threads: usize, repeats: usize) -> Result<Timing, String
 }
 
 fn bench_sweep(threads: Option<usize>) -> u8 {
-    let all = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let all =
+        threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let sweep = [
         "geometries/g1-mla-kda-ppl3-vs-2.toml",
         "geometries/g2-mla-kda-ppl9-vs-2.toml",
@@ -66,9 +67,15 @@ fn bench_sweep(threads: Option<usize>) -> u8 {
     ];
     let kimi = ["geometries/g6-kimi-linear-scale.toml"];
     println!("byte-level sweep (pull, every oracle), best of 5 runs; vLLM's harness: {VLLM_SWEEP_MS_PER_CASE:.1} ms/case (sweep), {VLLM_KIMI_MS_PER_CASE:.0} ms/case (KimiLinear)");
-    println!("{:<26} {:>7} {:>6} {:>11} {:>14}", "cases", "threads", "count", "ms/case", "vs vLLM");
+    println!(
+        "{:<26} {:>7} {:>6} {:>11} {:>14}",
+        "cases", "threads", "count", "ms/case", "vs vLLM"
+    );
     let mut code = EXIT_OK;
-    for (label, files, reference) in [("G1-G4 sweep", &sweep[..], VLLM_SWEEP_MS_PER_CASE), ("G6 KimiLinear scale", &kimi[..], VLLM_KIMI_MS_PER_CASE)] {
+    for (label, files, reference) in [
+        ("G1-G4 sweep", &sweep[..], VLLM_SWEEP_MS_PER_CASE),
+        ("G6 KimiLinear scale", &kimi[..], VLLM_KIMI_MS_PER_CASE),
+    ] {
         for t in [1, all] {
             match time(files, t, 5) {
                 Ok(timing) => {
@@ -81,7 +88,10 @@ fn bench_sweep(threads: Option<usize>) -> u8 {
                         reference / timing.ms_per_case
                     );
                     if timing.failed > 0 {
-                        eprintln!("warning: {} cases failed during the benchmark", timing.failed);
+                        eprintln!(
+                            "warning: {} cases failed during the benchmark",
+                            timing.failed
+                        );
                         code = EXIT_FAILED;
                     }
                 }
@@ -101,15 +111,17 @@ fn bench_sweep(threads: Option<usize>) -> u8 {
 pub fn bench(kind: BenchKind, threads: Option<usize>) -> u8 {
     match kind {
         BenchKind::Sweep => bench_sweep(threads),
-        BenchKind::Transport => match crate::bench::transport_bench(&crate::bench::TransportBenchConfig::default()) {
-            Ok(report) => {
-                println!("{report}");
-                EXIT_OK
+        BenchKind::Transport => {
+            match crate::bench::transport_bench(&crate::bench::TransportBenchConfig::default()) {
+                Ok(report) => {
+                    println!("{report}");
+                    EXIT_OK
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    EXIT_BAD_INPUT
+                }
             }
-            Err(e) => {
-                eprintln!("error: {e}");
-                EXIT_BAD_INPUT
-            }
-        },
+        }
     }
 }

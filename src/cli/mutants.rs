@@ -62,7 +62,10 @@ pub fn mutants(paths: Vec<PathBuf>, threads: Option<usize>) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
-    println!("{:<28} {:<7} {:>13}  first failing case", "defect", "result", "failed cases");
+    println!(
+        "{:<28} {:<7} {:>13}  first failing case",
+        "defect", "result", "failed cases"
+    );
     let mut missed = 0;
     for r in &results {
         let verdict = if r.failed > 0 { "caught" } else { "MISSED" };
@@ -79,7 +82,13 @@ pub fn mutants(paths: Vec<PathBuf>, threads: Option<usize>) -> u8 {
                 c.replay_command()
             )
         });
-        println!("{:<28} {:<7} {:>6}/{:<6}  {first}", r.defect.name(), verdict, r.failed, r.cases);
+        println!(
+            "{:<28} {:<7} {:>6}/{:<6}  {first}",
+            r.defect.name(),
+            verdict,
+            r.failed,
+            r.cases
+        );
     }
     println!("\n{} caught, {} missed", results.len() - missed, missed);
     if missed > 0 {

@@ -30,7 +30,12 @@ pub fn sweep(args: SweepArgs) -> u8 {
         Ok(d) => d,
         Err(code) => return code,
     };
-    let prompt_list = match args.prompts.as_deref().map(prompts::parse_prompt_list).transpose() {
+    let prompt_list = match args
+        .prompts
+        .as_deref()
+        .map(prompts::parse_prompt_list)
+        .transpose()
+    {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e}");
@@ -90,7 +95,11 @@ pub fn sweep(args: SweepArgs) -> u8 {
     eprintln!("\n{} of {} cases failed", failures.len(), reports.len());
     let mut shown = Vec::new();
     for r in failures {
-        let key = (r.case.geometry_name().to_string(), r.case.mode, r.outcome.label());
+        let key = (
+            r.case.geometry_name().to_string(),
+            r.case.mode,
+            r.outcome.label(),
+        );
         if shown.contains(&key) || shown.len() >= 5 {
             continue;
         }

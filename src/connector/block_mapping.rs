@@ -12,9 +12,17 @@ pub type BlockIds = Vec<Vec<u32>>;
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AlignError {
     #[error("group {group}: decode has {decode} blocks but prefill only {prefill}")]
-    DecodeLonger { group: usize, decode: usize, prefill: usize },
+    DecodeLonger {
+        group: usize,
+        decode: usize,
+        prefill: usize,
+    },
     #[error("group {group}: unpairable SSM state slots, decode={decode} prefill={prefill}")]
-    UnpairableState { group: usize, decode: usize, prefill: usize },
+    UnpairableState {
+        group: usize,
+        decode: usize,
+        prefill: usize,
+    },
     #[error("group {group}: |{decode} - {prefill}| exceeds the padding bound {bound}")]
     CountMismatch {
         group: usize,
@@ -190,7 +198,8 @@ mod tests {
 
     #[test]
     fn equal_ppl_prefix_hit_end_trims_prefill() {
-        let (d, p) = apply_prefix_caching(&[vec![7, 8]], &[vec![1, 2, 3, 4]], &[A], 1, 1, None).unwrap();
+        let (d, p) =
+            apply_prefix_caching(&[vec![7, 8]], &[vec![1, 2, 3, 4]], &[A], 1, 1, None).unwrap();
         assert_eq!((d[0].clone(), p[0].clone()), (vec![7, 8], vec![3, 4]));
         assert!(apply_prefix_caching(&[vec![1, 2, 3]], &[vec![1]], &[A], 1, 1, None).is_err());
     }
@@ -204,6 +213,9 @@ mod tests {
         assert_eq!(d2[0], vec![6, 7, 8, 15, 16, 17]);
         assert_eq!(p2[0], vec![8, 9, 14, 15, 18, 19]);
         let err = apply_prefix_caching(&d, &p, &[A, M], 3, 2, Some(Defect::StrictPrefixTolerance));
-        assert!(matches!(err, Err(AlignError::CountMismatch { bound: 3, .. })));
+        assert!(matches!(
+            err,
+            Err(AlignError::CountMismatch { bound: 3, .. })
+        ));
     }
 }

@@ -48,7 +48,11 @@ pub fn compute_desc_ids(
         match kind {
             GroupKind::Attention => {
                 for region in 0..shape.num_regions {
-                    ids.extend(group.iter().map(|&b| (region * blocks + u64::from(b)) as u32));
+                    ids.extend(
+                        group
+                            .iter()
+                            .map(|&b| (region * blocks + u64::from(b)) as u32),
+                    );
                 }
             }
             GroupKind::Mamba => {
@@ -82,7 +86,12 @@ mod tests {
 
     #[test]
     fn hybrid_ratio_one() {
-        let ids = compute_desc_ids(&[vec![3, 5], vec![1, 2]], &[A, M], shape(100, None, 1), None);
+        let ids = compute_desc_ids(
+            &[vec![3, 5], vec![1, 2]],
+            &[A, M],
+            shape(100, None, 1),
+            None,
+        );
         let mut expected = vec![3, 5, 103, 105];
         for u in 0..8 {
             expected.extend([200 + u * 100 + 1, 200 + u * 100 + 2]);
@@ -92,14 +101,24 @@ mod tests {
 
     #[test]
     fn hybrid_kernel_mismatch_uses_logical_state_stride() {
-        let ids = compute_desc_ids(&[vec![3, 7], vec![1, 2]], &[A, M], shape(400, None, 4), None);
+        let ids = compute_desc_ids(
+            &[vec![3, 7], vec![1, 2]],
+            &[A, M],
+            shape(400, None, 4),
+            None,
+        );
         assert_eq!(&ids[..4], &[3, 7, 403, 407]);
         assert_eq!(&ids[4..8], &[801, 802, 901, 902]);
     }
 
     #[test]
     fn hybrid_block_size_ratio_never_expands_state_ids() {
-        let ids = compute_desc_ids(&[vec![3, 5], vec![1]], &[A, M], shape(100, Some(4), 1), None);
+        let ids = compute_desc_ids(
+            &[vec![3, 5], vec![1]],
+            &[A, M],
+            shape(100, Some(4), 1),
+            None,
+        );
         assert_eq!(&ids[..4], &[3, 5, 403, 405]);
         assert_eq!(&ids[4..8], &[801, 901, 1001, 1101]);
     }

@@ -11,7 +11,9 @@ use crate::geometry::{KvLayout, ModelSpec};
 /// A refused handshake.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum HandshakeError {
-    #[error("Local block size {local} is not divisible by remote block size {remote} or vice versa.")]
+    #[error(
+        "Local block size {local} is not divisible by remote block size {remote} or vice versa."
+    )]
     BlockSizeNotDivisible { local: u32, remote: u32 },
     #[error("TP sizes are not multiples of one another: local {local}, remote {remote}")]
     TpNotDivisible { local: u32, remote: u32 },
@@ -25,13 +27,18 @@ pub enum HandshakeError {
          hybrid models. Local: {local}, Remote: {remote}. Disable prefix caching with --disable-prefix-caching."
     )]
     PrefixCachingHeteroPpl { local: u32, remote: u32 },
-    #[error("Heterogeneous block sizes are not supported with host buffer (block_size_ratio={ratio})")]
+    #[error(
+        "Heterogeneous block sizes are not supported with host buffer (block_size_ratio={ratio})"
+    )]
     HostBufferWithRatio { ratio: u32 },
     #[error(
         "Heterogeneous TP expects same kv_cache_layout (local {local}, remote {remote}); \
          receiving LBHNC into LBNHC needs enable_permute_local_kv, which the hybrid allocator does not support"
     )]
-    LayoutMismatch { local: &'static str, remote: &'static str },
+    LayoutMismatch {
+        local: &'static str,
+        remote: &'static str,
+    },
     #[error(
         "Heterogeneous TP head-dimension splitting requires contiguous heads. \
          Use a block-contiguous layout (e.g. LBHNC) on the prefill side."
@@ -69,8 +76,14 @@ pub enum HandshakeError {
     RatioWithMultiRead,
     #[error("remote ranks of one engine report different block counts ({first} vs {this})")]
     NumBlocksMismatch { first: u64, this: u64 },
-    #[error("remote region {region} has a block stride {stride} shorter than its block length {len}")]
-    StrideShorterThanLength { region: usize, stride: u64, len: u64 },
+    #[error(
+        "remote region {region} has a block stride {stride} shorter than its block length {len}"
+    )]
+    StrideShorterThanLength {
+        region: usize,
+        stride: u64,
+        len: u64,
+    },
     #[error(transparent)]
     Split(#[from] SplitError),
     #[error("{0}")]
@@ -129,7 +142,11 @@ pub fn validate(
     }
     let local_lens = local.reg.block_lens();
     if has_mamba && is_mla {
-        let scaled: Vec<u64> = meta.block_lens.iter().map(|l| l * u64::from(ratio)).collect();
+        let scaled: Vec<u64> = meta
+            .block_lens
+            .iter()
+            .map(|l| l * u64::from(ratio))
+            .collect();
         if local_lens != scaled {
             return Err(HandshakeError::HybridMlaBlockLens {
                 ratio,
@@ -227,14 +244,19 @@ pub fn split_remote_blocks(local_kernel: u32, meta: &HandshakeMetadata) -> Hands
     meta.block_size /= split;
     meta.physical_blocks_per_logical_kv_block *= split;
     meta.num_blocks *= u64::from(split);
-    meta.block_lens = meta.block_lens.iter().map(|l| l / u64::from(split)).collect();
+    meta.block_lens = meta
+        .block_lens
+        .iter()
+        .map(|l| l / u64::from(split))
+        .collect();
     meta.block_strides = meta.block_lens.clone();
     meta
 }
 
-/// kvgeom's push from a prefill rank with a smaller kernel block: view the
-/// decode pages as `remote / local` prefill-sized sub-pages, so the prefill
-/// writes whole pages of its own into them. Needs unpadded decode pages.
+/// kvgeom's push from a prefill rank with a smaller kernel block: the
+/// decode pages seen as `remote / local` prefill-sized sub-pages, which is
+/// what the compatibility checks compare against. Returns the view and the
+/// sub-page count.
 pub fn view_as_sub_pages(
     local_kernel: u32,
     meta: &HandshakeMetadata,
@@ -246,17 +268,34 @@ pub fn view_as_sub_pages(
         });
     }
     let split = meta.block_size / local_kernel;
-    if meta.block_strides != meta.block_lens || meta.block_lens.iter().any(|l| l % u64::from(split) != 0) {
+    if meta.block_lens.iter().any(|l| l % u64::from(split) != 0) {
         return Err(HandshakeError::Unsupported(format!(
-            "push into {}-token decode blocks from {}-token prefill blocks needs unpadded decode pages",
-            meta.block_size, local_kernel
+            "decode pages of {:?} bytes do not split into {split} sub-pages",
+            meta.block_lens
         )));
+    }
+    if let Some((region, (&stride, &len))) = meta
+        .block_strides
+        .iter()
+        .zip(&meta.block_lens)
+        .enumerate()
+        .find(|(_, (s, l))| s < l)
+    {
+        return Err(HandshakeError::StrideShorterThanLength {
+            region,
+            stride,
+            len,
+        });
     }
     let mut view = meta.clone();
     view.block_size = local_kernel;
     view.physical_blocks_per_logical_kv_block *= split;
     view.num_blocks *= u64::from(split);
-    view.block_lens = meta.block_lens.iter().map(|l| l / u64::from(split)).collect();
+    view.block_lens = meta
+        .block_lens
+        .iter()
+        .map(|l| l / u64::from(split))
+        .collect();
     view.block_strides = view.block_lens.clone();
     Ok((view, split))
 }

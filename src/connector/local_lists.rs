@@ -47,7 +47,10 @@ pub fn mamba_runs(reg: &Registration, ratio: u32, defect: Option<Defect>) -> Vec
         let (stride, count) = if expand {
             // The pre-fix geometry: a page stride of block_len / ratio x ppl
             // and ratio times as many state blocks.
-            (region.block_len / u64::from(ratio) * ppl, reg.num_logical_blocks * u64::from(ratio))
+            (
+                region.block_len / u64::from(ratio) * ppl,
+                reg.num_logical_blocks * u64::from(ratio),
+            )
         } else {
             (region.block_stride * ppl, reg.num_logical_blocks)
         };

@@ -78,7 +78,10 @@ pub fn plan(input: &PostProcessInput<'_>) -> Vec<GroupPostProcess> {
         let has_stale = first_stale < ids.len();
         let mut ops = Vec::new();
         if convert {
-            ops.extend(ids.iter().map(|&block| PostOp::ConvertBlockSize { block, ratio: r }));
+            ops.extend(
+                ids.iter()
+                    .map(|&block| PostOp::ConvertBlockSize { block, ratio: r }),
+            );
         }
         let tail = |ops: &mut Vec<PostOp>| {
             if sub_in_last > 0 {
@@ -104,7 +107,11 @@ pub fn plan(input: &PostProcessInput<'_>) -> Vec<GroupPostProcess> {
             _ => {
                 tail(&mut ops);
                 if has_stale {
-                    ops.extend(ids[first_stale..].iter().map(|&block| PostOp::ZeroBlock { block }));
+                    ops.extend(
+                        ids[first_stale..]
+                            .iter()
+                            .map(|&block| PostOp::ZeroBlock { block }),
+                    );
                 }
             }
         }
@@ -133,7 +140,13 @@ pub struct PageGeometry {
 }
 
 impl PageGeometry {
-    pub fn new(model: &ModelSpec, reg: &Registration, tp_size: u32, layout: KvLayout, region: usize) -> Self {
+    pub fn new(
+        model: &ModelSpec,
+        reg: &Registration,
+        tp_size: u32,
+        layout: KvLayout,
+        region: usize,
+    ) -> Self {
         let attention = model.attention.as_ref();
         Self {
             block_len: reg.regions[region].block_len,
@@ -141,7 +154,11 @@ impl PageGeometry {
             tokens: u64::from(reg.kernel_block),
             heads: attention.map_or(1, |a| u64::from(a.heads_per_rank(tp_size))),
             head_token_bytes: attention.map_or(0, |a| a.bytes_per_head_token()),
-            layout: if model.is_mla() { KvLayout::Hnd } else { layout },
+            layout: if model.is_mla() {
+                KvLayout::Hnd
+            } else {
+                layout
+            },
         }
     }
 
@@ -155,7 +172,12 @@ impl PageGeometry {
                 vec![(start + from * row, (self.tokens - from) * row)]
             }
             KvLayout::Hnd => (0..self.heads)
-                .map(|h| (start + h * self.tokens * c + from * c, (self.tokens - from) * c))
+                .map(|h| {
+                    (
+                        start + h * self.tokens * c + from * c,
+                        (self.tokens - from) * c,
+                    )
+                })
                 .collect(),
         }
     }
@@ -186,7 +208,11 @@ pub fn apply(plans: &[GroupPostProcess], geometries: &[PageGeometry], memory: &m
                     PostOp::ConvertBlockSize { block, ratio } => {
                         let offset = u64::from(block) * g.block_stride;
                         let page = memory.read(region, offset, g.block_len);
-                        memory.write(region, offset, &convert_block_size(&page, g, u64::from(ratio)));
+                        memory.write(
+                            region,
+                            offset,
+                            &convert_block_size(&page, g, u64::from(ratio)),
+                        );
                     }
                     PostOp::ZeroTokens { block, from_token } => {
                         for (offset, len) in g.token_tail_ranges(block, u64::from(from_token)) {
@@ -207,7 +233,13 @@ mod tests {
     use super::*;
     use GroupKind::{Attention as A, Mamba as M};
 
-    fn input<'a>(ids: &'a [Vec<u32>], remote: &'a [usize], ratio: u32, mla: bool, defect: Option<Defect>) -> PostProcessInput<'a> {
+    fn input<'a>(
+        ids: &'a [Vec<u32>],
+        remote: &'a [usize],
+        ratio: u32,
+        mla: bool,
+        defect: Option<Defect>,
+    ) -> PostProcessInput<'a> {
         PostProcessInput {
             groups: &[A, M, M],
             is_mla: mla,
@@ -228,9 +260,21 @@ mod tests {
         let plans = plan(&input(&ids, &[8, 1, 1], 2, true, None));
         assert_eq!(plans.len(), 1);
         assert_eq!(plans[0].covered_sub_blocks, 8);
-        assert_eq!(plans[0].ops, vec![PostOp::ZeroBlock { block: 10 }, PostOp::ZeroBlock { block: 11 }]);
+        assert_eq!(
+            plans[0].ops,
+            vec![
+                PostOp::ZeroBlock { block: 10 },
+                PostOp::ZeroBlock { block: 11 }
+            ]
+        );
         // The old two-path zeroing leaves both stale (MLA skips path A, path B counts 6 vs 8).
-        let old = plan(&input(&ids, &[8, 1, 1], 2, true, Some(Defect::TwoPathZeroing)));
+        let old = plan(&input(
+            &ids,
+            &[8, 1, 1],
+            2,
+            true,
+            Some(Defect::TwoPathZeroing),
+        ));
         assert!(old[0].ops.is_empty());
     }
 
@@ -240,16 +284,34 @@ mod tests {
         let ids = vec![vec![7, 8, 9], vec![], vec![]];
         let plans = plan(&input(&ids, &[3, 0, 0], 2, false, None));
         let ops = &plans[0].ops;
-        assert_eq!(ops.iter().filter(|o| matches!(o, PostOp::ConvertBlockSize { .. })).count(), 3);
-        assert!(ops.contains(&PostOp::ZeroTokens { block: 8, from_token: 4 }));
+        assert_eq!(
+            ops.iter()
+                .filter(|o| matches!(o, PostOp::ConvertBlockSize { .. }))
+                .count(),
+            3
+        );
+        assert!(ops.contains(&PostOp::ZeroTokens {
+            block: 8,
+            from_token: 4
+        }));
         assert!(ops.contains(&PostOp::ZeroBlock { block: 9 }));
     }
 
     #[test]
     fn conversion_interleaves_sub_pages_per_head() {
         // 2 heads, 4 tokens, 1 byte per head-token, ratio 2: sub-page j holds [h][2 tokens].
-        let g = PageGeometry { block_len: 8, block_stride: 8, tokens: 4, heads: 2, head_token_bytes: 1, layout: KvLayout::Hnd };
+        let g = PageGeometry {
+            block_len: 8,
+            block_stride: 8,
+            tokens: 4,
+            heads: 2,
+            head_token_bytes: 1,
+            layout: KvLayout::Hnd,
+        };
         let received = [0, 1, 10, 11, 2, 3, 12, 13];
-        assert_eq!(convert_block_size(&received, &g, 2), vec![0, 1, 2, 3, 10, 11, 12, 13]);
+        assert_eq!(
+            convert_block_size(&received, &g, 2),
+            vec![0, 1, 2, 3, 10, 11, 12, 13]
+        );
     }
 }

@@ -4,7 +4,9 @@
 
 use serde::Serialize;
 
-use super::block_mapping::{apply_prefix_caching, logical_to_kernel, map_for_block_size_ratio, BlockIds};
+use super::block_mapping::{
+    apply_prefix_caching, logical_to_kernel, map_for_block_size_ratio, BlockIds,
+};
 use super::desc_ids::{compute_desc_ids, ListShape};
 use super::post_process::{self, GroupPostProcess, PostProcessInput};
 use super::worker::{ConnectorError, Worker};
@@ -59,7 +61,11 @@ pub struct Received {
 
 impl Worker {
     /// Plan and post the READs of `req` (vLLM's `start_load_kv` for one request).
-    pub fn start_read(&mut self, nixl: &mut dyn Nixl, req: &ReadRequest) -> Result<Receiving, ConnectorError> {
+    pub fn start_read(
+        &mut self,
+        nixl: &mut dyn Nixl,
+        req: &ReadRequest,
+    ) -> Result<Receiving, ConnectorError> {
         let groups = self.cfg.model.groups.clone();
         let engine = self
             .remotes
@@ -100,16 +106,18 @@ impl Worker {
         let notification = format!("{}:{}", req.remote_request_id, mapping.local_consumers);
         let mut reads = Vec::new();
         for (position, (rank, local_ids, remote_ids)) in specs.iter().enumerate() {
-            let remote = engine
-                .ranks
-                .get(rank)
-                .ok_or_else(|| ConnectorError::Plan(format!("no handshake with remote rank {rank}")))?;
+            let remote = engine.ranks.get(rank).ok_or_else(|| {
+                ConnectorError::Plan(format!("no handshake with remote rank {rank}"))
+            })?;
             let local_handle = self
                 .local_handle(t, engine.block_size, position, specs.len())
-                .ok_or_else(|| ConnectorError::Plan("no local list for this remote geometry".into()))?;
+                .ok_or_else(|| {
+                    ConnectorError::Plan("no local list for this remote geometry".into())
+                })?;
             let (mut local_ids, mut remote_ids) = (local_ids.clone(), remote_ids.clone());
             if ratio > 1 {
-                (local_ids, remote_ids) = map_for_block_size_ratio(&local_ids, &remote_ids, &groups, ratio);
+                (local_ids, remote_ids) =
+                    map_for_block_size_ratio(&local_ids, &remote_ids, &groups, ratio);
             }
             if local_ids.iter().all(Vec::is_empty) {
                 nixl.send_notification(self.agent, &remote.agent_name, notification.as_bytes())?;
@@ -190,7 +198,11 @@ impl Worker {
             let read_rank = specs[0].0;
             for (rank, remote) in &engine.ranks {
                 if *rank != read_rank {
-                    nixl.send_notification(self.agent, &remote.agent_name, notification.as_bytes())?;
+                    nixl.send_notification(
+                        self.agent,
+                        &remote.agent_name,
+                        notification.as_bytes(),
+                    )?;
                 }
             }
         }
@@ -212,7 +224,11 @@ impl Worker {
     }
 
     /// Whether every READ of `recv` is done.
-    pub fn reads_done(&self, nixl: &mut dyn Nixl, recv: &Receiving) -> Result<bool, ConnectorError> {
+    pub fn reads_done(
+        &self,
+        nixl: &mut dyn Nixl,
+        recv: &Receiving,
+    ) -> Result<bool, ConnectorError> {
         for read in &recv.reads {
             if let Some(x) = read.xfer {
                 if nixl.xfer_state(self.agent, x)? != XferState::Done {
@@ -224,7 +240,10 @@ impl Worker {
     }
 
     /// The receive post-process of a finished request, planned.
-    pub fn plan_receive_post_process(&self, recv: &Receiving) -> Result<Vec<GroupPostProcess>, ConnectorError> {
+    pub fn plan_receive_post_process(
+        &self,
+        recv: &Receiving,
+    ) -> Result<Vec<GroupPostProcess>, ConnectorError> {
         let engine = self
             .remotes
             .get(&recv.request.remote_engine_id)

@@ -10,7 +10,9 @@
 
 use serde::Serialize;
 
-use super::block_mapping::{apply_prefix_caching, logical_to_kernel, map_for_block_size_ratio, BlockIds};
+use super::block_mapping::{
+    apply_prefix_caching, logical_to_kernel, map_for_block_size_ratio, BlockIds,
+};
 use super::desc_ids::{compute_desc_ids, ListShape};
 use super::post_process::{self, GroupPostProcess, PostProcessInput};
 use super::pull::PlannedRead;
@@ -65,7 +67,11 @@ pub fn parse_completion(message: &str) -> Option<(String, Vec<(usize, u64)>)> {
 
 impl Worker {
     /// P side: plan and post the WRITEs of one request.
-    pub fn start_write(&mut self, nixl: &mut dyn Nixl, req: &WriteRequest) -> Result<Sending, ConnectorError> {
+    pub fn start_write(
+        &mut self,
+        nixl: &mut dyn Nixl,
+        req: &WriteRequest,
+    ) -> Result<Sending, ConnectorError> {
         let groups = self.cfg.model.groups.clone();
         let engine = self
             .remotes
@@ -73,15 +79,28 @@ impl Worker {
             .ok_or_else(|| ConnectorError::UnknownEngine(req.remote_engine_id.clone()))?
             .clone();
         let local_kernel = logical_to_kernel(&req.local_block_ids, &groups, self.reg.ppl);
-        let remote_kernel = logical_to_kernel(&req.remote_block_ids, &groups, engine.ppl);
+        let mut remote_kernel = logical_to_kernel(&req.remote_block_ids, &groups, engine.ppl);
+        if engine.sub_ratio > 1 {
+            // Decode kernel blocks as prefill-sized sub-pages.
+            let sub = engine.sub_ratio;
+            for (g, kind) in groups.iter().enumerate() {
+                if *kind == GroupKind::Attention {
+                    remote_kernel[g] = remote_kernel[g]
+                        .iter()
+                        .flat_map(|&k| (0..sub).map(move |q| k * sub + q))
+                        .collect();
+                }
+            }
+        }
         let t = tp_ratio(self.cfg.engine.tp_size, req.remote_tp_size)
             .ok_or_else(|| ConnectorError::Plan("TP sizes do not divide".into()))?;
-        let ratio = block_size_ratio(self.reg.kernel_block, engine.block_size).ok_or_else(|| {
-            ConnectorError::Plan(format!(
-                "Local block size {} is not divisible by remote block size {} or vice versa.",
-                self.reg.kernel_block, engine.block_size
-            ))
-        })?;
+        let ratio =
+            block_size_ratio(self.reg.kernel_block, engine.block_size).ok_or_else(|| {
+                ConnectorError::Plan(format!(
+                    "Local block size {} is not divisible by remote block size {} or vice versa.",
+                    self.reg.kernel_block, engine.block_size
+                ))
+            })?;
         let is_mla = self.cfg.model.is_mla();
         let has_mamba = self.cfg.model.has_mamba();
         let mapping = &engine.mapping;
@@ -96,7 +115,9 @@ impl Worker {
                 .enumerate()
                 .map(|(g, v)| {
                     let attention = groups[g] == GroupKind::Attention;
-                    if (replicate_attention && attention) || mapping.source_ranks_per_group[g].contains(&rank) {
+                    if (replicate_attention && attention)
+                        || mapping.source_ranks_per_group[g].contains(&rank)
+                    {
                         v.clone()
                     } else {
                         Vec::new()
@@ -107,10 +128,9 @@ impl Worker {
         let mut writes = Vec::new();
         let state_lists = self.state_lists();
         for (position, &rank) in ranks.iter().enumerate() {
-            let remote = engine
-                .ranks
-                .get(&rank)
-                .ok_or_else(|| ConnectorError::Plan(format!("no handshake with decode rank {rank}")))?;
+            let remote = engine.ranks.get(&rank).ok_or_else(|| {
+                ConnectorError::Plan(format!("no handshake with decode rank {rank}"))
+            })?;
             let local_handle = if t < 0 && (!is_mla || mapping.all_source_ranks.len() > 1) {
                 self.split_handles
                     .get(&self.split_key(t, engine.block_size))
@@ -120,7 +140,8 @@ impl Worker {
                 self.local_handle(1, engine.block_size, position, 1)
             }
             .ok_or_else(|| ConnectorError::Plan("no local list for this decode geometry".into()))?;
-            let (mut local_ids, mut remote_ids) = (keep(&local_kernel, rank), keep(&remote_kernel, rank));
+            let (mut local_ids, mut remote_ids) =
+                (keep(&local_kernel, rank), keep(&remote_kernel, rank));
             let write_replicas_once = self.cfg.defect != Some(Defect::PushReplicatedDoubleWrite);
             if write_replicas_once && is_mla && t > 1 && self.cfg.tp_rank % t as u32 != 0 {
                 // Replicated pages: one prefill rank per decode rank writes them.
@@ -132,7 +153,8 @@ impl Worker {
                 }
             }
             if ratio > 1 {
-                (local_ids, remote_ids) = map_for_block_size_ratio(&local_ids, &remote_ids, &groups, ratio);
+                (local_ids, remote_ids) =
+                    map_for_block_size_ratio(&local_ids, &remote_ids, &groups, ratio);
             }
             if engine.sub_ratio > 1 {
                 // Decode sub-pages past what prefill holds are not written (zeroed on D).
@@ -145,16 +167,25 @@ impl Worker {
             }
             if local_ids.iter().all(Vec::is_empty) {
                 // Nothing to write from this rank: only tell decode it is done.
-                let notification = format!("{}:{};covered=", req.remote_request_id, self.cfg.engine.tp_size);
+                let notification = format!(
+                    "{}:{};covered=",
+                    req.remote_request_id, self.cfg.engine.tp_size
+                );
                 nixl.send_notification(self.agent, &remote.agent_name, notification.as_bytes())?;
                 continue;
             }
             if local_ids.is_empty() {
                 continue;
             }
-            let (remote_ids, local_ids) =
-                apply_prefix_caching(&remote_ids, &local_ids, &groups, engine.ppl, self.reg.ppl, self.cfg.defect)
-                    .map_err(|e| ConnectorError::Plan(e.to_string()))?;
+            let (remote_ids, local_ids) = apply_prefix_caching(
+                &remote_ids,
+                &local_ids,
+                &groups,
+                engine.ppl * engine.sub_ratio,
+                self.reg.ppl,
+                self.cfg.defect,
+            )
+            .map_err(|e| ConnectorError::Plan(e.to_string()))?;
             for (g, (l, r)) in local_ids.iter().zip(&remote_ids).enumerate() {
                 if l.len() != r.len() {
                     return Err(ConnectorError::Plan(format!(
@@ -170,7 +201,7 @@ impl Worker {
                 ListShape {
                     num_regions: self.reg.num_regions() as u64,
                     num_kernel_blocks: engine.num_blocks,
-                    ratio: None,
+                    ratio: (engine.sub_ratio > 1).then_some(engine.sub_ratio),
                     ppl: engine.ppl,
                     num_state_lists: state_lists,
                 },
@@ -243,7 +274,11 @@ impl Worker {
         let one_way = self.cfg.defect == Some(Defect::PushOneWayRatio);
         let empty_ids = self.cfg.defect == Some(Defect::PushEmptyRemoteIds);
         // The prefill engine's kernel as D registered it (before any gcd view).
-        let prefill_kernel = engine.ranks.values().next().map_or(engine.block_size, |r| r.metadata.block_size);
+        let prefill_kernel = engine
+            .ranks
+            .values()
+            .next()
+            .map_or(engine.block_size, |r| r.metadata.block_size);
         let ratio = match block_size_ratio(self.reg.kernel_block, prefill_kernel) {
             Some(r) => r,
             None if one_way || empty_ids => {

@@ -37,40 +37,59 @@ pub fn remote_conv_offsets(local_sizes: &[u64], slice: u64, tp_ratio: i32) -> Ve
         .collect()
 }
 
-/// Attention part of a remote rank's list.
+/// Attention part of a remote rank's list. With `sub_pages > 1` (kvgeom's
+/// push into larger decode kernel blocks) every remote page is split into
+/// that many sub-pages, each receiving one whole local page.
 pub fn attention_runs(
     reg: &Registration,
     mapping: &TpMapping,
     first_attention_group: usize,
     meta: &HandshakeMetadata,
     ratio: u32,
+    sub_pages: u32,
 ) -> Vec<StridedRun> {
     let ratio = u64::from(ratio);
+    let sub_pages = u64::from(sub_pages);
     let readers = mapping.source_ranks_per_group[first_attention_group].len() as u64;
-    meta.kv_caches_base_addr
-        .iter()
-        .enumerate()
-        .map(|(i, &base)| {
-            let local_len = reg.regions[i].block_len;
-            let unit = local_len / ratio;
-            let (reads, offset) = if reg.regions[i].replicated {
-                (1, 0)
-            } else {
-                (readers, mapping.rank_offset_factor * unit)
-            };
-            StridedRun {
+    let mut runs = Vec::new();
+    for (i, &base) in meta.kv_caches_base_addr.iter().enumerate() {
+        let local_len = reg.regions[i].block_len;
+        let unit = local_len / ratio;
+        let (reads, offset) = if reg.regions[i].replicated {
+            (1, 0)
+        } else {
+            (readers, mapping.rank_offset_factor * unit)
+        };
+        let len = unit / reads;
+        let (stride, page) = (meta.block_strides[i], meta.block_lens[i]);
+        if sub_pages == 1 || stride == page {
+            runs.push(StridedRun {
                 addr: base + offset,
-                len: unit / reads,
+                len,
                 dev: meta.device_id,
-                stride: meta.block_strides[i],
-                count: meta.num_blocks,
-            }
-        })
-        .collect()
+                stride: stride / sub_pages,
+                count: meta.num_blocks * sub_pages,
+            });
+        } else {
+            runs.extend((0..meta.num_blocks).map(|b| StridedRun {
+                addr: base + b * stride + offset,
+                len,
+                dev: meta.device_id,
+                stride: page / sub_pages,
+                count: sub_pages,
+            }));
+        }
+    }
+    runs
 }
 
 /// Mamba part of a remote rank's list.
-pub fn mamba_runs(reg: &Registration, tp_rank: u32, meta: &HandshakeMetadata, tp_ratio: i32) -> Vec<StridedRun> {
+pub fn mamba_runs(
+    reg: &Registration,
+    tp_rank: u32,
+    meta: &HandshakeMetadata,
+    tp_ratio: i32,
+) -> Vec<StridedRun> {
     let slice = u64::from(tp_rank % tp_ratio.max(1) as u32);
     let local_sizes: Vec<u64> = reg.conv_offsets.iter().map(|s| s.size).collect();
     let conv = remote_conv_offsets(&local_sizes, slice, tp_ratio);
@@ -114,9 +133,10 @@ pub fn remote_list(
     tp_rank: u32,
     meta: &HandshakeMetadata,
     ratio: u32,
+    sub_pages: u32,
     tp_ratio: i32,
 ) -> DescList {
-    let mut runs = attention_runs(reg, mapping, first_attention_group, meta, ratio);
+    let mut runs = attention_runs(reg, mapping, first_attention_group, meta, ratio, sub_pages);
     if reg.has_mamba() {
         runs.extend(mamba_runs(reg, tp_rank, meta, tp_ratio));
     }
@@ -130,9 +150,15 @@ mod tests {
     #[test]
     fn conv_offsets_follow_the_tp_direction() {
         let sizes = [12, 12, 24];
-        let bigger: Vec<_> = remote_conv_offsets(&sizes, 1, 2).iter().map(|s| (s.offset, s.size)).collect();
+        let bigger: Vec<_> = remote_conv_offsets(&sizes, 1, 2)
+            .iter()
+            .map(|s| (s.offset, s.size))
+            .collect();
         assert_eq!(bigger, [(12, 12), (36, 12), (72, 24)]);
-        let smaller: Vec<_> = remote_conv_offsets(&sizes, 0, -2).iter().map(|s| (s.offset, s.size)).collect();
+        let smaller: Vec<_> = remote_conv_offsets(&sizes, 0, -2)
+            .iter()
+            .map(|s| (s.offset, s.size))
+            .collect();
         assert_eq!(smaller, [(0, 6), (6, 6), (12, 12)]);
     }
 }

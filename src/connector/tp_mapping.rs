@@ -135,7 +135,10 @@ mod tests {
         let m = compute_tp_mapping(0, 1, 4, false, 2, &groups);
         assert_eq!(m.source_ranks_per_group[0], vec![0, 2]);
         assert_eq!(m.source_ranks_per_group[1], vec![0, 1, 2, 3]);
-        assert_eq!(m.rank_to_attention_slot, vec![(0, 0), (1, 0), (2, 1), (3, 1)]);
+        assert_eq!(
+            m.rank_to_attention_slot,
+            vec![(0, 0), (1, 0), (2, 1), (3, 1)]
+        );
     }
 
     #[test]

@@ -93,9 +93,20 @@ pub struct Worker {
 
 impl Worker {
     /// Create the agent, register the tensors and prepare the own local list.
-    pub fn register(nixl: &mut dyn Nixl, cfg: WorkerConfig, tensors: &[KvTensor]) -> Result<Self, ConnectorError> {
+    pub fn register(
+        nixl: &mut dyn Nixl,
+        cfg: WorkerConfig,
+        tensors: &[KvTensor],
+    ) -> Result<Self, ConnectorError> {
         let agent = nixl.create_agent(&cfg.agent_name)?;
-        let reg = Registration::new(&cfg.model, &cfg.engine, cfg.num_logical_blocks, tensors, cfg.mem, cfg.device);
+        let reg = Registration::new(
+            &cfg.model,
+            &cfg.engine,
+            cfg.num_logical_blocks,
+            tensors,
+            cfg.mem,
+            cfg.device,
+        );
         nixl.register_memory(agent, &reg.memory)?;
         let own = local_lists::local_list(&reg, 1, cfg.defect);
         let handle = nixl.prepare_dlist(agent, &DlistTarget::Local, cfg.mem, &own)?;
@@ -132,7 +143,10 @@ impl Worker {
     }
 
     pub(crate) fn first_attention_group(&self) -> usize {
-        self.cfg.model.first_group(GroupKind::Attention).unwrap_or(0)
+        self.cfg
+            .model
+            .first_group(GroupKind::Attention)
+            .unwrap_or(0)
     }
 
     /// The metadata this rank publishes for its peers.
@@ -156,16 +170,25 @@ impl Worker {
     /// Byte geometry of each region's attention pages (for the post-process).
     pub fn page_geometries(&self) -> Vec<PageGeometry> {
         (0..self.reg.num_regions())
-            .map(|r| PageGeometry::new(&self.cfg.model, &self.reg, self.cfg.engine.tp_size, self.cfg.engine.layout, r))
+            .map(|r| {
+                PageGeometry::new(
+                    &self.cfg.model,
+                    &self.reg,
+                    self.cfg.engine.tp_size,
+                    self.cfg.engine.layout,
+                    r,
+                )
+            })
             .collect()
     }
 
     /// The remote ranks this rank handshakes with.
     pub fn handshake_targets(&self, remote_tp: u32) -> Result<Vec<u32>, HandshakeError> {
-        let t = tp_ratio(self.cfg.engine.tp_size, remote_tp).ok_or(HandshakeError::TpNotDivisible {
-            local: self.cfg.engine.tp_size,
-            remote: remote_tp,
-        })?;
+        let t =
+            tp_ratio(self.cfg.engine.tp_size, remote_tp).ok_or(HandshakeError::TpNotDivisible {
+                local: self.cfg.engine.tp_size,
+                remote: remote_tp,
+            })?;
         let rank = self.cfg.tp_rank;
         Ok(if t > 0 {
             vec![rank / t as u32]
@@ -184,23 +207,28 @@ impl Worker {
         remote_rank: u32,
         remote_tp: u32,
     ) -> Result<String, ConnectorError> {
-        if let Some(r) = self.remotes.get(&meta.engine_id).and_then(|e| e.ranks.get(&remote_rank)) {
+        if let Some(r) = self
+            .remotes
+            .get(&meta.engine_id)
+            .and_then(|e| e.ranks.get(&remote_rank))
+        {
             return Ok(r.agent_name.clone());
         }
         let model = &self.cfg.model;
         let local_tp = self.cfg.engine.tp_size;
         let writer = self.cfg.mode == Mode::Push && !self.cfg.is_decode;
         let own_push = writer && self.cfg.defect != Some(Defect::PushOneWayRatio);
-        let mut sub_ratio = 1;
         let meta = if model.has_mamba() && model.is_mla() && !writer {
             handshake::split_remote_blocks(self.reg.kernel_block, meta)
-        } else if own_push && meta.block_size > self.reg.kernel_block {
-            // kvgeom's push: write prefill pages into decode sub-pages.
-            let (view, r) = handshake::view_as_sub_pages(self.reg.kernel_block, meta)?;
-            sub_ratio = r;
-            view
         } else {
             meta.clone()
+        };
+        // kvgeom's push into larger decode kernel blocks writes whole prefill
+        // pages into decode sub-pages; the checks see decode at that granularity.
+        let (checked, sub_ratio) = if own_push && meta.block_size > self.reg.kernel_block {
+            handshake::view_as_sub_pages(self.reg.kernel_block, &meta)?
+        } else {
+            (meta.clone(), 1)
         };
         let t = tp_ratio(local_tp, remote_tp).ok_or(HandshakeError::TpNotDivisible {
             local: local_tp,
@@ -215,13 +243,16 @@ impl Worker {
             &model.groups,
         );
         let agent_name = nixl.add_remote_agent(self.agent, &meta.agent_metadata)?;
-        let ratio = block_size_ratio(self.reg.kernel_block, meta.block_size).ok_or(
+        let ratio = block_size_ratio(self.reg.kernel_block, checked.block_size).ok_or(
             HandshakeError::BlockSizeNotDivisible {
                 local: self.reg.kernel_block,
-                remote: meta.block_size,
+                remote: checked.block_size,
             },
         )?;
-        let first_num_blocks = self.remotes.get(&meta.engine_id).map_or(meta.num_blocks, |e| e.num_blocks);
+        let first_num_blocks = self
+            .remotes
+            .get(&meta.engine_id)
+            .map_or(meta.num_blocks, |e| e.num_blocks);
         handshake::validate(
             &LocalSide {
                 model,
@@ -232,27 +263,41 @@ impl Worker {
                 prefix_caching: self.cfg.engine.prefix_caching,
                 defect: self.cfg.defect,
             },
-            &meta,
+            &checked,
             remote_tp,
             t,
             ratio,
-            first_num_blocks,
+            first_num_blocks * u64::from(sub_ratio),
         )?;
-        let remote_block = meta.block_size;
+        let remote_block = checked.block_size;
         if ratio > 1 && !self.lists_by_block_size.contains_key(&remote_block) {
             let list = local_lists::local_list(&self.reg, ratio, self.cfg.defect);
-            let handle = nixl.prepare_dlist(self.agent, &DlistTarget::Local, self.cfg.platform_mem, &list)?;
-            self.lists_by_block_size.insert(remote_block, (handle, list));
+            let handle = nixl.prepare_dlist(
+                self.agent,
+                &DlistTarget::Local,
+                self.cfg.platform_mem,
+                &list,
+            )?;
+            self.lists_by_block_size
+                .insert(remote_block, (handle, list));
         }
         let split_defect = self.cfg.defect == Some(Defect::SplitHandleKeyRatioOnly);
         let key = self.split_key(t, remote_block);
         if self.needs_split_lists(t, &mapping) && !self.split_handles.contains_key(&key) {
             // The pre-fix code built the splits from the own (ratio 1) list.
             let (src, num_fa) = if split_defect {
-                (&self.lists_by_block_size[&self.reg.kernel_block].1, self.reg.num_descs())
+                (
+                    &self.lists_by_block_size[&self.reg.kernel_block].1,
+                    self.reg.num_descs(),
+                )
             } else {
                 (
-                    &self.lists_by_block_size[if ratio > 1 { &remote_block } else { &self.reg.kernel_block }].1,
+                    &self.lists_by_block_size[if ratio > 1 {
+                        &remote_block
+                    } else {
+                        &self.reg.kernel_block
+                    }]
+                    .1,
                     self.reg.num_descs() * u64::from(ratio),
                 )
             };
@@ -261,7 +306,12 @@ impl Worker {
                 .map_err(HandshakeError::from)?;
             let mut handles = Vec::new();
             for list in lists {
-                let h = nixl.prepare_dlist(self.agent, &DlistTarget::Local, self.cfg.platform_mem, &list)?;
+                let h = nixl.prepare_dlist(
+                    self.agent,
+                    &DlistTarget::Local,
+                    self.cfg.platform_mem,
+                    &list,
+                )?;
                 handles.push((h, list));
             }
             self.split_handles.insert(key, handles);
@@ -273,19 +323,28 @@ impl Worker {
             self.cfg.tp_rank,
             &meta,
             ratio,
+            sub_ratio,
             t,
         );
         let remote_mem = self.cfg.platform_mem;
-        let handle = nixl.prepare_dlist(self.agent, &DlistTarget::Remote(agent_name.clone()), remote_mem, &list)?;
-        let engine = self.remotes.entry(meta.engine_id.clone()).or_insert_with(|| RemoteEngine {
-            tp_size: remote_tp,
-            block_size: meta.block_size,
-            ppl: meta.physical_blocks_per_logical_kv_block,
-            num_blocks: meta.num_blocks,
-            sub_ratio,
-            mapping: mapping.clone(),
-            ranks: BTreeMap::new(),
-        });
+        let handle = nixl.prepare_dlist(
+            self.agent,
+            &DlistTarget::Remote(agent_name.clone()),
+            remote_mem,
+            &list,
+        )?;
+        let engine = self
+            .remotes
+            .entry(meta.engine_id.clone())
+            .or_insert_with(|| RemoteEngine {
+                tp_size: remote_tp,
+                block_size: checked.block_size,
+                ppl: meta.physical_blocks_per_logical_kv_block,
+                num_blocks: meta.num_blocks,
+                sub_ratio,
+                mapping: mapping.clone(),
+                ranks: BTreeMap::new(),
+            });
         engine.ranks.insert(
             remote_rank,
             RemoteRank {
@@ -325,15 +384,18 @@ impl Worker {
             model.attention.as_ref().map_or(1, |a| a.total_kv_heads()),
             &model.groups,
         );
-        let engine = self.remotes.entry(meta.engine_id.clone()).or_insert_with(|| RemoteEngine {
-            tp_size: remote_tp,
-            block_size: meta.block_size,
-            ppl: meta.physical_blocks_per_logical_kv_block,
-            num_blocks: meta.num_blocks,
-            sub_ratio: 1,
-            mapping,
-            ranks: BTreeMap::new(),
-        });
+        let engine = self
+            .remotes
+            .entry(meta.engine_id.clone())
+            .or_insert_with(|| RemoteEngine {
+                tp_size: remote_tp,
+                block_size: meta.block_size,
+                ppl: meta.physical_blocks_per_logical_kv_block,
+                num_blocks: meta.num_blocks,
+                sub_ratio: 1,
+                mapping,
+                ranks: BTreeMap::new(),
+            });
         engine.ranks.insert(
             remote_rank,
             RemoteRank {
@@ -359,7 +421,13 @@ impl Worker {
     }
 
     /// The local list a transfer to/from remote source position `position` uses.
-    pub(crate) fn local_handle(&self, t: i32, remote_block: u32, position: usize, specs: usize) -> Option<DlistHandle> {
+    pub(crate) fn local_handle(
+        &self,
+        t: i32,
+        remote_block: u32,
+        position: usize,
+        specs: usize,
+    ) -> Option<DlistHandle> {
         if t < 0 && (!self.cfg.model.is_mla() || specs > 1) {
             self.split_handles
                 .get(&self.split_key(t, remote_block))

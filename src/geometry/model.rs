@@ -143,7 +143,9 @@ impl MambaSpec {
         self.conv_dims
             .iter()
             .map(|d| {
-                u64::from(d / tp_size) * u64::from(self.conv_rows) * u64::from(self.conv_dtype_bytes)
+                u64::from(d / tp_size)
+                    * u64::from(self.conv_rows)
+                    * u64::from(self.conv_dtype_bytes)
             })
             .collect()
     }

@@ -333,7 +333,9 @@ impl CaseLayout {
             return loc;
         };
         loc.kind = match self.group_kind(owner.group) {
-            Some(GroupKind::Attention) if layout.touches_padding(in_block, row.len) => LocationKind::PagePadding,
+            Some(GroupKind::Attention) if layout.touches_padding(in_block, row.len) => {
+                LocationKind::PagePadding
+            }
             Some(GroupKind::Attention) => {
                 let dense = layout.dense_offset(in_block).unwrap_or(in_block);
                 LocationKind::Attention(self.attention_span(layout, view, owner, dense, row.len))

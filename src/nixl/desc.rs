@@ -140,13 +140,32 @@ mod tests {
     #[test]
     fn strided_runs_expand_in_id_order() {
         let list = DescList::from_runs([
-            StridedRun { addr: 100, len: 16, dev: 0, stride: 16, count: 2 },
-            StridedRun { addr: 1000, len: 8, dev: 0, stride: 32, count: 3 },
+            StridedRun {
+                addr: 100,
+                len: 16,
+                dev: 0,
+                stride: 16,
+                count: 2,
+            },
+            StridedRun {
+                addr: 1000,
+                len: 8,
+                dev: 0,
+                stride: 32,
+                count: 3,
+            },
         ]);
         assert_eq!(list.len(), 5);
         let addrs: Vec<u64> = list.rows().map(|r| r.addr).collect();
         assert_eq!(addrs, [100, 116, 1000, 1032, 1064]);
-        assert_eq!(list.get(3), Some(DescRow { addr: 1032, len: 8, dev: 0 }));
+        assert_eq!(
+            list.get(3),
+            Some(DescRow {
+                addr: 1032,
+                len: 8,
+                dev: 0
+            })
+        );
         assert_eq!(list.get(5), None);
     }
 }

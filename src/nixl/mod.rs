@@ -134,7 +134,8 @@ pub trait Nixl {
     fn xfer_state(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState>;
     fn release_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<()>;
     fn release_dlist(&mut self, agent: AgentId, dlist: DlistHandle) -> NixlResult<()>;
-    fn send_notification(&mut self, agent: AgentId, remote: &str, message: &[u8]) -> NixlResult<()>;
+    fn send_notification(&mut self, agent: AgentId, remote: &str, message: &[u8])
+        -> NixlResult<()>;
     /// Notifications received by `agent` since the last call: (sender name, message).
     fn take_notifications(&mut self, agent: AgentId) -> NixlResult<Vec<(String, Vec<u8>)>>;
 }
@@ -180,7 +181,15 @@ impl<T: Nixl + ?Sized> Nixl for Box<T> {
         remote_ids: &[u32],
         notification: Option<&[u8]>,
     ) -> NixlResult<XferHandle> {
-        (**self).make_xfer(agent, op, local, local_ids, remote, remote_ids, notification)
+        (**self).make_xfer(
+            agent,
+            op,
+            local,
+            local_ids,
+            remote,
+            remote_ids,
+            notification,
+        )
     }
     fn post_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState> {
         (**self).post_xfer(agent, xfer)
@@ -194,7 +203,12 @@ impl<T: Nixl + ?Sized> Nixl for Box<T> {
     fn release_dlist(&mut self, agent: AgentId, dlist: DlistHandle) -> NixlResult<()> {
         (**self).release_dlist(agent, dlist)
     }
-    fn send_notification(&mut self, agent: AgentId, remote: &str, message: &[u8]) -> NixlResult<()> {
+    fn send_notification(
+        &mut self,
+        agent: AgentId,
+        remote: &str,
+        message: &[u8],
+    ) -> NixlResult<()> {
         (**self).send_notification(agent, remote, message)
     }
     fn take_notifications(&mut self, agent: AgentId) -> NixlResult<Vec<(String, Vec<u8>)>> {

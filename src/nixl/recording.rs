@@ -192,9 +192,10 @@ impl<T: Nixl> Recording<T> {
         for (xi, x) in self.xfers().into_iter().enumerate() {
             let initiator_name = self.name_of(x.agent).unwrap_or("");
             for (pi, (&l, &r)) in x.local_ids.iter().zip(x.remote_ids).enumerate() {
-                let (Some(local), Some(remote)) =
-                    (x.local_list.get(u64::from(l)), x.remote_list.get(u64::from(r)))
-                else {
+                let (Some(local), Some(remote)) = (
+                    x.local_list.get(u64::from(l)),
+                    x.remote_list.get(u64::from(r)),
+                ) else {
                     continue;
                 };
                 out.push(ResolvedPair {
@@ -288,9 +289,15 @@ impl<T: Nixl> Nixl for Recording<T> {
         remote_ids: &[u32],
         notification: Option<&[u8]>,
     ) -> NixlResult<XferHandle> {
-        let handle =
-            self.inner
-                .make_xfer(agent, op, local, local_ids, remote, remote_ids, notification)?;
+        let handle = self.inner.make_xfer(
+            agent,
+            op,
+            local,
+            local_ids,
+            remote,
+            remote_ids,
+            notification,
+        )?;
         self.events.push(Event::Xfer {
             agent,
             handle,
@@ -325,7 +332,12 @@ impl<T: Nixl> Nixl for Recording<T> {
         self.inner.release_dlist(agent, dlist)
     }
 
-    fn send_notification(&mut self, agent: AgentId, remote: &str, message: &[u8]) -> NixlResult<()> {
+    fn send_notification(
+        &mut self,
+        agent: AgentId,
+        remote: &str,
+        message: &[u8],
+    ) -> NixlResult<()> {
         self.inner.send_notification(agent, remote, message)?;
         self.events.push(Event::Notification {
             agent,

@@ -29,7 +29,12 @@ fn region_of(bases: &[u64], addr: u64) -> Option<(usize, u64)> {
 /// Render `list` as a table titled `title`.
 pub fn render(title: &str, list: &DescList, labels: &ListLabels) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{title} ({} descriptors, {} runs)", list.len(), list.runs().len());
+    let _ = writeln!(
+        out,
+        "{title} ({} descriptors, {} runs)",
+        list.len(),
+        list.runs().len()
+    );
     let _ = writeln!(
         out,
         "  {:>5}  {:>6}  {:<9}  {:>10}  {:>8}  {:>8}  {:>6}",

@@ -42,7 +42,9 @@ pub fn account(run: &CaseRun) -> Vec<BlockAccount> {
     let mut out = Vec::new();
     for engine in layout.engines(Side::Decode) {
         let rank = engine.tp_rank();
-        let Some(images) = input.memory(Side::Decode, rank) else { continue };
+        let Some(images) = input.memory(Side::Decode, rank) else {
+            continue;
+        };
         let page = engine.unified_page();
         for (group, blocks) in layout.blocks().decode_transfer.iter().enumerate() {
             if geometry.model.groups[group] != crate::geometry::GroupKind::Attention {
@@ -108,9 +110,11 @@ fn describe_geometry(g: &Geometry) -> String {
         out,
         "  pull: block_size_ratio {}  tp_ratio {}   push: block_size_ratio {}  tp_ratio {}",
         opt(r.pull_block_size_ratio),
-        r.pull_tp_ratio.map_or("not integral".into(), |t| t.to_string()),
+        r.pull_tp_ratio
+            .map_or("not integral".into(), |t| t.to_string()),
         opt(r.push_block_size_ratio),
-        r.push_tp_ratio.map_or("not integral".into(), |t| t.to_string()),
+        r.push_tp_ratio
+            .map_or("not integral".into(), |t| t.to_string()),
     );
     out
 }
@@ -127,12 +131,21 @@ pub fn explain_text(run: &CaseRun) -> String {
         case.mode,
         case.allocation.as_str(),
         case.seed,
-        case.defect.map_or(String::new(), |d| format!(" defect {d}"))
+        case.defect
+            .map_or(String::new(), |d| format!(" defect {d}"))
     );
     if let (Some(shape), Some(p)) = (&run.shape, &run.placement) {
         let _ = writeln!(out, "  transferred tokens M = {}", shape.transferred_tokens);
-        let _ = writeln!(out, "  decode blocks per group {:?} (transfer writes {:?}), pool {}", p.decode, shape.decode_transfer_blocks, p.decode_pool);
-        let _ = writeln!(out, "  prefill blocks per group {:?}, pool {}", p.prefill, p.prefill_pool);
+        let _ = writeln!(
+            out,
+            "  decode blocks per group {:?} (transfer writes {:?}), pool {}",
+            p.decode, shape.decode_transfer_blocks, p.decode_pool
+        );
+        let _ = writeln!(
+            out,
+            "  prefill blocks per group {:?}, pool {}",
+            p.prefill, p.prefill_pool
+        );
     }
     let _ = writeln!(out, "\noutcome: {}", run.report.outcome.describe());
     for (side, rank, transfers) in &run.transfers {
@@ -144,7 +157,11 @@ pub fn explain_text(run: &CaseRun) -> String {
                 t.local_desc_ids.len(),
                 t.notification
             );
-            let _ = writeln!(out, "  local blocks {:?}\n  remote blocks {:?}", t.local_block_ids, t.remote_block_ids);
+            let _ = writeln!(
+                out,
+                "  local blocks {:?}\n  remote blocks {:?}",
+                t.local_block_ids, t.remote_block_ids
+            );
         }
     }
     if let Some(input) = &run.oracle_input {
@@ -153,9 +170,7 @@ pub fn explain_text(run: &CaseRun) -> String {
             let _ = writeln!(
                 out,
                 "  {}: {} <- {}",
-                p.id,
-                p.destination.location,
-                p.source.location
+                p.id, p.destination.location, p.source.location
             );
         }
     }
@@ -171,7 +186,11 @@ pub fn explain_text(run: &CaseRun) -> String {
     let accounts = account(run);
     if !accounts.is_empty() {
         let _ = writeln!(out, "\ndecode request blocks after the post-process:");
-        let _ = writeln!(out, "  {:>4} {:>6} {:>5} {:>6} {:>11} {:>8} {:>8} {:>8}", "rank", "region", "group", "block", "transferred", "zeroed", "stale", "wrong");
+        let _ = writeln!(
+            out,
+            "  {:>4} {:>6} {:>5} {:>6} {:>11} {:>8} {:>8} {:>8}",
+            "rank", "region", "group", "block", "transferred", "zeroed", "stale", "wrong"
+        );
         for a in &accounts {
             let _ = writeln!(
                 out,
@@ -184,7 +203,11 @@ pub fn explain_text(run: &CaseRun) -> String {
                 a.bytes.zeroed,
                 a.bytes.stale,
                 a.bytes.wrong,
-                if a.bytes.stale + a.bytes.wrong > 0 { "  <- stale/wrong bytes" } else { "" }
+                if a.bytes.stale + a.bytes.wrong > 0 {
+                    "  <- stale/wrong bytes"
+                } else {
+                    ""
+                }
             );
         }
     }
@@ -219,7 +242,15 @@ pub fn svg(run: &CaseRun) -> String {
     );
     for (i, a) in accounts.iter().enumerate() {
         let y = (i + 1) * row_h + 6;
-        let _ = writeln!(out, "<text x=\"4\" y=\"{}\">d{} r{} g{} b{}</text>", y + 10, a.rank, a.region, a.group, a.block);
+        let _ = writeln!(
+            out,
+            "<text x=\"4\" y=\"{}\">d{} r{} g{} b{}</text>",
+            y + 10,
+            a.rank,
+            a.region,
+            a.group,
+            a.block
+        );
         let per_cell = a.classes.len().div_ceil(CELLS).max(1);
         for (c, chunk) in a.classes.chunks(per_cell).enumerate() {
             // The worst class in the chunk wins, so one stale byte shows.

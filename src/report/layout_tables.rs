@@ -22,7 +22,11 @@ fn workers(
     mode: Mode,
     decode: bool,
 ) -> Result<Vec<Worker>, ConnectorError> {
-    let engine = if decode { &geometry.decode } else { &geometry.prefill };
+    let engine = if decode {
+        &geometry.decode
+    } else {
+        &geometry.prefill
+    };
     let pool = engine.num_logical_blocks.unwrap_or(TABLE_POOL_BLOCKS);
     let len = u64::from(pool) * engine.unified_page_bytes(&geometry.model);
     (0..engine.tp_size)
@@ -79,7 +83,11 @@ pub fn layout_tables(geometry: &Geometry, mode: Mode) -> String {
         Mode::Pull => "decode-0",
         Mode::Push => "prefill-0",
     };
-    let _ = writeln!(out, "geometry {} ({mode} mode, tables of {initiator})", geometry.name);
+    let _ = writeln!(
+        out,
+        "geometry {} ({mode} mode, tables of {initiator})",
+        geometry.name
+    );
     let regs: Vec<(String, Vec<u64>)> = nixl
         .events()
         .iter()
@@ -91,11 +99,28 @@ pub fn layout_tables(geometry: &Geometry, mode: Mode) -> String {
             _ => None,
         })
         .collect();
-    let bases_of = |name: &str| regs.iter().find(|(n, _)| n == name).map(|(_, b)| b.clone()).unwrap_or_default();
-    let state_parts = geometry.model.mamba.as_ref().map_or(0, |m| m.num_sub_regions());
+    let bases_of = |name: &str| {
+        regs.iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, b)| b.clone())
+            .unwrap_or_default()
+    };
+    let state_parts = geometry
+        .model
+        .mamba
+        .as_ref()
+        .map_or(0, |m| m.num_sub_regions());
     let mut index = 0;
     for e in nixl.events() {
-        let Event::Dlist { agent, target, list, .. } = e else { continue };
+        let Event::Dlist {
+            agent,
+            target,
+            list,
+            ..
+        } = e
+        else {
+            continue;
+        };
         if nixl.name_of(*agent) != Some(initiator) {
             continue;
         }
@@ -109,7 +134,10 @@ pub fn layout_tables(geometry: &Geometry, mode: Mode) -> String {
         } else {
             let state_runs = geometry.model.layer_slots as usize * state_parts;
             let runs = list.runs();
-            runs[..runs.len().saturating_sub(state_runs)].iter().map(|r| r.count).sum()
+            runs[..runs.len().saturating_sub(state_runs)]
+                .iter()
+                .map(|r| r.count)
+                .sum()
         };
         let labels = ListLabels {
             region_bases: bases,

@@ -108,11 +108,18 @@ fn xml_escape(s: &str) -> String {
 pub fn junit(reports: &[CaseReport]) -> String {
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     let s = summary(reports);
-    let _ = writeln!(out, "<testsuites name=\"kvgeom\" tests=\"{}\" failures=\"{}\">", s.cases, s.failed);
+    let _ = writeln!(
+        out,
+        "<testsuites name=\"kvgeom\" tests=\"{}\" failures=\"{}\">",
+        s.cases, s.failed
+    );
     let mut names: Vec<&str> = reports.iter().map(|r| r.case.geometry_name()).collect();
     names.dedup();
     for name in names {
-        let mine: Vec<&CaseReport> = reports.iter().filter(|r| r.case.geometry_name() == name).collect();
+        let mine: Vec<&CaseReport> = reports
+            .iter()
+            .filter(|r| r.case.geometry_name() == name)
+            .collect();
         let failed = mine.iter().filter(|r| !r.passed()).count();
         let _ = writeln!(
             out,
@@ -162,7 +169,10 @@ pub fn table(reports: &[CaseReport]) -> String {
         "{:<44} {:<5} {:>6} {:>6} {:>6} {:>10} {:>12}",
         "geometry", "mode", "cases", "passed", "failed", "pairs", "bytes"
     );
-    let mut keys: Vec<(&str, &str)> = reports.iter().map(|r| (r.case.geometry_name(), r.case.mode.as_str())).collect();
+    let mut keys: Vec<(&str, &str)> = reports
+        .iter()
+        .map(|r| (r.case.geometry_name(), r.case.mode.as_str()))
+        .collect();
     keys.dedup();
     let mut seen = Vec::new();
     for key in keys {
@@ -175,9 +185,12 @@ pub fn table(reports: &[CaseReport]) -> String {
             .filter(|r| (r.case.geometry_name(), r.case.mode.as_str()) == key)
             .collect();
         let passed = mine.iter().filter(|r| r.passed()).count();
-        let rejected = mine
-            .iter()
-            .any(|r| matches!(r.outcome, crate::scenario::Outcome::ExpectedRejection { .. }));
+        let rejected = mine.iter().any(|r| {
+            matches!(
+                r.outcome,
+                crate::scenario::Outcome::ExpectedRejection { .. }
+            )
+        });
         let _ = writeln!(
             out,
             "{:<44} {:<5} {:>6} {:>6} {:>6} {:>10} {:>12}{}",
@@ -188,7 +201,11 @@ pub fn table(reports: &[CaseReport]) -> String {
             mine.len() - passed,
             mine.iter().map(|r| r.stats.pairs).sum::<u64>(),
             mine.iter().map(|r| r.stats.transferred_bytes).sum::<u64>(),
-            if rejected { "  (refused as expected)" } else { "" }
+            if rejected {
+                "  (refused as expected)"
+            } else {
+                ""
+            }
         );
     }
     let s = summary(reports);

@@ -52,10 +52,10 @@ impl Case {
 
     /// The command that replays this case on its own.
     pub fn replay_command(&self) -> String {
-        let target = self
-            .file
-            .as_ref()
-            .map_or_else(|| format!("geometries/{}.toml", self.geometry.name), |p| p.display().to_string());
+        let target = self.file.as_ref().map_or_else(
+            || format!("geometries/{}.toml", self.geometry.name),
+            |p| p.display().to_string(),
+        );
         let mut cmd = format!(
             "kvgeom explain {target} --prompt {} --prefix-hit {} --mode {} --alloc {} --seed {}",
             self.prompt_len,
@@ -116,8 +116,12 @@ impl Outcome {
         match self {
             Outcome::Passed => "passed".into(),
             Outcome::Violations => "invariants violated".into(),
-            Outcome::ExpectedRejection { side, message } => format!("{side} refused as expected: {message}"),
-            Outcome::UnexpectedRejection { side, message } => format!("{side} refused the pair: {message}"),
+            Outcome::ExpectedRejection { side, message } => {
+                format!("{side} refused as expected: {message}")
+            }
+            Outcome::UnexpectedRejection { side, message } => {
+                format!("{side} refused the pair: {message}")
+            }
             Outcome::MissingRejection { expected } => {
                 format!("handshake accepted a pair that must be refused with \"{expected}\"")
             }

@@ -41,7 +41,9 @@ impl Engines {
 /// Host arenas of one rank: one per layer slot, `pool x unified page` bytes.
 pub fn allocate(geometry: &Geometry, engine: &EngineGeometry, pool: u32) -> Vec<HostArena> {
     let len = u64::from(pool) * engine.unified_page_bytes(&geometry.model);
-    (0..geometry.model.layer_slots).map(|_| HostArena::new(len)).collect()
+    (0..geometry.model.layer_slots)
+        .map(|_| HostArena::new(len))
+        .collect()
 }
 
 /// Configure and register every rank of one side.

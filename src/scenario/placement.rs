@@ -62,11 +62,18 @@ fn pick(rng: &mut SplitMix, pool: u32, needed: u32) -> Vec<u32> {
 
 fn split(ids: Vec<u32>, counts: &[u32]) -> Vec<Vec<u32>> {
     let mut rest = ids.into_iter();
-    counts.iter().map(|&n| rest.by_ref().take(n as usize).collect()).collect()
+    counts
+        .iter()
+        .map(|&n| rest.by_ref().take(n as usize).collect())
+        .collect()
 }
 
 /// Place the request's blocks on both engines.
-pub fn place(geometry: &Geometry, shape: &RequestShape, seed: u64) -> Result<Placement, PlacementError> {
+pub fn place(
+    geometry: &Geometry,
+    shape: &RequestShape,
+    seed: u64,
+) -> Result<Placement, PlacementError> {
     let mut rng = SplitMix::new(seed ^ 0x6B76_6765_6F6D);
     let d_needed: u32 = shape.decode_blocks.iter().sum();
     let p_needed: u32 = shape.prefill_blocks.iter().sum();
@@ -87,7 +94,10 @@ pub fn place(geometry: &Geometry, shape: &RequestShape, seed: u64) -> Result<Pla
         });
     }
     let decode = split(pick(&mut rng, decode_pool, d_needed), &shape.decode_blocks);
-    let prefill = split(pick(&mut rng, prefill_pool, p_needed), &shape.prefill_blocks);
+    let prefill = split(
+        pick(&mut rng, prefill_pool, p_needed),
+        &shape.prefill_blocks,
+    );
     Ok(Placement {
         decode,
         prefill,

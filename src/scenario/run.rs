@@ -54,7 +54,10 @@ pub fn run_case(case: &Case, opts: &RunOptions) -> CaseReport {
 
 fn transport(opts: &RunOptions, arenas: &[HostArena]) -> Result<Box<dyn Nixl>, String> {
     if opts.memory == MemoryKind::Vram {
-        return Err("--memory vram needs the `cuda` feature and a GPU (see the README's GPU section)".into());
+        return Err(
+            "--memory vram needs the `cuda` feature and a GPU (see the README's GPU section)"
+                .into(),
+        );
     }
     match opts.transport {
         TransportKind::Loopback => {
@@ -69,9 +72,11 @@ fn transport(opts: &RunOptions, arenas: &[HostArena]) -> Result<Box<dyn Nixl>, S
             .map(|n| Box::new(n) as Box<dyn Nixl>)
             .map_err(|e| e.to_string()),
         #[cfg(not(feature = "nixl"))]
-        TransportKind::Nixl => Err("--transport nixl needs kvgeom built with `--features nixl` \
+        TransportKind::Nixl => Err(
+            "--transport nixl needs kvgeom built with `--features nixl` \
              and the NIXL runtime (scripts/install-nixl-runtime.sh)"
-            .into()),
+                .into(),
+        ),
     }
 }
 
@@ -100,12 +105,16 @@ pub fn run_case_detailed(case: &Case, opts: &RunOptions) -> CaseRun {
 /// Apply the geometry's expectation about rejections.
 fn judge(geometry: &Geometry, outcome: Outcome, violations: &[oracle::Violation]) -> Outcome {
     match (outcome, &geometry.expect_rejection) {
-        (Outcome::UnexpectedRejection { side, message }, Some(expected)) if message.contains(expected.as_str()) => {
+        (Outcome::UnexpectedRejection { side, message }, Some(expected))
+            if message.contains(expected.as_str()) =>
+        {
             Outcome::ExpectedRejection { side, message }
         }
-        (Outcome::Passed, Some(expected)) | (Outcome::Violations, Some(expected)) => Outcome::MissingRejection {
-            expected: expected.clone(),
-        },
+        (Outcome::Passed, Some(expected)) | (Outcome::Violations, Some(expected)) => {
+            Outcome::MissingRejection {
+                expected: expected.clone(),
+            }
+        }
         (Outcome::Passed, None) if !violations.is_empty() => Outcome::Violations,
         (other, _) => other,
     }
@@ -130,7 +139,11 @@ fn execute(case: &Case, opts: &RunOptions, run: &mut CaseRun) -> Outcome {
     let shape = request_shape(geometry, case.prompt_len, case.prefix_hit, case.allocation);
     let placement = match place(geometry, &shape, case.seed) {
         Ok(p) => p,
-        Err(e) => return Outcome::Error { message: e.to_string() },
+        Err(e) => {
+            return Outcome::Error {
+                message: e.to_string(),
+            }
+        }
     };
     let p_arenas: Vec<Vec<HostArena>> = (0..geometry.prefill.tp_size)
         .map(|_| allocate(geometry, &geometry.prefill, placement.prefill_pool))
@@ -138,7 +151,12 @@ fn execute(case: &Case, opts: &RunOptions, run: &mut CaseRun) -> Outcome {
     let d_arenas: Vec<Vec<HostArena>> = (0..geometry.decode.tp_size)
         .map(|_| allocate(geometry, &geometry.decode, placement.decode_pool))
         .collect();
-    let all: Vec<HostArena> = p_arenas.iter().chain(&d_arenas).flatten().cloned().collect();
+    let all: Vec<HostArena> = p_arenas
+        .iter()
+        .chain(&d_arenas)
+        .flatten()
+        .cloned()
+        .collect();
     let inner = match transport(opts, &all) {
         Ok(t) => t,
         Err(message) => return Outcome::Error { message },
@@ -165,11 +183,27 @@ fn transfer(
     let geometry = &case.geometry;
     let mode = case.mode;
     let mut engines = {
-        let prefill = match register_side(nixl, geometry, Side::Prefill, mode, placement.prefill_pool, p_arenas, case.defect) {
+        let prefill = match register_side(
+            nixl,
+            geometry,
+            Side::Prefill,
+            mode,
+            placement.prefill_pool,
+            p_arenas,
+            case.defect,
+        ) {
             Ok(r) => r,
             Err(o) => return o,
         };
-        let decode = match register_side(nixl, geometry, Side::Decode, mode, placement.decode_pool, d_arenas, case.defect) {
+        let decode = match register_side(
+            nixl,
+            geometry,
+            Side::Decode,
+            mode,
+            placement.decode_pool,
+            d_arenas,
+            case.defect,
+        ) {
             Ok(r) => r,
             Err(o) => return o,
         };
@@ -193,17 +227,30 @@ fn transfer(
         placement.prefill_pool,
     ) {
         Ok(l) => l,
-        Err(e) => return Outcome::Error { message: format!("layout model: {e}") },
+        Err(e) => {
+            return Outcome::Error {
+                message: format!("layout model: {e}"),
+            }
+        }
     };
     // Fill: provenance on P, sentinel (and neighbour patterns) on D.
     for (rank, r) in engines.prefill.iter().enumerate() {
         if let Err(e) = pattern::fill_prefill_arenas(&layout, rank as u32, &r.arenas) {
-            return Outcome::Error { message: e.to_string() };
+            return Outcome::Error {
+                message: e.to_string(),
+            };
         }
     }
     for (rank, r) in engines.decode.iter().enumerate() {
-        if let Err(e) = pattern::fill_decode_arenas(&layout, rank as u32, &r.arenas, DecodeFill::SentinelWithNeighbours) {
-            return Outcome::Error { message: e.to_string() };
+        if let Err(e) = pattern::fill_decode_arenas(
+            &layout,
+            rank as u32,
+            &r.arenas,
+            DecodeFill::SentinelWithNeighbours,
+        ) {
+            return Outcome::Error {
+                message: e.to_string(),
+            };
         }
     }
     let before = snapshot(&engines);
@@ -229,7 +276,12 @@ fn transfer(
         .with_transferred_tokens(shape.transferred_tokens);
     let after = snapshot(&engines);
     for side in [Side::Prefill, Side::Decode] {
-        for (rank, (b, a)) in before.images(side).iter().zip(after.images(side)).enumerate() {
+        for (rank, (b, a)) in before
+            .images(side)
+            .iter()
+            .zip(after.images(side))
+            .enumerate()
+        {
             input.set_memory(
                 side,
                 rank as u32,
@@ -303,7 +355,11 @@ fn stats(input: &OracleInput, post: &[(u32, Vec<GroupPostProcess>)], engines: &E
     }
 }
 
-fn handshake_pull(nixl: &mut dyn Nixl, engines: &mut Engines, geometry: &Geometry) -> Result<(), Outcome> {
+fn handshake_pull(
+    nixl: &mut dyn Nixl,
+    engines: &mut Engines,
+    geometry: &Geometry,
+) -> Result<(), Outcome> {
     let p_tp = geometry.prefill.tp_size;
     for d in 0..engines.decode.len() {
         let targets = engines.decode[d]
@@ -327,7 +383,11 @@ fn handshake_pull(nixl: &mut dyn Nixl, engines: &mut Engines, geometry: &Geometr
     Ok(())
 }
 
-fn handshake_push(nixl: &mut dyn Nixl, engines: &mut Engines, geometry: &Geometry) -> Result<(), Outcome> {
+fn handshake_push(
+    nixl: &mut dyn Nixl,
+    engines: &mut Engines,
+    geometry: &Geometry,
+) -> Result<(), Outcome> {
     let (p_tp, d_tp) = (geometry.prefill.tp_size, geometry.decode.tp_size);
     // D learns (and, in kvgeom, validates) P.
     for d in 0..engines.decode.len() {
@@ -363,12 +423,16 @@ fn handshake_push(nixl: &mut dyn Nixl, engines: &mut Engines, geometry: &Geometr
                 .worker
                 .metadata(nixl)
                 .map_err(|e| crashed(Side::Decode, e))?;
-            if let Err(e) = engines.prefill[p].worker.add_remote_agent(nixl, &meta, target, d_tp) {
+            if let Err(e) = engines.prefill[p]
+                .worker
+                .add_remote_agent(nixl, &meta, target, d_tp)
+            {
                 let message = e.to_string();
                 let vllm_push = engines.prefill[p].worker.config().defect.is_some_and(|d| {
                     matches!(
                         d,
-                        crate::defects::Defect::PushEmptyRemoteIds | crate::defects::Defect::PushOneWayRatio
+                        crate::defects::Defect::PushEmptyRemoteIds
+                            | crate::defects::Defect::PushOneWayRatio
                     )
                 });
                 if vllm_push {
@@ -382,7 +446,11 @@ fn handshake_push(nixl: &mut dyn Nixl, engines: &mut Engines, geometry: &Geometr
                 // kvgeom: tell decode why, so it fails the request loudly.
                 let agent = engines.prefill[p].worker.agent();
                 let reason = format!("{PUSH_REJECT_PREFIX}{message}");
-                let _ = nixl.send_notification(agent, &crate::layout::Side::Decode.agent_name(target), reason.as_bytes());
+                let _ = nixl.send_notification(
+                    agent,
+                    &crate::layout::Side::Decode.agent_name(target),
+                    reason.as_bytes(),
+                );
                 return Err(crashed(Side::Prefill, e));
             }
         }
@@ -406,9 +474,17 @@ fn pull(
             remote_block_ids: blocks.prefill.clone(),
             remote_tp_size: geometry.prefill.tp_size,
         };
-        let recv = rank.worker.start_read(nixl, &req).map_err(|e| crashed(Side::Decode, e))?;
-        run.transfers.push((Side::Decode, d as u32, recv.reads.clone()));
-        if !rank.worker.reads_done(nixl, &recv).map_err(|e| crashed(Side::Decode, e))? {
+        let recv = rank
+            .worker
+            .start_read(nixl, &req)
+            .map_err(|e| crashed(Side::Decode, e))?;
+        run.transfers
+            .push((Side::Decode, d as u32, recv.reads.clone()));
+        if !rank
+            .worker
+            .reads_done(nixl, &recv)
+            .map_err(|e| crashed(Side::Decode, e))?
+        {
             return Err(Outcome::Hung {
                 message: format!("decode rank {d}: READs still in progress"),
             });
@@ -439,8 +515,12 @@ fn push(
             remote_block_ids: blocks.decode_transfer.clone(),
             remote_tp_size: geometry.decode.tp_size,
         };
-        let sending = rank.worker.start_write(nixl, &req).map_err(|e| crashed(Side::Prefill, e))?;
-        run.transfers.push((Side::Prefill, p as u32, sending.writes));
+        let sending = rank
+            .worker
+            .start_write(nixl, &req)
+            .map_err(|e| crashed(Side::Prefill, e))?;
+        run.transfers
+            .push((Side::Prefill, p as u32, sending.writes));
     }
     for (d, rank) in engines.decode.iter().enumerate() {
         let worker = &rank.worker;
@@ -457,9 +537,12 @@ fn push(
             .collect();
         let mut covered = Vec::new();
         let mut seen = Vec::new();
-        for (sender, message) in nixl.take_notifications(worker.agent()).map_err(|e| Outcome::Error {
-            message: e.to_string(),
-        })? {
+        for (sender, message) in
+            nixl.take_notifications(worker.agent())
+                .map_err(|e| Outcome::Error {
+                    message: e.to_string(),
+                })?
+        {
             let text = String::from_utf8_lossy(&message).to_string();
             if let Some(reason) = text.strip_prefix(PUSH_REJECT_PREFIX) {
                 return Err(Outcome::UnexpectedRejection {
@@ -476,12 +559,19 @@ fn push(
         }
         if let Some(missing) = expected.iter().find(|e| !seen.contains(e)) {
             return Err(Outcome::Hung {
-                message: format!("decode rank {d} never got the completion notification of {missing}"),
+                message: format!(
+                    "decode rank {d} never got the completion notification of {missing}"
+                ),
             });
         }
         let mut memory = HostTensors(rank.arenas.clone());
         let plans = worker
-            .finish_push(Side::Prefill.as_str(), &blocks.decode_transfer, &covered, &mut memory)
+            .finish_push(
+                Side::Prefill.as_str(),
+                &blocks.decode_transfer,
+                &covered,
+                &mut memory,
+            )
             .map_err(|e| crashed(Side::Decode, e))?;
         run.post_process.push((d as u32, plans));
     }

@@ -32,7 +32,10 @@ pub fn run_all(cases: &[Case], opts: &RunOptions, threads: Option<usize>) -> Vec
     let reports = if opts.transport == TransportKind::Nixl || threads == Some(1) {
         cases.iter().map(run).collect()
     } else {
-        match rayon::ThreadPoolBuilder::new().num_threads(threads.unwrap_or(0)).build() {
+        match rayon::ThreadPoolBuilder::new()
+            .num_threads(threads.unwrap_or(0))
+            .build()
+        {
             Ok(pool) => pool.install(|| cases.par_iter().map(run).collect()),
             Err(_) => cases.par_iter().map(run).collect(),
         }

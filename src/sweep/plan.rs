@@ -23,13 +23,23 @@ pub struct SourcedGeometry {
 pub fn load_sources(paths: &[PathBuf]) -> Result<Vec<SourcedGeometry>, GeometryError> {
     let mut out = Vec::new();
     for path in paths {
-        let files = if path.is_dir() { toml_files(path)? } else { vec![path.clone()] };
+        let files = if path.is_dir() {
+            toml_files(path)?
+        } else {
+            vec![path.clone()]
+        };
         for file in files {
             let geometry = load_geometry(&file)?;
-            if let Some(first) = out.iter().find(|s: &&SourcedGeometry| s.geometry.name == geometry.name) {
+            if let Some(first) = out
+                .iter()
+                .find(|s: &&SourcedGeometry| s.geometry.name == geometry.name)
+            {
                 return Err(GeometryError::DuplicateName {
                     name: geometry.name.clone(),
-                    first: first.file.as_ref().map_or_else(String::new, |f| f.display().to_string()),
+                    first: first
+                        .file
+                        .as_ref()
+                        .map_or_else(String::new, |f| f.display().to_string()),
                     second: file.display().to_string(),
                 });
             }
@@ -53,7 +63,9 @@ fn toml_files(dir: &Path) -> Result<Vec<PathBuf>, GeometryError> {
         .filter(|p| p.extension().is_some_and(|x| x == "toml") && p.is_file())
         .collect();
     if files.is_empty() {
-        return Err(GeometryError::EmptyFolder { dir: dir.to_path_buf() });
+        return Err(GeometryError::EmptyFolder {
+            dir: dir.to_path_buf(),
+        });
     }
     files.sort();
     Ok(files)
@@ -101,10 +113,15 @@ pub fn prefix_hits(geometry: &Geometry, prompt_len: u32) -> Vec<u32> {
 }
 
 /// Decode allocations worth running: they differ only for hybrids.
-pub fn allocations(geometry: &Geometry, chosen: &Option<Vec<DecodeAllocation>>) -> Vec<DecodeAllocation> {
+pub fn allocations(
+    geometry: &Geometry,
+    chosen: &Option<Vec<DecodeAllocation>>,
+) -> Vec<DecodeAllocation> {
     match chosen {
         Some(list) => list.clone(),
-        None if geometry.model.has_mamba() => vec![DecodeAllocation::Mainline, DecodeAllocation::WithLastToken],
+        None if geometry.model.has_mamba() => {
+            vec![DecodeAllocation::Mainline, DecodeAllocation::WithLastToken]
+        }
         None => vec![DecodeAllocation::Mainline],
     }
 }
@@ -138,7 +155,12 @@ pub fn grid(sources: &[SourcedGeometry], opts: &PlanOptions) -> Vec<Case> {
 
 /// `count` cases drawn from the same space with `seed`, each with its own
 /// placement seed; prompt lengths range over the default residue sweep.
-pub fn random(sources: &[SourcedGeometry], count: usize, seed: u64, opts: &PlanOptions) -> Vec<Case> {
+pub fn random(
+    sources: &[SourcedGeometry],
+    count: usize,
+    seed: u64,
+    opts: &PlanOptions,
+) -> Vec<Case> {
     let mut rng = SplitMix::new(seed);
     let mut pick = |n: usize| rng.below(n.max(1) as u64) as usize;
     (0..count)

@@ -20,7 +20,9 @@ pub fn parse_prompt_list(text: &str) -> Result<Vec<u32>, PromptListError> {
     let mut out = Vec::new();
     for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let num = |s: &str| -> Result<u32, PromptListError> {
-            s.trim().parse::<u32>().map_err(|_| err(format!("`{s}` is not a prompt length")))
+            s.trim()
+                .parse::<u32>()
+                .map_err(|_| err(format!("`{s}` is not a prompt length")))
         };
         let (start, end) = if let Some((a, b)) = item.split_once("..=") {
             (num(a)?, num(b)?)
@@ -78,10 +80,16 @@ mod tests {
 
     #[test]
     fn ranges_and_lengths() {
-        assert_eq!(parse_prompt_list("2..=5,9, 7..8").unwrap(), vec![2, 3, 4, 5, 7, 9]);
+        assert_eq!(
+            parse_prompt_list("2..=5,9, 7..8").unwrap(),
+            vec![2, 3, 4, 5, 7, 9]
+        );
         assert!(parse_prompt_list("0..=3").is_err());
         assert!(parse_prompt_list("5..=2").is_err());
-        assert!(parse_prompt_list("x").unwrap_err().to_string().contains("`x` is not a prompt length"));
+        assert!(parse_prompt_list("x")
+            .unwrap_err()
+            .to_string()
+            .contains("`x` is not a prompt length"));
         assert!(parse_prompt_list("").is_err());
     }
 }

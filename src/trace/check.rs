@@ -32,7 +32,10 @@ fn layout_of(name: &str) -> KvLayout {
 pub fn traced_geometry(case: &TraceCase) -> Result<Geometry, CheckError> {
     let unsupported = |why: String| CheckError::Unsupported(case.name.clone(), why);
     let model = traced_model(case).map_err(|e| unsupported(e.to_string()))?;
-    let remote = case.remotes.first().ok_or_else(|| unsupported("no remote rank".into()))?;
+    let remote = case
+        .remotes
+        .first()
+        .ok_or_else(|| unsupported("no remote rank".into()))?;
     let m = &remote.meta;
     let w = &case.worker;
     let ppl = m.physical_blocks_per_logical_kv_block.max(1);
@@ -69,7 +72,11 @@ pub fn traced_geometry(case: &TraceCase) -> Result<Geometry, CheckError> {
 pub fn check_case(case: &TraceCase) -> Result<Vec<Violation>, CheckError> {
     let unsupported = |why: String| CheckError::Unsupported(case.name.clone(), why);
     let geometry = traced_geometry(case)?;
-    let ids = |v: &Vec<Vec<u64>>| -> Vec<Vec<u32>> { v.iter().map(|g| g.iter().map(|&b| b as u32).collect()).collect() };
+    let ids = |v: &Vec<Vec<u64>>| -> Vec<Vec<u32>> {
+        v.iter()
+            .map(|g| g.iter().map(|&b| b as u32).collect())
+            .collect()
+    };
     let blocks = &case.request.blocks;
     let request = RequestBlocks {
         decode: ids(&blocks.local_block_ids),
@@ -95,7 +102,9 @@ pub fn check_case(case: &TraceCase) -> Result<Vec<Violation>, CheckError> {
     // Re-issue the traced calls with one agent name per rank.
     let mut nixl = Recording::new(DryRun::new());
     let fail = |e: crate::nixl::NixlError| unsupported(e.to_string());
-    let me = nixl.create_agent(&Side::Decode.agent_name(0)).map_err(fail)?;
+    let me = nixl
+        .create_agent(&Side::Decode.agent_name(0))
+        .map_err(fail)?;
     let mut handles: HashMap<u64, DlistHandle> = HashMap::new();
     for d in &case.dlists {
         let target = match d.role {
@@ -106,15 +115,28 @@ pub fn check_case(case: &TraceCase) -> Result<Vec<Violation>, CheckError> {
             }
             _ => DlistTarget::Local,
         };
-        let h = nixl.prepare_dlist(me, &target, d.mem, &d.list).map_err(fail)?;
+        let h = nixl
+            .prepare_dlist(me, &target, d.mem, &d.list)
+            .map_err(fail)?;
         handles.insert(d.handle.0, h);
     }
     for x in &case.xfers {
-        let (Some(&l), Some(&r)) = (handles.get(&x.local_handle.0), handles.get(&x.remote_handle.0)) else {
+        let (Some(&l), Some(&r)) = (
+            handles.get(&x.local_handle.0),
+            handles.get(&x.remote_handle.0),
+        ) else {
             return Err(unsupported("a transfer names an unknown list".into()));
         };
         let h = nixl
-            .make_xfer(me, x.op, l, &x.local_ids, r, &x.remote_ids, x.notif_msg.as_deref().map(str::as_bytes))
+            .make_xfer(
+                me,
+                x.op,
+                l,
+                &x.local_ids,
+                r,
+                &x.remote_ids,
+                x.notif_msg.as_deref().map(str::as_bytes),
+            )
             .map_err(fail)?;
         nixl.post_xfer(me, h).map_err(fail)?;
     }

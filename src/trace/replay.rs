@@ -7,8 +7,12 @@ use std::collections::BTreeMap;
 
 use super::case::TraceCase;
 use super::diff::{diff_block_ids, diff_run, ActualRun, DiffReport};
-use crate::connector::{ConnectorError, HandshakeMetadata, KvTensor, ReadRequest, Worker, WorkerConfig};
-use crate::geometry::{AttentionSpec, EngineGeometry, GroupKind, KvLayout, MambaKind, MambaSpec, Mode, ModelSpec};
+use crate::connector::{
+    ConnectorError, HandshakeMetadata, KvTensor, ReadRequest, Worker, WorkerConfig,
+};
+use crate::geometry::{
+    AttentionSpec, EngineGeometry, GroupKind, KvLayout, MambaKind, MambaSpec, Mode, ModelSpec,
+};
 use crate::nixl::{DryRun, Recording};
 
 /// Why a trace cannot be replayed.
@@ -45,7 +49,8 @@ pub fn traced_model(case: &TraceCase) -> Result<ModelSpec, ReplayError> {
     if !g.use_mla {
         return Err(bad("only MLA traces are supported"));
     }
-    let per_token = g.block_len_per_layer.first().copied().unwrap_or(0) / u64::from(g.block_size.max(1));
+    let per_token =
+        g.block_len_per_layer.first().copied().unwrap_or(0) / u64::from(g.block_size.max(1));
     let groups = case.request.blocks.local_block_ids.len();
     let mut kinds = vec![GroupKind::Attention];
     let mamba = if g.has_mamba {
@@ -55,10 +60,15 @@ pub fn traced_model(case: &TraceCase) -> Result<ModelSpec, ReplayError> {
             _ => return Err(bad("mamba sizes missing")),
         };
         if conv % 24 != 0 {
-            return Err(bad("conv state does not split Q|K|V = 1:1:2 over 3 rows of 2 bytes"));
+            return Err(bad(
+                "conv state does not split Q|K|V = 1:1:2 over 3 rows of 2 bytes",
+            ));
         }
         let unit = (conv / 24) as u32;
-        kinds.extend(std::iter::repeat_n(GroupKind::Mamba, groups.saturating_sub(1)));
+        kinds.extend(std::iter::repeat_n(
+            GroupKind::Mamba,
+            groups.saturating_sub(1),
+        ));
         Some(MambaSpec {
             kind: MambaKind::Kda,
             conv_dims: vec![unit, unit, 2 * unit],
@@ -132,10 +142,16 @@ pub fn replay(case: &TraceCase) -> Result<Replay, ReplayError> {
             kv_caches_base_addr: m.kv_caches_base_addr.clone(),
             num_blocks: m.num_blocks,
             block_lens: m.block_lens.clone(),
-            block_strides: m.block_strides.clone().unwrap_or_else(|| m.block_lens.clone()),
+            block_strides: m
+                .block_strides
+                .clone()
+                .unwrap_or_else(|| m.block_lens.clone()),
             kv_cache_layout: layout(&m.kv_cache_layout),
             block_size: m.block_size,
-            ssm_sizes: (ssm.first().copied().unwrap_or(0), ssm.get(1).copied().unwrap_or(0)),
+            ssm_sizes: (
+                ssm.first().copied().unwrap_or(0),
+                ssm.get(1).copied().unwrap_or(0),
+            ),
             physical_blocks_per_logical_kv_block: m.physical_blocks_per_logical_kv_block,
             host_buffer: false,
         };
@@ -145,13 +161,20 @@ pub fn replay(case: &TraceCase) -> Result<Replay, ReplayError> {
         remote_bases.insert(remote.agent_name.clone(), m.kv_caches_base_addr.clone());
     }
     let ids32 = |v: &Vec<Vec<u64>>| -> Vec<Vec<u32>> {
-        v.iter().map(|g| g.iter().map(|&b| b as u32).collect()).collect()
+        v.iter()
+            .map(|g| g.iter().map(|&b| b as u32).collect())
+            .collect()
     };
     let blocks = &case.request.blocks;
     let remote_request_id = case
         .xfers
         .iter()
-        .find_map(|x| x.notif_msg.as_deref().and_then(|n| n.rsplit_once(':')).map(|(r, _)| r.to_string()))
+        .find_map(|x| {
+            x.notif_msg
+                .as_deref()
+                .and_then(|n| n.rsplit_once(':'))
+                .map(|(r, _)| r.to_string())
+        })
         .unwrap_or_else(|| format!("prefill-{}", case.request.req_id));
     let request = ReadRequest {
         request_id: case.request.req_id.clone(),
@@ -185,7 +208,11 @@ pub fn diff_against_connector(case: &TraceCase) -> Result<DiffReport, ReplayErro
     if !report.is_match() {
         return Ok(report);
     }
-    match case.request_done.as_ref().and_then(|d| d.after_call.as_ref()) {
+    match case
+        .request_done
+        .as_ref()
+        .and_then(|d| d.after_call.as_ref())
+    {
         Some(after) => Ok(diff_block_ids(
             "request_done remote_block_ids",
             &after.remote_block_ids,
