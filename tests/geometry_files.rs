@@ -133,6 +133,7 @@ fn shipped_geometries_load_in_name_order() {
             "g6-kimi-linear-scale",
             "gqa-kernel-ratio4",
             "jamba-gqa-mamba1",
+            "mla-interleaved-kernel-ratio2",
             "mla-kda-decode-tp2",
             "nemotron-h-gqa-mamba2-hnd",
             "qwen3-next-gqa-gdn-decode-tp2",

@@ -291,7 +291,7 @@ impl Worker {
             None => 1,
         };
         let hetero_ppl = engine.ppl != self.reg.ppl;
-        if (one_way || empty_ids) && (ratio > 1 || hetero_ppl) && empty_ids {
+        if empty_ids && (ratio > 1 || hetero_ppl) {
             return Err(ConnectorError::Plan(
                 "IndexError: tuple index out of range (decode keeps an empty remote block list in push mode)".into(),
             ));

@@ -258,6 +258,7 @@ mod tests {
             layout: KvLayout::Hnd,
             host_buffer: false,
             prefix_caching: false,
+            block_padding_bytes: 0,
         };
         let geometry = Geometry {
             name: "gqa-hnd".into(),

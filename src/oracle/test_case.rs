@@ -83,6 +83,7 @@ pub(crate) fn geometry() -> Geometry {
         layout: KvLayout::Nhd,
         host_buffer: false,
         prefix_caching: false,
+        block_padding_bytes: 0,
     };
     Geometry {
         name: "mla-kda-r2".into(),
