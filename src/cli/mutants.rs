@@ -4,8 +4,9 @@ use std::path::PathBuf;
 
 use super::{default_paths, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::defects::Defect;
-use crate::scenario::{Case, RunOptions};
-use crate::sweep::{execute, plan};
+use crate::scenario::RunOptions;
+use crate::sweep::mutants::run_mutant;
+use crate::sweep::plan;
 
 pub fn defects() -> u8 {
     for d in Defect::ALL {
@@ -15,53 +16,19 @@ pub fn defects() -> u8 {
     EXIT_OK
 }
 
-/// One defect's result.
-#[derive(Clone, Debug)]
-pub struct MutantResult {
-    pub defect: Defect,
-    pub cases: usize,
-    pub failed: usize,
-    pub first: Option<(Case, String)>,
-}
-
-/// Run the sweep of `paths` once per defect.
-pub fn run_mutants(paths: &[PathBuf], threads: Option<usize>) -> Result<Vec<MutantResult>, String> {
-    let sources = plan::load_sources(paths).map_err(|e| e.to_string())?;
-    let opts = RunOptions::default();
-    Ok(Defect::ALL
-        .iter()
-        .map(|&defect| {
-            let cases = plan::grid(
-                &sources,
-                &plan::PlanOptions {
-                    defect: Some(defect),
-                    ..plan::PlanOptions::default()
-                },
-            );
-            let reports = execute::run_all(&cases, &opts, threads);
-            let failed: Vec<_> = reports.iter().filter(|r| !r.passed()).collect();
-            let first = failed.first().map(|r| {
-                let minimal = execute::shrink(&r.case, &opts);
-                (minimal, r.outcome.describe())
-            });
-            MutantResult {
-                defect,
-                cases: reports.len(),
-                failed: failed.len(),
-                first,
-            }
-        })
-        .collect())
-}
-
 pub fn mutants(paths: Vec<PathBuf>, threads: Option<usize>) -> u8 {
-    let results = match run_mutants(&default_paths(paths), threads) {
-        Ok(r) => r,
+    let sources = match plan::load_sources(&default_paths(paths)) {
+        Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");
             return EXIT_BAD_INPUT;
         }
     };
+    let opts = RunOptions::default();
+    let results: Vec<_> = Defect::ALL
+        .iter()
+        .map(|&d| run_mutant(&sources, d, &opts, threads, false))
+        .collect();
     println!(
         "{:<28} {:<7} {:>13}  first failing case",
         "defect", "result", "failed cases"

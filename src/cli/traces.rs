@@ -90,15 +90,21 @@ pub fn check_trace(files: &[PathBuf]) -> u8 {
             }
         };
         match check_case(&case) {
-            Ok(v) if v.is_empty() => {
+            Ok(r) if r.violations.is_empty() => {
                 clean += 1;
                 println!("{}: OK", f.display());
+                for note in &r.notes {
+                    println!("  note: {note}");
+                }
             }
-            Ok(v) => {
+            Ok(r) => {
                 broken += 1;
-                println!("{}: {} violations", f.display(), v.len());
-                for x in v.iter().take(10) {
+                println!("{}: {} violations", f.display(), r.violations.len());
+                for x in r.violations.iter().take(10) {
                     println!("  {x}");
+                }
+                for note in &r.notes {
+                    println!("  note: {note}");
                 }
                 code = worst(code, EXIT_FAILED);
             }

@@ -37,22 +37,15 @@ pub struct RequestShape {
     pub prefix_hit: u32,
     /// D's logical blocks per group, prefix-hit blocks included.
     pub decode_blocks: Vec<u32>,
-    /// D's blocks per group that the transfer writes (and that therefore
-    /// skip alloc-time zeroing): attention blocks after the prefix hit.
+    /// D's blocks per group that the transfer writes: blocks after the prefix hit.
     pub decode_transfer_blocks: Vec<u32>,
+    /// Of those, how many skip alloc-time zeroing (the scheduler must not
+    /// race the transfer): attention blocks covering tokens below M, and
+    /// every mamba slot (mamba managers never zero). The rest (a block held
+    /// only for the recomputed last token) is zeroed at allocation.
+    pub decode_unzeroed_blocks: Vec<u32>,
     /// P's logical blocks per group.
     pub prefill_blocks: Vec<u32>,
-}
-
-/// Tokens loaded from P for a prompt of `prompt_len` tokens: hybrid models
-/// stop one short so D recomputes the last token (and the SSM state advances
-/// from h(N-1)).
-pub fn transferred_tokens(geometry: &Geometry, prompt_len: u32) -> u32 {
-    if geometry.model.has_mamba() && prompt_len > 1 {
-        prompt_len - 1
-    } else {
-        prompt_len
-    }
 }
 
 /// The request's block counts. Mamba groups hold one running-state slot.
@@ -62,7 +55,7 @@ pub fn request_shape(
     prefix_hit: u32,
     allocation: DecodeAllocation,
 ) -> RequestShape {
-    let m = transferred_tokens(geometry, prompt_len);
+    let m = geometry.transferred_tokens(prompt_len);
     let decode_tokens = match allocation {
         DecodeAllocation::Mainline => m,
         DecodeAllocation::WithLastToken => prompt_len,
@@ -72,6 +65,7 @@ pub fn request_shape(
     let hit_blocks = prefix_hit / d_block;
     let mut decode_blocks = Vec::new();
     let mut decode_transfer_blocks = Vec::new();
+    let mut decode_unzeroed_blocks = Vec::new();
     let mut prefill_blocks = Vec::new();
     for kind in &geometry.model.groups {
         match kind {
@@ -79,11 +73,14 @@ pub fn request_shape(
                 let total = decode_tokens.div_ceil(d_block);
                 decode_blocks.push(total);
                 decode_transfer_blocks.push(total.saturating_sub(hit_blocks));
+                decode_unzeroed_blocks
+                    .push(m.div_ceil(d_block).min(total).saturating_sub(hit_blocks));
                 prefill_blocks.push(m.div_ceil(p_block));
             }
             GroupKind::Mamba => {
                 decode_blocks.push(1);
                 decode_transfer_blocks.push(1);
+                decode_unzeroed_blocks.push(1);
                 prefill_blocks.push(1);
             }
         }
@@ -94,6 +91,82 @@ pub fn request_shape(
         prefix_hit,
         decode_blocks,
         decode_transfer_blocks,
+        decode_unzeroed_blocks,
         prefill_blocks,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::geometry::{
+        AttentionSpec, EngineGeometry, KvLayout, MambaKind, MambaSpec, ModelSpec,
+    };
+
+    fn hybrid(d_block: u32, p_block: u32) -> Geometry {
+        let engine = |tp, logical| EngineGeometry {
+            tp_size: tp,
+            kernel_block: 4,
+            logical_block: logical,
+            num_logical_blocks: None,
+            layout: KvLayout::Nhd,
+            host_buffer: false,
+            prefix_caching: false,
+            block_padding_bytes: 0,
+        };
+        Geometry {
+            name: "t".into(),
+            description: String::new(),
+            model: ModelSpec {
+                attention: Some(AttentionSpec::Mla {
+                    head_size: 6,
+                    dtype_bytes: 2,
+                }),
+                mamba: Some(MambaSpec {
+                    kind: MambaKind::Kda,
+                    conv_dims: vec![2, 2, 4],
+                    conv_rows: 3,
+                    conv_dtype_bytes: 2,
+                    ssm_state_bytes: 64,
+                }),
+                groups: vec![GroupKind::Attention, GroupKind::Mamba],
+                layer_slots: 2,
+            },
+            prefill: engine(2, p_block),
+            decode: engine(1, d_block),
+            prompts: None,
+            expect_rejection: None,
+        }
+    }
+
+    #[test]
+    fn hybrids_transfer_n_minus_one_tokens() {
+        let g = hybrid(12, 8);
+        let s = request_shape(&g, 25, 0, DecodeAllocation::Mainline);
+        assert_eq!(s.transferred_tokens, 24);
+        assert_eq!(
+            (s.decode_blocks.clone(), s.prefill_blocks.clone()),
+            (vec![2, 1], vec![3, 1])
+        );
+        assert_eq!(s.decode_unzeroed_blocks, vec![2, 1]);
+        // D already holding the block of the recomputed token: that block is zeroed at allocation.
+        let s = request_shape(&g, 25, 0, DecodeAllocation::WithLastToken);
+        assert_eq!(
+            (s.decode_blocks.clone(), s.decode_unzeroed_blocks.clone()),
+            (vec![3, 1], vec![2, 1])
+        );
+        assert_eq!(
+            request_shape(&g, 1, 0, DecodeAllocation::Mainline).transferred_tokens,
+            1
+        );
+    }
+
+    #[test]
+    fn a_prefix_hit_skips_whole_decode_blocks() {
+        let g = hybrid(12, 12);
+        let s = request_shape(&g, 40, 24, DecodeAllocation::Mainline);
+        assert_eq!(s.decode_blocks, vec![4, 1]);
+        assert_eq!(s.decode_transfer_blocks, vec![2, 1]);
+        assert_eq!(s.decode_unzeroed_blocks, vec![2, 1]);
     }
 }

@@ -149,6 +149,49 @@ impl Worker {
             .unwrap_or(0)
     }
 
+    /// Every descriptor list this worker prepared, with what it is for, in
+    /// a stable order: local lists by block size, split lists, remote lists.
+    pub fn prepared_lists(&self) -> Vec<(String, DlistHandle, &DescList)> {
+        let mut out = Vec::new();
+        let own_first = self
+            .lists_by_block_size
+            .iter()
+            .filter(|(s, _)| **s == self.reg.kernel_block);
+        let others = self
+            .lists_by_block_size
+            .iter()
+            .filter(|(s, _)| **s != self.reg.kernel_block);
+        for (size, (h, list)) in own_first.chain(others) {
+            let label = if *size == self.reg.kernel_block {
+                format!("local, own {size}-token kernel blocks")
+            } else {
+                format!("local, split into {size}-token remote blocks")
+            };
+            out.push((label, *h, list));
+        }
+        for ((t, size), lists) in &self.split_handles {
+            for (position, (h, list)) in lists.iter().enumerate() {
+                out.push((
+                    format!(
+                        "local split for source #{position} (tp_ratio {t}, remote block {size})"
+                    ),
+                    *h,
+                    list,
+                ));
+            }
+        }
+        for (engine, remote) in &self.remotes {
+            for (rank, r) in &remote.ranks {
+                out.push((
+                    format!("remote {engine} rank {rank} ({})", r.agent_name),
+                    r.handle,
+                    &r.list,
+                ));
+            }
+        }
+        out
+    }
+
     /// The metadata this rank publishes for its peers.
     pub fn metadata(&self, nixl: &mut dyn Nixl) -> Result<HandshakeMetadata, ConnectorError> {
         Ok(HandshakeMetadata {

@@ -77,10 +77,11 @@ impl Geometry {
     }
 
     /// Tokens whose KV is transferred for a prompt of `prompt_len` tokens:
-    /// hybrid models transfer N-1 (D recomputes the last token).
+    /// hybrid models stop one short (N - 1, for N > 1) so D recomputes the
+    /// last token and the SSM state advances from h(N-1).
     pub fn transferred_tokens(&self, prompt_len: u32) -> u32 {
-        if self.model.has_mamba() {
-            prompt_len.saturating_sub(1)
+        if self.model.has_mamba() && prompt_len > 1 {
+            prompt_len - 1
         } else {
             prompt_len
         }

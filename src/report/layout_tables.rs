@@ -6,8 +6,7 @@ use std::fmt::Write;
 use super::descriptor_table::{render, ListLabels};
 use crate::connector::{ConnectorError, KvTensor, Worker, WorkerConfig};
 use crate::geometry::{Geometry, Mode};
-use crate::nixl::recording::Event;
-use crate::nixl::{DlistTarget, DryRun, MemKind, Nixl, Recording};
+use crate::nixl::{DryRun, MemKind, Nixl, Recording};
 
 /// Logical blocks per pool when the geometry does not fix one.
 pub const TABLE_POOL_BLOCKS: u32 = 4;
@@ -65,13 +64,30 @@ fn workers(
 pub fn layout_tables(geometry: &Geometry, mode: Mode) -> String {
     let mut out = String::new();
     let mut nixl = Recording::new(DryRun::new());
-    let built = (|| -> Result<(), ConnectorError> {
-        let mut prefill = workers(&mut nixl, geometry, mode, false)?;
-        let mut decode = workers(&mut nixl, geometry, mode, true)?;
-        let (initiators, peers, peer_tp) = match mode {
-            Mode::Pull => (&mut decode, &mut prefill, geometry.prefill.tp_size),
-            Mode::Push => (&mut prefill, &mut decode, geometry.decode.tp_size),
-        };
+    let initiator = match mode {
+        Mode::Pull => "decode-0",
+        Mode::Push => "prefill-0",
+    };
+    let _ = writeln!(
+        out,
+        "geometry {} ({mode} mode, lists of {initiator})",
+        geometry.name
+    );
+    let mut engines = match (
+        workers(&mut nixl, geometry, mode, false),
+        workers(&mut nixl, geometry, mode, true),
+    ) {
+        (Ok(p), Ok(d)) => (p, d),
+        (Err(e), _) | (_, Err(e)) => {
+            let _ = writeln!(out, "\nregistration refused: {e}");
+            return out;
+        }
+    };
+    let (initiators, peers, peer_tp) = match mode {
+        Mode::Pull => (&mut engines.1, &mut engines.0, geometry.prefill.tp_size),
+        Mode::Push => (&mut engines.0, &mut engines.1, geometry.decode.tp_size),
+    };
+    let handshake = (|| -> Result<(), ConnectorError> {
         let me = &mut initiators[0];
         for target in me.handshake_targets(peer_tp)? {
             let meta = peers[target as usize].metadata(&mut nixl)?;
@@ -79,56 +95,25 @@ pub fn layout_tables(geometry: &Geometry, mode: Mode) -> String {
         }
         Ok(())
     })();
-    let initiator = match mode {
-        Mode::Pull => "decode-0",
-        Mode::Push => "prefill-0",
-    };
-    let _ = writeln!(
-        out,
-        "geometry {} ({mode} mode, tables of {initiator})",
-        geometry.name
-    );
-    let regs: Vec<(String, Vec<u64>)> = nixl
-        .events()
-        .iter()
-        .filter_map(|e| match e {
-            Event::RegisterMemory { agent, regions } => Some((
-                nixl.name_of(*agent).unwrap_or("").to_string(),
-                regions.iter().map(|r| r.addr).collect(),
-            )),
-            _ => None,
-        })
-        .collect();
-    let bases_of = |name: &str| {
-        regs.iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, b)| b.clone())
-            .unwrap_or_default()
-    };
+    let me = &initiators[0];
     let state_parts = geometry
         .model
         .mamba
         .as_ref()
         .map_or(0, |m| m.num_sub_regions());
-    let mut index = 0;
-    for e in nixl.events() {
-        let Event::Dlist {
-            agent,
-            target,
-            list,
-            ..
-        } = e
-        else {
-            continue;
+    let local_bases = me.registration().base_addresses();
+    for (label, _, list) in me.prepared_lists() {
+        let bases = if label.starts_with("remote") {
+            let rank: usize = label
+                .split_whitespace()
+                .nth(3)
+                .and_then(|r| r.parse().ok())
+                .unwrap_or(0);
+            peers[rank].registration().base_addresses()
+        } else {
+            local_bases.clone()
         };
-        if nixl.name_of(*agent) != Some(initiator) {
-            continue;
-        }
-        let (title, bases) = match target {
-            DlistTarget::Local => (format!("list #{index}: local"), bases_of(initiator)),
-            DlistTarget::Remote(name) => (format!("list #{index}: remote {name}"), bases_of(name)),
-        };
-        // Attention rows: everything before the first mamba run.
+        // Attention rows: everything before the mamba runs.
         let attention_rows = if state_parts == 0 {
             list.len()
         } else {
@@ -145,11 +130,10 @@ pub fn layout_tables(geometry: &Geometry, mode: Mode) -> String {
             state_parts,
         };
         out.push('\n');
-        out.push_str(&render(&title, list, &labels));
-        index += 1;
+        out.push_str(&render(&label, list, &labels));
     }
-    if let Err(e) = built {
-        let _ = writeln!(out, "\nhandshake refused: {e}");
+    if let Err(e) = handshake {
+        let _ = writeln!(out, "\n{e}");
     }
     out
 }

@@ -253,6 +253,7 @@ fn transfer(
             };
         }
     }
+    zero_at_allocation(&engines, geometry, shape, placement);
     let before = snapshot(&engines);
     let handshake = match mode {
         Mode::Pull => handshake_pull(nixl, &mut engines, geometry),
@@ -298,6 +299,29 @@ fn transfer(
     run.oracle_input = Some(input);
     run.layout = Some(layout);
     Outcome::Passed
+}
+
+/// The scheduler's alloc-time zeroing: decode attention blocks of the
+/// request that the transfer will not write (past the unzeroed ones) start
+/// at zero; the others keep whatever the previous owner left (the sentinel).
+fn zero_at_allocation(
+    engines: &Engines,
+    geometry: &Geometry,
+    shape: &RequestShape,
+    placement: &Placement,
+) {
+    let page = geometry.decode.unified_page_bytes(&geometry.model) as usize;
+    let hit = (shape.prefix_hit / geometry.decode.logical_block) as usize;
+    for (g, blocks) in placement.decode.iter().enumerate() {
+        let keep = hit + shape.decode_unzeroed_blocks[g] as usize;
+        for &b in blocks.iter().skip(keep) {
+            for rank in &engines.decode {
+                for arena in &rank.arenas {
+                    arena.write()[b as usize * page..(b as usize + 1) * page].fill(0);
+                }
+            }
+        }
+    }
 }
 
 struct Images {

@@ -2,5 +2,6 @@
 //! parallel execution, and shrinking a failure to a minimal replay.
 
 pub mod execute;
+pub mod mutants;
 pub mod plan;
 pub mod prompts;

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::connector::scheduler::{transferred_tokens, DecodeAllocation};
+use crate::connector::scheduler::DecodeAllocation;
 use crate::defects::Defect;
 use crate::geometry::{load_geometry, Geometry, GeometryError, Mode};
 use crate::scenario::placement::SplitMix;
@@ -101,7 +101,7 @@ pub fn prefix_hits(geometry: &Geometry, prompt_len: u32) -> Vec<u32> {
     let mut hits = vec![0];
     if geometry.decode.prefix_caching {
         let block = geometry.decode.logical_block;
-        let m = transferred_tokens(geometry, prompt_len);
+        let m = geometry.transferred_tokens(prompt_len);
         let most = m.saturating_sub(1) / block * block;
         for h in [block, most] {
             if h > 0 && h < m && !hits.contains(&h) {

@@ -1,0 +1,72 @@
+//! Running the sweep once per known defect: a defect is caught when at least
+//! one case fails. An oracle that no defect can fail is not trusted.
+
+use rayon::prelude::*;
+
+use super::execute;
+use super::plan::{grid, PlanOptions, SourcedGeometry};
+use crate::defects::Defect;
+use crate::scenario::{run_case, Case, RunOptions};
+
+/// One defect's result over a sweep.
+#[derive(Clone, Debug)]
+pub struct MutantResult {
+    pub defect: Defect,
+    /// Cases run (all of them, or up to the first failing chunk).
+    pub cases: usize,
+    pub failed: usize,
+    /// The first failing case, shrunk, and why it failed.
+    pub first: Option<(Case, String)>,
+}
+
+impl MutantResult {
+    pub fn caught(&self) -> bool {
+        self.failed > 0
+    }
+}
+
+/// Cases per parallel chunk when stopping at the first failure.
+const CHUNK: usize = 64;
+
+/// Run the grid of `sources` with `defect`. With `stop_early` the sweep stops
+/// after the first chunk that has a failure (enough to know it is caught).
+pub fn run_mutant(
+    sources: &[SourcedGeometry],
+    defect: Defect,
+    opts: &RunOptions,
+    threads: Option<usize>,
+    stop_early: bool,
+) -> MutantResult {
+    let cases = grid(
+        sources,
+        &PlanOptions {
+            defect: Some(defect),
+            ..PlanOptions::default()
+        },
+    );
+    let mut ran = 0;
+    let mut failures = Vec::new();
+    if stop_early {
+        for chunk in cases.chunks(CHUNK) {
+            let reports: Vec<_> = chunk.par_iter().map(|c| run_case(c, opts)).collect();
+            ran += chunk.len();
+            failures.extend(reports.into_iter().filter(|r| !r.passed()));
+            if !failures.is_empty() {
+                break;
+            }
+        }
+    } else {
+        let reports = execute::run_all(&cases, opts, threads);
+        ran = reports.len();
+        failures.extend(reports.into_iter().filter(|r| !r.passed()));
+    }
+    let first = failures
+        .first()
+        .map(|r| (execute::shrink(&r.case, opts), r.outcome.describe()));
+    MutantResult {
+        defect,
+        cases: ran,
+        failed: failures.len(),
+        first,
+    }
+}

@@ -1,0 +1,213 @@
+//! The `kvgeom` binary: exit statuses (0 pass, 1 violated, 2 bad input),
+//! report formats and the replay command of a failure.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn kvgeom(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kvgeom"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("kvgeom runs")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kvgeom-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+#[test]
+fn a_passing_sweep_exits_0_and_writes_the_json_report() {
+    let out = tmp("g1.json");
+    let o = kvgeom(&[
+        "sweep",
+        "geometries/g1-mla-kda-ppl3-vs-2.toml",
+        "--prompts",
+        "2..=6,25",
+        "--format",
+        "json",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    // 6 prompt lengths x 2 modes x 2 allocations.
+    assert_eq!(report["summary"]["cases"], 24);
+    assert_eq!(report["summary"]["passed"], 24);
+    assert_eq!(report["summary"]["failed"], 0);
+    let case = &report["cases"][0];
+    for key in [
+        "geometry",
+        "prompt_len",
+        "prefix_hit",
+        "mode",
+        "passed",
+        "stats",
+        "violations",
+    ] {
+        assert!(case.get(key).is_some(), "missing {key} in {case}");
+    }
+    assert!(case["stats"]["pairs"].as_u64().unwrap() > 0);
+    assert!(case["stats"]["transferred_bytes"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn a_defect_exits_1_with_a_minimal_replay_command() {
+    let o = kvgeom(&[
+        "sweep",
+        "geometries/g1-mla-kda-ppl3-vs-2.toml",
+        "--mode",
+        "pull",
+        "--prompts",
+        "20..=26",
+        "--defect",
+        "no-clipped-block-zeroing",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let t = text(&o);
+    // Shrunk to the smallest failing prompt length of the range's geometry.
+    assert!(
+        t.contains("replay: kvgeom explain geometries/g1-mla-kda-ppl3-vs-2.toml --prompt"),
+        "{t}"
+    );
+    assert!(t.contains("--defect no-clipped-block-zeroing"), "{t}");
+    assert!(t.contains("[transferred_or_zeroed]"), "{t}");
+}
+
+#[test]
+fn junit_output_has_a_failure_per_failing_case() {
+    let out = tmp("g5.xml");
+    let o = kvgeom(&[
+        "sweep",
+        "geometries/g5-mla-kda-mixed-kernel.toml",
+        "--mode",
+        "pull",
+        "--alloc",
+        "with-last-token",
+        "--defect",
+        "two-path-zeroing",
+        "--format",
+        "junit",
+        "--out",
+        out.to_str().unwrap(),
+        "--no-shrink",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let xml = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        xml.contains("<testsuites name=\"kvgeom\" tests=\"16\" failures=\"11\">"),
+        "{xml}"
+    );
+    assert_eq!(xml.matches("<failure ").count(), 11);
+}
+
+#[test]
+fn bad_input_exits_2_with_the_file_field_and_rule() {
+    let bad = tmp("bad.toml");
+    std::fs::write(
+        &bad,
+        "description = \"x\"\n[model]\nlayer_slots = 1\ngroups = [\"attention\"]\n[model.attention]\nkind = \"mla\"\nhead_size = 8\ndtype_bytes = 2\n[prefill]\ntp_size = 1\nkernel_block = 6\nlogical_block = 16\n[decode]\ntp_size = 1\nkernel_block = 4\nlogical_block = 16\n",
+    )
+    .unwrap();
+    let o = kvgeom(&["sweep", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let t = text(&o);
+    assert!(t.contains("bad.toml"), "{t}");
+    assert!(t.contains("prefill.kernel_block"), "{t}");
+    assert!(
+        t.contains("kernel block 6 does not divide logical block 16"),
+        "{t}"
+    );
+    for args in [
+        vec!["sweep", "no/such/dir"],
+        vec!["sweep", "geometries", "--prompts", "9..=2"],
+        vec!["sweep", "geometries", "--defect", "no-such-bug"],
+        vec!["explain", "geometries/deepseek-mla.toml", "--prompt", "0"],
+        vec!["diff-trace", "Cargo.toml"],
+    ] {
+        let o = kvgeom(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+    }
+}
+
+#[test]
+fn vram_without_the_cuda_feature_is_bad_input() {
+    let o = kvgeom(&["sweep", "geometries/deepseek-mla.toml", "--memory", "vram"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("cuda"));
+}
+
+#[test]
+fn explain_shows_stale_bytes_per_block_for_two_path_zeroing() {
+    let svg = tmp("g5.svg");
+    let o = kvgeom(&[
+        "explain",
+        "geometries/g5-mla-kda-mixed-kernel.toml",
+        "--prompt",
+        "29",
+        "--alloc",
+        "with-last-token",
+        "--defect",
+        "two-path-zeroing",
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let t = text(&o);
+    // 192 stale bytes (two 96-byte kernel pages) in each region's last logical block.
+    let stale: Vec<&str> = t
+        .lines()
+        .filter(|l| l.ends_with("<- stale/wrong bytes"))
+        .collect();
+    assert_eq!(stale.len(), 2, "{t}");
+    for line in stale {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(&cols[4..8], &["96", "0", "192", "0"], "{line}");
+    }
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    // The correct connector leaves nothing stale.
+    let o = kvgeom(&[
+        "explain",
+        "geometries/g5-mla-kda-mixed-kernel.toml",
+        "--prompt",
+        "29",
+        "--alloc",
+        "with-last-token",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(!text(&o).contains("stale/wrong"));
+}
+
+#[test]
+fn defects_lists_every_variant_and_layout_prints_tables() {
+    let o = kvgeom(&["defects"]);
+    assert_eq!(o.status.code(), Some(0));
+    for d in kvgeom::defects::Defect::ALL {
+        assert!(text(&o).contains(d.name()));
+    }
+    let o = kvgeom(&["layout", "geometries/g1-mla-kda-ppl3-vs-2.toml"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(text(&o).contains("local, own 4-token kernel blocks"));
+}
+
+#[test]
+fn diff_and_check_trace_accept_the_original_and_fixture_formats() {
+    let fixtures = Path::new("tests/fixtures/vllm-0.33.0");
+    let one =
+        fixtures.join("test_hetero_ppl_multi_read_writes_stay_within_request_blocks.jsonl.gz");
+    for cmd in ["diff-trace", "check-trace"] {
+        let o = kvgeom(&[cmd, one.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{cmd}: {}", text(&o));
+    }
+}
