@@ -135,6 +135,7 @@ fn shipped_geometries_load_in_name_order() {
             "jamba-gqa-mamba1",
             "mla-interleaved-kernel-ratio2",
             "mla-kda-decode-tp2",
+            "mla-kda-prefill-kernel-larger",
             "nemotron-h-gqa-mamba2-hnd",
             "qwen3-next-gqa-gdn-decode-tp2",
             "reject-g1-prefix-caching",

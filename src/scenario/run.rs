@@ -2,6 +2,8 @@
 //! handshake, place the request among neighbours, fill provenance patterns,
 //! transfer, post-process, and hand everything to the oracles.
 
+use std::time::{Duration, Instant};
+
 use crate::connector::post_process::{GroupPostProcess, PageGeometry, PostOp};
 use crate::connector::push::{parse_completion, PUSH_REJECT_PREFIX};
 use crate::connector::scheduler::{request_shape, RequestShape};
@@ -16,6 +18,11 @@ use crate::pattern::{self, DecodeFill};
 use super::case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
 use super::engines::{allocate, register_side, Engines};
 use super::placement::{place, Placement};
+
+/// How long a case waits for its transfers (real NIXL completes them
+/// asynchronously; the loopback within `post_xfer`).
+pub const COMPLETION_TIMEOUT: Duration = Duration::from_secs(20);
+const POLL_INTERVAL: Duration = Duration::from_micros(200);
 
 /// How cases run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,9 +75,13 @@ fn transport(opts: &RunOptions, arenas: &[HostArena]) -> Result<Box<dyn Nixl>, S
             Ok(Box::new(lb))
         }
         #[cfg(feature = "nixl")]
-        TransportKind::Nixl => crate::nixl::real::RealNixl::new()
-            .map(|n| Box::new(n) as Box<dyn Nixl>)
-            .map_err(|e| e.to_string()),
+        TransportKind::Nixl => {
+            let mut real = crate::nixl::real::RealNixl::new().map_err(|e| e.to_string())?;
+            for a in arenas {
+                real.attach(a.clone());
+            }
+            Ok(Box::new(real))
+        }
         #[cfg(not(feature = "nixl"))]
         TransportKind::Nixl => Err(
             "--transport nixl needs kvgeom built with `--features nixl` \
@@ -504,14 +515,20 @@ fn pull(
             .map_err(|e| crashed(Side::Decode, e))?;
         run.transfers
             .push((Side::Decode, d as u32, recv.reads.clone()));
-        if !rank
+        let started = Instant::now();
+        while !rank
             .worker
             .reads_done(nixl, &recv)
             .map_err(|e| crashed(Side::Decode, e))?
         {
-            return Err(Outcome::Hung {
-                message: format!("decode rank {d}: READs still in progress"),
-            });
+            if started.elapsed() > COMPLETION_TIMEOUT {
+                return Err(Outcome::Hung {
+                    message: format!(
+                        "decode rank {d}: READs still in progress after {COMPLETION_TIMEOUT:?}"
+                    ),
+                });
+            }
+            std::thread::sleep(POLL_INTERVAL);
         }
         let mut memory = HostTensors(rank.arenas.clone());
         let received = rank
@@ -543,6 +560,25 @@ fn push(
             .worker
             .start_write(nixl, &req)
             .map_err(|e| crashed(Side::Prefill, e))?;
+        // P's worker polls its WRITEs (real NIXL progresses and notifies then).
+        let started = Instant::now();
+        for write in &sending.writes {
+            let Some(xfer) = write.xfer else { continue };
+            loop {
+                let state = nixl
+                    .xfer_state(rank.worker.agent(), xfer)
+                    .map_err(|e| crashed(Side::Prefill, e.into()))?;
+                if state == crate::nixl::XferState::Done {
+                    break;
+                }
+                if started.elapsed() > COMPLETION_TIMEOUT {
+                    return Err(Outcome::Hung {
+                        message: format!("prefill rank {p}: WRITEs still in progress after {COMPLETION_TIMEOUT:?}"),
+                    });
+                }
+                std::thread::sleep(POLL_INTERVAL);
+            }
+        }
         run.transfers
             .push((Side::Prefill, p as u32, sending.writes));
     }
@@ -561,25 +597,33 @@ fn push(
             .collect();
         let mut covered = Vec::new();
         let mut seen = Vec::new();
-        for (sender, message) in
-            nixl.take_notifications(worker.agent())
+        let started = Instant::now();
+        loop {
+            let notes = nixl
+                .take_notifications(worker.agent())
                 .map_err(|e| Outcome::Error {
                     message: e.to_string(),
-                })?
-        {
-            let text = String::from_utf8_lossy(&message).to_string();
-            if let Some(reason) = text.strip_prefix(PUSH_REJECT_PREFIX) {
-                return Err(Outcome::UnexpectedRejection {
-                    side: Side::Prefill,
-                    message: reason.to_string(),
-                });
-            }
-            if let Some((req, counts)) = parse_completion(&text) {
-                if req == "req-d" {
-                    seen.push(sender);
-                    covered.extend(counts);
+                })?;
+            for (sender, message) in notes {
+                let text = String::from_utf8_lossy(&message).to_string();
+                if let Some(reason) = text.strip_prefix(PUSH_REJECT_PREFIX) {
+                    return Err(Outcome::UnexpectedRejection {
+                        side: Side::Prefill,
+                        message: reason.to_string(),
+                    });
+                }
+                if let Some((req, counts)) = parse_completion(&text) {
+                    if req == "req-d" {
+                        seen.push(sender);
+                        covered.extend(counts);
+                    }
                 }
             }
+            let complete = expected.iter().all(|e| seen.contains(e));
+            if complete || started.elapsed() > COMPLETION_TIMEOUT {
+                break;
+            }
+            std::thread::sleep(POLL_INTERVAL);
         }
         if let Some(missing) = expected.iter().find(|e| !seen.contains(e)) {
             return Err(Outcome::Hung {
