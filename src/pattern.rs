@@ -25,24 +25,49 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Maps a hash onto the 253 byte values other than 0, [`SENTINEL`] and 0xFF.
-fn to_byte(h: u64) -> u8 {
-    let v = 1 + (h % 253) as u8;
-    if v >= SENTINEL {
-        v + 1
-    } else {
-        v
+/// Byte values a hash byte maps to: everything but 0 and [`SENTINEL`].
+const REMAP: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = match i as u8 {
+            0 => 1,
+            SENTINEL => SENTINEL + 1,
+            v => v,
+        };
+        i += 1;
     }
+    t
+};
+
+/// One hash gives the pattern of 8 consecutive bytes.
+fn word(seed: u64, index: u64) -> u64 {
+    mix(seed ^ index.wrapping_mul(0xd6e8_feb8_6659_fd93))
 }
 
 fn finish(seed: u64, byte: u64) -> u8 {
-    to_byte(mix(seed ^ byte.wrapping_mul(0xd6e8_feb8_6659_fd93)))
+    REMAP[(word(seed, byte / 8) >> ((byte % 8) * 8)) as u8 as usize]
+}
+
+/// `out[i] = finish(seed, first + i)`, one hash per 8 bytes.
+fn fill_from(seed: u64, first: u64, out: &mut [u8]) {
+    let mut i = 0usize;
+    while i < out.len() {
+        let byte = first + i as u64;
+        let w = word(seed, byte / 8);
+        let start = (byte % 8) as usize;
+        let n = (8 - start).min(out.len() - i);
+        for k in 0..n {
+            out[i + k] = REMAP[(w >> ((start + k) * 8)) as u8 as usize];
+        }
+        i += n;
+    }
 }
 
 fn attention_seed(region: u32, group: u32, token: u32, head: u32) -> u64 {
-    let h = mix(TAG_ATTENTION ^ u64::from(region));
-    let h = mix(h ^ (u64::from(group) << 32 | u64::from(token)));
-    mix(h ^ u64::from(head))
+    let key =
+        u64::from(region) << 48 ^ u64::from(group) << 40 ^ u64::from(head) << 32 ^ u64::from(token);
+    mix(TAG_ATTENTION ^ key.wrapping_mul(0x9fb2_1c65_1e98_df25))
 }
 
 fn part_code(part: MambaPart) -> u64 {
@@ -96,30 +121,39 @@ pub fn attention_cell_pattern(
     first_byte: u64,
     out: &mut [u8],
 ) {
-    let seed = attention_seed(region, group, token, head);
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = finish(seed, first_byte + i as u64);
-    }
+    fill_from(attention_seed(region, group, token, head), first_byte, out);
 }
 
 /// Fills `out` with the provenance bytes of a mamba sub-region, from global byte `first_byte`.
 pub fn mamba_pattern(region: u32, group: u32, part: MambaPart, first_byte: u64, out: &mut [u8]) {
-    let seed = mamba_seed(region, group, part);
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = finish(seed, first_byte + i as u64);
-    }
+    fill_from(mamba_seed(region, group, part), first_byte, out);
 }
 
 /// The byte a block that is not the request's holds at `offset` of `region`
 /// of rank `rank` of `side` (distinct per rank, region and offset).
+/// Unlike provenance bytes, foreign bytes may be any value (0 included):
+/// they only have to differ from what belongs elsewhere.
 pub fn foreign_byte(side: Side, rank: u32, region: u32, offset: u64) -> u8 {
-    finish(foreign_seed(side, rank, region), offset)
+    (word(foreign_seed(side, rank, region), offset / 8) >> ((offset % 8) * 8)) as u8
 }
 
 fn foreign_fill(side: Side, rank: u32, region: u32, first_offset: u64, out: &mut [u8]) {
     let seed = foreign_seed(side, rank, region);
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = finish(seed, first_offset + i as u64);
+    // Head up to a word boundary, whole words, then the tail.
+    let head = ((8 - first_offset % 8) % 8).min(out.len() as u64) as usize;
+    for (i, b) in out[..head].iter_mut().enumerate() {
+        *b = foreign_byte(side, rank, region, first_offset + i as u64);
+    }
+    let first_word = (first_offset + head as u64) / 8;
+    let len = out.len();
+    let mut words = out[head..].chunks_exact_mut(8);
+    for (k, chunk) in words.by_ref().enumerate() {
+        chunk.copy_from_slice(&word(seed, first_word + k as u64).to_le_bytes());
+    }
+    let tail = words.into_remainder();
+    let tail_start = first_offset + (len - tail.len()) as u64;
+    for (i, b) in tail.iter_mut().enumerate() {
+        *b = foreign_byte(side, rank, region, tail_start + i as u64);
     }
 }
 
@@ -381,8 +415,8 @@ mod tests {
                 seen[pattern_byte(&c) as usize] = true;
             }
         }
-        assert!(!seen[0] && !seen[SENTINEL as usize] && !seen[0xff]);
-        assert_eq!(seen.iter().filter(|&&s| s).count(), 253);
+        assert!(!seen[0] && !seen[SENTINEL as usize]);
+        assert_eq!(seen.iter().filter(|&&s| s).count(), 254);
 
         let base = Coordinate::Attention {
             region: 0,

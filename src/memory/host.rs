@@ -82,6 +82,12 @@ impl HostArena {
         }
     }
 
+    /// The content itself, leaving the arena empty: for the final image of a
+    /// finished case, when nothing will read or write the arena again.
+    pub fn take_bytes(&self) -> Vec<u8> {
+        std::mem::take(&mut *self.write()).into_vec()
+    }
+
     /// A copy of the whole content.
     pub fn snapshot(&self) -> Vec<u8> {
         self.read().to_vec()

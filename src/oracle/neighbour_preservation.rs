@@ -38,6 +38,9 @@ fn compare(
                 continue;
             }
             let range = block as usize * u..(block as usize + 1) * u;
+            if b[range.clone()] == a[range.clone()] {
+                continue;
+            }
             for (k, (&e, &f)) in b[range.clone()].iter().zip(&a[range.clone()]).enumerate() {
                 if e != f {
                     tallies.add(

@@ -45,8 +45,9 @@ impl SplitMix {
     }
 }
 
+/// The pool: the request's blocks plus about half as many neighbours (at least 8 blocks).
 fn pool_size(fixed: Option<u32>, needed: u32) -> u32 {
-    fixed.unwrap_or((2 * needed + 4).max(8))
+    fixed.unwrap_or((needed + needed.div_ceil(2) + 2).max(8))
 }
 
 /// Pick `needed` distinct ids out of `pool` in a seeded order.

@@ -265,7 +265,7 @@ fn transfer(
         }
     }
     zero_at_allocation(&engines, geometry, shape, placement);
-    let before = snapshot(&engines);
+    let before = Images::snapshot(&engines);
     let handshake = match mode {
         Mode::Pull => handshake_pull(nixl, &mut engines, geometry),
         Mode::Push => handshake_push(nixl, &mut engines, geometry),
@@ -286,26 +286,24 @@ fn transfer(
     let pairs = nixl.resolve(&layout);
     let mut input = OracleInput::new(layout.clone(), case.prompt_len, case.prefix_hit, pairs)
         .with_transferred_tokens(shape.transferred_tokens);
-    let after = snapshot(&engines);
-    for side in [Side::Prefill, Side::Decode] {
-        for (rank, (b, a)) in before
-            .images(side)
-            .iter()
-            .zip(after.images(side))
-            .enumerate()
-        {
-            input.set_memory(
-                side,
-                rank as u32,
-                MemoryImages {
-                    before: b.clone(),
-                    after: a.clone(),
-                },
-            );
+    let zeroed = zeroed_bytes(&run.post_process, &engines);
+    // The transfers are over: the arenas' bytes become the final images.
+    let after = Images::take(&engines);
+    for (side, before, after) in [
+        (Side::Prefill, before.prefill, after.prefill),
+        (Side::Decode, before.decode, after.decode),
+    ] {
+        for (rank, (before, after)) in before.into_iter().zip(after).enumerate() {
+            input.set_memory(side, rank as u32, MemoryImages { before, after });
         }
     }
     let violations = oracle::run_all(&input);
-    run.report.stats = stats(&input, &run.post_process, &engines);
+    let posted: Vec<_> = input.posted_pairs().collect();
+    run.report.stats = Stats {
+        pairs: posted.len() as u64,
+        transferred_bytes: posted.iter().map(|p| p.destination.row.len).sum(),
+        zeroed_bytes: zeroed,
+    };
     run.report.violations = violations;
     run.oracle_input = Some(input);
     run.layout = Some(layout);
@@ -341,29 +339,32 @@ struct Images {
 }
 
 impl Images {
-    fn images(&self, side: Side) -> &[Vec<Vec<u8>>] {
-        match side {
-            Side::Prefill => &self.prefill,
-            Side::Decode => &self.decode,
+    fn collect(engines: &Engines, image: impl Fn(&HostArena) -> Vec<u8>) -> Self {
+        let side = |ranks: &[super::engines::Rank]| {
+            ranks
+                .iter()
+                .map(|r| r.arenas.iter().map(&image).collect())
+                .collect()
+        };
+        Images {
+            prefill: side(&engines.prefill),
+            decode: side(&engines.decode),
         }
     }
-}
 
-fn snapshot(engines: &Engines) -> Images {
-    let side = |ranks: &[super::engines::Rank]| {
-        ranks
-            .iter()
-            .map(|r| r.arenas.iter().map(HostArena::snapshot).collect())
-            .collect()
-    };
-    Images {
-        prefill: side(&engines.prefill),
-        decode: side(&engines.decode),
+    /// A copy of every arena.
+    fn snapshot(engines: &Engines) -> Self {
+        Self::collect(engines, HostArena::snapshot)
+    }
+
+    /// The arenas' bytes themselves, leaving them empty (no copy).
+    fn take(engines: &Engines) -> Self {
+        Self::collect(engines, HostArena::take_bytes)
     }
 }
 
-fn stats(input: &OracleInput, post: &[(u32, Vec<GroupPostProcess>)], engines: &Engines) -> Stats {
-    let posted: Vec<_> = input.posted_pairs().collect();
+/// Bytes the post-process zeroed on every decode rank.
+fn zeroed_bytes(post: &[(u32, Vec<GroupPostProcess>)], engines: &Engines) -> u64 {
     let mut zeroed = 0;
     for (rank, plans) in post {
         let geometries: Vec<PageGeometry> = engines.decode[*rank as usize].worker.page_geometries();
@@ -383,11 +384,7 @@ fn stats(input: &OracleInput, post: &[(u32, Vec<GroupPostProcess>)], engines: &E
             }
         }
     }
-    Stats {
-        pairs: posted.len() as u64,
-        transferred_bytes: posted.iter().map(|p| p.destination.row.len).sum(),
-        zeroed_bytes: zeroed,
-    }
+    zeroed
 }
 
 fn handshake_pull(
