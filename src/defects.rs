@@ -20,10 +20,11 @@ pub enum Defect {
     PushEmptyRemoteIds,
     PushOneWayRatio,
     PushReplicatedDoubleWrite,
+    PrefixHitEndAlignment,
 }
 
 impl Defect {
-    pub const ALL: [Defect; 12] = [
+    pub const ALL: [Defect; 13] = [
         Defect::StrictPrefixTolerance,
         Defect::NoClippedBlockZeroing,
         Defect::TwoPathZeroing,
@@ -36,6 +37,7 @@ impl Defect {
         Defect::PushEmptyRemoteIds,
         Defect::PushOneWayRatio,
         Defect::PushReplicatedDoubleWrite,
+        Defect::PrefixHitEndAlignment,
     ];
 
     /// The name used on the command line.
@@ -53,6 +55,7 @@ impl Defect {
             Defect::PushEmptyRemoteIds => "push-empty-remote-ids",
             Defect::PushOneWayRatio => "push-one-way-ratio",
             Defect::PushReplicatedDoubleWrite => "push-replicated-double-write",
+            Defect::PrefixHitEndAlignment => "prefix-hit-end-alignment",
         }
     }
 
@@ -99,6 +102,9 @@ impl Defect {
             Defect::PushReplicatedDoubleWrite => {
                 "vLLM 0.33.0 push with P_TP > D_TP: every prefill rank writes the replicated MLA pages"
             }
+            Defect::PrefixHitEndAlignment => {
+                "vLLM 0.33.0: a hybrid's prefix hit end-aligns P's blocks to D's, wrong when D also holds the last-token block"
+            }
         }
     }
 
@@ -132,6 +138,9 @@ impl Defect {
             }
             Defect::PushReplicatedDoubleWrite => {
                 "the same decode bytes written by several concurrent WRITEs (NIXL does not detect it)"
+            }
+            Defect::PrefixHitEndAlignment => {
+                "after a partial prefix hit, D's uncached blocks receive the prompt's first tokens (silent corruption)"
             }
         }
     }

@@ -119,6 +119,7 @@ fn read(p: &mut Pair, local: Vec<Vec<u32>>, remote: Vec<Vec<u32>>, remote_tp: u3
         remote_request_id: "req-p".into(),
         remote_block_ids: remote,
         remote_tp_size: remote_tp,
+        local_num_computed_blocks: vec![0; 3],
     };
     p.decode.start_read(&mut p.nixl, &req).unwrap()
 }
@@ -197,6 +198,7 @@ fn twelve_vs_eight_token_blocks_at_n25() {
         remote_request_id: "req-p".into(),
         remote_block_ids: vec![vec![4, 7, 9], vec![1], vec![0]],
         remote_tp_size: 2,
+        local_num_computed_blocks: vec![0; 3],
     };
     let err = strict
         .decode

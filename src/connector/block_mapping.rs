@@ -152,6 +152,32 @@ pub fn apply_prefix_caching(
     Ok((decode, prefill))
 }
 
+/// kvgeom's alignment of a decode prefix hit: per attention group, skip the
+/// `skip[g]` entries of prefill's list that hold tokens decode already has,
+/// then clip decode's list to what prefill has left. vLLM 0.33.0 instead
+/// end-aligns prefill's list to decode's (see `apply_prefix_caching`), which
+/// pairs the wrong tokens when decode also holds the block of the recomputed
+/// last token (the `prefix-hit-end-alignment` defect).
+pub fn skip_cached_prefix(
+    decode: &mut BlockIds,
+    prefill: &mut BlockIds,
+    groups: &[GroupKind],
+    skip: &[usize],
+) {
+    for (g, kind) in groups.iter().enumerate() {
+        let n = skip.get(g).copied().unwrap_or(0);
+        if *kind != GroupKind::Attention || n == 0 || prefill.get(g).is_none_or(Vec::is_empty) {
+            continue;
+        }
+        let cut = n.min(prefill[g].len());
+        prefill[g].drain(..cut);
+        let keep = prefill[g].len();
+        if let Some(d) = decode.get_mut(g) {
+            d.truncate(keep);
+        }
+    }
+}
+
 /// The last `n` entries. Python's `x[-0:]` would return the whole list;
 /// vLLM 0.33.0 has that edge, which only arises for an attention group with
 /// no decode blocks next to a non-empty one, and the length check after it
@@ -194,6 +220,28 @@ mod tests {
         assert_eq!(p2[0], (0..10).collect::<Vec<_>>());
         let (d3, p3) = apply_prefix_caching(&p, &d, &[A, M], 10, 6, None).unwrap();
         assert_eq!((d3[0].len(), p3[0].len()), (10, 10));
+    }
+
+    #[test]
+    fn a_prefix_hit_skips_cached_prefill_entries_and_clips_decode() {
+        // D: hit block (tokens 0..16) cached, transfer blocks hold tokens 16..32 and
+        // the recomputed token 32; P holds tokens 0..32. 4 kernel blocks per block.
+        let mut d = vec![(28..36).collect::<Vec<_>>(), vec![2]];
+        let mut p = vec![(8..16).collect::<Vec<_>>(), vec![4]];
+        skip_cached_prefix(&mut d, &mut p, &[A, M], &[4, 0]);
+        assert_eq!(p, vec![vec![12, 13, 14, 15], vec![4]]);
+        assert_eq!(d, vec![vec![28, 29, 30, 31], vec![2]]);
+        // vLLM 0.33.0 front-trims equal counts: D's tokens 16.. would receive P's tokens 0..
+        let (d2, p2) = apply_prefix_caching(
+            &[(28..36).collect(), vec![2]],
+            &[(8..16).collect(), vec![4]],
+            &[A, M],
+            4,
+            4,
+            None,
+        )
+        .unwrap();
+        assert_eq!((d2[0][0], p2[0][0]), (28, 8));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::block_mapping::{
-    apply_prefix_caching, logical_to_kernel, map_for_block_size_ratio, BlockIds,
+    apply_prefix_caching, logical_to_kernel, map_for_block_size_ratio, skip_cached_prefix, BlockIds,
 };
 use super::desc_ids::{compute_desc_ids, ListShape};
 use super::post_process::{self, GroupPostProcess, PostProcessInput};
@@ -26,6 +26,9 @@ pub struct ReadRequest {
     /// P's logical block ids per group.
     pub remote_block_ids: BlockIds,
     pub remote_tp_size: u32,
+    /// D's prefix-cache hit: logical blocks per group already computed
+    /// locally (they precede `local_block_ids` in the request).
+    pub local_num_computed_blocks: Vec<u32>,
 }
 
 /// One planned READ (or notification) towards one source rank.
@@ -49,6 +52,8 @@ pub struct Receiving {
     pub local_kernel_ids: BlockIds,
     /// P's kernel-expanded ids, untrimmed (sizes the zeroing).
     pub remote_kernel_ids: BlockIds,
+    /// Remote-granularity entries skipped per group for D's prefix hit.
+    pub prefix_skip: Vec<usize>,
     pub reads: Vec<PlannedRead>,
 }
 
@@ -104,6 +109,14 @@ impl Worker {
             })
             .collect();
         let notification = format!("{}:{}", req.remote_request_id, mapping.local_consumers);
+        // D's prefix hit, in entries of P's kernel list.
+        let hit_tokens = |n: u32| u64::from(n) * u64::from(self.cfg.engine.logical_block);
+        let prefix_skip: Vec<usize> = (0..groups.len())
+            .map(|g| {
+                let n = req.local_num_computed_blocks.get(g).copied().unwrap_or(0);
+                (hit_tokens(n) / u64::from(engine.block_size)) as usize
+            })
+            .collect();
         let mut reads = Vec::new();
         for (position, (rank, local_ids, remote_ids)) in specs.iter().enumerate() {
             let remote = engine.ranks.get(rank).ok_or_else(|| {
@@ -131,6 +144,9 @@ impl Worker {
                     xfer: None,
                 });
                 continue;
+            }
+            if self.cfg.defect != Some(Defect::PrefixHitEndAlignment) {
+                skip_cached_prefix(&mut local_ids, &mut remote_ids, &groups, &prefix_skip);
             }
             let (local_ids, remote_ids) = apply_prefix_caching(
                 &local_ids,
@@ -210,6 +226,7 @@ impl Worker {
             request: req.clone(),
             local_kernel_ids: local_kernel,
             remote_kernel_ids: remote_kernel,
+            prefix_skip,
             reads,
         })
     }
@@ -250,7 +267,22 @@ impl Worker {
             .ok_or_else(|| ConnectorError::UnknownEngine(recv.request.remote_engine_id.clone()))?;
         let ratio = block_size_ratio(self.reg.kernel_block, engine.block_size)
             .ok_or_else(|| ConnectorError::Plan("Only nP < nD supported currently.".into()))?;
-        let remote_counts: Vec<usize> = recv.remote_kernel_ids.iter().map(Vec::len).collect();
+        // What the transfer could write: P's list past D's prefix hit
+        // (vLLM 0.33.0 counts P's whole list).
+        let skip_hit = self.cfg.defect != Some(Defect::PrefixHitEndAlignment);
+        let remote_counts: Vec<usize> = recv
+            .remote_kernel_ids
+            .iter()
+            .enumerate()
+            .map(|(g, ids)| {
+                let skip = if skip_hit {
+                    recv.prefix_skip.get(g).copied().unwrap_or(0)
+                } else {
+                    0
+                };
+                ids.len().saturating_sub(skip)
+            })
+            .collect();
         Ok(post_process::plan(&PostProcessInput {
             groups: &self.cfg.model.groups,
             is_mla: self.cfg.model.is_mla(),

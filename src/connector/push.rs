@@ -11,7 +11,7 @@
 use serde::Serialize;
 
 use super::block_mapping::{
-    apply_prefix_caching, logical_to_kernel, map_for_block_size_ratio, BlockIds,
+    apply_prefix_caching, logical_to_kernel, map_for_block_size_ratio, skip_cached_prefix, BlockIds,
 };
 use super::desc_ids::{compute_desc_ids, ListShape};
 use super::post_process::{self, GroupPostProcess, PostProcessInput};
@@ -35,6 +35,8 @@ pub struct WriteRequest {
     /// D's logical block ids per group (from D's registration).
     pub remote_block_ids: BlockIds,
     pub remote_tp_size: u32,
+    /// D's prefix-cache hit: logical blocks per group D already computed.
+    pub remote_num_computed_blocks: Vec<u32>,
 }
 
 /// The WRITEs P posted for one request.
@@ -125,6 +127,15 @@ impl Worker {
                 })
                 .collect()
         };
+        // D's prefix hit, in entries of P's (possibly split) list.
+        let decode_block_tokens =
+            u64::from(engine.ppl) * u64::from(engine.block_size) * u64::from(engine.sub_ratio);
+        let prefix_skip: Vec<usize> = (0..groups.len())
+            .map(|g| {
+                let n = u64::from(req.remote_num_computed_blocks.get(g).copied().unwrap_or(0));
+                (n * decode_block_tokens / u64::from(engine.block_size)) as usize
+            })
+            .collect();
         let mut writes = Vec::new();
         let state_lists = self.state_lists();
         for (position, &rank) in ranks.iter().enumerate() {
@@ -176,6 +187,9 @@ impl Worker {
             }
             if local_ids.is_empty() {
                 continue;
+            }
+            if self.cfg.defect != Some(Defect::PrefixHitEndAlignment) {
+                skip_cached_prefix(&mut remote_ids, &mut local_ids, &groups, &prefix_skip);
             }
             let (remote_ids, local_ids) = apply_prefix_caching(
                 &remote_ids,
@@ -282,7 +296,7 @@ impl Worker {
         let ratio = match block_size_ratio(self.reg.kernel_block, prefill_kernel) {
             Some(r) => r,
             None if one_way || empty_ids => {
-                return Err(ConnectorError::Plan(format!(
+                return Err(ConnectorError::Completion(format!(
                     "AssertionError: Local block size {} is not divisible by remote block size {} or vice versa.",
                     self.reg.kernel_block, prefill_kernel
                 )))
@@ -292,7 +306,7 @@ impl Worker {
         };
         let hetero_ppl = engine.ppl != self.reg.ppl;
         if empty_ids && (ratio > 1 || hetero_ppl) {
-            return Err(ConnectorError::Plan(
+            return Err(ConnectorError::Completion(
                 "IndexError: tuple index out of range (decode keeps an empty remote block list in push mode)".into(),
             ));
         }

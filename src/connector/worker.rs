@@ -48,6 +48,8 @@ pub enum ConnectorError {
     Handshake(#[from] HandshakeError),
     #[error("transfer planning refused: {0}")]
     Plan(String),
+    #[error("completing the receive failed: {0}")]
+    Completion(String),
     #[error("unknown remote engine {0}")]
     UnknownEngine(String),
 }

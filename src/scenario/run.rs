@@ -147,6 +147,9 @@ fn crashed(side: Side, e: ConnectorError) -> Outcome {
 fn execute(case: &Case, opts: &RunOptions, run: &mut CaseRun) -> Outcome {
     let geometry = &case.geometry;
     let mode = case.mode;
+    if let Err(message) = check_prefix_hit(geometry, case.prompt_len, case.prefix_hit) {
+        return Outcome::Error { message };
+    }
     let shape = request_shape(geometry, case.prompt_len, case.prefix_hit, case.allocation);
     let placement = match place(geometry, &shape, case.seed) {
         Ok(p) => p,
@@ -387,6 +390,41 @@ fn zeroed_bytes(post: &[(u32, Vec<GroupPostProcess>)], engines: &Engines) -> u64
     zeroed
 }
 
+/// A prefix hit is whole decode blocks, short of the transferred tokens
+/// (a hit of all M tokens loads nothing), and needs prefix caching on D.
+fn check_prefix_hit(geometry: &Geometry, prompt_len: u32, hit: u32) -> Result<(), String> {
+    if prompt_len == 0 {
+        return Err("the prompt length must be at least 1".into());
+    }
+    if hit == 0 {
+        return Ok(());
+    }
+    let block = geometry.decode.logical_block;
+    let m = geometry.transferred_tokens(prompt_len);
+    if !geometry.decode.prefix_caching {
+        return Err(format!(
+            "prefix hit {hit}: {} has prefix caching off on decode",
+            geometry.name
+        ));
+    }
+    if hit % block != 0 || hit >= m {
+        return Err(format!(
+            "prefix hit {hit}: must be a multiple of decode's {block}-token block and below the {m} transferred tokens"
+        ));
+    }
+    Ok(())
+}
+
+/// D's prefix-hit blocks per group: the request's blocks the transfer skips.
+fn computed_blocks(blocks: &RequestBlocks) -> Vec<u32> {
+    blocks
+        .decode
+        .iter()
+        .zip(&blocks.decode_transfer)
+        .map(|(all, transfer)| (all.len() - transfer.len()) as u32)
+        .collect()
+}
+
 fn handshake_pull(
     nixl: &mut dyn Nixl,
     engines: &mut Engines,
@@ -505,6 +543,7 @@ fn pull(
             remote_request_id: "req-p".into(),
             remote_block_ids: blocks.prefill.clone(),
             remote_tp_size: geometry.prefill.tp_size,
+            local_num_computed_blocks: computed_blocks(blocks),
         };
         let recv = rank
             .worker
@@ -552,6 +591,7 @@ fn push(
             remote_request_id: "req-d".into(),
             remote_block_ids: blocks.decode_transfer.clone(),
             remote_tp_size: geometry.decode.tp_size,
+            remote_num_computed_blocks: computed_blocks(blocks),
         };
         let sending = rank
             .worker

@@ -7,6 +7,7 @@ use std::io::IsTerminal;
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 
+use super::plan::prefix_hits;
 use crate::scenario::{run_case, Case, CaseReport, RunOptions, TransportKind};
 
 /// Run every case; results keep the cases' order.
@@ -60,9 +61,8 @@ pub fn shrink(case: &Case, opts: &RunOptions) -> Case {
     for prompt_len in 1..case.prompt_len {
         let mut c = best.clone();
         c.prompt_len = prompt_len;
-        c.prefix_hit = c.prefix_hit.min(prompt_len.saturating_sub(1));
-        if c.prefix_hit > 0 && c.prefix_hit % c.geometry.decode.logical_block != 0 {
-            c.prefix_hit = 0;
+        if !prefix_hits(&c.geometry, prompt_len).contains(&c.prefix_hit) {
+            continue;
         }
         if still_fails(&c) {
             best = c;

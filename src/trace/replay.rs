@@ -183,6 +183,11 @@ pub fn replay(case: &TraceCase) -> Result<Replay, ReplayError> {
         remote_request_id,
         remote_block_ids: ids32(&blocks.remote_block_ids),
         remote_tp_size: blocks.tp_size,
+        local_num_computed_blocks: blocks
+            .local_num_computed_blocks
+            .iter()
+            .map(|&n| n as u32)
+            .collect(),
     };
     let receiving = worker.start_read(&mut nixl, &request).map_err(connector)?;
     Ok(Replay {
