@@ -11,6 +11,8 @@ pub mod bench;
 pub mod cli;
 pub mod connector;
 pub mod defects;
+#[cfg(feature = "arbitrary")]
+pub mod generate;
 pub mod geometry;
 pub mod layout;
 pub mod memory;

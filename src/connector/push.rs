@@ -106,7 +106,16 @@ impl Worker {
         let is_mla = self.cfg.model.is_mla();
         let has_mamba = self.cfg.model.has_mamba();
         let mapping = &engine.mapping;
-        let replicate_attention = is_mla && t < 0;
+        let total_heads = self
+            .cfg
+            .model
+            .attention
+            .as_ref()
+            .map_or(1, |a| a.total_kv_heads());
+        // Decode ranks that replicate their KV (MLA, or more decode ranks
+        // than KV heads) each need the attention pages: write them to every
+        // decode rank served, not only to one rank per head.
+        let replicate_attention = t < 0 && (is_mla || req.remote_tp_size > total_heads);
         let ranks: Vec<u32> = if replicate_attention && !has_mamba {
             engine.ranks.keys().copied().collect()
         } else {
@@ -154,7 +163,7 @@ impl Worker {
             let (mut local_ids, mut remote_ids) =
                 (keep(&local_kernel, rank), keep(&remote_kernel, rank));
             let write_replicas_once = self.cfg.defect != Some(Defect::PushReplicatedDoubleWrite);
-            if write_replicas_once && is_mla && t > 1 && self.cfg.tp_rank % t as u32 != 0 {
+            if write_replicas_once && self.holds_a_replica(t, total_heads) {
                 // Replicated pages: one prefill rank per decode rank writes them.
                 for (g, kind) in groups.iter().enumerate() {
                     if *kind == GroupKind::Attention {
@@ -268,6 +277,20 @@ impl Worker {
             request: req.clone(),
             writes,
         })
+    }
+
+    /// Whether this prefill rank's attention pages duplicate those of the
+    /// previous prefill rank writing to the same decode rank (`t` > 1 prefill
+    /// ranks per decode rank): MLA latents always, full attention when the
+    /// two ranks hold the same KV head (more prefill ranks than heads).
+    fn holds_a_replica(&self, t: i32, total_heads: u32) -> bool {
+        let rank = self.cfg.tp_rank;
+        if t <= 1 || rank % t as u32 == 0 {
+            return false;
+        }
+        let tp = u64::from(self.cfg.engine.tp_size);
+        let head_of = |r: u32| u64::from(r) * u64::from(total_heads) / tp;
+        self.cfg.model.is_mla() || head_of(rank) == head_of(rank - 1)
     }
 
     /// D side: the post-process of a pushed request once every notification

@@ -1,0 +1,237 @@
+//! [`GeneratedCase`]: one drawn scenario and what is expected of it, and
+//! [`GeneratedCase::check`], which runs it and reports any mismatch as a
+//! [`Finding`].
+
+use std::fmt;
+use std::sync::Arc;
+
+use arbitrary::{Arbitrary, Result, Unstructured};
+
+use crate::connector::scheduler::DecodeAllocation;
+use crate::defects::Defect;
+use crate::geometry::{
+    parse_geometry, to_toml, validate, Geometry, GeometryError, Mode, Violation,
+};
+use crate::scenario::{run_case, Case, CaseReport, Outcome, RunOptions};
+
+use super::draw::{draw, Drawn};
+use super::invalid::{BrokenRule, Refusal};
+
+/// One drawn case in this many is deliberately invalid (half of those break
+/// a geometry rule, half are pairs the handshake must refuse).
+pub const INVALID_ONE_IN: u32 = 16;
+
+/// What a generated case must do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Expected {
+    /// The connector accepts the pair and every oracle passes.
+    Pass,
+    /// Geometry validation refuses the geometry with exactly this violation.
+    Invalid(Violation),
+    /// The handshake refuses the pair with this refusal's message.
+    Refused(Refusal),
+}
+
+/// A P/D geometry, one request on it and the expected outcome.
+#[derive(Clone, PartialEq, Eq)]
+pub struct GeneratedCase {
+    pub geometry: Geometry,
+    pub prompt_len: u32,
+    pub prefix_hit: u32,
+    pub mode: Mode,
+    pub allocation: DecodeAllocation,
+    pub seed: u64,
+    pub expected: Expected,
+}
+
+/// A generated case that did not behave as expected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    /// One line: what went wrong.
+    pub summary: String,
+    /// The oracle violations or errors behind it, one per line.
+    pub details: Vec<String>,
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.summary)?;
+        for line in &self.details {
+            write!(f, "\n  {line}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Finding {}
+
+/// Violations listed in a finding, at most.
+const MAX_LISTED: usize = 8;
+
+impl<'a> Arbitrary<'a> for GeneratedCase {
+    fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
+        // The last value of the range marks an invalid case, so exhausted
+        // input (all zeros) gives a valid one.
+        let invalid = u.int_in_range(0..=INVALID_ONE_IN - 1)? == INVALID_ONE_IN - 1;
+        if invalid && u.arbitrary::<bool>()? {
+            let refusal = Refusal::ALL[u.choose_index(Refusal::ALL.len())?];
+            return Ok(Self::from_drawn(
+                draw(u, Some(refusal))?,
+                Expected::Refused(refusal),
+            ));
+        }
+        let mut drawn = draw(u, None)?;
+        if invalid {
+            let first = u.choose_index(BrokenRule::ALL.len())?;
+            // The first rule (in a rotation from `first`) that applies.
+            for rule in BrokenRule::ALL
+                .iter()
+                .cycle()
+                .skip(first)
+                .take(BrokenRule::ALL.len())
+            {
+                if let Some(violation) = rule.apply(u, &mut drawn.geometry)? {
+                    return Ok(Self::from_drawn(drawn, Expected::Invalid(violation)));
+                }
+            }
+        }
+        Ok(Self::from_drawn(drawn, Expected::Pass))
+    }
+}
+
+impl GeneratedCase {
+    fn from_drawn(d: Drawn, expected: Expected) -> Self {
+        Self {
+            geometry: d.geometry,
+            prompt_len: d.prompt_len,
+            prefix_hit: d.prefix_hit,
+            mode: d.mode,
+            allocation: d.allocation,
+            seed: d.seed,
+            expected,
+        }
+    }
+
+    /// The case drawn from `bytes`, as cargo-fuzz draws it (all of `bytes`
+    /// is used; short input yields the smallest choices).
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        Self::arbitrary_take_rest(Unstructured::new(bytes))
+    }
+
+    /// The scenario case, with the connector replaced by `defect` if given.
+    pub fn case(&self, defect: Option<Defect>) -> Case {
+        Case {
+            geometry: Arc::new(self.geometry.clone()),
+            file: None,
+            prompt_len: self.prompt_len,
+            prefix_hit: self.prefix_hit,
+            mode: self.mode,
+            allocation: self.allocation,
+            seed: self.seed,
+            defect,
+        }
+    }
+
+    /// Run the case (on the loopback transport, host memory) and compare
+    /// with what is expected. `Err` describes the mismatch: a violated
+    /// oracle, an unexpected outcome, or a missing or wrong rejection.
+    pub fn check(&self, defect: Option<Defect>) -> std::result::Result<(), Finding> {
+        match &self.expected {
+            Expected::Invalid(violation) => self.check_invalid(violation),
+            Expected::Pass | Expected::Refused(_) => {
+                let report = run_case(&self.case(defect), &RunOptions::default());
+                self.check_report(&report)
+            }
+        }
+    }
+
+    /// Judge a report of this case (from [`run_case`] or `run_case_detailed`).
+    pub fn check_report(&self, report: &CaseReport) -> std::result::Result<(), Finding> {
+        let ok = match (&self.expected, &report.outcome) {
+            (Expected::Pass, Outcome::Passed) => report.violations.is_empty(),
+            (Expected::Refused(_), Outcome::ExpectedRejection { .. }) => true,
+            _ => false,
+        };
+        if ok {
+            return Ok(());
+        }
+        let expected = match &self.expected {
+            Expected::Pass => "every oracle to pass".to_string(),
+            Expected::Refused(r) => format!("a handshake refusal containing \"{}\"", r.message()),
+            Expected::Invalid(v) => format!("the geometry error `{v}`"),
+        };
+        let mut details: Vec<String> = report
+            .violations
+            .iter()
+            .take(MAX_LISTED)
+            .map(|v| format!("{}: {}", v.oracle, v.message))
+            .collect();
+        if report.violations.len() > MAX_LISTED {
+            details.push(format!(
+                "... and {} more violations",
+                report.violations.len() - MAX_LISTED
+            ));
+        }
+        Err(Finding {
+            summary: format!(
+                "expected {expected}, got: {} ({})",
+                report.outcome.describe(),
+                report.outcome.label()
+            ),
+            details,
+        })
+    }
+
+    /// An invalid geometry must fail validation with exactly `expected`,
+    /// both directly and through the TOML loader.
+    fn check_invalid(&self, expected: &Violation) -> std::result::Result<(), Finding> {
+        let mismatch = |what: &str, found: String| Finding {
+            summary: format!("{what}: expected `{expected}`, got {found}"),
+            details: Vec::new(),
+        };
+        match validate(&self.geometry) {
+            Err(v) if &v == expected => {}
+            Err(v) => return Err(mismatch("validation", format!("`{v}`"))),
+            Ok(()) => return Err(mismatch("validation", "no error".into())),
+        }
+        match parse_geometry("generated.toml", &to_toml(&self.geometry)) {
+            Err(GeometryError::Invalid { field, rule, .. })
+                if field == expected.field && rule == expected.rule =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(mismatch("TOML loader", format!("`{e}`"))),
+            Ok(_) => Err(mismatch("TOML loader", "a geometry".into())),
+        }
+    }
+}
+
+impl fmt::Debug for GeneratedCase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let expected = match &self.expected {
+            Expected::Pass => "every oracle passes".to_string(),
+            Expected::Invalid(v) => format!("invalid geometry: {v}"),
+            Expected::Refused(r) => format!("handshake refusal ({r:?})"),
+        };
+        writeln!(
+            f,
+            "GeneratedCase {{ mode: {}, prompt_len: {}, prefix_hit: {}, allocation: {}, seed: {}, expected: {expected} }}",
+            self.mode,
+            self.prompt_len,
+            self.prefix_hit,
+            self.allocation.as_str(),
+            self.seed,
+        )?;
+        writeln!(f, "--- geometry (save as generated.toml) ---")?;
+        write!(f, "{}", to_toml(&self.geometry))?;
+        write!(
+            f,
+            "--- replay: kvgeom explain generated.toml --prompt {} --prefix-hit {} --mode {} --alloc {} --seed {}",
+            self.prompt_len,
+            self.prefix_hit,
+            self.mode,
+            self.allocation.as_str(),
+            self.seed
+        )
+    }
+}
