@@ -8,14 +8,21 @@ use crate::connector::scheduler::{request_shape, RequestShape};
 use crate::connector::{ConnectorError, PlannedRead, ReadRequest, WriteRequest};
 use crate::geometry::{Geometry, Mode};
 use crate::layout::{CaseLayout, RequestBlocks, Side};
-use crate::memory::{HostArena, HostTensors};
+use crate::memory::HostArena;
 use crate::nixl::{Loopback, Nixl, Recording};
 use crate::oracle::{self, MemoryImages, OracleInput};
 use crate::pattern::{self, DecodeFill};
+use std::time::{Duration, Instant};
 
 use super::case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
-use super::engines::{allocate, register_side, Engines};
+use super::engines::{allocate, register_side_on, Engines};
 use super::placement::{place, Placement};
+use super::vram::{self, CaseDevices, RankMemory};
+
+/// How long a case waits for transfers to complete (real NIXL moves bytes
+/// in the background) before calling the request hung.
+const COMPLETION_LIMIT: Duration = Duration::from_secs(60);
+const POLL_INTERVAL: Duration = Duration::from_millis(1);
 
 /// How cases run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,12 +59,13 @@ pub fn run_case(case: &Case, opts: &RunOptions) -> CaseReport {
     run_case_detailed(case, opts).report
 }
 
-fn transport(opts: &RunOptions, arenas: &[HostArena]) -> Result<Box<dyn Nixl>, String> {
-    if opts.memory == MemoryKind::Vram {
-        return Err(
-            "--memory vram needs the `cuda` feature and a GPU (see the README's GPU section)"
-                .into(),
-        );
+fn transport(
+    opts: &RunOptions,
+    arenas: &[HostArena],
+    devices: Option<&CaseDevices>,
+) -> Result<Box<dyn Nixl>, String> {
+    if let Some(devices) = devices {
+        return vram::transport(opts.transport, devices);
     }
     match opts.transport {
         TransportKind::Loopback => {
@@ -68,9 +76,13 @@ fn transport(opts: &RunOptions, arenas: &[HostArena]) -> Result<Box<dyn Nixl>, S
             Ok(Box::new(lb))
         }
         #[cfg(feature = "nixl")]
-        TransportKind::Nixl => crate::nixl::real::RealNixl::new()
-            .map(|n| Box::new(n) as Box<dyn Nixl>)
-            .map_err(|e| e.to_string()),
+        TransportKind::Nixl => {
+            let mut nixl = crate::nixl::real::RealNixl::new().map_err(|e| e.to_string())?;
+            for a in arenas {
+                nixl.attach(a.clone());
+            }
+            Ok(Box::new(nixl))
+        }
         #[cfg(not(feature = "nixl"))]
         TransportKind::Nixl => Err(
             "--transport nixl needs kvgeom built with `--features nixl` \
@@ -157,12 +169,27 @@ fn execute(case: &Case, opts: &RunOptions, run: &mut CaseRun) -> Outcome {
         .flatten()
         .cloned()
         .collect();
-    let inner = match transport(opts, &all) {
+    let devices = match opts.memory {
+        MemoryKind::Host => None,
+        MemoryKind::Vram => match vram::mirror(&p_arenas, &d_arenas) {
+            Ok(d) => Some(d),
+            Err(message) => return Outcome::Error { message },
+        },
+    };
+    let inner = match transport(opts, &all, devices.as_ref()) {
         Ok(t) => t,
         Err(message) => return Outcome::Error { message },
     };
     let mut nixl = Recording::new(inner);
-    let outcome = transfer(case, &shape, &placement, p_arenas, d_arenas, &mut nixl, run);
+    let memory = Memory {
+        prefill: p_arenas,
+        decode: d_arenas,
+        devices,
+    };
+    // Real NIXL completes transfers and delivers notifications in the
+    // background; the in-process transports finish inside the post.
+    let patient = opts.transport == TransportKind::Nixl;
+    let outcome = transfer(case, &shape, &placement, memory, &mut nixl, run, patient);
     run.shape = Some(shape);
     run.placement = Some(placement);
     run.recording = Some(nixl);
@@ -170,38 +197,63 @@ fn execute(case: &Case, opts: &RunOptions, run: &mut CaseRun) -> Outcome {
     outcome
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Both engines' host arenas and, with `--memory vram`, their device tensors.
+struct Memory {
+    prefill: Vec<Vec<HostArena>>,
+    decode: Vec<Vec<HostArena>>,
+    devices: Option<CaseDevices>,
+}
+
+impl Memory {
+    /// Each rank's host arenas with its device tensors (if any), per side.
+    #[allow(clippy::type_complexity)]
+    fn ranks(self) -> [Vec<(Vec<HostArena>, Option<vram::RankDevice>)>; 2] {
+        let pair = |host: Vec<Vec<HostArena>>, device: Option<Vec<vram::RankDevice>>| {
+            let mut device = device.map(Vec::into_iter);
+            host.into_iter()
+                .map(|h| (h, device.as_mut().and_then(Iterator::next)))
+                .collect()
+        };
+        let (p, d) = match self.devices {
+            Some(c) => (Some(c.prefill), Some(c.decode)),
+            None => (None, None),
+        };
+        [pair(self.prefill, p), pair(self.decode, d)]
+    }
+}
+
 fn transfer(
     case: &Case,
     shape: &RequestShape,
     placement: &Placement,
-    p_arenas: Vec<Vec<HostArena>>,
-    d_arenas: Vec<Vec<HostArena>>,
+    memory: Memory,
     nixl: &mut Recording<Box<dyn Nixl>>,
     run: &mut CaseRun,
+    patient: bool,
 ) -> Outcome {
     let geometry = &case.geometry;
     let mode = case.mode;
+    let [p_ranks, d_ranks] = memory.ranks();
     let mut engines = {
-        let prefill = match register_side(
+        let prefill = match register_side_on(
             nixl,
             geometry,
             Side::Prefill,
             mode,
             placement.prefill_pool,
-            p_arenas,
+            p_ranks,
             case.defect,
         ) {
             Ok(r) => r,
             Err(o) => return o,
         };
-        let decode = match register_side(
+        let decode = match register_side_on(
             nixl,
             geometry,
             Side::Decode,
             mode,
             placement.decode_pool,
-            d_arenas,
+            d_ranks,
             case.defect,
         ) {
             Ok(r) => r,
@@ -253,6 +305,9 @@ fn transfer(
             };
         }
     }
+    if let Err(message) = vram::upload(&engines) {
+        return Outcome::Error { message };
+    }
     let before = snapshot(&engines);
     let handshake = match mode {
         Mode::Pull => handshake_pull(nixl, &mut engines, geometry),
@@ -263,12 +318,15 @@ fn transfer(
         return outcome;
     }
     let moved = match mode {
-        Mode::Pull => pull(nixl, &mut engines, &blocks, geometry, run),
-        Mode::Push => push(nixl, &mut engines, &blocks, geometry, run),
+        Mode::Pull => pull(nixl, &mut engines, &blocks, geometry, run, patient),
+        Mode::Push => push(nixl, &mut engines, &blocks, geometry, run, patient),
     };
     if let Err(outcome) = moved {
         run.layout = Some(layout);
         return outcome;
+    }
+    if let Err(message) = vram::download(&engines) {
+        return Outcome::Error { message };
     }
     // Oracles over the recorded pairs and both engines' memory.
     let pairs = nixl.resolve(&layout);
@@ -464,6 +522,7 @@ fn pull(
     blocks: &RequestBlocks,
     geometry: &Geometry,
     run: &mut CaseRun,
+    patient: bool,
 ) -> Result<(), Outcome> {
     for (d, rank) in engines.decode.iter_mut().enumerate() {
         let req = ReadRequest {
@@ -480,20 +539,27 @@ fn pull(
             .map_err(|e| crashed(Side::Decode, e))?;
         run.transfers
             .push((Side::Decode, d as u32, recv.reads.clone()));
-        if !rank
+        let started = Instant::now();
+        while !rank
             .worker
             .reads_done(nixl, &recv)
             .map_err(|e| crashed(Side::Decode, e))?
         {
-            return Err(Outcome::Hung {
-                message: format!("decode rank {d}: READs still in progress"),
-            });
+            if !patient || started.elapsed() > COMPLETION_LIMIT {
+                return Err(Outcome::Hung {
+                    message: format!("decode rank {d}: READs still in progress"),
+                });
+            }
+            std::thread::sleep(POLL_INTERVAL);
         }
-        let mut memory = HostTensors(rank.arenas.clone());
+        let mut memory = RankMemory::of(rank);
         let received = rank
             .worker
             .finish_read(nixl, &recv, &mut memory)
             .map_err(|e| crashed(Side::Decode, e))?;
+        if let Some(message) = memory.error() {
+            return Err(Outcome::Error { message });
+        }
         run.post_process.push((d as u32, received.post_process));
     }
     Ok(())
@@ -505,7 +571,11 @@ fn push(
     blocks: &RequestBlocks,
     geometry: &Geometry,
     run: &mut CaseRun,
+    patient: bool,
 ) -> Result<(), Outcome> {
+    // Prefill's posted WRITEs, polled while decode waits (as a sender
+    // checks its sends; real NIXL progresses them in the meantime).
+    let mut writes = Vec::new();
     for (p, rank) in engines.prefill.iter_mut().enumerate() {
         let req = WriteRequest {
             request_id: "req-p".into(),
@@ -519,6 +589,13 @@ fn push(
             .worker
             .start_write(nixl, &req)
             .map_err(|e| crashed(Side::Prefill, e))?;
+        let agent = rank.worker.agent();
+        writes.extend(
+            sending
+                .writes
+                .iter()
+                .filter_map(|w| w.xfer.map(|x| (agent, x))),
+        );
         run.transfers
             .push((Side::Prefill, p as u32, sending.writes));
     }
@@ -537,25 +614,41 @@ fn push(
             .collect();
         let mut covered = Vec::new();
         let mut seen = Vec::new();
-        for (sender, message) in
-            nixl.take_notifications(worker.agent())
-                .map_err(|e| Outcome::Error {
-                    message: e.to_string(),
-                })?
-        {
-            let text = String::from_utf8_lossy(&message).to_string();
-            if let Some(reason) = text.strip_prefix(PUSH_REJECT_PREFIX) {
-                return Err(Outcome::UnexpectedRejection {
-                    side: Side::Prefill,
-                    message: reason.to_string(),
-                });
-            }
-            if let Some((req, counts)) = parse_completion(&text) {
-                if req == "req-d" {
-                    seen.push(sender);
-                    covered.extend(counts);
+        let started = Instant::now();
+        loop {
+            for (sender, message) in
+                nixl.take_notifications(worker.agent())
+                    .map_err(|e| Outcome::Error {
+                        message: e.to_string(),
+                    })?
+            {
+                let text = String::from_utf8_lossy(&message).to_string();
+                if let Some(reason) = text.strip_prefix(PUSH_REJECT_PREFIX) {
+                    return Err(Outcome::UnexpectedRejection {
+                        side: Side::Prefill,
+                        message: reason.to_string(),
+                    });
+                }
+                if let Some((req, counts)) = parse_completion(&text) {
+                    if req == "req-d" {
+                        seen.push(sender);
+                        covered.extend(counts);
+                    }
                 }
             }
+            // In-process transports deliver at once; real NIXL delivers
+            // once the WRITEs have landed.
+            let all_seen = expected.iter().all(|e| seen.contains(e));
+            if all_seen || !patient || started.elapsed() > COMPLETION_LIMIT {
+                break;
+            }
+            for &(agent, xfer) in &writes {
+                nixl.xfer_state(agent, xfer).map_err(|e| Outcome::Crashed {
+                    side: Side::Prefill,
+                    message: e.to_string(),
+                })?;
+            }
+            std::thread::sleep(POLL_INTERVAL);
         }
         if let Some(missing) = expected.iter().find(|e| !seen.contains(e)) {
             return Err(Outcome::Hung {
@@ -564,7 +657,7 @@ fn push(
                 ),
             });
         }
-        let mut memory = HostTensors(rank.arenas.clone());
+        let mut memory = RankMemory::of(rank);
         let plans = worker
             .finish_push(
                 Side::Prefill.as_str(),
@@ -573,6 +666,9 @@ fn push(
                 &mut memory,
             )
             .map_err(|e| crashed(Side::Decode, e))?;
+        if let Some(message) = memory.error() {
+            return Err(Outcome::Error { message });
+        }
         run.post_process.push((d as u32, plans));
     }
     Ok(())
