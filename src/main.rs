@@ -103,6 +103,10 @@ enum Command {
         /// Do not shrink failing cases to a minimal replay.
         #[arg(long)]
         no_shrink: bool,
+        /// Run every case again on host memory over the loopback transport
+        /// and fail unless each gives the same results.
+        #[arg(long)]
+        compare_host: bool,
     },
     /// Run one case and show the plan, every pair and, per local block, what was
     /// transferred, zeroed and left stale.
@@ -144,12 +148,24 @@ enum Command {
         #[arg(long)]
         threads: Option<usize>,
     },
-    /// Benchmarks: the byte-level sweep and the transports.
+    /// Benchmarks: the byte-level sweep, the transports, one request on GPU memory.
     Bench {
         #[arg(value_enum, default_value = "sweep")]
         what: cli::BenchKind,
         #[arg(long)]
         threads: Option<usize>,
+        #[command(flatten)]
+        vram: cli::VramArgs,
+    },
+    /// The prefill side of `bench vram --peer-process` (started by it).
+    #[command(hide = true)]
+    BenchPeer {
+        #[arg(long)]
+        geometry: PathBuf,
+        #[arg(long)]
+        prompt: u32,
+        #[arg(long, value_enum)]
+        memory: MemoryKind,
     },
 }
 
@@ -170,6 +186,7 @@ fn main() -> ExitCode {
             format,
             out,
             no_shrink,
+            compare_host,
         } => cli::sweep(cli::SweepArgs {
             paths,
             prompts,
@@ -184,6 +201,7 @@ fn main() -> ExitCode {
             format,
             out,
             shrink: !no_shrink,
+            compare_host,
         }),
         Command::Explain {
             geometry,
@@ -211,7 +229,17 @@ fn main() -> ExitCode {
         Command::DiffTrace { files } => cli::diff_trace(&files),
         Command::Defects => cli::defects(),
         Command::Mutants { paths, threads } => cli::mutants(paths, threads),
-        Command::Bench { what, threads } => cli::bench(what, threads),
+        Command::Bench {
+            what: cli::BenchKind::Vram,
+            vram,
+            ..
+        } => cli::bench_vram(&vram),
+        Command::Bench { what, threads, .. } => cli::bench(what, threads),
+        Command::BenchPeer {
+            geometry,
+            prompt,
+            memory,
+        } => cli::bench_peer(geometry, prompt, memory),
     };
     ExitCode::from(code)
 }

@@ -1,7 +1,16 @@
 //! Benchmarks behind `kvgeom bench`: each measures one path and returns a
-//! report that prints as a table.
+//! report that prints as a table. `transport` moves host bytes; `vram`
+//! replays one connector request's transfers on device (or host) memory
+//! through copies, the loopback transport and real NIXL, optionally with
+//! the prefill side in a `peer` process.
 
+pub mod buffers;
+#[cfg(feature = "nixl")]
+pub mod peer;
+pub mod replay;
+pub mod request_plan;
 pub mod transport;
+pub mod vram;
 
 pub use transport::{
     transport_bench, BenchError, PathResult, TransportBenchConfig, TransportBenchReport,

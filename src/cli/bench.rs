@@ -1,13 +1,16 @@
 //! `kvgeom bench`: the byte-level sweep against vLLM's own harness timings,
-//! and the transports' bandwidth.
+//! the transports' bandwidth, and one KimiLinear-scale request on device
+//! memory (`bench vram`, with its hidden `bench-peer` helper process).
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use super::{EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
+use crate::bench::vram::{vram_bench, VramBenchConfig, VramBenchError, PATHS};
 use crate::connector::scheduler::DecodeAllocation;
 use crate::geometry::Mode;
-use crate::scenario::RunOptions;
+use crate::nixl::XferOp;
+use crate::scenario::{MemoryKind, RunOptions};
 use crate::sweep::{execute, plan};
 
 /// What to measure.
@@ -17,6 +20,57 @@ pub enum BenchKind {
     Sweep,
     /// 1 GiB in 4096 descriptors host to host: loopback, real NIXL (if available), plain memcpy.
     Transport,
+    /// One KimiLinear-scale request on GPU memory: device copies, loopback, real NIXL.
+    Vram,
+}
+
+/// The transfer direction of `bench vram`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OpArg {
+    /// Decode pulls prefill's bytes (the connector's pull).
+    Read,
+    /// Decode writes the same pairs into prefill.
+    Write,
+}
+
+/// Options of `kvgeom bench vram`.
+#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
+pub struct VramArgs {
+    /// Geometry of the request (vram only).
+    #[arg(long, default_value = "bench/kimi-linear-vram.toml")]
+    pub geometry: PathBuf,
+    /// Prompt length of the request (vram only).
+    #[arg(long, default_value_t = 16384)]
+    pub prompt: u32,
+    /// Timed iterations per path; the best is reported (vram only).
+    #[arg(long, default_value_t = 3)]
+    pub iterations: u32,
+    /// Where the KV tensors live; `host` runs without a GPU (vram only).
+    #[arg(long, value_enum, default_value = "vram")]
+    pub memory: MemoryKind,
+    #[arg(long, value_enum, default_value = "read")]
+    pub op: OpArg,
+    /// Also run NIXL with the prefill side in a second process (vram only).
+    #[arg(long)]
+    pub peer_process: bool,
+    /// Paths to run, comma separated: copy, copy-per-pair, loopback, nixl, nixl-peer.
+    #[arg(long, value_delimiter = ',')]
+    pub paths: Option<Vec<String>>,
+}
+
+impl Default for VramArgs {
+    fn default() -> Self {
+        let config = VramBenchConfig::default();
+        Self {
+            geometry: config.geometry,
+            prompt: config.prompt_len,
+            iterations: config.iterations,
+            memory: config.memory,
+            op: OpArg::Read,
+            peer_process: false,
+            paths: None,
+        }
+    }
 }
 
 /// vLLM's Python harness on a 2-core machine: 2.15 s for the 152 sweep cases.
@@ -111,6 +165,7 @@ fn bench_sweep(threads: Option<usize>) -> u8 {
 pub fn bench(kind: BenchKind, threads: Option<usize>) -> u8 {
     match kind {
         BenchKind::Sweep => bench_sweep(threads),
+        BenchKind::Vram => bench_vram(&VramArgs::default()),
         BenchKind::Transport => {
             match crate::bench::transport_bench(&crate::bench::TransportBenchConfig::default()) {
                 Ok(report) => {
@@ -123,5 +178,72 @@ pub fn bench(kind: BenchKind, threads: Option<usize>) -> u8 {
                 }
             }
         }
+    }
+}
+
+/// `kvgeom bench vram`.
+pub fn bench_vram(args: &VramArgs) -> u8 {
+    let peer_exe = if args.peer_process {
+        match std::env::current_exe() {
+            Ok(exe) => Some(exe),
+            Err(e) => {
+                eprintln!("error: cannot find this executable to start the peer process: {e}");
+                return EXIT_BAD_INPUT;
+            }
+        }
+    } else {
+        None
+    };
+    let mut paths: Vec<String> = args
+        .paths
+        .clone()
+        .unwrap_or_else(|| PATHS.iter().map(|p| p.to_string()).collect());
+    if !args.peer_process && args.paths.is_none() {
+        paths.retain(|p| p != "nixl-peer");
+    }
+    let config = VramBenchConfig {
+        geometry: args.geometry.clone(),
+        prompt_len: args.prompt,
+        iterations: args.iterations,
+        memory: args.memory,
+        op: match args.op {
+            OpArg::Read => XferOp::Read,
+            OpArg::Write => XferOp::Write,
+        },
+        peer_exe,
+        paths,
+    };
+    match vram_bench(&config) {
+        Ok(report) => {
+            print!("{report}");
+            EXIT_OK
+        }
+        Err(e @ VramBenchError::Path { .. }) => {
+            eprintln!("error: {e}");
+            EXIT_FAILED
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            EXIT_BAD_INPUT
+        }
+    }
+}
+
+/// `kvgeom bench-peer` (started by `bench vram --peer-process`): serve the
+/// prefill side of the replay over stdin/stdout.
+pub fn bench_peer(geometry: PathBuf, prompt: u32, memory: MemoryKind) -> u8 {
+    #[cfg(feature = "nixl")]
+    {
+        crate::bench::peer::serve(&crate::bench::peer::PeerArgs {
+            geometry,
+            prompt_len: prompt,
+            memory,
+        })
+    }
+    #[cfg(not(feature = "nixl"))]
+    {
+        let _ = (geometry, prompt, memory);
+        eprintln!("error: bench-peer needs kvgeom built with `--features nixl`");
+        EXIT_BAD_INPUT
     }
 }

@@ -9,7 +9,7 @@ mod mutants;
 mod sweep;
 mod traces;
 
-pub use bench::{bench, BenchKind};
+pub use bench::{bench, bench_peer, bench_vram, BenchKind, OpArg, VramArgs};
 pub use explain::{explain, ExplainArgs};
 pub use layout::layout;
 pub use mutants::{defects, mutants};

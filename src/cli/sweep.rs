@@ -7,7 +7,7 @@ use crate::connector::scheduler::DecodeAllocation;
 use crate::geometry::Mode;
 use crate::report::sweep_report::{self, Format};
 use crate::scenario::{MemoryKind, RunOptions, TransportKind};
-use crate::sweep::{execute, plan, prompts};
+use crate::sweep::{compare, execute, plan, prompts};
 
 pub struct SweepArgs {
     pub paths: Vec<PathBuf>,
@@ -23,6 +23,9 @@ pub struct SweepArgs {
     pub format: Format,
     pub out: Option<PathBuf>,
     pub shrink: bool,
+    /// Run every case again on host memory over the loopback transport and
+    /// require the same results case by case.
+    pub compare_host: bool,
 }
 
 pub fn sweep(args: SweepArgs) -> u8 {
@@ -87,9 +90,10 @@ pub fn sweep(args: SweepArgs) -> u8 {
         }
         None => print!("{text}"),
     }
+    let differs = args.compare_host && !same_as_host(&cases, &reports, args.threads);
     let failures: Vec<_> = reports.iter().filter(|r| !r.passed()).collect();
     if failures.is_empty() {
-        return EXIT_OK;
+        return if differs { EXIT_FAILED } else { EXIT_OK };
     }
     // A short summary with a minimal replay for the first failures.
     eprintln!("\n{} of {} cases failed", failures.len(), reports.len());
@@ -124,4 +128,30 @@ pub fn sweep(args: SweepArgs) -> u8 {
         eprintln!("  replay: {}", minimal.replay_command());
     }
     EXIT_FAILED
+}
+
+/// Run `cases` on host memory over the loopback transport and report every
+/// case whose results differ from `reports`; true when none does.
+fn same_as_host(
+    cases: &[crate::scenario::Case],
+    reports: &[crate::scenario::CaseReport],
+    threads: Option<usize>,
+) -> bool {
+    let reference = execute::run_all(cases, &RunOptions::default(), threads);
+    let mismatches = compare::compare(reports, &reference);
+    if mismatches.is_empty() {
+        eprintln!(
+            "compared with host memory over loopback: all {} cases give the same results",
+            reports.len()
+        );
+        return true;
+    }
+    eprintln!(
+        "compared with host memory over loopback: {} differences",
+        mismatches.len()
+    );
+    for m in mismatches.iter().take(10) {
+        eprintln!("- {m}");
+    }
+    false
 }

@@ -7,7 +7,8 @@
 //! multi-read split lists in `split_lists.rs`, handshake checks in
 //! `handshake.rs`, desc ids in `desc_ids.rs`, block-id mapping and prefix
 //! alignment in `block_mapping.rs`, pull READ planning in `pull.rs`, push
-//! WRITE planning in `push.rs`, the receive post-process in `post_process.rs`.
+//! WRITE planning in `push.rs`, the receive post-process in `post_process.rs`
+//! (lowered to device memsets and copies in `post_process_lowering.rs`).
 
 pub mod block_mapping;
 pub mod desc_ids;
@@ -15,6 +16,7 @@ pub mod handshake;
 pub mod local_lists;
 pub mod metadata;
 pub mod post_process;
+pub mod post_process_lowering;
 pub mod pull;
 pub mod push;
 pub mod registration;

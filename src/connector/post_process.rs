@@ -200,7 +200,19 @@ pub fn convert_block_size(page: &[u8], geometry: &PageGeometry, ratio: u64) -> V
 }
 
 /// Apply the planned operations to every attention cache (every region).
+/// The memory decides how ([`KvMemory::post_process`]): host tensors byte
+/// range by byte range ([`apply_bytes`]), device tensors as GPU work.
 pub fn apply(plans: &[GroupPostProcess], geometries: &[PageGeometry], memory: &mut dyn KvMemory) {
+    memory.post_process(plans, geometries);
+}
+
+/// Apply the planned operations through byte access: read, convert and
+/// write back each page, zero each range.
+pub fn apply_bytes<M: KvMemory + ?Sized>(
+    plans: &[GroupPostProcess],
+    geometries: &[PageGeometry],
+    memory: &mut M,
+) {
     for plan in plans {
         for op in &plan.ops {
             for (region, g) in geometries.iter().enumerate() {

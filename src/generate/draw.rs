@@ -11,7 +11,7 @@
 
 use arbitrary::{Result, Unstructured};
 
-use crate::connector::scheduler::{request_shape, transferred_tokens, DecodeAllocation};
+use crate::connector::scheduler::{request_shape, DecodeAllocation};
 use crate::geometry::{
     AttentionSpec, EngineGeometry, Geometry, GroupKind, KvLayout, MambaKind, MambaSpec, Mode,
     ModelSpec,
@@ -667,7 +667,7 @@ fn prefix_hit(geometry: &Geometry, mode: Mode, prompt_len: u32, hit_blocks: u32)
         return 0;
     }
     let block = geometry.decode.logical_block;
-    let most = (transferred_tokens(geometry, prompt_len).saturating_sub(1)) / block;
+    let most = (geometry.transferred_tokens(prompt_len).saturating_sub(1)) / block;
     (hit_blocks % (most + 1)) * block
 }
 

@@ -3,7 +3,9 @@
 //! against it by `tests/transport_nixl.rs`):
 //!
 //! - memory is registered per agent and must lie inside an arena given to
-//!   [`Loopback::attach`]; VRAM is [`NixlError::Unsupported`];
+//!   [`Loopback::attach`] (host) or `Loopback::attach_device` (VRAM, cargo
+//!   feature `cuda`); VRAM without attached device memory is
+//!   [`NixlError::Unsupported`];
 //! - metadata is a snapshot of the agent's name and registrations at export
 //!   time; loading it makes the agent a remote peer;
 //! - every descriptor of a prepared list lies inside one registered region of
@@ -16,7 +18,9 @@
 //! - posting copies every pair in order (READ pulls remote -> local, WRITE
 //!   pushes local -> remote), then hands the notification to the target
 //!   agent under the initiator's name. Overlapping or duplicate destinations
-//!   are not detected, as in NIXL.
+//!   are not detected, as in NIXL. VRAM pairs move with device-to-device
+//!   copies (`loopback_device.rs`), waited for before the post returns;
+//!   a transfer mixing DRAM and VRAM lists is [`NixlError::Unsupported`].
 
 use std::collections::HashMap;
 use std::sync::{RwLockReadGuard, RwLockWriteGuard};
@@ -24,6 +28,7 @@ use std::sync::{RwLockReadGuard, RwLockWriteGuard};
 use serde::{Deserialize, Serialize};
 
 use super::dry_run::{check_agent_name, check_xfer_ranges, check_xfer_sides};
+use super::loopback_device::{no_device_memory, DeviceCopy, DeviceSpace};
 use super::{
     AgentId, DescList, DescRow, DlistHandle, DlistTarget, MemKind, MemRegion, Nixl, NixlError,
     NixlResult, XferHandle, XferOp, XferState,
@@ -52,6 +57,7 @@ struct Metadata {
 pub struct Loopback {
     /// Sorted by base address.
     arenas: Vec<HostArena>,
+    device: DeviceSpace,
     agents: Vec<Agent>,
 }
 
@@ -98,6 +104,7 @@ struct Prepared {
     /// For remote targets: the remote's epoch at preparation (`None` when
     /// the agent prepared against its own name).
     epoch: Option<u64>,
+    mem: MemKind,
     list: DescList,
 }
 
@@ -108,6 +115,7 @@ struct Xfer {
     epoch: Option<u64>,
     notification: Option<Vec<u8>>,
     copies: Vec<CopyOp>,
+    device_copies: Vec<DeviceCopy>,
     posted: bool,
 }
 
@@ -145,6 +153,25 @@ impl Loopback {
     /// The attached arenas, by base address.
     pub fn arenas(&self) -> &[HostArena] {
         &self.arenas
+    }
+
+    /// Make a device buffer's bytes reachable: agents may register VRAM
+    /// inside it and transfers copy into and out of it on the device.
+    /// Attaching the same buffer twice has no effect.
+    #[cfg(feature = "cuda")]
+    pub fn attach_device(&mut self, arena: crate::memory::DeviceArena) {
+        self.device.attach(arena);
+    }
+
+    /// Whether `region` lies inside memory attached to this transport.
+    fn holds(&self, region: &MemRegion) -> bool {
+        match region.mem {
+            MemKind::Dram => place(&self.arenas, region.addr, region.len).is_some(),
+            MemKind::Vram => self
+                .device
+                .resolve(region.dev, region.addr, region.len)
+                .is_some(),
+        }
     }
 
     fn agent(&self, agent: AgentId) -> NixlResult<&Agent> {
@@ -349,15 +376,20 @@ impl Nixl for Loopback {
     fn register_memory(&mut self, agent: AgentId, regions: &[MemRegion]) -> NixlResult<()> {
         self.agent(agent)?;
         for region in regions {
-            if region.mem != MemKind::Dram {
+            if region.mem == MemKind::Vram && self.device.is_empty() {
                 return Err(NixlError::Unsupported(format!(
-                    "the loopback transport moves host memory only; cannot register {}",
+                    "{}; cannot register {}",
+                    no_device_memory(),
                     describe(region)
                 )));
             }
-            if place(&self.arenas, region.addr, region.len).is_none() {
+            if !self.holds(region) {
+                let owner = match region.mem {
+                    MemKind::Dram => "any host arena",
+                    MemKind::Vram => "any device buffer",
+                };
                 return Err(NixlError::InvalidParam(format!(
-                    "{} is not inside any host arena attached to the transport",
+                    "{} is not inside {owner} attached to the transport",
                     describe(region)
                 )));
             }
@@ -409,13 +441,9 @@ impl Nixl for Loopback {
                 ))
             })?;
         check_agent_name(&parsed.agent)?;
-        if let Some(outside) = parsed
-            .regions
-            .iter()
-            .find(|r| r.mem != MemKind::Dram || place(&self.arenas, r.addr, r.len).is_none())
-        {
+        if let Some(outside) = parsed.regions.iter().find(|r| !self.holds(r)) {
             return Err(NixlError::InvalidParam(format!(
-                "remote agent '{}' advertises {} outside this transport's host arenas",
+                "remote agent '{}' advertises {} outside this transport's memory",
                 parsed.agent,
                 describe(outside)
             )));
@@ -462,9 +490,10 @@ impl Nixl for Loopback {
         list: &DescList,
     ) -> NixlResult<DlistHandle> {
         let a = self.agent(agent)?;
-        if mem != MemKind::Dram {
+        if mem == MemKind::Vram && self.device.is_empty() {
             return Err(NixlError::Unsupported(format!(
-                "the loopback transport moves host memory only; cannot prepare a {mem:?} list"
+                "{}; cannot prepare a {mem:?} list",
+                no_device_memory()
             )));
         }
         let (regions, epoch, owner) = match target {
@@ -495,6 +524,7 @@ impl Nixl for Loopback {
         let prepared = Prepared {
             target: target.clone(),
             epoch,
+            mem,
             list: list.clone(),
         };
         let a = self.agent_mut(agent)?;
@@ -529,8 +559,15 @@ impl Nixl for Loopback {
             return Err(stale_remote(&remote_name));
         }
         check_xfer_ranges(l.list.len(), local_ids, r.list.len(), remote_ids)?;
+        if l.mem != r.mem {
+            return Err(NixlError::Unsupported(format!(
+                "the loopback transport does not move bytes between a {:?} and a {:?} list",
+                l.mem, r.mem
+            )));
+        }
 
-        let mut copies = Vec::with_capacity(local_ids.len());
+        let mut copies = Vec::new();
+        let mut device_copies = Vec::new();
         for (pair, (&li, &ri)) in local_ids.iter().zip(remote_ids).enumerate() {
             let (Some(lrow), Some(rrow)) = (l.list.get(li.into()), r.list.get(ri.into())) else {
                 return Err(NixlError::InvalidParam(format!(
@@ -545,10 +582,30 @@ impl Nixl for Loopback {
             }
             let unplaced = |row: DescRow| {
                 NixlError::NotFound(format!(
-                    "descriptor {:#x}+{} is no longer inside an attached arena",
+                    "descriptor {:#x}+{} is no longer inside attached memory",
                     row.addr, row.len
                 ))
             };
+            if l.mem == MemKind::Vram {
+                let lp = self
+                    .device
+                    .resolve(lrow.dev, lrow.addr, lrow.len)
+                    .ok_or_else(|| unplaced(lrow))?;
+                let rp = self
+                    .device
+                    .resolve(rrow.dev, rrow.addr, rrow.len)
+                    .ok_or_else(|| unplaced(rrow))?;
+                let (src, dst) = match op {
+                    XferOp::Write => (lp, rp),
+                    XferOp::Read => (rp, lp),
+                };
+                device_copies.push(DeviceCopy {
+                    src,
+                    dst,
+                    len: lrow.len,
+                });
+                continue;
+            }
             let lp = place(&self.arenas, lrow.addr, lrow.len).ok_or_else(|| unplaced(lrow))?;
             let rp = place(&self.arenas, rrow.addr, rrow.len).ok_or_else(|| unplaced(rrow))?;
             let len = usize::try_from(lrow.len)
@@ -564,6 +621,7 @@ impl Nixl for Loopback {
             epoch: r.epoch,
             notification: notification.map(<[u8]>::to_vec),
             copies,
+            device_copies,
             posted: false,
         };
         let a = self.agent_mut(agent)?;
@@ -591,6 +649,7 @@ impl Nixl for Loopback {
             None => None,
         };
         run_copies(&self.arenas, &x.copies)?;
+        self.device.run(&x.device_copies)?;
         let from = a.name.clone();
         let message = x.notification.clone();
         if let (Some(target), Some(message)) = (target, message) {

@@ -6,6 +6,7 @@
 pub mod desc;
 pub mod dry_run;
 pub mod loopback;
+mod loopback_device;
 #[cfg(feature = "nixl")]
 pub mod real;
 pub mod recording;

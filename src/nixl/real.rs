@@ -16,7 +16,9 @@
 //! Memory safety: NIXL writes wherever a registration points. Host memory can
 //! only be registered inside a [`HostArena`] given to [`RealNixl::attach`]
 //! (kept alive by the transport), and device memory inside a range given to
-//! the `unsafe` [`RealNixl::attach_device_memory`].
+//! the `unsafe` [`RealNixl::attach_device_memory`] or inside a CUDA buffer
+//! given to `RealNixl::attach_device` (cargo feature `cuda`; kept alive by
+//! the transport too).
 //!
 //! Threads: nixl-sys descriptor lists, prepared handles and notification maps
 //! are not `Send`, so neither is `RealNixl`: it stays on the thread that
@@ -47,6 +49,8 @@ pub struct RealNixl {
     // registrations) before the memory they point into.
     agents: Vec<RealAgent>,
     arenas: Vec<HostArena>,
+    #[cfg(feature = "cuda")]
+    device_arenas: Vec<crate::memory::DeviceArena>,
     device_memory: Vec<MemRegion>,
 }
 
@@ -163,6 +167,8 @@ impl RealNixl {
         Ok(Self {
             agents: Vec::new(),
             arenas: Vec::new(),
+            #[cfg(feature = "cuda")]
+            device_arenas: Vec::new(),
             device_memory: Vec::new(),
         })
     }
@@ -192,6 +198,20 @@ impl RealNixl {
         }
         self.device_memory.push(region);
         Ok(())
+    }
+
+    /// Let agents register VRAM inside a CUDA buffer; the transport keeps
+    /// the buffer alive. Attaching the same buffer twice has no effect.
+    #[cfg(feature = "cuda")]
+    pub fn attach_device(&mut self, arena: crate::memory::DeviceArena) {
+        if self.device_arenas.iter().any(|a| a.same_as(&arena)) {
+            return;
+        }
+        // The clone kept here holds the buffer allocated until this
+        // transport is dropped, after its agents and their registrations
+        // (field order): the guarantee `attach_device_memory` asks for.
+        self.device_memory.push(arena.region());
+        self.device_arenas.push(arena);
     }
 
     fn agent(&self, agent: AgentId) -> NixlResult<&RealAgent> {

@@ -8,11 +8,15 @@ use crate::memory::HostArena;
 use crate::nixl::{MemKind, Nixl};
 
 use super::case::Outcome;
+use super::vram::RankDevice;
 
 /// One engine rank: its worker and its tensors (one per region).
 pub struct Rank {
     pub worker: Worker,
     pub arenas: Vec<HostArena>,
+    /// With `--memory vram`: the device tensors the connector registered;
+    /// `arenas` then hold host images of them.
+    pub device: Option<RankDevice>,
 }
 
 /// Both engines of a case.
@@ -33,7 +37,10 @@ impl Engines {
     pub fn bases(&self, side: Side) -> Vec<Vec<u64>> {
         self.side(side)
             .iter()
-            .map(|r| r.arenas.iter().map(HostArena::base).collect())
+            .map(|r| match &r.device {
+                Some(d) => d.tensors().iter().map(|&(base, _)| base).collect(),
+                None => r.arenas.iter().map(HostArena::base).collect(),
+            })
             .collect()
     }
 }
@@ -57,12 +64,32 @@ pub fn register_side(
     arenas_per_rank: Vec<Vec<HostArena>>,
     defect: Option<Defect>,
 ) -> Result<Vec<Rank>, Outcome> {
+    let ranks = arenas_per_rank.into_iter().map(|a| (a, None)).collect();
+    register_side_on(nixl, geometry, side, mode, pool, ranks, defect)
+}
+
+/// [`register_side`] where a rank may keep its tensors on a device: its
+/// device buffers are registered as VRAM instead of its host arenas.
+#[allow(clippy::too_many_arguments)]
+pub fn register_side_on(
+    nixl: &mut dyn Nixl,
+    geometry: &Geometry,
+    side: Side,
+    mode: Mode,
+    pool: u32,
+    ranks_memory: Vec<(Vec<HostArena>, Option<RankDevice>)>,
+    defect: Option<Defect>,
+) -> Result<Vec<Rank>, Outcome> {
     let engine = match side {
         Side::Prefill => &geometry.prefill,
         Side::Decode => &geometry.decode,
     };
     let mut ranks = Vec::new();
-    for (rank, arenas) in arenas_per_rank.into_iter().enumerate() {
+    for (rank, (arenas, device)) in ranks_memory.into_iter().enumerate() {
+        let mem = match device {
+            Some(_) => MemKind::Vram,
+            None => MemKind::Dram,
+        };
         let cfg = WorkerConfig {
             engine_id: side.as_str().to_string(),
             agent_name: side.agent_name(rank as u32),
@@ -72,22 +99,33 @@ pub fn register_side(
             tp_rank: rank as u32,
             mode,
             is_decode: side == Side::Decode,
-            mem: MemKind::Dram,
-            platform_mem: MemKind::Dram,
-            device: 0,
+            mem,
+            platform_mem: mem,
+            device: super::vram::DEVICE_ORDINAL,
             defect,
         };
-        let tensors: Vec<KvTensor> = arenas
-            .iter()
-            .map(|a| KvTensor {
-                base: a.base(),
-                len: a.len(),
-            })
-            .collect();
+        let tensors: Vec<KvTensor> = match &device {
+            Some(d) => d
+                .tensors()
+                .into_iter()
+                .map(|(base, len)| KvTensor { base, len })
+                .collect(),
+            None => arenas
+                .iter()
+                .map(|a| KvTensor {
+                    base: a.base(),
+                    len: a.len(),
+                })
+                .collect(),
+        };
         let worker = Worker::register(nixl, cfg, &tensors).map_err(|e| Outcome::Error {
             message: format!("registering {side} rank {rank}: {e}"),
         })?;
-        ranks.push(Rank { worker, arenas });
+        ranks.push(Rank {
+            worker,
+            arenas,
+            device,
+        });
     }
     Ok(ranks)
 }

@@ -6,6 +6,7 @@ pub mod case;
 pub mod engines;
 pub mod placement;
 pub mod run;
+pub mod vram;
 
 pub use case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
 pub use run::{run_case, run_case_detailed, CaseRun, RunOptions};

@@ -10,19 +10,20 @@ use crate::connector::scheduler::{request_shape, RequestShape};
 use crate::connector::{ConnectorError, PlannedRead, ReadRequest, WriteRequest};
 use crate::geometry::{Geometry, Mode};
 use crate::layout::{CaseLayout, RequestBlocks, Side};
-use crate::memory::{HostArena, HostTensors};
+use crate::memory::HostArena;
 use crate::nixl::{Loopback, Nixl, Recording};
 use crate::oracle::{self, MemoryImages, OracleInput};
 use crate::pattern::{self, DecodeFill};
 
 use super::case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
-use super::engines::{allocate, register_side, Engines};
+use super::engines::{allocate, register_side_on, Engines};
 use super::placement::{place, Placement};
+use super::vram::{self, CaseDevices, RankMemory};
 
-/// How long a case waits for its transfers (real NIXL completes them
-/// asynchronously; the loopback within `post_xfer`).
-pub const COMPLETION_TIMEOUT: Duration = Duration::from_secs(20);
-const POLL_INTERVAL: Duration = Duration::from_micros(200);
+/// How long a case waits for transfers to complete (real NIXL moves bytes
+/// in the background) before calling the request hung.
+const COMPLETION_LIMIT: Duration = Duration::from_secs(60);
+const POLL_INTERVAL: Duration = Duration::from_millis(1);
 
 /// How cases run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,12 +60,13 @@ pub fn run_case(case: &Case, opts: &RunOptions) -> CaseReport {
     run_case_detailed(case, opts).report
 }
 
-fn transport(opts: &RunOptions, arenas: &[HostArena]) -> Result<Box<dyn Nixl>, String> {
-    if opts.memory == MemoryKind::Vram {
-        return Err(
-            "--memory vram needs the `cuda` feature and a GPU (see the README's GPU section)"
-                .into(),
-        );
+fn transport(
+    opts: &RunOptions,
+    arenas: &[HostArena],
+    devices: Option<&CaseDevices>,
+) -> Result<Box<dyn Nixl>, String> {
+    if let Some(devices) = devices {
+        return vram::transport(opts.transport, devices);
     }
     match opts.transport {
         TransportKind::Loopback => {
@@ -76,11 +78,11 @@ fn transport(opts: &RunOptions, arenas: &[HostArena]) -> Result<Box<dyn Nixl>, S
         }
         #[cfg(feature = "nixl")]
         TransportKind::Nixl => {
-            let mut real = crate::nixl::real::RealNixl::new().map_err(|e| e.to_string())?;
+            let mut nixl = crate::nixl::real::RealNixl::new().map_err(|e| e.to_string())?;
             for a in arenas {
-                real.attach(a.clone());
+                nixl.attach(a.clone());
             }
-            Ok(Box::new(real))
+            Ok(Box::new(nixl))
         }
         #[cfg(not(feature = "nixl"))]
         TransportKind::Nixl => Err(
@@ -171,12 +173,27 @@ fn execute(case: &Case, opts: &RunOptions, run: &mut CaseRun) -> Outcome {
         .flatten()
         .cloned()
         .collect();
-    let inner = match transport(opts, &all) {
+    let devices = match opts.memory {
+        MemoryKind::Host => None,
+        MemoryKind::Vram => match vram::mirror(&p_arenas, &d_arenas) {
+            Ok(d) => Some(d),
+            Err(message) => return Outcome::Error { message },
+        },
+    };
+    let inner = match transport(opts, &all, devices.as_ref()) {
         Ok(t) => t,
         Err(message) => return Outcome::Error { message },
     };
     let mut nixl = Recording::new(inner);
-    let outcome = transfer(case, &shape, &placement, p_arenas, d_arenas, &mut nixl, run);
+    let memory = Memory {
+        prefill: p_arenas,
+        decode: d_arenas,
+        devices,
+    };
+    // Real NIXL completes transfers and delivers notifications in the
+    // background; the in-process transports finish inside the post.
+    let patient = opts.transport == TransportKind::Nixl;
+    let outcome = transfer(case, &shape, &placement, memory, &mut nixl, run, patient);
     run.shape = Some(shape);
     run.placement = Some(placement);
     run.recording = Some(nixl);
@@ -184,38 +201,63 @@ fn execute(case: &Case, opts: &RunOptions, run: &mut CaseRun) -> Outcome {
     outcome
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Both engines' host arenas and, with `--memory vram`, their device tensors.
+struct Memory {
+    prefill: Vec<Vec<HostArena>>,
+    decode: Vec<Vec<HostArena>>,
+    devices: Option<CaseDevices>,
+}
+
+impl Memory {
+    /// Each rank's host arenas with its device tensors (if any), per side.
+    #[allow(clippy::type_complexity)]
+    fn ranks(self) -> [Vec<(Vec<HostArena>, Option<vram::RankDevice>)>; 2] {
+        let pair = |host: Vec<Vec<HostArena>>, device: Option<Vec<vram::RankDevice>>| {
+            let mut device = device.map(Vec::into_iter);
+            host.into_iter()
+                .map(|h| (h, device.as_mut().and_then(Iterator::next)))
+                .collect()
+        };
+        let (p, d) = match self.devices {
+            Some(c) => (Some(c.prefill), Some(c.decode)),
+            None => (None, None),
+        };
+        [pair(self.prefill, p), pair(self.decode, d)]
+    }
+}
+
 fn transfer(
     case: &Case,
     shape: &RequestShape,
     placement: &Placement,
-    p_arenas: Vec<Vec<HostArena>>,
-    d_arenas: Vec<Vec<HostArena>>,
+    memory: Memory,
     nixl: &mut Recording<Box<dyn Nixl>>,
     run: &mut CaseRun,
+    patient: bool,
 ) -> Outcome {
     let geometry = &case.geometry;
     let mode = case.mode;
+    let [p_ranks, d_ranks] = memory.ranks();
     let mut engines = {
-        let prefill = match register_side(
+        let prefill = match register_side_on(
             nixl,
             geometry,
             Side::Prefill,
             mode,
             placement.prefill_pool,
-            p_arenas,
+            p_ranks,
             case.defect,
         ) {
             Ok(r) => r,
             Err(o) => return o,
         };
-        let decode = match register_side(
+        let decode = match register_side_on(
             nixl,
             geometry,
             Side::Decode,
             mode,
             placement.decode_pool,
-            d_arenas,
+            d_ranks,
             case.defect,
         ) {
             Ok(r) => r,
@@ -268,6 +310,9 @@ fn transfer(
         }
     }
     zero_at_allocation(&engines, geometry, shape, placement);
+    if let Err(message) = vram::upload(&engines) {
+        return Outcome::Error { message };
+    }
     let before = Images::snapshot(&engines);
     let handshake = match mode {
         Mode::Pull => handshake_pull(nixl, &mut engines, geometry),
@@ -278,12 +323,15 @@ fn transfer(
         return outcome;
     }
     let moved = match mode {
-        Mode::Pull => pull(nixl, &mut engines, &blocks, geometry, run),
-        Mode::Push => push(nixl, &mut engines, &blocks, geometry, run),
+        Mode::Pull => pull(nixl, &mut engines, &blocks, geometry, run, patient),
+        Mode::Push => push(nixl, &mut engines, &blocks, geometry, run, patient),
     };
     if let Err(outcome) = moved {
         run.layout = Some(layout);
         return outcome;
+    }
+    if let Err(message) = vram::download(&engines) {
+        return Outcome::Error { message };
     }
     // Oracles over the recorded pairs and both engines' memory.
     let pairs = nixl.resolve(&layout);
@@ -534,6 +582,7 @@ fn pull(
     blocks: &RequestBlocks,
     geometry: &Geometry,
     run: &mut CaseRun,
+    patient: bool,
 ) -> Result<(), Outcome> {
     for (d, rank) in engines.decode.iter_mut().enumerate() {
         let req = ReadRequest {
@@ -557,20 +606,21 @@ fn pull(
             .reads_done(nixl, &recv)
             .map_err(|e| crashed(Side::Decode, e))?
         {
-            if started.elapsed() > COMPLETION_TIMEOUT {
+            if !patient || started.elapsed() > COMPLETION_LIMIT {
                 return Err(Outcome::Hung {
-                    message: format!(
-                        "decode rank {d}: READs still in progress after {COMPLETION_TIMEOUT:?}"
-                    ),
+                    message: format!("decode rank {d}: READs still in progress"),
                 });
             }
             std::thread::sleep(POLL_INTERVAL);
         }
-        let mut memory = HostTensors(rank.arenas.clone());
+        let mut memory = RankMemory::of(rank);
         let received = rank
             .worker
             .finish_read(nixl, &recv, &mut memory)
             .map_err(|e| crashed(Side::Decode, e))?;
+        if let Some(message) = memory.error() {
+            return Err(Outcome::Error { message });
+        }
         run.post_process.push((d as u32, received.post_process));
     }
     Ok(())
@@ -582,7 +632,11 @@ fn push(
     blocks: &RequestBlocks,
     geometry: &Geometry,
     run: &mut CaseRun,
+    patient: bool,
 ) -> Result<(), Outcome> {
+    // Prefill's posted WRITEs, polled while decode waits (as a sender
+    // checks its sends; real NIXL progresses them in the meantime).
+    let mut writes = Vec::new();
     for (p, rank) in engines.prefill.iter_mut().enumerate() {
         let req = WriteRequest {
             request_id: "req-p".into(),
@@ -597,25 +651,13 @@ fn push(
             .worker
             .start_write(nixl, &req)
             .map_err(|e| crashed(Side::Prefill, e))?;
-        // P's worker polls its WRITEs (real NIXL progresses and notifies then).
-        let started = Instant::now();
-        for write in &sending.writes {
-            let Some(xfer) = write.xfer else { continue };
-            loop {
-                let state = nixl
-                    .xfer_state(rank.worker.agent(), xfer)
-                    .map_err(|e| crashed(Side::Prefill, e.into()))?;
-                if state == crate::nixl::XferState::Done {
-                    break;
-                }
-                if started.elapsed() > COMPLETION_TIMEOUT {
-                    return Err(Outcome::Hung {
-                        message: format!("prefill rank {p}: WRITEs still in progress after {COMPLETION_TIMEOUT:?}"),
-                    });
-                }
-                std::thread::sleep(POLL_INTERVAL);
-            }
-        }
+        let agent = rank.worker.agent();
+        writes.extend(
+            sending
+                .writes
+                .iter()
+                .filter_map(|w| w.xfer.map(|x| (agent, x))),
+        );
         run.transfers
             .push((Side::Prefill, p as u32, sending.writes));
     }
@@ -636,12 +678,12 @@ fn push(
         let mut seen = Vec::new();
         let started = Instant::now();
         loop {
-            let notes = nixl
-                .take_notifications(worker.agent())
-                .map_err(|e| Outcome::Error {
-                    message: e.to_string(),
-                })?;
-            for (sender, message) in notes {
+            for (sender, message) in
+                nixl.take_notifications(worker.agent())
+                    .map_err(|e| Outcome::Error {
+                        message: e.to_string(),
+                    })?
+            {
                 let text = String::from_utf8_lossy(&message).to_string();
                 if let Some(reason) = text.strip_prefix(PUSH_REJECT_PREFIX) {
                     return Err(Outcome::UnexpectedRejection {
@@ -656,9 +698,17 @@ fn push(
                     }
                 }
             }
-            let complete = expected.iter().all(|e| seen.contains(e));
-            if complete || started.elapsed() > COMPLETION_TIMEOUT {
+            // In-process transports deliver at once; real NIXL delivers
+            // once the WRITEs have landed.
+            let all_seen = expected.iter().all(|e| seen.contains(e));
+            if all_seen || !patient || started.elapsed() > COMPLETION_LIMIT {
                 break;
+            }
+            for &(agent, xfer) in &writes {
+                nixl.xfer_state(agent, xfer).map_err(|e| Outcome::Crashed {
+                    side: Side::Prefill,
+                    message: e.to_string(),
+                })?;
             }
             std::thread::sleep(POLL_INTERVAL);
         }
@@ -669,7 +719,7 @@ fn push(
                 ),
             });
         }
-        let mut memory = HostTensors(rank.arenas.clone());
+        let mut memory = RankMemory::of(rank);
         let plans = worker
             .finish_push(
                 Side::Prefill.as_str(),
@@ -678,6 +728,9 @@ fn push(
                 &mut memory,
             )
             .map_err(|e| crashed(Side::Decode, e))?;
+        if let Some(message) = memory.error() {
+            return Err(Outcome::Error { message });
+        }
         run.post_process.push((d as u32, plans));
     }
     Ok(())

@@ -1,6 +1,8 @@
 //! Many cases: enumeration (grid from geometry files, seeded random draws),
-//! parallel execution, and shrinking a failure to a minimal replay.
+//! parallel execution, shrinking a failure to a minimal replay, and
+//! comparing a run with the same cases on host memory.
 
+pub mod compare;
 pub mod execute;
 pub mod mutants;
 pub mod plan;

@@ -1,0 +1,171 @@
+//! Replaying a [`RequestPlan`] through any [`Nixl`] transport: one agent
+//! per rank this process owns (named as the connector names them), its
+//! buffers registered, the connector's descriptor lists prepared with the
+//! buffers' real addresses, one prepared transfer per planned READ (or the
+//! same lists and ids as a WRITE), then every transfer posted together and
+//! waited for, as many times as asked.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use crate::layout::Side;
+use crate::nixl::{
+    AgentId, DescList, DescRow, DlistTarget, MemKind, Nixl, NixlError, XferHandle, XferOp,
+    XferState,
+};
+
+use super::buffers::BenchMemory;
+use super::request_plan::{RequestPlan, Row};
+
+/// Give up on a replay that takes longer than this.
+pub const STALL_LIMIT: Duration = Duration::from_secs(300);
+
+/// Why a replay failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReplayError {
+    #[error("{0}")]
+    Nixl(#[from] NixlError),
+    #[error("transfers not done after {} s", STALL_LIMIT.as_secs())]
+    Stalled,
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// The agents of the ranks this process owns.
+pub type Agents = BTreeMap<(Side, u32), AgentId>;
+
+/// Create an agent for every rank of `sides` and register its buffers.
+pub fn create_agents<T: Nixl + ?Sized>(
+    t: &mut T,
+    plan: &RequestPlan,
+    memory: &BenchMemory,
+    sides: &[Side],
+) -> Result<Agents, ReplayError> {
+    let mut agents = Agents::new();
+    for &side in sides {
+        for rank in plan.ranks(side) {
+            let agent = t.create_agent(&side.agent_name(rank))?;
+            let regions: Vec<_> = memory
+                .owned(plan, side)
+                .filter(|(i, _)| plan.buffers[*i].rank == rank)
+                .map(|(_, b)| b.region())
+                .collect();
+            t.register_memory(agent, &regions)?;
+            agents.insert((side, rank), agent);
+        }
+    }
+    Ok(agents)
+}
+
+/// Let every decode agent know every prefill agent and the other way round
+/// (both live in this process).
+pub fn connect_in_process<T: Nixl + ?Sized>(t: &mut T, agents: &Agents) -> Result<(), ReplayError> {
+    let of = |side: Side| -> Vec<AgentId> {
+        agents
+            .iter()
+            .filter(|((s, _), _)| *s == side)
+            .map(|(_, &a)| a)
+            .collect()
+    };
+    for (from, to) in [(Side::Prefill, Side::Decode), (Side::Decode, Side::Prefill)] {
+        for &source in &of(from) {
+            let md = t.local_metadata(source)?;
+            for &target in &of(to) {
+                t.add_remote_agent(target, &md)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn list(
+    rows: &[Row],
+    address: &dyn Fn(usize) -> Option<u64>,
+    dev: u32,
+) -> Result<DescList, ReplayError> {
+    let rows = rows
+        .iter()
+        .map(|r| {
+            address(r.buffer)
+                .map(|base| DescRow {
+                    addr: base + r.offset,
+                    len: r.len,
+                    dev,
+                })
+                .ok_or_else(|| ReplayError::Setup(format!("no address for buffer {}", r.buffer)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(DescList::from_rows(rows))
+}
+
+/// Prepare the plan's lists and make one transfer per planned READ, each
+/// initiated by its decode agent. `address` gives each buffer's address
+/// (this process's or a peer's).
+pub fn prepare_transfers<T: Nixl + ?Sized>(
+    t: &mut T,
+    plan: &RequestPlan,
+    agents: &Agents,
+    address: &dyn Fn(usize) -> Option<u64>,
+    mem: MemKind,
+    dev: u32,
+    op: XferOp,
+) -> Result<Vec<(AgentId, XferHandle)>, ReplayError> {
+    let mut xfers = Vec::with_capacity(plan.xfers.len());
+    for x in &plan.xfers {
+        let agent = *agents
+            .get(&(Side::Decode, x.initiator_rank))
+            .ok_or_else(|| {
+                ReplayError::Setup(format!("no agent for decode rank {}", x.initiator_rank))
+            })?;
+        let local = t.prepare_dlist(
+            agent,
+            &DlistTarget::Local,
+            mem,
+            &list(&x.local, address, dev)?,
+        )?;
+        let remote = t.prepare_dlist(
+            agent,
+            &DlistTarget::Remote(Side::Prefill.agent_name(x.remote_rank)),
+            mem,
+            &list(&x.remote, address, dev)?,
+        )?;
+        let xfer = t.make_xfer(agent, op, local, &x.local_ids, remote, &x.remote_ids, None)?;
+        xfers.push((agent, xfer));
+    }
+    Ok(xfers)
+}
+
+/// Post every transfer, then wait for all; `iterations` times, calling
+/// `before_each` (untimed) first. Returns each iteration's wall time.
+pub fn time_transfers<T: Nixl + ?Sized>(
+    t: &mut T,
+    xfers: &[(AgentId, XferHandle)],
+    iterations: u32,
+    before_each: &mut dyn FnMut() -> Result<(), String>,
+) -> Result<Vec<Duration>, ReplayError> {
+    let mut times = Vec::with_capacity(iterations as usize);
+    for _ in 0..iterations {
+        before_each().map_err(ReplayError::Setup)?;
+        let start = Instant::now();
+        let mut pending = Vec::new();
+        for &(agent, xfer) in xfers {
+            if t.post_xfer(agent, xfer)? == XferState::InProgress {
+                pending.push((agent, xfer));
+            }
+        }
+        while !pending.is_empty() {
+            if start.elapsed() > STALL_LIMIT {
+                return Err(ReplayError::Stalled);
+            }
+            let mut still = Vec::with_capacity(pending.len());
+            for (agent, xfer) in pending {
+                if t.xfer_state(agent, xfer)? == XferState::InProgress {
+                    still.push((agent, xfer));
+                }
+            }
+            pending = still;
+        }
+        times.push(start.elapsed());
+    }
+    Ok(times)
+}

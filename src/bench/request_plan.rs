@@ -1,0 +1,320 @@
+//! One pulled request's transfers as the connector plans them, detached
+//! from the memory they were planned on, so a benchmark can replay them on
+//! any memory: every KV tensor of both engines becomes a numbered buffer,
+//! every posted READ keeps its descriptor lists (as rows of buffer +
+//! offset + length) and its desc ids.
+//!
+//! Planning registers host arenas that are never touched (their zeroed
+//! pages are never faulted in) with the [`DryRun`] transport, so even a
+//! geometry with gigabytes of KV memory plans in milliseconds.
+
+use crate::connector::scheduler::{request_shape, DecodeAllocation};
+use crate::connector::ReadRequest;
+use crate::geometry::{Geometry, Mode};
+use crate::layout::{RequestBlocks, Side};
+use crate::memory::HostArena;
+use crate::nixl::{DescRow, DryRun, Recording};
+use crate::scenario::engines::{allocate, register_side, Engines};
+use crate::scenario::placement::place;
+
+/// One KV tensor of one rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BufferSpec {
+    pub side: Side,
+    pub rank: u32,
+    pub region: u32,
+    pub len: u64,
+}
+
+/// One descriptor: `len` bytes at `offset` of buffer `buffer`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Row {
+    pub buffer: usize,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// One READ of the request: the initiator's local list and ids, the
+/// remote list (prepared against `remote_rank` of the other side) and ids.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedXfer {
+    pub initiator_rank: u32,
+    pub remote_rank: u32,
+    pub local: Vec<Row>,
+    pub local_ids: Vec<u32>,
+    pub remote: Vec<Row>,
+    pub remote_ids: Vec<u32>,
+}
+
+impl PlannedXfer {
+    /// `(local row, remote row)` of every pair.
+    pub fn pairs(&self) -> impl Iterator<Item = (Row, Row)> + '_ {
+        self.local_ids
+            .iter()
+            .zip(&self.remote_ids)
+            .map(|(&l, &r)| (self.local[l as usize], self.remote[r as usize]))
+    }
+}
+
+/// Everything a replay needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestPlan {
+    pub geometry: String,
+    pub prompt_len: u32,
+    pub buffers: Vec<BufferSpec>,
+    /// Decode's READs, each initiated by a decode rank against a prefill rank.
+    pub xfers: Vec<PlannedXfer>,
+}
+
+impl RequestPlan {
+    /// Bytes one replay moves.
+    pub fn bytes(&self) -> u64 {
+        self.xfers
+            .iter()
+            .flat_map(|x| x.pairs())
+            .map(|(l, _)| l.len)
+            .sum()
+    }
+
+    /// Descriptor pairs one replay moves.
+    pub fn pairs(&self) -> u64 {
+        self.xfers.iter().map(|x| x.local_ids.len() as u64).sum()
+    }
+
+    /// Indexes of the buffers of one side, in plan order.
+    pub fn buffers_of(&self, side: Side) -> impl Iterator<Item = usize> + '_ {
+        self.buffers
+            .iter()
+            .enumerate()
+            .filter(move |(_, b)| b.side == side)
+            .map(|(i, _)| i)
+    }
+
+    /// Ranks of one side.
+    pub fn ranks(&self, side: Side) -> Vec<u32> {
+        let mut ranks: Vec<u32> = self
+            .buffers
+            .iter()
+            .filter(|b| b.side == side)
+            .map(|b| b.rank)
+            .collect();
+        ranks.dedup();
+        ranks
+    }
+}
+
+/// Why a request cannot be planned.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("cannot plan a {prompt_len}-token request of {geometry}: {reason}")]
+pub struct PlanError {
+    pub geometry: String,
+    pub prompt_len: u32,
+    pub reason: String,
+}
+
+/// Plan the pull of one `prompt_len`-token request (no prefix hit, block
+/// placement from seed 0) through the connector.
+pub fn plan_request(geometry: &Geometry, prompt_len: u32) -> Result<RequestPlan, PlanError> {
+    let fail = |reason: String| PlanError {
+        geometry: geometry.name.clone(),
+        prompt_len,
+        reason,
+    };
+    let shape = request_shape(geometry, prompt_len, 0, DecodeAllocation::Mainline);
+    let placement = place(geometry, &shape, 0).map_err(|e| fail(e.to_string()))?;
+    let p_arenas: Vec<Vec<HostArena>> = (0..geometry.prefill.tp_size)
+        .map(|_| allocate(geometry, &geometry.prefill, placement.prefill_pool))
+        .collect();
+    let d_arenas: Vec<Vec<HostArena>> = (0..geometry.decode.tp_size)
+        .map(|_| allocate(geometry, &geometry.decode, placement.decode_pool))
+        .collect();
+    let mut buffers = Vec::new();
+    let mut bases = Vec::new();
+    for (side, ranks) in [(Side::Prefill, &p_arenas), (Side::Decode, &d_arenas)] {
+        for (rank, arenas) in ranks.iter().enumerate() {
+            for (region, a) in arenas.iter().enumerate() {
+                buffers.push(BufferSpec {
+                    side,
+                    rank: rank as u32,
+                    region: region as u32,
+                    len: a.len(),
+                });
+                bases.push(a.base());
+            }
+        }
+    }
+    let mut nixl = Recording::new(DryRun::new());
+    let outcome = |o: crate::scenario::Outcome| fail(o.describe());
+    let prefill = register_side(
+        &mut nixl,
+        geometry,
+        Side::Prefill,
+        Mode::Pull,
+        placement.prefill_pool,
+        p_arenas,
+        None,
+    )
+    .map_err(outcome)?;
+    let decode = register_side(
+        &mut nixl,
+        geometry,
+        Side::Decode,
+        Mode::Pull,
+        placement.decode_pool,
+        d_arenas,
+        None,
+    )
+    .map_err(outcome)?;
+    let mut engines = Engines { prefill, decode };
+    let blocks = RequestBlocks::with_prefix_hit(
+        &geometry.model,
+        geometry.decode.logical_block,
+        placement.decode.clone(),
+        placement.prefill.clone(),
+        0,
+    );
+    let p_tp = geometry.prefill.tp_size;
+    for d in 0..engines.decode.len() {
+        let targets = engines.decode[d]
+            .worker
+            .handshake_targets(p_tp)
+            .map_err(|e| fail(e.to_string()))?;
+        for target in targets {
+            let meta = engines.prefill[target as usize]
+                .worker
+                .metadata(&mut nixl)
+                .map_err(|e| fail(e.to_string()))?;
+            engines.decode[d]
+                .worker
+                .add_remote_agent(&mut nixl, &meta, target, p_tp)
+                .map_err(|e| fail(e.to_string()))?;
+        }
+        let req = ReadRequest {
+            request_id: "req-d".into(),
+            local_block_ids: blocks.decode_transfer.clone(),
+            remote_engine_id: Side::Prefill.as_str().into(),
+            remote_request_id: "req-p".into(),
+            remote_block_ids: blocks.prefill.clone(),
+            remote_tp_size: p_tp,
+            local_num_computed_blocks: Vec::new(),
+        };
+        engines.decode[d]
+            .worker
+            .start_read(&mut nixl, &req)
+            .map_err(|e| fail(e.to_string()))?;
+    }
+    let locate = |row: DescRow| -> Result<Row, PlanError> {
+        buffers
+            .iter()
+            .zip(&bases)
+            .position(|(b, &base)| row.addr >= base && row.end() <= base + b.len)
+            .map(|buffer| Row {
+                buffer,
+                offset: row.addr - bases[buffer],
+                len: row.len,
+            })
+            .ok_or_else(|| {
+                fail(format!(
+                    "descriptor {:#x}+{} lies in no KV tensor",
+                    row.addr, row.len
+                ))
+            })
+    };
+    let mut xfers = Vec::new();
+    for x in nixl.xfers().into_iter().filter(|x| x.posted) {
+        let rank_of = |name: Option<&str>| match name.and_then(Side::parse_agent_name) {
+            Some((_, rank)) => Ok(rank),
+            None => Err(fail(format!("unexpected agent {name:?}"))),
+        };
+        xfers.push(PlannedXfer {
+            initiator_rank: rank_of(nixl.name_of(x.agent))?,
+            remote_rank: rank_of(Some(x.remote_agent))?,
+            local: x.local_list.rows().map(locate).collect::<Result<_, _>>()?,
+            local_ids: x.local_ids.to_vec(),
+            remote: x.remote_list.rows().map(locate).collect::<Result<_, _>>()?,
+            remote_ids: x.remote_ids.to_vec(),
+        });
+    }
+    Ok(RequestPlan {
+        geometry: geometry.name.clone(),
+        prompt_len,
+        buffers,
+        xfers,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::geometry::load_geometry;
+    use crate::scenario::{run_case_detailed, Case, RunOptions};
+    use std::path::Path;
+    use std::sync::Arc;
+
+    fn geometry(name: &str) -> Geometry {
+        load_geometry(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("geometries")
+                .join(format!("{name}.toml")),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_plan_moves_what_the_scenario_moves() {
+        let g = geometry("g1-mla-kda-ppl3-vs-2");
+        let plan = plan_request(&g, 29).unwrap();
+        // P TP2 and D TP1, two layer slots each.
+        let sides: Vec<(Side, u32, u32)> = plan
+            .buffers
+            .iter()
+            .map(|b| (b.side, b.rank, b.region))
+            .collect();
+        assert_eq!(
+            sides,
+            [
+                (Side::Prefill, 0, 0),
+                (Side::Prefill, 0, 1),
+                (Side::Prefill, 1, 0),
+                (Side::Prefill, 1, 1),
+                (Side::Decode, 0, 0),
+                (Side::Decode, 0, 1),
+            ]
+        );
+        assert_eq!(plan.ranks(Side::Prefill), [0, 1]);
+        // Every pair reads prefill memory into decode memory.
+        for x in &plan.xfers {
+            for (l, r) in x.pairs() {
+                assert_eq!(plan.buffers[l.buffer].side, Side::Decode);
+                assert_eq!(plan.buffers[r.buffer].side, Side::Prefill);
+                assert_eq!(plan.buffers[r.buffer].rank, x.remote_rank);
+            }
+        }
+        // The same case through the scenario posts the same pairs and bytes.
+        let case = Case {
+            geometry: Arc::new(g),
+            file: None,
+            prompt_len: 29,
+            prefix_hit: 0,
+            mode: Mode::Pull,
+            allocation: DecodeAllocation::Mainline,
+            seed: 0,
+            defect: None,
+        };
+        let run = run_case_detailed(&case, &RunOptions::default());
+        assert!(run.report.passed(), "{:?}", run.report.outcome);
+        assert_eq!(plan.pairs(), run.report.stats.pairs);
+        assert_eq!(plan.bytes(), run.report.stats.transferred_bytes);
+    }
+
+    #[test]
+    fn a_refused_pair_is_a_plan_error() {
+        let g = geometry("reject-g1-prefix-caching");
+        let e = plan_request(&g, 29).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("cannot plan a 29-token request of reject-g1-prefix-caching: "),
+            "{e}"
+        );
+    }
+}

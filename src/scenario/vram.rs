@@ -1,0 +1,247 @@
+//! `--memory vram`: every rank's KV tensors live on CUDA device 0, mirrored
+//! by the host arenas the rest of the scenario works with. The pattern fill
+//! writes the host images and uploads them; the connector registers,
+//! transfers and post-processes the device buffers (the post-process as GPU
+//! work); once the request is done the device bytes are read back into the
+//! host images for the oracles.
+//!
+//! Without the `cuda` cargo feature a VRAM case is a harness error, so
+//! `kvgeom sweep --memory vram` exits 2 with the reason.
+
+use crate::memory::{HostArena, HostTensors, KvMemory};
+use crate::nixl::Nixl;
+
+use super::case::TransportKind;
+use super::engines::{Engines, Rank};
+
+/// The device every VRAM case runs on.
+pub const DEVICE_ORDINAL: u32 = 0;
+
+/// Why a VRAM case cannot run in this build.
+#[cfg(not(feature = "cuda"))]
+const NEEDS_CUDA: &str = "--memory vram needs kvgeom built with `--features cuda` and a CUDA GPU \
+                          (see docs/gpu.md)";
+
+/// One rank's device tensors (one buffer per region, same sizes as its
+/// host arenas).
+#[cfg(feature = "cuda")]
+#[derive(Clone, Debug)]
+pub struct RankDevice {
+    arenas: Vec<crate::memory::DeviceArena>,
+}
+
+/// One rank's device tensors: none can exist without the `cuda` feature.
+#[cfg(not(feature = "cuda"))]
+#[derive(Clone, Debug)]
+pub enum RankDevice {}
+
+/// The device tensors of both engines of a case, rank by rank.
+#[derive(Clone, Debug)]
+pub struct CaseDevices {
+    pub prefill: Vec<RankDevice>,
+    pub decode: Vec<RankDevice>,
+}
+
+#[cfg(feature = "cuda")]
+impl RankDevice {
+    /// Allocate a device buffer for each of `host`'s arenas.
+    fn mirror(host: &[HostArena]) -> Result<Self, String> {
+        let device = crate::memory::CudaDevice::open(DEVICE_ORDINAL).map_err(|e| e.to_string())?;
+        let arenas = host
+            .iter()
+            .map(|a| device.alloc(a.len()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("allocating KV tensors on device {DEVICE_ORDINAL}: {e}"))?;
+        Ok(Self { arenas })
+    }
+
+    /// `(base, len)` of each device tensor, in region order.
+    pub fn tensors(&self) -> Vec<(u64, u64)> {
+        self.arenas.iter().map(|a| (a.base(), a.len())).collect()
+    }
+
+    /// Copy the host images up.
+    pub fn upload(&self, host: &[HostArena]) -> Result<(), String> {
+        for (d, h) in self.arenas.iter().zip(host) {
+            d.write(0, &h.read())
+                .map_err(|e| format!("uploading a KV tensor: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Copy the device bytes back into the host images.
+    pub fn download(&self, host: &[HostArena]) -> Result<(), String> {
+        for (d, h) in self.arenas.iter().zip(host) {
+            d.read_into(0, &mut h.write())
+                .map_err(|e| format!("reading a KV tensor back: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+impl RankDevice {
+    pub fn tensors(&self) -> Vec<(u64, u64)> {
+        match *self {}
+    }
+
+    pub fn upload(&self, _host: &[HostArena]) -> Result<(), String> {
+        match *self {}
+    }
+
+    pub fn download(&self, _host: &[HostArena]) -> Result<(), String> {
+        match *self {}
+    }
+}
+
+/// Device mirrors of every rank's host arenas.
+#[cfg(feature = "cuda")]
+pub fn mirror(
+    prefill: &[Vec<HostArena>],
+    decode: &[Vec<HostArena>],
+) -> Result<CaseDevices, String> {
+    let side = |ranks: &[Vec<HostArena>]| {
+        ranks
+            .iter()
+            .map(|r| RankDevice::mirror(r))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    Ok(CaseDevices {
+        prefill: side(prefill)?,
+        decode: side(decode)?,
+    })
+}
+
+#[cfg(not(feature = "cuda"))]
+pub fn mirror(
+    _prefill: &[Vec<HostArena>],
+    _decode: &[Vec<HostArena>],
+) -> Result<CaseDevices, String> {
+    Err(NEEDS_CUDA.into())
+}
+
+/// A transport that moves bytes between the case's device buffers.
+#[cfg(feature = "cuda")]
+pub fn transport(kind: TransportKind, devices: &CaseDevices) -> Result<Box<dyn Nixl>, String> {
+    let arenas = || {
+        devices
+            .prefill
+            .iter()
+            .chain(&devices.decode)
+            .flat_map(|r| r.arenas.iter().cloned())
+    };
+    match kind {
+        TransportKind::Loopback => {
+            let mut lb = crate::nixl::Loopback::new();
+            arenas().for_each(|a| lb.attach_device(a));
+            Ok(Box::new(lb))
+        }
+        #[cfg(feature = "nixl")]
+        TransportKind::Nixl => {
+            let mut nixl = crate::nixl::real::RealNixl::new().map_err(|e| e.to_string())?;
+            arenas().for_each(|a| nixl.attach_device(a));
+            Ok(Box::new(nixl))
+        }
+        #[cfg(not(feature = "nixl"))]
+        TransportKind::Nixl => Err(
+            "--transport nixl needs kvgeom built with `--features nixl` \
+             and the NIXL runtime (scripts/install-nixl-runtime.sh)"
+                .into(),
+        ),
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+pub fn transport(_kind: TransportKind, devices: &CaseDevices) -> Result<Box<dyn Nixl>, String> {
+    match devices.prefill.first().or(devices.decode.first()) {
+        Some(d) => match *d {},
+        None => Err(NEEDS_CUDA.into()),
+    }
+}
+
+/// Copy every rank's host images up to its device tensors (no-op on host memory).
+pub fn upload(engines: &Engines) -> Result<(), String> {
+    each_device(engines, RankDevice::upload)
+}
+
+/// Read every rank's device tensors back into its host images (no-op on host memory).
+pub fn download(engines: &Engines) -> Result<(), String> {
+    each_device(engines, RankDevice::download)
+}
+
+fn each_device(
+    engines: &Engines,
+    f: impl Fn(&RankDevice, &[HostArena]) -> Result<(), String>,
+) -> Result<(), String> {
+    for rank in engines.prefill.iter().chain(&engines.decode) {
+        if let Some(device) = &rank.device {
+            f(device, &rank.arenas)?;
+        }
+    }
+    Ok(())
+}
+
+/// The memory a rank's receive post-process runs on: its host arenas, or
+/// its device tensors (post-processed on the GPU).
+pub enum RankMemory {
+    Host(HostTensors),
+    #[cfg(feature = "cuda")]
+    Device(crate::memory::DeviceTensors),
+}
+
+impl RankMemory {
+    pub fn of(rank: &Rank) -> Self {
+        match &rank.device {
+            None => RankMemory::Host(HostTensors(rank.arenas.clone())),
+            #[cfg(feature = "cuda")]
+            Some(d) => RankMemory::Device(crate::memory::DeviceTensors::new(d.arenas.clone())),
+            #[cfg(not(feature = "cuda"))]
+            Some(d) => match *d {},
+        }
+    }
+
+    /// The first device error of the post-process, if any.
+    pub fn error(&self) -> Option<String> {
+        match self {
+            RankMemory::Host(_) => None,
+            #[cfg(feature = "cuda")]
+            RankMemory::Device(d) => d
+                .error()
+                .map(|e| format!("post-process on the device: {e}")),
+        }
+    }
+
+    fn inner(&mut self) -> &mut dyn KvMemory {
+        match self {
+            RankMemory::Host(h) => h,
+            #[cfg(feature = "cuda")]
+            RankMemory::Device(d) => d,
+        }
+    }
+}
+
+impl KvMemory for RankMemory {
+    fn read(&self, region: usize, offset: u64, len: u64) -> Vec<u8> {
+        match self {
+            RankMemory::Host(h) => h.read(region, offset, len),
+            #[cfg(feature = "cuda")]
+            RankMemory::Device(d) => d.read(region, offset, len),
+        }
+    }
+
+    fn write(&mut self, region: usize, offset: u64, bytes: &[u8]) {
+        self.inner().write(region, offset, bytes);
+    }
+
+    fn zero(&mut self, region: usize, offset: u64, len: u64) {
+        self.inner().zero(region, offset, len);
+    }
+
+    fn post_process(
+        &mut self,
+        plans: &[crate::connector::post_process::GroupPostProcess],
+        geometries: &[crate::connector::post_process::PageGeometry],
+    ) {
+        self.inner().post_process(plans, geometries);
+    }
+}
