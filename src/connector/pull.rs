@@ -7,7 +7,6 @@ use serde::Serialize;
 use super::block_mapping::{
     apply_prefix_caching, logical_to_kernel, map_for_block_size_ratio, skip_cached_prefix, BlockIds,
 };
-use super::desc_ids::{compute_desc_ids, ListShape};
 use super::post_process::{self, GroupPostProcess, PostProcessInput};
 use super::worker::{ConnectorError, Worker};
 use crate::defects::Defect;
@@ -157,38 +156,8 @@ impl Worker {
                 self.cfg.defect,
             )
             .map_err(|e| ConnectorError::Plan(e.to_string()))?;
-            let state_lists = self.state_lists();
-            let remote_desc_ids = compute_desc_ids(
-                &remote_ids,
-                &groups,
-                ListShape {
-                    num_regions: self.reg.num_regions() as u64,
-                    num_kernel_blocks: engine.num_blocks,
-                    ratio: None,
-                    ppl: engine.ppl,
-                    num_state_lists: state_lists,
-                },
-                None,
-            );
-            let local_desc_ids = compute_desc_ids(
-                &local_ids,
-                &groups,
-                ListShape {
-                    num_regions: self.reg.num_regions() as u64,
-                    num_kernel_blocks: self.reg.num_kernel_blocks,
-                    ratio: Some(ratio),
-                    ppl: self.reg.ppl,
-                    num_state_lists: state_lists,
-                },
-                self.cfg.defect,
-            );
-            if local_desc_ids.len() != remote_desc_ids.len() {
-                return Err(ConnectorError::Plan(format!(
-                    "descriptor count mismatch: {} local vs {} remote",
-                    local_desc_ids.len(),
-                    remote_desc_ids.len()
-                )));
-            }
+            let (local_desc_ids, remote_desc_ids) =
+                self.desc_id_pair(&local_ids, &remote_ids, &engine, ratio)?;
             let xfer = nixl.make_xfer(
                 self.agent,
                 XferOp::Read,
@@ -229,15 +198,6 @@ impl Worker {
             prefix_skip,
             reads,
         })
-    }
-
-    /// Mamba descriptor lists per side: SSM regions x (conv projections + 1).
-    pub(crate) fn state_lists(&self) -> u64 {
-        if self.reg.has_mamba() {
-            (self.reg.ssm_regions.len() * (self.reg.conv_offsets.len() + 1)) as u64
-        } else {
-            0
-        }
     }
 
     /// Whether every READ of `recv` is done.

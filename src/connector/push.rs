@@ -13,7 +13,6 @@ use serde::Serialize;
 use super::block_mapping::{
     apply_prefix_caching, logical_to_kernel, map_for_block_size_ratio, skip_cached_prefix, BlockIds,
 };
-use super::desc_ids::{compute_desc_ids, ListShape};
 use super::post_process::{self, GroupPostProcess, PostProcessInput};
 use super::pull::PlannedRead;
 use super::worker::{ConnectorError, Worker};
@@ -146,7 +145,6 @@ impl Worker {
             })
             .collect();
         let mut writes = Vec::new();
-        let state_lists = self.state_lists();
         for (position, &rank) in ranks.iter().enumerate() {
             let remote = engine.ranks.get(&rank).ok_or_else(|| {
                 ConnectorError::Plan(format!("no handshake with decode rank {rank}"))
@@ -218,30 +216,8 @@ impl Worker {
                     )));
                 }
             }
-            let remote_desc_ids = compute_desc_ids(
-                &remote_ids,
-                &groups,
-                ListShape {
-                    num_regions: self.reg.num_regions() as u64,
-                    num_kernel_blocks: engine.num_blocks,
-                    ratio: (engine.sub_ratio > 1).then_some(engine.sub_ratio),
-                    ppl: engine.ppl,
-                    num_state_lists: state_lists,
-                },
-                None,
-            );
-            let local_desc_ids = compute_desc_ids(
-                &local_ids,
-                &groups,
-                ListShape {
-                    num_regions: self.reg.num_regions() as u64,
-                    num_kernel_blocks: self.reg.num_kernel_blocks,
-                    ratio: Some(ratio),
-                    ppl: self.reg.ppl,
-                    num_state_lists: state_lists,
-                },
-                self.cfg.defect,
-            );
+            let (local_desc_ids, remote_desc_ids) =
+                self.desc_id_pair(&local_ids, &remote_ids, &engine, ratio)?;
             let mut notification = format!("{}:{}", req.remote_request_id, self.cfg.engine.tp_size);
             if self.cfg.defect != Some(Defect::PushEmptyRemoteIds) {
                 let covered: Vec<String> = remote_ids

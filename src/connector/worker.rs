@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use super::block_mapping::BlockIds;
+use super::desc_ids::{compute_desc_ids, ListShape};
 use super::handshake::{self, HandshakeError, LocalSide};
 use super::local_lists;
 use super::metadata::HandshakeMetadata;
@@ -451,6 +453,57 @@ impl Worker {
             },
         );
         Ok(agent_name)
+    }
+
+    /// Mamba descriptor lists per side: SSM regions x (conv projections + 1).
+    pub(crate) fn state_lists(&self) -> u64 {
+        if self.reg.has_mamba() {
+            (self.reg.ssm_regions.len() * (self.reg.conv_offsets.len() + 1)) as u64
+        } else {
+            0
+        }
+    }
+
+    /// Desc ids of both sides of one transfer: the local list at sub-block
+    /// granularity `ratio`, and `engine`'s list (split into sub-pages when
+    /// kvgeom pushes into larger decode kernel blocks). Position k of one
+    /// pairs with position k of the other.
+    pub(crate) fn desc_id_pair(
+        &self,
+        local: &BlockIds,
+        remote: &BlockIds,
+        engine: &RemoteEngine,
+        ratio: u32,
+    ) -> Result<(Vec<u32>, Vec<u32>), ConnectorError> {
+        let groups = &self.cfg.model.groups;
+        let shape = |num_kernel_blocks, ratio, ppl| ListShape {
+            num_regions: self.reg.num_regions() as u64,
+            num_kernel_blocks,
+            ratio,
+            ppl,
+            num_state_lists: self.state_lists(),
+        };
+        let remote_ratio = (engine.sub_ratio > 1).then_some(engine.sub_ratio);
+        let remote_ids = compute_desc_ids(
+            remote,
+            groups,
+            shape(engine.num_blocks, remote_ratio, engine.ppl),
+            None,
+        );
+        let local_ids = compute_desc_ids(
+            local,
+            groups,
+            shape(self.reg.num_kernel_blocks, Some(ratio), self.reg.ppl),
+            self.cfg.defect,
+        );
+        if local_ids.len() != remote_ids.len() {
+            return Err(ConnectorError::Plan(format!(
+                "descriptor count mismatch: {} local vs {} remote",
+                local_ids.len(),
+                remote_ids.len()
+            )));
+        }
+        Ok((local_ids, remote_ids))
     }
 
     pub(crate) fn split_key(&self, t: i32, remote_block: u32) -> SplitKey {

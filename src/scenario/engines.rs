@@ -33,6 +33,13 @@ impl Engines {
         }
     }
 
+    pub fn side_mut(&mut self, side: Side) -> &mut [Rank] {
+        match side {
+            Side::Prefill => &mut self.prefill,
+            Side::Decode => &mut self.decode,
+        }
+    }
+
     /// Region bases per rank of one side.
     pub fn bases(&self, side: Side) -> Vec<Vec<u64>> {
         self.side(side)

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use crate::connector::post_process::{GroupPostProcess, PageGeometry, PostOp};
 use crate::connector::push::{parse_completion, PUSH_REJECT_PREFIX};
 use crate::connector::scheduler::{request_shape, RequestShape};
-use crate::connector::{ConnectorError, PlannedRead, ReadRequest, WriteRequest};
+use crate::connector::{ConnectorError, PlannedRead, ReadRequest, Worker, WriteRequest};
+use crate::defects::Defect;
 use crate::geometry::{Geometry, Mode};
 use crate::layout::{CaseLayout, RequestBlocks, Side};
 use crate::memory::HostArena;
@@ -315,8 +316,9 @@ fn transfer(
     }
     let before = Images::snapshot(&engines);
     let handshake = match mode {
-        Mode::Pull => handshake_pull(nixl, &mut engines, geometry),
-        Mode::Push => handshake_push(nixl, &mut engines, geometry),
+        Mode::Pull => handshake_side(nixl, &mut engines, Side::Decode, Handshake::Initiator),
+        Mode::Push => handshake_side(nixl, &mut engines, Side::Decode, Handshake::PushReceiver)
+            .and_then(|()| handshake_side(nixl, &mut engines, Side::Prefill, Handshake::Initiator)),
     };
     if let Err(outcome) = handshake {
         run.layout = Some(layout);
@@ -473,107 +475,81 @@ fn computed_blocks(blocks: &RequestBlocks) -> Vec<u32> {
         .collect()
 }
 
-fn handshake_pull(
+/// How a rank adds the peer ranks it handshakes with.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Handshake {
+    /// The initiator of the transfers (D in pull, P in push): the full handshake.
+    Initiator,
+    /// D in push mode: learns (and in kvgeom validates) the prefill engine.
+    PushReceiver,
+}
+
+/// Every rank of `side` handshakes with its target ranks on the other side.
+fn handshake_side(
     nixl: &mut dyn Nixl,
     engines: &mut Engines,
-    geometry: &Geometry,
+    side: Side,
+    how: Handshake,
 ) -> Result<(), Outcome> {
-    let p_tp = geometry.prefill.tp_size;
-    for d in 0..engines.decode.len() {
-        let targets = engines.decode[d]
+    let other = match side {
+        Side::Prefill => Side::Decode,
+        Side::Decode => Side::Prefill,
+    };
+    let peer_tp = engines.side(other).len() as u32;
+    for i in 0..engines.side(side).len() {
+        let targets = engines.side(side)[i]
             .worker
-            .handshake_targets(p_tp)
+            .handshake_targets(peer_tp)
             .map_err(|e| Outcome::UnexpectedRejection {
-                side: Side::Decode,
+                side,
                 message: e.to_string(),
             })?;
         for target in targets {
-            let meta = engines.prefill[target as usize]
+            let meta = engines.side(other)[target as usize]
                 .worker
                 .metadata(nixl)
-                .map_err(|e| crashed(Side::Prefill, e))?;
-            engines.decode[d]
-                .worker
-                .add_remote_agent(nixl, &meta, target, p_tp)
-                .map_err(|e| crashed(Side::Decode, e))?;
+                .map_err(|e| crashed(other, e))?;
+            let worker = &mut engines.side_mut(side)[i].worker;
+            let added = match how {
+                Handshake::Initiator => worker.add_remote_agent(nixl, &meta, target, peer_tp),
+                Handshake::PushReceiver => worker.add_push_peer(nixl, &meta, target, peer_tp),
+            };
+            match added {
+                Ok(_) => {}
+                Err(e) if side == Side::Prefill => {
+                    return Err(push_refused(nixl, worker, target, e))
+                }
+                Err(e) => return Err(crashed(side, e)),
+            }
         }
     }
     Ok(())
 }
 
-fn handshake_push(
-    nixl: &mut dyn Nixl,
-    engines: &mut Engines,
-    geometry: &Geometry,
-) -> Result<(), Outcome> {
-    let (p_tp, d_tp) = (geometry.prefill.tp_size, geometry.decode.tp_size);
-    // D learns (and, in kvgeom, validates) P.
-    for d in 0..engines.decode.len() {
-        let targets = engines.decode[d]
-            .worker
-            .handshake_targets(p_tp)
-            .map_err(|e| Outcome::UnexpectedRejection {
-                side: Side::Decode,
-                message: e.to_string(),
-            })?;
-        for target in targets {
-            let meta = engines.prefill[target as usize]
-                .worker
-                .metadata(nixl)
-                .map_err(|e| crashed(Side::Prefill, e))?;
-            engines.decode[d]
-                .worker
-                .add_push_peer(nixl, &meta, target, p_tp)
-                .map_err(|e| crashed(Side::Decode, e))?;
-        }
+/// A prefill rank refused to push to decode rank `target`. vLLM 0.33.0 only
+/// logs it, so decode waits forever; kvgeom tells decode why.
+fn push_refused(nixl: &mut dyn Nixl, worker: &Worker, target: u32, e: ConnectorError) -> Outcome {
+    let message = e.to_string();
+    let rank = worker.config().tp_rank;
+    let vllm_push = matches!(
+        worker.config().defect,
+        Some(Defect::PushEmptyRemoteIds) | Some(Defect::PushOneWayRatio)
+    );
+    if vllm_push {
+        return Outcome::Hung {
+            message: format!(
+                "prefill rank {rank} refused the handshake ({message}) and decode got no signal: \
+                 it waits for a push that never comes"
+            ),
+        };
     }
-    // P handshakes with every decode rank it writes to.
-    for p in 0..engines.prefill.len() {
-        let targets = engines.prefill[p]
-            .worker
-            .handshake_targets(d_tp)
-            .map_err(|e| Outcome::UnexpectedRejection {
-                side: Side::Prefill,
-                message: e.to_string(),
-            })?;
-        for target in targets {
-            let meta = engines.decode[target as usize]
-                .worker
-                .metadata(nixl)
-                .map_err(|e| crashed(Side::Decode, e))?;
-            if let Err(e) = engines.prefill[p]
-                .worker
-                .add_remote_agent(nixl, &meta, target, d_tp)
-            {
-                let message = e.to_string();
-                let vllm_push = engines.prefill[p].worker.config().defect.is_some_and(|d| {
-                    matches!(
-                        d,
-                        crate::defects::Defect::PushEmptyRemoteIds
-                            | crate::defects::Defect::PushOneWayRatio
-                    )
-                });
-                if vllm_push {
-                    return Err(Outcome::Hung {
-                        message: format!(
-                            "prefill rank {p} refused the handshake ({message}) and decode got no signal: \
-                             it waits for a push that never comes"
-                        ),
-                    });
-                }
-                // kvgeom: tell decode why, so it fails the request loudly.
-                let agent = engines.prefill[p].worker.agent();
-                let reason = format!("{PUSH_REJECT_PREFIX}{message}");
-                let _ = nixl.send_notification(
-                    agent,
-                    &crate::layout::Side::Decode.agent_name(target),
-                    reason.as_bytes(),
-                );
-                return Err(crashed(Side::Prefill, e));
-            }
-        }
-    }
-    Ok(())
+    let reason = format!("{PUSH_REJECT_PREFIX}{message}");
+    let _ = nixl.send_notification(
+        worker.agent(),
+        &Side::Decode.agent_name(target),
+        reason.as_bytes(),
+    );
+    crashed(Side::Prefill, e)
 }
 
 fn pull(
