@@ -20,11 +20,12 @@ pub enum Defect {
     PushEmptyRemoteIds,
     PushOneWayRatio,
     PushReplicatedDoubleWrite,
-    PrefixHitEndAlignment,
+    EndTrimAlignment,
+    ReplicatedHeadsNhdAccepted,
 }
 
 impl Defect {
-    pub const ALL: [Defect; 13] = [
+    pub const ALL: [Defect; 14] = [
         Defect::StrictPrefixTolerance,
         Defect::NoClippedBlockZeroing,
         Defect::TwoPathZeroing,
@@ -37,7 +38,8 @@ impl Defect {
         Defect::PushEmptyRemoteIds,
         Defect::PushOneWayRatio,
         Defect::PushReplicatedDoubleWrite,
-        Defect::PrefixHitEndAlignment,
+        Defect::EndTrimAlignment,
+        Defect::ReplicatedHeadsNhdAccepted,
     ];
 
     /// The name used on the command line.
@@ -55,7 +57,8 @@ impl Defect {
             Defect::PushEmptyRemoteIds => "push-empty-remote-ids",
             Defect::PushOneWayRatio => "push-one-way-ratio",
             Defect::PushReplicatedDoubleWrite => "push-replicated-double-write",
-            Defect::PrefixHitEndAlignment => "prefix-hit-end-alignment",
+            Defect::EndTrimAlignment => "end-trim-alignment",
+            Defect::ReplicatedHeadsNhdAccepted => "replicated-heads-nhd-accepted",
         }
     }
 
@@ -102,8 +105,11 @@ impl Defect {
             Defect::PushReplicatedDoubleWrite => {
                 "vLLM 0.33.0 push with P_TP > D_TP: every prefill rank writes the replicated MLA pages"
             }
-            Defect::PrefixHitEndAlignment => {
-                "vLLM 0.33.0: a hybrid's prefix hit end-aligns P's blocks to D's, wrong when D also holds the last-token block"
+            Defect::ReplicatedHeadsNhdAccepted => {
+                "vLLM 0.33.0's handshake accepts token-major (NHD) pages when a rank gathers heads from prefill ranks that replicate them"
+            }
+            Defect::EndTrimAlignment => {
+                "vLLM 0.33.0's prefix alignment end-aligns P's list to D's, wrong when P's list does not end where D's does"
             }
         }
     }
@@ -139,8 +145,11 @@ impl Defect {
             Defect::PushReplicatedDoubleWrite => {
                 "the same decode bytes written by several concurrent WRITEs (NIXL does not detect it)"
             }
-            Defect::PrefixHitEndAlignment => {
-                "after a partial prefix hit, D's uncached blocks receive the prompt's first tokens (silent corruption)"
+            Defect::ReplicatedHeadsNhdAccepted => {
+                "each prefill page lands in a byte slot, not a head slot: tokens and heads scrambled"
+            }
+            Defect::EndTrimAlignment => {
+                "D receives the wrong tokens after a prefix hit with the last-token block, or with different logical blocks on a model without mamba (silent corruption); a longer D list is refused"
             }
         }
     }

@@ -132,8 +132,10 @@ fn shipped_geometries_load_in_name_order() {
             "g5-mla-kda-mixed-kernel",
             "g6-kimi-linear-scale",
             "gqa-kernel-ratio4",
+            "gqa-prefill-logical-larger",
             "jamba-gqa-mamba1",
             "llama-gqa-prefix-cache",
+            "mla-decode-logical-larger",
             "mla-interleaved-kernel-ratio2",
             "mla-kda-decode-tp2",
             "mla-kda-equal-ppl-prefix-cache",
@@ -142,6 +144,7 @@ fn shipped_geometries_load_in_name_order() {
             "qwen3-next-gqa-gdn-decode-tp2",
             "reject-g1-prefix-caching",
             "reject-gqa-mamba2-head-sharded-kernel-ratio",
+            "reject-gqa-nhd-replicated-heads",
             "reject-host-buffer-kernel-ratio",
             "reject-nemotron-h-decode-kernel-smaller",
         ]
@@ -283,6 +286,10 @@ fn rejection_geometries_use_the_connector_messages() {
             "reject-gqa-mamba2-head-sharded-kernel-ratio",
             "Head-sharded attention reads with P_TP > D_TP and heterogeneous block sizes are not supported",
         ),
+        (
+            "reject-gqa-nhd-replicated-heads",
+            "Heterogeneous TP head-dimension splitting requires contiguous heads",
+        ),
     ] {
         assert_eq!(find(&all, name).expect_rejection.as_deref(), Some(message));
     }
@@ -298,7 +305,7 @@ fn rejection_geometries_use_the_connector_messages() {
     assert_eq!(sharded.ratios().pull_block_size_ratio, Some(2));
     // Every geometry without a rejection is one the connector must serve.
     let rejecting = all.iter().filter(|g| g.expect_rejection.is_some()).count();
-    assert_eq!(rejecting, 4);
+    assert_eq!(rejecting, 5);
 }
 
 // ---------------------------------------------------------------- parsing and writing

@@ -105,44 +105,12 @@ pub fn apply_prefix_caching(
             continue;
         }
         match kind {
-            GroupKind::Mamba => {
-                if nd == np {
-                    continue;
-                }
-                if nd > np + 1 {
-                    return Err(AlignError::UnpairableState {
-                        group: g,
-                        decode: nd,
-                        prefill: np,
-                    });
-                }
-                let n = nd.min(np);
-                if nd < np {
-                    prefill[g] = last(&prefill[g], n);
-                } else {
-                    decode[g].truncate(n);
-                }
-            }
+            GroupKind::Mamba => pair_state_slots(&mut decode[g], &mut prefill[g], g)?,
             GroupKind::Attention if decode_ppl == prefill_ppl && nd < np => {
                 prefill[g] = last(&prefill[g], nd);
             }
             GroupKind::Attention => {
-                let diff = nd.abs_diff(np);
-                let (bound, ok) = if defect == Some(Defect::StrictPrefixTolerance) {
-                    let bound = decode_ppl.max(prefill_ppl) as usize;
-                    (bound, diff < bound)
-                } else {
-                    let bound = (decode_ppl + prefill_ppl) as usize;
-                    (bound, diff <= bound)
-                };
-                if !ok {
-                    return Err(AlignError::CountMismatch {
-                        group: g,
-                        decode: nd,
-                        prefill: np,
-                        bound,
-                    });
-                }
+                check_padding(g, nd, np, decode_ppl, prefill_ppl, defect)?;
                 let n = nd.min(np);
                 decode[g].truncate(n);
                 prefill[g].truncate(n);
@@ -152,30 +120,100 @@ pub fn apply_prefix_caching(
     Ok((decode, prefill))
 }
 
-/// kvgeom's alignment of a decode prefix hit: per attention group, skip the
-/// `skip[g]` entries of prefill's list that hold tokens decode already has,
-/// then clip decode's list to what prefill has left. vLLM 0.33.0 instead
-/// end-aligns prefill's list to decode's (see `apply_prefix_caching`), which
-/// pairs the wrong tokens when decode also holds the block of the recomputed
-/// last token (the `prefix-hit-end-alignment` defect).
-pub fn skip_cached_prefix(
-    decode: &mut BlockIds,
-    prefill: &mut BlockIds,
+/// State slots pair by position: equal counts pair 1:1; a longer prefill
+/// list holds positions decode already has (keep its tail); a longer decode
+/// list (by one) holds the slot decode recomputes itself (keep its head).
+fn pair_state_slots(
+    decode: &mut Vec<u32>,
+    prefill: &mut Vec<u32>,
+    group: usize,
+) -> Result<(), AlignError> {
+    let (nd, np) = (decode.len(), prefill.len());
+    if nd == np {
+        return Ok(());
+    }
+    if nd > np + 1 {
+        return Err(AlignError::UnpairableState {
+            group,
+            decode: nd,
+            prefill: np,
+        });
+    }
+    let n = nd.min(np);
+    if nd < np {
+        *prefill = last(prefill, n);
+    } else {
+        decode.truncate(n);
+    }
+    Ok(())
+}
+
+/// Allocation rounding leaves up to ppl - 1 dead kernel blocks per side plus
+/// the block of the recomputed last token: counts may differ by up to the
+/// sum of both ppl (vLLM 0.33.0's bound; `strict-prefix-tolerance` is the
+/// older strict `max`).
+fn check_padding(
+    group: usize,
+    nd: usize,
+    np: usize,
+    decode_ppl: u32,
+    prefill_ppl: u32,
+    defect: Option<Defect>,
+) -> Result<(), AlignError> {
+    let diff = nd.abs_diff(np);
+    let (bound, ok) = if defect == Some(Defect::StrictPrefixTolerance) {
+        let bound = decode_ppl.max(prefill_ppl) as usize;
+        (bound, diff < bound)
+    } else {
+        let bound = (decode_ppl + prefill_ppl) as usize;
+        (bound, diff <= bound)
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(AlignError::CountMismatch {
+            group,
+            decode: nd,
+            prefill: np,
+            bound,
+        })
+    }
+}
+
+/// kvgeom's alignment of decode's and prefill's lists: both start at the
+/// first token the transfer moves. Per attention group, the `skip[g]`
+/// entries of prefill's list holding tokens decode already has (its prefix
+/// hit) are dropped, then both lists keep their common length from the
+/// front; state slots pair as in vLLM. vLLM 0.33.0's `apply_prefix_caching`
+/// end-aligns prefill's list instead (the `end-trim-alignment` defect),
+/// which pairs the wrong tokens whenever prefill's list does not end where
+/// decode's does.
+pub fn align_from_first_token(
+    decode: &[Vec<u32>],
+    prefill: &[Vec<u32>],
     groups: &[GroupKind],
     skip: &[usize],
-) {
+    decode_ppl: u32,
+    prefill_ppl: u32,
+    defect: Option<Defect>,
+) -> Result<(BlockIds, BlockIds), AlignError> {
+    let mut decode = decode.to_vec();
+    let mut prefill = prefill.to_vec();
     for (g, kind) in groups.iter().enumerate() {
-        let n = skip.get(g).copied().unwrap_or(0);
-        if *kind != GroupKind::Attention || n == 0 || prefill.get(g).is_none_or(Vec::is_empty) {
-            continue;
-        }
-        let cut = n.min(prefill[g].len());
-        prefill[g].drain(..cut);
-        let keep = prefill[g].len();
-        if let Some(d) = decode.get_mut(g) {
-            d.truncate(keep);
+        match kind {
+            GroupKind::Mamba => pair_state_slots(&mut decode[g], &mut prefill[g], g)?,
+            GroupKind::Attention => {
+                let cut = skip.get(g).copied().unwrap_or(0).min(prefill[g].len());
+                prefill[g].drain(..cut);
+                let (nd, np) = (decode[g].len(), prefill[g].len());
+                check_padding(g, nd, np, decode_ppl, prefill_ppl, defect)?;
+                let n = nd.min(np);
+                decode[g].truncate(n);
+                prefill[g].truncate(n);
+            }
         }
     }
+    Ok((decode, prefill))
 }
 
 /// The last `n` entries. Python's `x[-0:]` would return the whole list;
@@ -226,9 +264,9 @@ mod tests {
     fn a_prefix_hit_skips_cached_prefill_entries_and_clips_decode() {
         // D: hit block (tokens 0..16) cached, transfer blocks hold tokens 16..32 and
         // the recomputed token 32; P holds tokens 0..32. 4 kernel blocks per block.
-        let mut d = vec![(28..36).collect::<Vec<_>>(), vec![2]];
-        let mut p = vec![(8..16).collect::<Vec<_>>(), vec![4]];
-        skip_cached_prefix(&mut d, &mut p, &[A, M], &[4, 0]);
+        let d = vec![(28..36).collect::<Vec<_>>(), vec![2]];
+        let p = vec![(8..16).collect::<Vec<_>>(), vec![4]];
+        let (d, p) = align_from_first_token(&d, &p, &[A, M], &[4, 0], 4, 4, None).unwrap();
         assert_eq!(p, vec![vec![12, 13, 14, 15], vec![4]]);
         assert_eq!(d, vec![vec![28, 29, 30, 31], vec![2]]);
         // vLLM 0.33.0 front-trims equal counts: D's tokens 16.. would receive P's tokens 0..
@@ -242,6 +280,27 @@ mod tests {
         )
         .unwrap();
         assert_eq!((d2[0][0], p2[0][0]), (28, 8));
+    }
+
+    #[test]
+    fn different_logical_blocks_without_mamba_align_from_the_first_token() {
+        // P logical 12 / D logical 4 on 4-token kernels, 8 tokens: P holds 3 kernel
+        // blocks (one dead), D 2. vLLM end-trims P to its last two (tokens 4..12).
+        let (d, p) =
+            align_from_first_token(&[vec![5, 9]], &[vec![30, 31, 32]], &[A], &[0], 1, 3, None)
+                .unwrap();
+        assert_eq!((d[0].clone(), p[0].clone()), (vec![5, 9], vec![30, 31]));
+        let (_, p) =
+            apply_prefix_caching(&[vec![5, 9]], &[vec![30, 31, 32]], &[A], 1, 3, None).unwrap();
+        assert_eq!(p[0], vec![31, 32]);
+        // D logical 16 / P logical 4: D holds more kernel blocks than P filled.
+        let (d, p) =
+            align_from_first_token(&[vec![0, 1, 2, 3]], &[vec![7, 8]], &[A], &[0], 4, 1, None)
+                .unwrap();
+        assert_eq!((d[0].clone(), p[0].clone()), (vec![0, 1], vec![7, 8]));
+        assert!(
+            apply_prefix_caching(&[vec![0, 1, 2, 3]], &[vec![7, 8]], &[A], 4, 1, None).is_err()
+        );
     }
 
     #[test]

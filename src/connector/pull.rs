@@ -5,7 +5,8 @@
 use serde::Serialize;
 
 use super::block_mapping::{
-    apply_prefix_caching, logical_to_kernel, map_for_block_size_ratio, skip_cached_prefix, BlockIds,
+    align_from_first_token, apply_prefix_caching, logical_to_kernel, map_for_block_size_ratio,
+    BlockIds,
 };
 use super::post_process::{self, GroupPostProcess, PostProcessInput};
 use super::worker::{ConnectorError, Worker};
@@ -144,18 +145,28 @@ impl Worker {
                 });
                 continue;
             }
-            if self.cfg.defect != Some(Defect::PrefixHitEndAlignment) {
-                skip_cached_prefix(&mut local_ids, &mut remote_ids, &groups, &prefix_skip);
-            }
-            let (local_ids, remote_ids) = apply_prefix_caching(
-                &local_ids,
-                &remote_ids,
-                &groups,
-                self.reg.ppl,
-                engine.ppl,
-                self.cfg.defect,
-            )
-            .map_err(|e| ConnectorError::Plan(e.to_string()))?;
+            let aligned = if self.cfg.defect == Some(Defect::EndTrimAlignment) {
+                apply_prefix_caching(
+                    &local_ids,
+                    &remote_ids,
+                    &groups,
+                    self.reg.ppl,
+                    engine.ppl,
+                    self.cfg.defect,
+                )
+            } else {
+                align_from_first_token(
+                    &local_ids,
+                    &remote_ids,
+                    &groups,
+                    &prefix_skip,
+                    self.reg.ppl,
+                    engine.ppl,
+                    self.cfg.defect,
+                )
+            };
+            let (local_ids, remote_ids) =
+                aligned.map_err(|e| ConnectorError::Plan(e.to_string()))?;
             let (local_desc_ids, remote_desc_ids) =
                 self.desc_id_pair(&local_ids, &remote_ids, &engine, ratio)?;
             let xfer = nixl.make_xfer(
@@ -229,7 +240,7 @@ impl Worker {
             .ok_or_else(|| ConnectorError::Plan("Only nP < nD supported currently.".into()))?;
         // What the transfer could write: P's list past D's prefix hit
         // (vLLM 0.33.0 counts P's whole list).
-        let skip_hit = self.cfg.defect != Some(Defect::PrefixHitEndAlignment);
+        let skip_hit = self.cfg.defect != Some(Defect::EndTrimAlignment);
         let remote_counts: Vec<usize> = recv
             .remote_kernel_ids
             .iter()

@@ -11,7 +11,8 @@
 use serde::Serialize;
 
 use super::block_mapping::{
-    apply_prefix_caching, logical_to_kernel, map_for_block_size_ratio, skip_cached_prefix, BlockIds,
+    align_from_first_token, apply_prefix_caching, logical_to_kernel, map_for_block_size_ratio,
+    BlockIds,
 };
 use super::post_process::{self, GroupPostProcess, PostProcessInput};
 use super::pull::PlannedRead;
@@ -195,18 +196,28 @@ impl Worker {
             if local_ids.is_empty() {
                 continue;
             }
-            if self.cfg.defect != Some(Defect::PrefixHitEndAlignment) {
-                skip_cached_prefix(&mut remote_ids, &mut local_ids, &groups, &prefix_skip);
-            }
-            let (remote_ids, local_ids) = apply_prefix_caching(
-                &remote_ids,
-                &local_ids,
-                &groups,
-                engine.ppl * engine.sub_ratio,
-                self.reg.ppl,
-                self.cfg.defect,
-            )
-            .map_err(|e| ConnectorError::Plan(e.to_string()))?;
+            let aligned = if self.cfg.defect == Some(Defect::EndTrimAlignment) {
+                apply_prefix_caching(
+                    &remote_ids,
+                    &local_ids,
+                    &groups,
+                    engine.ppl * engine.sub_ratio,
+                    self.reg.ppl,
+                    self.cfg.defect,
+                )
+            } else {
+                align_from_first_token(
+                    &remote_ids,
+                    &local_ids,
+                    &groups,
+                    &prefix_skip,
+                    engine.ppl * engine.sub_ratio,
+                    self.reg.ppl,
+                    self.cfg.defect,
+                )
+            };
+            let (remote_ids, local_ids) =
+                aligned.map_err(|e| ConnectorError::Plan(e.to_string()))?;
             for (g, (l, r)) in local_ids.iter().zip(&remote_ids).enumerate() {
                 if l.len() != r.len() {
                     return Err(ConnectorError::Plan(format!(
