@@ -289,18 +289,6 @@ impl Worker {
             model.attention.as_ref().map_or(1, |a| a.total_kv_heads()),
             &model.groups,
         );
-        // A rank gathering several heads from different source ranks places
-        // each source's page in a head slot: only head-major pages have them.
-        // (vLLM 0.33.0 checks this only when the source ranks do not
-        // replicate their heads.)
-        let gathers_heads = mapping.source_ranks_per_group[self.first_attention_group()].len() > 1;
-        if gathers_heads
-            && !model.is_mla()
-            && !self.cfg.engine.layout.is_block_contiguous()
-            && self.cfg.defect != Some(Defect::ReplicatedHeadsNhdAccepted)
-        {
-            return Err(HandshakeError::HeadSplitNeedsContiguousLayout.into());
-        }
         let agent_name = nixl.add_remote_agent(self.agent, &meta.agent_metadata)?;
         let ratio = block_size_ratio(self.reg.kernel_block, checked.block_size).ok_or(
             HandshakeError::BlockSizeNotDivisible {
@@ -328,6 +316,18 @@ impl Worker {
             ratio,
             first_num_blocks * u64::from(sub_ratio),
         )?;
+        // A rank gathering several heads from different source ranks places
+        // each source's page in a head slot: only head-major pages have them.
+        // (vLLM 0.33.0 checks this only when the source ranks do not
+        // replicate their heads.)
+        let gathers_heads = mapping.source_ranks_per_group[self.first_attention_group()].len() > 1;
+        if gathers_heads
+            && !model.is_mla()
+            && !self.cfg.engine.layout.is_block_contiguous()
+            && self.cfg.defect != Some(Defect::ReplicatedHeadsNhdAccepted)
+        {
+            return Err(HandshakeError::HeadSplitNeedsContiguousLayout.into());
+        }
         let remote_block = checked.block_size;
         if ratio > 1 && !self.lists_by_block_size.contains_key(&remote_block) {
             let list = local_lists::local_list(&self.reg, ratio, self.cfg.defect);
