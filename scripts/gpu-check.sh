@@ -256,7 +256,7 @@ run_checks() {
     fi
 
     # 2. The default sweep on host memory (the reference), then on VRAM.
-    sweep "host sweep (loopback)" host-loopback
+    sweep "host sweep (loopback)" reference-host
     sweep "${memory} sweep (loopback) vs host" "${memory}-loopback" --memory "${memory}" \
         --transport loopback --compare-host
     if ((quick)); then
