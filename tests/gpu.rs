@@ -41,8 +41,12 @@ mod checks {
     use kvgeom::scenario::{MemoryKind, RunOptions, TransportKind};
     use kvgeom::sweep::{compare, execute, plan};
 
+    /// Where `geometries/` is: `KVGEOM_ROOT` (set by `scripts/gpu-check.sh
+    /// run` for a packed binary), else this checkout.
     fn root() -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        std::env::var_os("KVGEOM_ROOT")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
     }
 
     /// The device, or why the check cannot run.

@@ -7,7 +7,11 @@
 //! The peer is the same `kvgeom` binary (`kvgeom bench-peer`, hidden),
 //! which plans the same request from the same arguments, allocates and
 //! fills the prefill buffers, creates the prefill agents and then obeys a
-//! line protocol on stdin/stdout:
+//! line protocol on stdin/stdout. UCX writes its own logs (`UCX_PROTO_INFO`
+//! tables, warnings) to stdout too, so every protocol line the peer writes
+//! starts with [`TAG`] (in one `write`); the parent drains the peer's stdout
+//! on a thread, keeps what follows a tag and passes everything else on to
+//! its own stderr (so the peer never blocks on a full pipe):
 //!
 //! ```text
 //! peer:   plan <buffers> <pairs> <bytes>
@@ -23,7 +27,8 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
 
 use crate::geometry::load_geometry;
 use crate::layout::Side;
@@ -34,6 +39,9 @@ use crate::scenario::MemoryKind;
 use super::buffers::{BenchMemory, Buffer};
 use super::replay::{create_agents, Agents};
 use super::request_plan::{plan_request, RequestPlan};
+
+/// The start of every protocol line the peer writes.
+pub const TAG: &str = "kvgeom-peer: ";
 
 /// What both processes plan from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,7 +105,7 @@ pub fn serve(args: &PeerArgs) -> u8 {
     match serve_on(args, &mut stdin.lock(), &mut stdout) {
         Ok(()) => 0,
         Err(e) => {
-            let _ = writeln!(stdout, "error {e}");
+            let _ = writeln!(stdout, "{TAG}error {e}");
             eprintln!("bench-peer: {e}");
             1
         }
@@ -116,7 +124,7 @@ fn serve_on(args: &PeerArgs, input: &mut dyn BufRead, out: &mut dyn Write) -> Re
     let agents =
         create_agents(&mut nixl, &plan, &memory, &[Side::Prefill]).map_err(|e| e.to_string())?;
     let say = |out: &mut dyn Write, line: String| -> Result<(), String> {
-        writeln!(out, "{line}")
+        writeln!(out, "{TAG}{line}")
             .and_then(|()| out.flush())
             .map_err(|e| format!("writing to the parent: {e}"))
     };
@@ -177,7 +185,8 @@ pub fn attach(nixl: &mut RealNixl, buffer: &Buffer) {
 pub struct Peer {
     child: Child,
     stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
+    /// The peer's protocol lines, tag removed; closed when its stdout ends.
+    lines: Receiver<String>,
     /// Address of each prefill buffer in the peer, by plan number.
     pub addresses: Vec<(usize, u64)>,
     /// Metadata of each prefill agent, by rank.
@@ -198,10 +207,29 @@ impl Peer {
             let _ = child.kill();
             return Err("the peer process has no pipes".into());
         };
+        let (sender, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                // UCX's block-buffered stdio may end a write mid-line, so
+                // a protocol line can follow a piece of a log line.
+                match line.find(TAG) {
+                    Some(at) => {
+                        if at > 0 {
+                            eprintln!("{}", &line[..at]);
+                        }
+                        if sender.send(line[at + TAG.len()..].to_string()).is_err() {
+                            break;
+                        }
+                    }
+                    None => eprintln!("{line}"),
+                }
+            }
+        });
         let mut peer = Peer {
             child,
             stdin,
-            stdout: BufReader::new(stdout),
+            lines,
             addresses: Vec::new(),
             metadata: Vec::new(),
         };
@@ -235,14 +263,12 @@ impl Peer {
     }
 
     fn line(&mut self) -> Result<String, String> {
-        let mut line = String::new();
-        match self.stdout.read_line(&mut line) {
-            Ok(0) => {
+        match self.lines.recv() {
+            Ok(line) => Ok(line.trim_end().to_string()),
+            Err(_) => {
                 let status = self.child.wait().map(|s| s.to_string()).unwrap_or_default();
                 Err(format!("the peer process ended ({status})"))
             }
-            Ok(_) => Ok(line.trim_end().to_string()),
-            Err(e) => Err(format!("reading from the peer: {e}")),
         }
     }
 

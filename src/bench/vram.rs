@@ -252,6 +252,9 @@ fn device_name(kind: MemoryKind) -> Result<String, VramBenchError> {
     }
 }
 
+/// The pattern key of the `copy` path's source (no plan buffer has it).
+const COPY_SOURCE: usize = 0xC0FFEE;
+
 /// One contiguous copy of the plan's byte count.
 fn copy_path(config: &VramBenchConfig, plan: &RequestPlan) -> Result<PathTiming, VramBenchError> {
     let fail = path_error("copy");
@@ -261,7 +264,7 @@ fn copy_path(config: &VramBenchConfig, plan: &RequestPlan) -> Result<PathTiming,
     }
     let src = allocate(config.memory, bytes).map_err(&fail)?;
     let dst = allocate(config.memory, bytes).map_err(&fail)?;
-    src.write(0, &pattern(usize::MAX >> 24, 0, bytes))
+    src.write(0, &pattern(COPY_SOURCE, 0, bytes))
         .map_err(&fail)?;
     let mut times = Vec::new();
     for _ in 0..config.iterations {

@@ -267,7 +267,13 @@ impl DeviceArena {
         self.device().bind()?;
         // SAFETY: `dst..dst + bytes.len()` lies inside this live allocation
         // (checked by `span`); the copy is synchronous, so `bytes` outlives it.
-        unsafe { result::memcpy_htod_sync(dst, bytes) }.map_err(driver("host-to-device copy"))
+        unsafe { result::memcpy_htod_sync(dst, bytes) }.map_err(driver("host-to-device copy"))?;
+        // From pageable memory the call may return once the bytes are
+        // staged; wait for them to land, since NIXL/UCX read device memory
+        // on streams that do not order after the legacy stream.
+        // SAFETY: the legacy default stream (null) always exists.
+        unsafe { result::stream::synchronize(std::ptr::null_mut()) }
+            .map_err(driver("waiting for a host-to-device copy"))
     }
 
     /// Copy `out.len()` bytes at `offset` into `out`.

@@ -19,6 +19,26 @@ pub struct Rank {
     pub device: Option<RankDevice>,
 }
 
+/// The memory one rank registers: its host arenas, or (with `--memory
+/// vram`) device tensors that the host arenas mirror.
+pub struct RankTensors {
+    pub host: Vec<HostArena>,
+    pub device: Option<RankDevice>,
+}
+
+impl RankTensors {
+    /// Pair each rank's host arenas with its device tensors, if any.
+    pub fn per_rank(host: Vec<Vec<HostArena>>, device: Option<Vec<RankDevice>>) -> Vec<Self> {
+        let mut device = device.map(Vec::into_iter);
+        host.into_iter()
+            .map(|host| RankTensors {
+                host,
+                device: device.as_mut().and_then(Iterator::next),
+            })
+            .collect()
+    }
+}
+
 /// Both engines of a case.
 pub struct Engines {
     pub prefill: Vec<Rank>,
@@ -71,7 +91,7 @@ pub fn register_side(
     arenas_per_rank: Vec<Vec<HostArena>>,
     defect: Option<Defect>,
 ) -> Result<Vec<Rank>, Outcome> {
-    let ranks = arenas_per_rank.into_iter().map(|a| (a, None)).collect();
+    let ranks = RankTensors::per_rank(arenas_per_rank, None);
     register_side_on(nixl, geometry, side, mode, pool, ranks, defect)
 }
 
@@ -84,7 +104,7 @@ pub fn register_side_on(
     side: Side,
     mode: Mode,
     pool: u32,
-    ranks_memory: Vec<(Vec<HostArena>, Option<RankDevice>)>,
+    ranks_memory: Vec<RankTensors>,
     defect: Option<Defect>,
 ) -> Result<Vec<Rank>, Outcome> {
     let engine = match side {
@@ -92,7 +112,14 @@ pub fn register_side_on(
         Side::Decode => &geometry.decode,
     };
     let mut ranks = Vec::new();
-    for (rank, (arenas, device)) in ranks_memory.into_iter().enumerate() {
+    for (
+        rank,
+        RankTensors {
+            host: arenas,
+            device,
+        },
+    ) in ranks_memory.into_iter().enumerate()
+    {
         let mem = match device {
             Some(_) => MemKind::Vram,
             None => MemKind::Dram,

@@ -17,9 +17,12 @@ use crate::oracle::{self, MemoryImages, OracleInput};
 use crate::pattern::{self, DecodeFill};
 
 use super::case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
-use super::engines::{allocate, register_side_on, Engines};
+use super::engines::{allocate, register_side_on, Engines, RankTensors};
 use super::placement::{place, Placement};
 use super::vram::{self, CaseDevices, RankMemory};
+
+/// Both engines' tensors, rank by rank: prefill, then decode.
+type SideTensors = [Vec<RankTensors>; 2];
 
 /// How long a case waits for transfers to complete (real NIXL moves bytes
 /// in the background) before calling the request hung.
@@ -186,11 +189,14 @@ fn execute(case: &Case, opts: &RunOptions, run: &mut CaseRun) -> Outcome {
         Err(message) => return Outcome::Error { message },
     };
     let mut nixl = Recording::new(inner);
-    let memory = Memory {
-        prefill: p_arenas,
-        decode: d_arenas,
-        devices,
+    let (p_devices, d_devices) = match devices {
+        Some(c) => (Some(c.prefill), Some(c.decode)),
+        None => (None, None),
     };
+    let memory = [
+        RankTensors::per_rank(p_arenas, p_devices),
+        RankTensors::per_rank(d_arenas, d_devices),
+    ];
     // Real NIXL completes transfers and delivers notifications in the
     // background; the in-process transports finish inside the post.
     let patient = opts.transport == TransportKind::Nixl;
@@ -202,43 +208,18 @@ fn execute(case: &Case, opts: &RunOptions, run: &mut CaseRun) -> Outcome {
     outcome
 }
 
-/// Both engines' host arenas and, with `--memory vram`, their device tensors.
-struct Memory {
-    prefill: Vec<Vec<HostArena>>,
-    decode: Vec<Vec<HostArena>>,
-    devices: Option<CaseDevices>,
-}
-
-impl Memory {
-    /// Each rank's host arenas with its device tensors (if any), per side.
-    #[allow(clippy::type_complexity)]
-    fn ranks(self) -> [Vec<(Vec<HostArena>, Option<vram::RankDevice>)>; 2] {
-        let pair = |host: Vec<Vec<HostArena>>, device: Option<Vec<vram::RankDevice>>| {
-            let mut device = device.map(Vec::into_iter);
-            host.into_iter()
-                .map(|h| (h, device.as_mut().and_then(Iterator::next)))
-                .collect()
-        };
-        let (p, d) = match self.devices {
-            Some(c) => (Some(c.prefill), Some(c.decode)),
-            None => (None, None),
-        };
-        [pair(self.prefill, p), pair(self.decode, d)]
-    }
-}
-
 fn transfer(
     case: &Case,
     shape: &RequestShape,
     placement: &Placement,
-    memory: Memory,
+    memory: SideTensors,
     nixl: &mut Recording<Box<dyn Nixl>>,
     run: &mut CaseRun,
     patient: bool,
 ) -> Outcome {
     let geometry = &case.geometry;
     let mode = case.mode;
-    let [p_ranks, d_ranks] = memory.ranks();
+    let [p_ranks, d_ranks] = memory;
     let mut engines = {
         let prefill = match register_side_on(
             nixl,
