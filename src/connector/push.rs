@@ -171,9 +171,23 @@ impl Worker {
                     }
                 }
             }
-            if ratio > 1 {
+            let vllm_alignment = self.cfg.defect == Some(Defect::EndTrimAlignment);
+            if ratio > 1 && vllm_alignment {
                 (local_ids, remote_ids) =
                     map_for_block_size_ratio(&local_ids, &remote_ids, &groups, ratio);
+            } else if ratio > 1 {
+                // Prefill pages larger than decode's become `ratio` decode-sized
+                // sub-pages. Not clipped to decode's length here: after a prefix
+                // hit decode's list starts later, and the alignment below drops
+                // prefill's cached entries from the front first.
+                for (ids, kind) in local_ids.iter_mut().zip(&groups) {
+                    if *kind == GroupKind::Attention {
+                        *ids = ids
+                            .iter()
+                            .flat_map(|&k| (0..ratio).map(move |q| k * ratio + q))
+                            .collect();
+                    }
+                }
             }
             if engine.sub_ratio > 1 {
                 // Decode sub-pages past what prefill holds are not written (zeroed on D).
@@ -196,7 +210,7 @@ impl Worker {
             if local_ids.is_empty() {
                 continue;
             }
-            let aligned = if self.cfg.defect == Some(Defect::EndTrimAlignment) {
+            let aligned = if vllm_alignment {
                 apply_prefix_caching(
                     &remote_ids,
                     &local_ids,
@@ -206,13 +220,15 @@ impl Worker {
                     self.cfg.defect,
                 )
             } else {
+                // Both lists count the smaller kernel's blocks here, so both
+                // ppl do too.
                 align_from_first_token(
                     &remote_ids,
                     &local_ids,
                     &groups,
                     &prefix_skip,
                     engine.ppl * engine.sub_ratio,
-                    self.reg.ppl,
+                    self.reg.ppl * ratio,
                     self.cfg.defect,
                 )
             };
