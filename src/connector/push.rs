@@ -10,9 +10,7 @@
 
 use serde::Serialize;
 
-use super::block_mapping::{
-    apply_prefix_caching, logical_to_kernel, map_for_block_size_ratio, BlockIds,
-};
+use super::block_mapping::{apply_prefix_caching, logical_to_kernel, BlockIds};
 use super::desc_ids::{compute_desc_ids, ListShape};
 use super::post_process::{self, GroupPostProcess, PostProcessInput};
 use super::pull::PlannedRead;
@@ -162,8 +160,19 @@ impl Worker {
                 }
             }
             if ratio > 1 {
-                (local_ids, remote_ids) =
-                    map_for_block_size_ratio(&local_ids, &remote_ids, &groups, ratio);
+                // Prefill pages larger than decode's: each becomes `ratio`
+                // decode-sized sub-pages. Unlike pull's mapping, prefill's
+                // list is not clipped to decode's length: after a prefix hit
+                // decode's list starts later, and the prefix-cache alignment
+                // below trims prefill's list from the right end.
+                for (ids, kind) in local_ids.iter_mut().zip(&groups) {
+                    if *kind == GroupKind::Attention {
+                        *ids = ids
+                            .iter()
+                            .flat_map(|&k| (0..ratio).map(move |q| k * ratio + q))
+                            .collect();
+                    }
+                }
             }
             if engine.sub_ratio > 1 {
                 // Decode sub-pages past what prefill holds are not written (zeroed on D).
@@ -186,12 +195,15 @@ impl Worker {
             if local_ids.is_empty() {
                 continue;
             }
+            // Both lists are at the smaller kernel's granularity here, so
+            // both ppl are counted in that kernel's blocks: decode pages
+            // split into sub-pages, or prefill pages mapped to decode's size.
             let (remote_ids, local_ids) = apply_prefix_caching(
                 &remote_ids,
                 &local_ids,
                 &groups,
                 engine.ppl * engine.sub_ratio,
-                self.reg.ppl,
+                self.reg.ppl * ratio,
                 self.cfg.defect,
             )
             .map_err(|e| ConnectorError::Plan(e.to_string()))?;
