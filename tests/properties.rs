@@ -80,7 +80,8 @@ proptest! {
             return Err(TestCaseError::fail(finding.to_string()));
         }
         let input = run.oracle_input.expect("a passed case has oracle input");
-        prop_assert!(!input.pairs.is_empty() || case.prompt_len <= case.prefix_hit + 1);
+        // At least one token is transferred (the prefix hit is below M).
+        prop_assert!(!input.pairs.is_empty());
         for pair in &input.pairs {
             prop_assert_eq!(
                 pair.source.row.len,
@@ -205,4 +206,132 @@ fn a_defect_shrinks_to_a_readable_minimal_case() {
         text.lines().count() <= 40,
         "the shrunk case is not small:\n{text}"
     );
+}
+
+/// The generator reaches every shape it promises (drawn from seeded random
+/// bytes, without running the cases).
+#[test]
+fn the_generator_reaches_every_promised_shape() {
+    use kvgeom::generate::Refusal;
+    use kvgeom::geometry::MambaKind;
+    use kvgeom::scenario::placement::SplitMix;
+    use std::collections::BTreeSet;
+
+    let mut rng = SplitMix::new(7);
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    for _ in 0..20_000 {
+        let len = 8 + rng.below(120) as usize;
+        let bytes: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
+        let case = GeneratedCase::from_bytes(&bytes).unwrap();
+        let (g, p, d) = (
+            &case.geometry,
+            &case.geometry.prefill,
+            &case.geometry.decode,
+        );
+        match &case.expected {
+            Expected::Invalid(v) => {
+                seen.insert(format!("invalid {}", v.field));
+                continue;
+            }
+            Expected::Refused(r) => {
+                seen.insert(format!("refused {r:?}"));
+                continue;
+            }
+            Expected::Pass => {}
+        }
+        let kernels = if p.kernel_block == d.kernel_block {
+            "equal"
+        } else if d.kernel_block % p.kernel_block == 0 {
+            "decode multiple"
+        } else if p.kernel_block % d.kernel_block == 0 {
+            "prefill multiple"
+        } else {
+            "gcd split"
+        };
+        let tp = match p.tp_size.cmp(&d.tp_size) {
+            std::cmp::Ordering::Less => "decode larger",
+            std::cmp::Ordering::Equal => "equal",
+            std::cmp::Ordering::Greater => "prefill larger",
+        };
+        let facts = [
+            format!("mode {}", case.mode),
+            format!("mla {}", g.model.is_mla()),
+            format!("mamba {:?}", g.model.mamba.as_ref().map(|m| m.kind)),
+            format!("kernels {kernels}"),
+            format!("tp {tp}"),
+            format!("ppl differ {}", p.ppl() != d.ppl()),
+            format!("prefill padded {}", p.block_padding_bytes > 0),
+            format!("decode padded {}", d.block_padding_bytes > 0),
+            format!("decode host buffer {}", d.host_buffer),
+            format!("prefix hit {}", case.prefix_hit > 0),
+            format!("allocation {}", case.allocation.as_str()),
+            format!("fixed pool {}", d.num_logical_blocks.is_some()),
+            format!("layer slots {}", g.model.layer_slots),
+            format!(
+                "attention first {}",
+                g.model.groups[0] == GroupKind::Attention
+            ),
+            format!("layout {:?}", d.layout),
+        ];
+        seen.extend(facts);
+    }
+    let mut expected: Vec<String> = Refusal::ALL
+        .iter()
+        .map(|r| format!("refused {r:?}"))
+        .collect();
+    for field in [
+        "model.groups",
+        "model.layer_slots",
+        "model.attention.dtype_bytes",
+        "model.attention.total_kv_heads",
+        "model.mamba.conv_dims[0]",
+        "model.mamba.conv_dims[1]",
+        "model.mamba.conv_dims[2]",
+        "prefill.kernel_block",
+        "decode.kernel_block",
+        "prefill.tp_size",
+        "decode.tp_size",
+        "prefill.logical_block",
+    ] {
+        expected.push(format!("invalid {field}"));
+    }
+    for mode in ["pull", "push"] {
+        expected.push(format!("mode {mode}"));
+    }
+    let kinds = [
+        None,
+        Some(MambaKind::Mamba1),
+        Some(MambaKind::Mamba2),
+        Some(MambaKind::Gdn),
+        Some(MambaKind::Kda),
+    ];
+    expected.extend(kinds.iter().map(|k| format!("mamba {k:?}")));
+    for kernels in ["equal", "decode multiple", "prefill multiple", "gcd split"] {
+        expected.push(format!("kernels {kernels}"));
+    }
+    for tp in ["decode larger", "equal", "prefill larger"] {
+        expected.push(format!("tp {tp}"));
+    }
+    for flag in [
+        "mla",
+        "ppl differ",
+        "prefill padded",
+        "decode padded",
+        "decode host buffer",
+        "prefix hit",
+        "fixed pool",
+        "attention first",
+    ] {
+        expected.push(format!("{flag} true"));
+        expected.push(format!("{flag} false"));
+    }
+    for slots in 1..=3 {
+        expected.push(format!("layer slots {slots}"));
+    }
+    expected.push("allocation mainline".into());
+    expected.push("allocation with-last-token".into());
+    expected.push("layout Nhd".into());
+    expected.push("layout Hnd".into());
+    let missing: Vec<&String> = expected.iter().filter(|e| !seen.contains(*e)).collect();
+    assert!(missing.is_empty(), "never drawn: {missing:?}");
 }

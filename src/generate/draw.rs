@@ -8,6 +8,11 @@
 //! instead, and the geometry then expects that refusal. Each bound's
 //! smallest value is the simplest choice, so exhausted input (and shrinking)
 //! yields a small MLA pull case.
+//!
+//! Where the handshake accepts a pair that vLLM 0.33.0's planner (which
+//! kvgeom reproduces) still transfers wrongly, the generator steers around
+//! it; each such place says "Known gap", and `docs/fuzzing.md` lists them
+//! with reproducer geometries in `docs/known-gaps/`.
 
 use arbitrary::{Result, Unstructured};
 
@@ -229,7 +234,7 @@ pub(crate) fn draw(u: &mut Unstructured<'_>, refusal: Option<Refusal>) -> Result
     let with_last_token = u.arbitrary::<bool>()?;
     let pools = [draw_pool(u)?, draw_pool(u)?];
     let seed = u.arbitrary::<u64>()?;
-    let mut prefix_hit = prefix_hit(&geometry, mode, prompt_len, hit_blocks);
+    let mut prefix_hit = prefix_hit(&geometry, prompt_len, hit_blocks);
     let allocation =
         if with_last_token && last_token_block_pairs(&geometry, mode, split, prefix_hit) {
             DecodeAllocation::WithLastToken
@@ -250,7 +255,7 @@ pub(crate) fn draw(u: &mut Unstructured<'_>, refusal: Option<Refusal>) -> Result
         } else {
             break;
         }
-        prefix_hit = prefix_hit_clamped(&geometry, mode, prompt_len, prefix_hit);
+        prefix_hit = prefix_hit_clamped(&geometry, prompt_len, prefix_hit);
         size_pools(&mut geometry, prompt_len, prefix_hit, allocation, pools);
     }
     Ok(Drawn {
@@ -655,15 +660,11 @@ fn stale_tail_unzeroed(geometry: &Geometry, split: u32) -> bool {
 ///
 /// Known gap (vLLM 0.33.0's planner, reproduced by kvgeom): a prefix hit
 /// end-aligns prefill's list with decode's suffix, which pairs the right
-/// tokens only when both logical blocks hold the same tokens; in push,
-/// prefill additionally compares ppl at decode's granularity when its own
-/// kernel is larger, and refuses the hit. Other geometries get no hit.
-fn prefix_hit(geometry: &Geometry, mode: Mode, prompt_len: u32, hit_blocks: u32) -> u32 {
+/// tokens only when both logical blocks hold the same tokens. Other
+/// geometries get no hit.
+fn prefix_hit(geometry: &Geometry, prompt_len: u32, hit_blocks: u32) -> u32 {
     let (p, d) = (&geometry.prefill, &geometry.decode);
     if !d.prefix_caching || d.logical_block != p.logical_block {
-        return 0;
-    }
-    if p.kernel_block > d.kernel_block && mode == Mode::Push {
         return 0;
     }
     let block = geometry.decode.logical_block;
@@ -671,9 +672,9 @@ fn prefix_hit(geometry: &Geometry, mode: Mode, prompt_len: u32, hit_blocks: u32)
     (hit_blocks % (most + 1)) * block
 }
 
-fn prefix_hit_clamped(geometry: &Geometry, mode: Mode, prompt_len: u32, hit: u32) -> u32 {
+fn prefix_hit_clamped(geometry: &Geometry, prompt_len: u32, hit: u32) -> u32 {
     let block = geometry.decode.logical_block;
-    prefix_hit(geometry, mode, prompt_len, hit / block)
+    prefix_hit(geometry, prompt_len, hit / block)
 }
 
 fn size_pools(

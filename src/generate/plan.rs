@@ -185,7 +185,18 @@ impl PlanInput {
                 }
             }
         }
-        if self.ratio > 1 {
+        if self.ratio > 1 && self.push {
+            // Push expands prefill's larger pages without clipping them.
+            let ratio = self.ratio;
+            for (ids, kind) in local.iter_mut().zip(groups) {
+                if *kind == GroupKind::Attention {
+                    *ids = ids
+                        .iter()
+                        .flat_map(|&k| (0..ratio).map(move |q| k * ratio + q))
+                        .collect();
+                }
+            }
+        } else if self.ratio > 1 {
             (local, remote) = map_for_block_size_ratio(&local, &remote, groups, self.ratio);
         }
         if sub > 1 {
