@@ -51,7 +51,7 @@ const KERNEL_RATIOS: [u32; 3] = [1, 2, 4];
 /// (hybrid MLA only).
 const MAX_PREFILL_KERNEL_FACTOR: u32 = 4;
 /// Physical (kernel) blocks per logical block, as drawn; a mamba state may
-/// raise it up to [`MAX_MAMBA_PPL`].
+/// raise it up to `MAX_MAMBA_PPL`.
 pub const MAX_PPL: u32 = 4;
 /// Above this ppl a drawn mamba state is cut to its smallest size.
 const MAX_MAMBA_PPL: u64 = 16;
