@@ -35,85 +35,84 @@ fn worst(a: u8, b: u8) -> u8 {
     }
 }
 
-pub fn diff_trace(files: &[PathBuf]) -> u8 {
+/// Read every trace of `files` (folders expanded) and hand each to `check`,
+/// which prints its verdict and returns an exit status; bad input wins.
+fn for_each_trace(
+    files: &[PathBuf],
+    mut check: impl FnMut(&std::path::Path, &TraceCase) -> u8,
+) -> u8 {
     let files = expand(files);
     if files.is_empty() {
         eprintln!("error: no trace files given");
         return EXIT_BAD_INPUT;
     }
     let mut code = EXIT_OK;
-    let (mut matched, mut differ) = (0, 0);
     for f in &files {
-        let case = match TraceCase::read(f) {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("{}: error: {e}", f.display());
-                code = worst(code, EXIT_BAD_INPUT);
-                continue;
-            }
-        };
-        match diff_against_connector(&case) {
-            Ok(report) if report.is_match() => {
-                matched += 1;
-                println!("{}: MATCH", f.display());
-            }
-            Ok(report) => {
-                differ += 1;
-                println!("{}: {report}", f.display());
-                code = worst(code, EXIT_FAILED);
-            }
+        match TraceCase::read(f) {
+            Ok(case) => code = worst(code, check(f, &case)),
             Err(e) => {
                 eprintln!("{}: error: {e}", f.display());
                 code = worst(code, EXIT_BAD_INPUT);
             }
         }
     }
-    println!("\n{matched} match, {differ} differ");
+    code
+}
+
+pub fn diff_trace(files: &[PathBuf]) -> u8 {
+    let (mut matched, mut differ) = (0, 0);
+    let code = for_each_trace(files, |f, case| match diff_against_connector(case) {
+        Ok(report) if report.is_match() => {
+            matched += 1;
+            println!("{}: MATCH", f.display());
+            EXIT_OK
+        }
+        Ok(report) => {
+            differ += 1;
+            println!("{}: {report}", f.display());
+            EXIT_FAILED
+        }
+        Err(e) => {
+            eprintln!("{}: error: {e}", f.display());
+            EXIT_BAD_INPUT
+        }
+    });
+    if code != EXIT_BAD_INPUT || matched + differ > 0 {
+        println!("\n{matched} match, {differ} differ");
+    }
     code
 }
 
 pub fn check_trace(files: &[PathBuf]) -> u8 {
-    let files = expand(files);
-    if files.is_empty() {
-        eprintln!("error: no trace files given");
-        return EXIT_BAD_INPUT;
-    }
-    let mut code = EXIT_OK;
     let (mut clean, mut broken) = (0, 0);
-    for f in &files {
-        let case = match TraceCase::read(f) {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("{}: error: {e}", f.display());
-                code = worst(code, EXIT_BAD_INPUT);
-                continue;
-            }
-        };
-        match check_case(&case) {
-            Ok(r) if r.violations.is_empty() => {
+    let code = for_each_trace(files, |f, case| match check_case(case) {
+        Ok(r) => {
+            if r.violations.is_empty() {
                 clean += 1;
                 println!("{}: OK", f.display());
-                for note in &r.notes {
-                    println!("  note: {note}");
-                }
-            }
-            Ok(r) => {
+            } else {
                 broken += 1;
                 println!("{}: {} violations", f.display(), r.violations.len());
                 for x in r.violations.iter().take(10) {
                     println!("  {x}");
                 }
-                for note in &r.notes {
-                    println!("  note: {note}");
-                }
-                code = worst(code, EXIT_FAILED);
             }
-            Err(e) => {
-                eprintln!("{}: error: {e}", f.display());
-                code = worst(code, EXIT_BAD_INPUT);
+            for note in &r.notes {
+                println!("  note: {note}");
+            }
+            if r.violations.is_empty() {
+                EXIT_OK
+            } else {
+                EXIT_FAILED
             }
         }
+        Err(e) => {
+            eprintln!("{}: error: {e}", f.display());
+            EXIT_BAD_INPUT
+        }
+    });
+    if code != EXIT_BAD_INPUT || clean + broken > 0 {
+        println!("\n{clean} passed, {broken} failed");
     }
-    println!("\n{clean} passed, {broken} failed");
     code
 }

@@ -72,11 +72,7 @@ impl Worker {
         req: &ReadRequest,
     ) -> Result<Receiving, ConnectorError> {
         let groups = self.cfg.model.groups.clone();
-        let engine = self
-            .remotes
-            .get(&req.remote_engine_id)
-            .ok_or_else(|| ConnectorError::UnknownEngine(req.remote_engine_id.clone()))?
-            .clone();
+        let engine = self.remote_engine(&req.remote_engine_id)?.clone();
         let local_kernel = logical_to_kernel(&req.local_block_ids, &groups, self.reg.ppl);
         let remote_ppl = if self.cfg.defect == Some(Defect::RemoteIdsLocalPpl) {
             self.reg.ppl
@@ -232,10 +228,7 @@ impl Worker {
         &self,
         recv: &Receiving,
     ) -> Result<Vec<GroupPostProcess>, ConnectorError> {
-        let engine = self
-            .remotes
-            .get(&recv.request.remote_engine_id)
-            .ok_or_else(|| ConnectorError::UnknownEngine(recv.request.remote_engine_id.clone()))?;
+        let engine = self.remote_engine(&recv.request.remote_engine_id)?;
         let ratio = block_size_ratio(self.reg.kernel_block, engine.block_size)
             .ok_or_else(|| ConnectorError::Plan("Only nP < nD supported currently.".into()))?;
         // What the transfer could write: P's list past D's prefix hit

@@ -75,11 +75,7 @@ impl Worker {
         req: &WriteRequest,
     ) -> Result<Sending, ConnectorError> {
         let groups = self.cfg.model.groups.clone();
-        let engine = self
-            .remotes
-            .get(&req.remote_engine_id)
-            .ok_or_else(|| ConnectorError::UnknownEngine(req.remote_engine_id.clone()))?
-            .clone();
+        let engine = self.remote_engine(&req.remote_engine_id)?.clone();
         let local_kernel = logical_to_kernel(&req.local_block_ids, &groups, self.reg.ppl);
         let mut remote_kernel = logical_to_kernel(&req.remote_block_ids, &groups, engine.ppl);
         if engine.sub_ratio > 1 {
@@ -306,10 +302,7 @@ impl Worker {
         covered: &[(usize, u64)],
     ) -> Result<Vec<GroupPostProcess>, ConnectorError> {
         let groups = &self.cfg.model.groups;
-        let engine = self
-            .remotes
-            .get(prefill_engine_id)
-            .ok_or_else(|| ConnectorError::UnknownEngine(prefill_engine_id.into()))?;
+        let engine = self.remote_engine(prefill_engine_id)?;
         let local_kernel = logical_to_kernel(local_block_ids, groups, self.reg.ppl);
         let one_way = self.cfg.defect == Some(Defect::PushOneWayRatio);
         let empty_ids = self.cfg.defect == Some(Defect::PushEmptyRemoteIds);

@@ -142,6 +142,13 @@ impl Worker {
         self.remotes.get(engine_id)
     }
 
+    /// A handshaken remote engine, or the error naming the unknown one.
+    pub(crate) fn remote_engine(&self, engine_id: &str) -> Result<&RemoteEngine, ConnectorError> {
+        self.remotes
+            .get(engine_id)
+            .ok_or_else(|| ConnectorError::UnknownEngine(engine_id.to_string()))
+    }
+
     pub fn groups(&self) -> &[GroupKind] {
         &self.cfg.model.groups
     }
