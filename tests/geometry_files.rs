@@ -141,6 +141,7 @@ fn shipped_geometries_load_in_name_order() {
             "mla-kda-equal-ppl-prefix-cache",
             "mla-kda-prefill-kernel-larger",
             "mla-kda-push-prefix-cache-prefill-kernel-larger",
+            "mla-kernel-ratio4-prefix-cache",
             "nemotron-h-gqa-mamba2-hnd",
             "qwen3-next-gqa-gdn-decode-tp2",
             "reject-g1-prefix-caching",

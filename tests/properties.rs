@@ -272,6 +272,19 @@ fn the_generator_reaches_every_promised_shape() {
                 g.model.groups[0] == GroupKind::Attention
             ),
             format!("layout {:?}", d.layout),
+            // Regions where vLLM 0.33.0's end-aligned pairing goes wrong.
+            format!(
+                "no mamba, lists end apart {}",
+                !g.model.has_mamba() && lists_end_apart(p, d)
+            ),
+            format!(
+                "prefix hit, logical blocks differ {}",
+                case.prefix_hit > 0 && p.logical_block != d.logical_block
+            ),
+            format!(
+                "prefix hit, last-token block {}",
+                case.prefix_hit > 0 && case.allocation == DecodeAllocation::WithLastToken
+            ),
         ];
         seen.extend(facts);
     }
@@ -321,6 +334,9 @@ fn the_generator_reaches_every_promised_shape() {
         "prefix hit",
         "fixed pool",
         "attention first",
+        "no mamba, lists end apart",
+        "prefix hit, logical blocks differ",
+        "prefix hit, last-token block",
     ] {
         expected.push(format!("{flag} true"));
         expected.push(format!("{flag} false"));
@@ -334,4 +350,20 @@ fn the_generator_reaches_every_promised_shape() {
     expected.push("layout Hnd".into());
     let missing: Vec<&String> = expected.iter().filter(|e| !seen.contains(*e)).collect();
     assert!(missing.is_empty(), "never drawn: {missing:?}");
+}
+
+/// Whether prefill's and decode's lists of a request end on different
+/// tokens, so that end-aligning them (vLLM 0.33.0) pairs the wrong tokens:
+/// with equal kernels, different logical blocks; with a kernel ratio, a
+/// decode logical block that prefill's does not divide.
+fn lists_end_apart(
+    prefill: &kvgeom::geometry::EngineGeometry,
+    decode: &kvgeom::geometry::EngineGeometry,
+) -> bool {
+    let ratio = decode.kernel_block / prefill.kernel_block;
+    if ratio <= 1 {
+        decode.ppl() != prefill.ppl()
+    } else {
+        (ratio * decode.ppl()) % prefill.ppl() != 0
+    }
 }

@@ -18,7 +18,7 @@ fn inputs(target: &str) -> Vec<PathBuf> {
     };
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file())
+        .filter(|p| p.is_file() && p.extension().is_none())
         .collect();
     files.sort();
     files
@@ -45,6 +45,43 @@ fn replay(target: &str, run: fn(&[u8])) -> usize {
         failed.join("\n")
     );
     files.len()
+}
+
+/// Every scenario input still decodes to the case it was minimized to (its
+/// `<name>.case` file, the case's `Debug` form). A generator change that
+/// shifts the decoding would otherwise turn the input into some other case
+/// and silently stop guarding the bug; re-minimize the crash from the
+/// `.case` file's geometry and replay command, then rewrite both files.
+#[test]
+fn scenario_regressions_still_decode_to_their_cases() {
+    let files = inputs("scenario");
+    assert!(
+        !files.is_empty(),
+        "tests/regressions/scenario/ holds no input"
+    );
+    for file in files {
+        let bytes = std::fs::read(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let case = GeneratedCase::from_bytes(&bytes).expect("the generator accepts any bytes");
+        let pinned_path = file.with_extension("case");
+        let decoded = format!("{case:?}\n");
+        if std::env::var_os("KVGEOM_PIN_REGRESSIONS").is_some() {
+            std::fs::write(&pinned_path, &decoded).expect("write the .case file");
+            continue;
+        }
+        let pinned = std::fs::read_to_string(&pinned_path).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (write it with KVGEOM_PIN_REGRESSIONS=1 cargo test --test regressions)",
+                pinned_path.display()
+            )
+        });
+        assert_eq!(
+            decoded,
+            pinned,
+            "{} no longer decodes to the case in {}",
+            file.display(),
+            pinned_path.display()
+        );
+    }
 }
 
 #[test]

@@ -151,12 +151,14 @@ impl Worker {
                     self.cfg.defect,
                 )
             } else {
+                // Decode's list counts prefill's (smaller) kernel blocks here,
+                // so decode's ppl does too.
                 align_from_first_token(
                     &local_ids,
                     &remote_ids,
                     &groups,
                     &prefix_skip,
-                    self.reg.ppl,
+                    self.reg.ppl * ratio,
                     engine.ppl,
                     self.cfg.defect,
                 )

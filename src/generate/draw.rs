@@ -9,10 +9,12 @@
 //! smallest value is the simplest choice, so exhausted input (and shrinking)
 //! yields a small MLA pull case.
 //!
-//! Where the handshake accepts a pair that vLLM 0.33.0's planner (which
-//! kvgeom reproduces) still transfers wrongly, the generator steers around
-//! it; each such place says "Known gap", and `docs/fuzzing.md` lists them
-//! with reproducer geometries in `docs/known-gaps/`.
+//! The generator also draws the regions where vLLM 0.33.0 transfers
+//! wrongly and kvgeom deliberately does not (different logical blocks
+//! without mamba, prefix hits on any logical blocks, the last-token block
+//! with a prefix hit, NHD pages gathered from replicated heads, which
+//! kvgeom refuses): the matching defect variants
+//! (`end-trim-alignment`, `replicated-heads-nhd-accepted`) fail there.
 
 use arbitrary::{Result, Unstructured};
 
@@ -32,6 +34,9 @@ const TP_BASES: [u32; 4] = [1, 2, 3, 4];
 const TP_FACTORS: [u32; 3] = [1, 2, 4];
 /// TP pairs that are not multiples of one another (refusals only).
 const NON_DIVISIBLE_TPS: [(u32, u32); 6] = [(2, 3), (3, 2), (3, 4), (4, 3), (4, 6), (6, 4)];
+/// `(prefill, decode)` TP pairs where a decode rank can gather replicated
+/// heads from several prefill ranks (a head count strictly between them).
+const GATHERING_TPS: [(u32, u32); 3] = [(4, 1), (8, 1), (8, 2)];
 /// Layer slots (shared KV tensors, one NIXL region each).
 pub const MAX_LAYER_SLOTS: u32 = 3;
 /// Mamba KV-cache groups next to the one attention group.
@@ -196,9 +201,6 @@ pub(crate) fn draw(u: &mut Unstructured<'_>, refusal: Option<Refusal>) -> Result
         model.mamba = Some(mamba);
     }
     let has_mamba = model.has_mamba();
-    if !has_mamba && !logical_blocks_pair_without_mamba(&prefill, &decode) {
-        decode.logical_block = d_kernel * prefill.ppl();
-    }
     // Decode compares its ppl with prefill's (times the gcd split).
     let pull_ppl_differs = decode.ppl() != prefill.ppl() * split;
     if refusal == Some(Refusal::PrefixCachingHeteroPpl) && !pull_ppl_differs {
@@ -235,12 +237,12 @@ pub(crate) fn draw(u: &mut Unstructured<'_>, refusal: Option<Refusal>) -> Result
     let pools = [draw_pool(u)?, draw_pool(u)?];
     let seed = u.arbitrary::<u64>()?;
     let mut prefix_hit = prefix_hit(&geometry, prompt_len, hit_blocks);
-    let allocation =
-        if with_last_token && last_token_block_pairs(&geometry, mode, split, prefix_hit) {
-            DecodeAllocation::WithLastToken
-        } else {
-            DecodeAllocation::Mainline
-        };
+    // The extra block of the recomputed last token only exists for hybrids.
+    let allocation = if with_last_token && geometry.model.has_mamba() {
+        DecodeAllocation::WithLastToken
+    } else {
+        DecodeAllocation::Mainline
+    };
     size_pools(&mut geometry, prompt_len, prefix_hit, allocation, pools);
     while case_bytes(&geometry, prompt_len, prefix_hit, allocation) > MAX_CASE_BYTES {
         if geometry.model.layer_slots > 1 {
@@ -289,8 +291,10 @@ fn draw_groups(u: &mut Unstructured<'_>, shape: &Shape) -> Result<Vec<GroupKind>
 
 /// `(prefill, decode)` TP sizes.
 fn draw_tp_sizes(u: &mut Unstructured<'_>, refusal: Option<Refusal>) -> Result<(u32, u32)> {
-    if refusal == Some(Refusal::TpNotDivisible) {
-        return pick(u, &NON_DIVISIBLE_TPS);
+    match refusal {
+        Some(Refusal::TpNotDivisible) => return pick(u, &NON_DIVISIBLE_TPS),
+        Some(Refusal::GatheredReplicatedHeadsNhd) => return pick(u, &GATHERING_TPS),
+        _ => {}
     }
     let small = pick(u, &TP_BASES)?;
     let mut factor = pick(u, &TP_FACTORS)?;
@@ -346,6 +350,9 @@ fn draw_attention(
         .filter(|&h| match refusal {
             Some(Refusal::TpNotDivisible) => true,
             Some(Refusal::ReplicatedKvMultiRead) => p_tp > h,
+            Some(Refusal::GatheredReplicatedHeadsNhd) => {
+                p_tp > h && multi_source_attention(p_tp, d_tp, h)
+            }
             Some(
                 Refusal::HeadSplitNeedsContiguousLayout
                 | Refusal::RatioWithMultiRead
@@ -399,14 +406,14 @@ fn draw_layouts(
             };
             return Ok((prefill, decode));
         }
-        Some(Refusal::HeadSplitNeedsContiguousLayout) => return Ok((KvLayout::Nhd, KvLayout::Nhd)),
+        Some(Refusal::HeadSplitNeedsContiguousLayout | Refusal::GatheredReplicatedHeadsNhd) => {
+            return Ok((KvLayout::Nhd, KvLayout::Nhd))
+        }
         _ => {}
     }
     // Token-major (NHD) pages only where no rank slices or assembles heads:
-    // equal TP sizes, or one replicated head on every rank of both engines.
-    // Known gap: the handshake also accepts NHD when prefill replicates
-    // heads and decode assembles several of them from different prefill
-    // ranks, and those transfers scramble heads (docs/fuzzing.md).
+    // equal TP sizes, or one replicated head on every rank of both engines
+    // (assembling replicated heads is the refusal above).
     let nhd_allowed = p_tp == d_tp || (p_tp > heads && d_tp > heads);
     let layout = match draw_layout(u)? {
         KvLayout::Nhd if nhd_allowed => KvLayout::Nhd,
@@ -416,7 +423,8 @@ fn draw_layouts(
 }
 
 /// Whether some decode rank reads its attention heads from more than one
-/// prefill rank (prefill TP larger, heads sharded over the sources).
+/// prefill rank (prefill TP larger; the sources' heads sharded, or
+/// replicated with more heads per decode rank than per prefill rank).
 fn multi_source_attention(p_tp: u32, d_tp: u32, heads: u32) -> bool {
     if p_tp <= d_tp {
         return false;
@@ -613,58 +621,10 @@ fn draw_pool(u: &mut Unstructured<'_>) -> Result<Option<u32>> {
     })
 }
 
-/// Known gap (vLLM 0.33.0's planner, reproduced by kvgeom): without mamba,
-/// prefill's list is end-trimmed to decode's length, which pairs the right
-/// tokens only when decode's (ratio-mapped, clipped) list ends where
-/// prefill's does. With equal kernel blocks that needs equal logical
-/// blocks (decode holding more kernel blocks is refused, fewer misaligns);
-/// with a kernel ratio, prefill's logical block must divide decode's.
-fn logical_blocks_pair_without_mamba(prefill: &EngineGeometry, decode: &EngineGeometry) -> bool {
-    let ratio = decode.kernel_block / prefill.kernel_block;
-    if ratio == 1 {
-        decode.ppl() == prefill.ppl()
-    } else {
-        (ratio * decode.ppl()) % prefill.ppl() == 0
-    }
-}
-
-/// Whether a hybrid decode may hold the block of the recomputed last token
-/// (`WithLastToken`); otherwise the case uses the mainline allocation.
-///
-/// Known gaps (vLLM 0.33.0, reproduced by kvgeom): in pull, decode zeroes
-/// blocks the transfer did not write only when the kernel ratio is above 1
-/// or the ppl differ, so that extra block keeps stale bytes otherwise; and
-/// with a prefix hit the extra block makes the attention counts equal, so
-/// both lists are front-trimmed and decode's suffix receives prefill's
-/// first tokens.
-fn last_token_block_pairs(geometry: &Geometry, mode: Mode, split: u32, prefix_hit: u32) -> bool {
-    if !geometry.model.has_mamba() {
-        return true;
-    }
-    prefix_hit == 0 && !(mode == Mode::Pull && stale_tail_unzeroed(geometry, split))
-}
-
-fn stale_tail_unzeroed(geometry: &Geometry, split: u32) -> bool {
-    let (p, d) = (&geometry.prefill, &geometry.decode);
-    let unit = if d.kernel_block % p.kernel_block == 0 {
-        p.kernel_block
-    } else {
-        gcd(p.kernel_block, d.kernel_block)
-    };
-    let post_process = d.kernel_block / unit > 1 || d.ppl() != p.ppl() * split;
-    !post_process
-}
-
 /// A prefix hit of whole decode blocks short of the transferred tokens,
 /// only with prefix caching on decode.
-///
-/// Known gap (vLLM 0.33.0's planner, reproduced by kvgeom): a prefix hit
-/// end-aligns prefill's list with decode's suffix, which pairs the right
-/// tokens only when both logical blocks hold the same tokens. Other
-/// geometries get no hit.
 fn prefix_hit(geometry: &Geometry, prompt_len: u32, hit_blocks: u32) -> u32 {
-    let (p, d) = (&geometry.prefill, &geometry.decode);
-    if !d.prefix_caching || d.logical_block != p.logical_block {
+    if !geometry.decode.prefix_caching {
         return 0;
     }
     let block = geometry.decode.logical_block;

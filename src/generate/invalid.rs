@@ -32,10 +32,14 @@ pub enum Refusal {
     /// Hybrid full attention whose heads come from several prefill ranks with
     /// a kernel ratio.
     HeadShardedWithRatio,
+    /// Token-major (NHD) pages on a hybrid whose decode rank gathers heads
+    /// from several prefill ranks that replicate them (vLLM 0.33.0 accepts
+    /// this and scrambles heads; kvgeom refuses it).
+    GatheredReplicatedHeadsNhd,
 }
 
 impl Refusal {
-    pub const ALL: [Refusal; 9] = [
+    pub const ALL: [Refusal; 10] = [
         Refusal::TpNotDivisible,
         Refusal::BlockSizeNotDivisible,
         Refusal::PrefixCachingHeteroPpl,
@@ -45,6 +49,7 @@ impl Refusal {
         Refusal::ReplicatedKvMultiRead,
         Refusal::RatioWithMultiRead,
         Refusal::HeadShardedWithRatio,
+        Refusal::GatheredReplicatedHeadsNhd,
     ];
 
     /// Text the refusal message must contain (the geometry's `expect_rejection`).
@@ -59,7 +64,7 @@ impl Refusal {
                 "Heterogeneous block sizes are not supported with host buffer"
             }
             Refusal::LayoutMismatch => "Heterogeneous TP expects same kv_cache_layout",
-            Refusal::HeadSplitNeedsContiguousLayout => {
+            Refusal::HeadSplitNeedsContiguousLayout | Refusal::GatheredReplicatedHeadsNhd => {
                 "head-dimension splitting requires contiguous heads"
             }
             Refusal::ReplicatedKvMultiRead => {
@@ -81,7 +86,8 @@ impl Refusal {
             | Refusal::HeadSplitNeedsContiguousLayout
             | Refusal::ReplicatedKvMultiRead
             | Refusal::RatioWithMultiRead
-            | Refusal::HeadShardedWithRatio => Some(true),
+            | Refusal::HeadShardedWithRatio
+            | Refusal::GatheredReplicatedHeadsNhd => Some(true),
             _ => None,
         }
     }
@@ -89,7 +95,9 @@ impl Refusal {
     /// `Some(true)`: a mamba hybrid; `Some(false)`: attention only.
     pub(crate) fn needs_mamba(self) -> Option<bool> {
         match self {
-            Refusal::PrefixCachingHeteroPpl | Refusal::HeadShardedWithRatio => Some(true),
+            Refusal::PrefixCachingHeteroPpl
+            | Refusal::HeadShardedWithRatio
+            | Refusal::GatheredReplicatedHeadsNhd => Some(true),
             Refusal::ReplicatedKvMultiRead | Refusal::RatioWithMultiRead => Some(false),
             _ => None,
         }
@@ -102,6 +110,7 @@ impl Refusal {
                 | Refusal::ReplicatedKvMultiRead
                 | Refusal::RatioWithMultiRead
                 | Refusal::HeadShardedWithRatio
+                | Refusal::GatheredReplicatedHeadsNhd
         )
     }
 
@@ -110,7 +119,8 @@ impl Refusal {
         match self {
             Refusal::ReplicatedKvMultiRead
             | Refusal::RatioWithMultiRead
-            | Refusal::HeadShardedWithRatio => Some(true),
+            | Refusal::HeadShardedWithRatio
+            | Refusal::GatheredReplicatedHeadsNhd => Some(true),
             _ => None,
         }
     }
