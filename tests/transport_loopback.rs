@@ -99,17 +99,11 @@ fn read_pulls_each_remote_row_into_its_paired_local_row() {
 fn read_and_write_move_bytes_in_opposite_directions() {
     for op in [XferOp::Read, XferOp::Write] {
         let mut t = Loopback::new();
-        let m = TwoArenas::new(&mut t);
-        let ids = mesh(
-            &mut t,
-            &["prefill", "decode"],
-            &[m.p_regions(), m.d_regions()],
-        )
-        .unwrap();
+        let (m, p, d) = prefill_and_decode(&mut t).unwrap();
         // D initiates: local = D row 0, remote = P row 0.
         transfer(
             &mut t,
-            ids[1],
+            d,
             op,
             &m.d_list(),
             &[0],
@@ -119,19 +113,19 @@ fn read_and_write_move_bytes_in_opposite_directions() {
             None,
         )
         .unwrap();
-        let (p, d) = (m.pa.snapshot(), m.da.snapshot());
+        let (p_bytes, d_bytes) = (m.pa.snapshot(), m.da.snapshot());
         match op {
             XferOp::Read => {
-                assert_eq!(p, pattern(1, 4096));
-                assert_eq!(&d[256..320], &pattern(1, 64)[..]);
+                assert_eq!(p_bytes, pattern(1, 4096));
+                assert_eq!(&d_bytes[256..320], &pattern(1, 64)[..]);
             }
             XferOp::Write => {
-                assert_eq!(d, pattern(2, 4096));
-                assert_eq!(&p[0..64], &pattern(2, 4096)[256..320]);
+                assert_eq!(d_bytes, pattern(2, 4096));
+                assert_eq!(&p_bytes[0..64], &pattern(2, 4096)[256..320]);
             }
         }
-        assert_eq!(t.take_notifications(ids[0]).unwrap(), []);
-        assert_eq!(t.take_notifications(ids[1]).unwrap(), []);
+        assert_eq!(t.take_notifications(p).unwrap(), []);
+        assert_eq!(t.take_notifications(d).unwrap(), []);
     }
 }
 
@@ -178,16 +172,10 @@ fn duplicate_destinations_are_accepted_and_the_last_pair_wins() {
     );
     // The scenario blanks the duplicate row; check the order here.
     let mut t = Loopback::new();
-    let m = TwoArenas::new(&mut t);
-    let ids = mesh(
-        &mut t,
-        &["prefill", "decode"],
-        &[m.p_regions(), m.d_regions()],
-    )
-    .unwrap();
+    let (m, p, _) = prefill_and_decode(&mut t).unwrap();
     transfer(
         &mut t,
-        ids[0],
+        p,
         XferOp::Write,
         &m.p_list(),
         &[0, 1, 2],
@@ -211,18 +199,12 @@ fn duplicate_destinations_are_accepted_and_the_last_pair_wins() {
 #[test]
 fn overlapping_destinations_are_accepted() {
     let mut t = Loopback::new();
-    let m = TwoArenas::new(&mut t);
-    let ids = mesh(
-        &mut t,
-        &["prefill", "decode"],
-        &[m.p_regions(), m.d_regions()],
-    )
-    .unwrap();
+    let (m, p, _) = prefill_and_decode(&mut t).unwrap();
     // D rows 0 (256..320) and 1 (300..364) overlap by 20 bytes.
     let d_rows = DescList::from_rows([row(&m.da, 256, 64), row(&m.da, 300, 64)]);
     transfer(
         &mut t,
-        ids[0],
+        p,
         XferOp::Write,
         &m.p_list(),
         &[0, 1],
@@ -458,25 +440,8 @@ fn an_agent_can_target_its_own_memory_by_name() {
 #[test]
 fn a_held_arena_guard_fails_the_post_instead_of_blocking() {
     let mut t = Loopback::new();
-    let m = TwoArenas::new(&mut t);
-    let ids = mesh(
-        &mut t,
-        &["prefill", "decode"],
-        &[m.p_regions(), m.d_regions()],
-    )
-    .unwrap();
-    let p = ids[0];
-    let lh = t
-        .prepare_dlist(p, &DlistTarget::Local, MemKind::Dram, &m.p_list())
-        .unwrap();
-    let rh = t
-        .prepare_dlist(
-            p,
-            &DlistTarget::Remote("decode".into()),
-            MemKind::Dram,
-            &m.d_list(),
-        )
-        .unwrap();
+    let (m, p, d) = prefill_and_decode(&mut t).unwrap();
+    let (lh, rh) = prepare_lists(&mut t, p, &m.p_list(), "decode", &m.d_list()).unwrap();
     let x = t
         .make_xfer(p, XferOp::Write, lh, &[0], rh, &[0], Some(b"n"))
         .unwrap();
@@ -486,7 +451,7 @@ fn a_held_arena_guard_fails_the_post_instead_of_blocking() {
     drop(guard);
     assert_eq!(t.xfer_state(p, x).unwrap(), XferState::InProgress);
     assert_eq!(m.da.snapshot(), pattern(2, 4096));
-    assert_eq!(t.take_notifications(ids[1]).unwrap(), []);
+    assert_eq!(t.take_notifications(d).unwrap(), []);
     // A read guard on the source does not block.
     let guard = m.pa.read();
     assert_eq!(t.post_xfer(p, x).unwrap(), XferState::Done);
@@ -497,25 +462,8 @@ fn a_held_arena_guard_fails_the_post_instead_of_blocking() {
 #[test]
 fn handles_have_a_lifecycle() {
     let mut t = Loopback::new();
-    let m = TwoArenas::new(&mut t);
-    let ids = mesh(
-        &mut t,
-        &["prefill", "decode"],
-        &[m.p_regions(), m.d_regions()],
-    )
-    .unwrap();
-    let p = ids[0];
-    let lh = t
-        .prepare_dlist(p, &DlistTarget::Local, MemKind::Dram, &m.p_list())
-        .unwrap();
-    let rh = t
-        .prepare_dlist(
-            p,
-            &DlistTarget::Remote("decode".into()),
-            MemKind::Dram,
-            &m.d_list(),
-        )
-        .unwrap();
+    let (m, p, d) = prefill_and_decode(&mut t).unwrap();
+    let (lh, rh) = prepare_lists(&mut t, p, &m.p_list(), "decode", &m.d_list()).unwrap();
     let x = t
         .make_xfer(p, XferOp::Write, lh, &[0], rh, &[0], None)
         .unwrap();
@@ -527,7 +475,7 @@ fn handles_have_a_lifecycle() {
     assert_eq!(t.post_xfer(p, x).unwrap(), XferState::Done);
     assert_eq!(&m.da.snapshot()[256..320], &[0xEE; 64][..]);
     // Other agents do not know this agent's handles.
-    let e = t.post_xfer(ids[1], x).unwrap_err();
+    let e = t.post_xfer(d, x).unwrap_err();
     assert!(matches!(e, NixlError::NotFound(_)), "{e}");
     t.release_xfer(p, x).unwrap();
     assert!(matches!(t.post_xfer(p, x), Err(NixlError::NotFound(_))));
@@ -615,17 +563,7 @@ fn recorded_byte_ranges_are_exactly_the_bytes_that_changed() {
     )
     .unwrap();
     // Made but never posted: must not count.
-    let lh = t
-        .prepare_dlist(d, &DlistTarget::Local, MemKind::Dram, &d_list)
-        .unwrap();
-    let rh = t
-        .prepare_dlist(
-            d,
-            &DlistTarget::Remote("prefill".into()),
-            MemKind::Dram,
-            &p_list,
-        )
-        .unwrap();
+    let (lh, rh) = prepare_lists(&mut t, d, &d_list, "prefill", &p_list).unwrap();
     t.make_xfer(d, XferOp::Read, lh, &[2], rh, &[2], None)
         .unwrap();
 

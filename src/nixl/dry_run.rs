@@ -2,8 +2,9 @@
 //! transfers but knows no memory. Used to replay vLLM traces (whose remote
 //! side has no memory) and to plan without allocating.
 
-use std::collections::HashMap;
-
+use super::agent_table::{AgentTable, NamedAgent};
+use super::checks::{check_xfer_ranges, check_xfer_sides};
+use super::handle_table::HandleTable;
 use super::{
     AgentId, DescList, DlistHandle, DlistTarget, MemKind, MemRegion, Nixl, NixlError, NixlResult,
     XferHandle, XferOp, XferState,
@@ -12,139 +13,69 @@ use super::{
 #[derive(Debug, Default)]
 struct Agent {
     name: String,
-    /// Handles share one counter per agent, starting at 1 (as vLLM's recorder does).
-    next_handle: u64,
-    dlists: HashMap<u64, (DlistTarget, u64)>,
-    xfers: HashMap<u64, bool>,
+    /// Each list's target and row count; whether each transfer was posted.
+    handles: HandleTable<Prepared, bool>,
     inbox: Vec<(String, Vec<u8>)>,
 }
 
-impl Agent {
-    fn next(&mut self) -> u64 {
-        self.next_handle += 1;
-        self.next_handle
+impl NamedAgent for Agent {
+    fn name(&self) -> &str {
+        &self.name
     }
 }
 
-/// Checks arguments, moves nothing.
+/// What the argument checks need of a prepared list.
+#[derive(Debug)]
+struct Prepared {
+    target: DlistTarget,
+    rows: u64,
+}
+
+/// Checks arguments, moves nothing. Agent names need not be unique; a
+/// notification goes to the first agent of the name, if any.
 #[derive(Debug, Default)]
 pub struct DryRun {
-    agents: Vec<Agent>,
+    agents: AgentTable<Agent>,
 }
 
 impl DryRun {
     pub fn new() -> Self {
         Self::default()
     }
-
-    fn agent(&mut self, agent: AgentId) -> NixlResult<&mut Agent> {
-        self.agents
-            .get_mut(agent.0 as usize)
-            .ok_or_else(|| NixlError::NotFound(format!("agent {}", agent.0)))
-    }
-}
-
-/// Agent names must be usable as NIXL names and as notification keys.
-pub(crate) fn check_agent_name(name: &str) -> NixlResult<()> {
-    if name.is_empty() || name.contains('\0') {
-        return Err(NixlError::InvalidParam(format!(
-            "agent name {name:?} must be non-empty and free of NUL bytes"
-        )));
-    }
-    Ok(())
-}
-
-/// NIXL's checks on a prepared transfer, shared by the in-process transports.
-pub(crate) fn check_xfer_ids(
-    local: (&DlistTarget, u64),
-    local_ids: &[u32],
-    remote: (&DlistTarget, u64),
-    remote_ids: &[u32],
-) -> NixlResult<()> {
-    check_xfer_sides(local.0, local_ids, remote.0, remote_ids)?;
-    check_xfer_ranges(local.1, local_ids, remote.1, remote_ids)
-}
-
-/// The checks NIXL makes first: the local handle was prepared locally, the
-/// remote one against a remote agent, and the index lists are non-empty and
-/// of equal length.
-pub(crate) fn check_xfer_sides(
-    local: &DlistTarget,
-    local_ids: &[u32],
-    remote: &DlistTarget,
-    remote_ids: &[u32],
-) -> NixlResult<()> {
-    if *local != DlistTarget::Local || matches!(remote, DlistTarget::Local) {
-        return Err(NixlError::InvalidParam(
-            "local handle must be prepared locally and remote handle against a remote agent".into(),
-        ));
-    }
-    if local_ids.is_empty() || local_ids.len() != remote_ids.len() {
-        return Err(NixlError::InvalidParam(format!(
-            "index lists differ in length or are empty: {} local vs {} remote",
-            local_ids.len(),
-            remote_ids.len()
-        )));
-    }
-    Ok(())
-}
-
-/// Every index must address a row of its prepared list (`*_len` rows).
-pub(crate) fn check_xfer_ranges(
-    local_len: u64,
-    local_ids: &[u32],
-    remote_len: u64,
-    remote_ids: &[u32],
-) -> NixlResult<()> {
-    if let Some(bad) = local_ids.iter().find(|&&i| u64::from(i) >= local_len) {
-        return Err(NixlError::InvalidParam(format!(
-            "local index {bad} out of range (list has {local_len} descriptors)"
-        )));
-    }
-    if let Some(bad) = remote_ids.iter().find(|&&i| u64::from(i) >= remote_len) {
-        return Err(NixlError::InvalidParam(format!(
-            "remote index {bad} out of range (list has {remote_len} descriptors)"
-        )));
-    }
-    Ok(())
 }
 
 impl Nixl for DryRun {
     fn create_agent(&mut self, name: &str) -> NixlResult<AgentId> {
-        self.agents.push(Agent {
+        self.agents.add(Agent {
             name: name.to_string(),
             ..Agent::default()
-        });
-        Ok(AgentId(self.agents.len() as u32 - 1))
+        })
     }
 
     fn agent_name(&self, agent: AgentId) -> NixlResult<String> {
-        self.agents
-            .get(agent.0 as usize)
-            .map(|a| a.name.clone())
-            .ok_or_else(|| NixlError::NotFound(format!("agent {}", agent.0)))
+        Ok(self.agents.get(agent)?.name.clone())
     }
 
     fn register_memory(&mut self, agent: AgentId, _regions: &[MemRegion]) -> NixlResult<()> {
-        self.agent(agent).map(|_| ())
+        self.agents.get(agent).map(|_| ())
     }
 
     fn deregister_memory(&mut self, agent: AgentId, _regions: &[MemRegion]) -> NixlResult<()> {
-        self.agent(agent).map(|_| ())
+        self.agents.get(agent).map(|_| ())
     }
 
     fn local_metadata(&mut self, agent: AgentId) -> NixlResult<Vec<u8>> {
-        Ok(self.agent(agent)?.name.clone().into_bytes())
+        Ok(self.agents.get(agent)?.name.clone().into_bytes())
     }
 
     fn add_remote_agent(&mut self, agent: AgentId, metadata: &[u8]) -> NixlResult<String> {
-        self.agent(agent)?;
+        self.agents.get(agent)?;
         String::from_utf8(metadata.to_vec())
             .map_err(|_| NixlError::InvalidParam("remote metadata is not an agent name".into()))
     }
 
     fn remove_remote_agent(&mut self, agent: AgentId, _remote: &str) -> NixlResult<()> {
-        self.agent(agent).map(|_| ())
+        self.agents.get(agent).map(|_| ())
     }
 
     fn prepare_dlist(
@@ -154,10 +85,11 @@ impl Nixl for DryRun {
         _mem: MemKind,
         list: &DescList,
     ) -> NixlResult<DlistHandle> {
-        let a = self.agent(agent)?;
-        let h = a.next();
-        a.dlists.insert(h, (target.clone(), list.len()));
-        Ok(DlistHandle(h))
+        let prepared = Prepared {
+            target: target.clone(),
+            rows: list.len(),
+        };
+        Ok(self.agents.get_mut(agent)?.handles.add_dlist(prepared))
     }
 
     fn make_xfer(
@@ -170,46 +102,36 @@ impl Nixl for DryRun {
         remote_ids: &[u32],
         _notification: Option<&[u8]>,
     ) -> NixlResult<XferHandle> {
-        let a = self.agent(agent)?;
-        let l = a
-            .dlists
-            .get(&local.0)
-            .ok_or_else(|| NixlError::InvalidParam(format!("unknown local handle {}", local.0)))?;
-        let r = a.dlists.get(&remote.0).ok_or_else(|| {
-            NixlError::InvalidParam(format!("unknown remote handle {}", remote.0))
-        })?;
-        check_xfer_ids((&l.0, l.1), local_ids, (&r.0, r.1), remote_ids)?;
-        let h = a.next();
-        a.xfers.insert(h, false);
-        Ok(XferHandle(h))
+        let handles = &mut self.agents.get_mut(agent)?.handles;
+        let (l, r) = handles.dlist_pair(local, remote)?;
+        check_xfer_sides(&l.target, local_ids, &r.target, remote_ids)?;
+        check_xfer_ranges(l.rows, local_ids, r.rows, remote_ids)?;
+        Ok(handles.add_xfer(false))
     }
 
     fn post_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState> {
-        let a = self.agent(agent)?;
-        let posted = a
-            .xfers
-            .get_mut(&xfer.0)
-            .ok_or_else(|| NixlError::NotFound(format!("transfer {}", xfer.0)))?;
-        *posted = true;
+        *self.agents.get_mut(agent)?.handles.xfer_mut(xfer)? = true;
         Ok(XferState::Done)
     }
 
     fn xfer_state(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState> {
-        let a = self.agent(agent)?;
-        match a.xfers.get(&xfer.0) {
-            Some(true) => Ok(XferState::Done),
-            Some(false) => Ok(XferState::InProgress),
-            None => Err(NixlError::NotFound(format!("transfer {}", xfer.0))),
-        }
+        let posted = *self.agents.get(agent)?.handles.xfer(xfer)?;
+        Ok(if posted {
+            XferState::Done
+        } else {
+            XferState::InProgress
+        })
     }
 
+    /// Releasing an unknown transfer is no error here.
     fn release_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<()> {
-        self.agent(agent)?.xfers.remove(&xfer.0);
+        let _ = self.agents.get_mut(agent)?.handles.remove_xfer(xfer);
         Ok(())
     }
 
+    /// Releasing an unknown list is no error here.
     fn release_dlist(&mut self, agent: AgentId, dlist: DlistHandle) -> NixlResult<()> {
-        self.agent(agent)?.dlists.remove(&dlist.0);
+        let _ = self.agents.get_mut(agent)?.handles.remove_dlist(dlist);
         Ok(())
     }
 
@@ -219,14 +141,17 @@ impl Nixl for DryRun {
         remote: &str,
         message: &[u8],
     ) -> NixlResult<()> {
-        let from = self.agent(agent)?.name.clone();
-        if let Some(target) = self.agents.iter_mut().find(|a| a.name == remote) {
-            target.inbox.push((from, message.to_vec()));
+        let from = self.agents.get(agent)?.name.clone();
+        if let Some(target) = self.agents.id_of(remote) {
+            self.agents
+                .get_mut(target)?
+                .inbox
+                .push((from, message.to_vec()));
         }
         Ok(())
     }
 
     fn take_notifications(&mut self, agent: AgentId) -> NixlResult<Vec<(String, Vec<u8>)>> {
-        Ok(std::mem::take(&mut self.agent(agent)?.inbox))
+        Ok(std::mem::take(&mut self.agents.get_mut(agent)?.inbox))
     }
 }

@@ -27,7 +27,9 @@ use std::sync::{RwLockReadGuard, RwLockWriteGuard};
 
 use serde::{Deserialize, Serialize};
 
-use super::dry_run::{check_agent_name, check_xfer_ranges, check_xfer_sides};
+use super::agent_table::{AgentTable, NamedAgent};
+use super::checks::{check_agent_name, check_xfer_ranges, check_xfer_sides};
+use super::handle_table::HandleTable;
 use super::loopback_device::{no_device_memory, DeviceCopy, DeviceSpace};
 use super::{
     AgentId, DescList, DescRow, DlistHandle, DlistTarget, MemKind, MemRegion, Nixl, NixlError,
@@ -58,7 +60,7 @@ pub struct Loopback {
     /// Sorted by base address.
     arenas: Vec<HostArena>,
     device: DeviceSpace,
-    agents: Vec<Agent>,
+    agents: AgentTable<Agent>,
 }
 
 #[derive(Debug, Default)]
@@ -68,19 +70,17 @@ struct Agent {
     remotes: HashMap<String, Remote>,
     /// Counts first-time loads of remote metadata; names each load's epoch.
     loads: u64,
-    /// Dlists and transfers share one counter, starting at 1.
-    next_handle: u64,
-    dlists: HashMap<u64, Prepared>,
-    xfers: HashMap<u64, Xfer>,
+    handles: HandleTable<Prepared, Xfer>,
     inbox: Vec<(String, Vec<u8>)>,
 }
 
-impl Agent {
-    fn next(&mut self) -> u64 {
-        self.next_handle += 1;
-        self.next_handle
+impl NamedAgent for Agent {
+    fn name(&self) -> &str {
+        &self.name
     }
+}
 
+impl Agent {
     /// The epoch a list prepared against `name` now would get: `Some(None)`
     /// for the agent's own name, `Some(Some(e))` for a loaded remote.
     fn epoch_of(&self, name: &str) -> Option<Option<u64>> {
@@ -173,22 +173,6 @@ impl Loopback {
                 .is_some(),
         }
     }
-
-    fn agent(&self, agent: AgentId) -> NixlResult<&Agent> {
-        self.agents
-            .get(agent.0 as usize)
-            .ok_or_else(|| NixlError::NotFound(format!("agent {} does not exist", agent.0)))
-    }
-
-    fn agent_mut(&mut self, agent: AgentId) -> NixlResult<&mut Agent> {
-        self.agents
-            .get_mut(agent.0 as usize)
-            .ok_or_else(|| NixlError::NotFound(format!("agent {} does not exist", agent.0)))
-    }
-
-    fn agent_index(&self, name: &str) -> Option<usize> {
-        self.agents.iter().position(|a| a.name == name)
-    }
 }
 
 /// Where `[addr, addr + len)` lies among the arenas, if entirely inside one.
@@ -201,13 +185,6 @@ fn place(arenas: &[HostArena], addr: u64, len: u64) -> Option<Place> {
             let offset = usize::try_from(addr - arenas[i].base()).ok()?;
             Some(Place { arena: i, offset })
         })
-}
-
-fn describe(region: &MemRegion) -> String {
-    format!(
-        "{:?} region {:#x}+{} (dev {})",
-        region.mem, region.addr, region.len, region.dev
-    )
 }
 
 /// Whether `region` holds `[addr, end)` of memory type `mem` on device `dev`.
@@ -354,33 +331,24 @@ fn stale_remote(name: &str) -> NixlError {
 
 impl Nixl for Loopback {
     fn create_agent(&mut self, name: &str) -> NixlResult<AgentId> {
-        check_agent_name(name)?;
-        if self.agent_index(name).is_some() {
-            return Err(NixlError::InvalidParam(format!(
-                "an agent named '{name}' already exists in this transport"
-            )));
-        }
-        let id = u32::try_from(self.agents.len())
-            .map_err(|_| NixlError::InvalidParam("too many agents".into()))?;
-        self.agents.push(Agent {
+        self.agents.check_new_name(name)?;
+        self.agents.add(Agent {
             name: name.to_string(),
             ..Agent::default()
-        });
-        Ok(AgentId(id))
+        })
     }
 
     fn agent_name(&self, agent: AgentId) -> NixlResult<String> {
-        Ok(self.agent(agent)?.name.clone())
+        Ok(self.agents.get(agent)?.name.clone())
     }
 
     fn register_memory(&mut self, agent: AgentId, regions: &[MemRegion]) -> NixlResult<()> {
-        self.agent(agent)?;
+        self.agents.get(agent)?;
         for region in regions {
             if region.mem == MemKind::Vram && self.device.is_empty() {
                 return Err(NixlError::Unsupported(format!(
-                    "{}; cannot register {}",
-                    no_device_memory(),
-                    describe(region)
+                    "{}; cannot register {region}",
+                    no_device_memory()
                 )));
             }
             if !self.holds(region) {
@@ -389,23 +357,24 @@ impl Nixl for Loopback {
                     MemKind::Vram => "any device buffer",
                 };
                 return Err(NixlError::InvalidParam(format!(
-                    "{} is not inside {owner} attached to the transport",
-                    describe(region)
+                    "{region} is not inside {owner} attached to the transport"
                 )));
             }
         }
-        self.agent_mut(agent)?.regions.extend_from_slice(regions);
+        self.agents
+            .get_mut(agent)?
+            .regions
+            .extend_from_slice(regions);
         Ok(())
     }
 
     fn deregister_memory(&mut self, agent: AgentId, regions: &[MemRegion]) -> NixlResult<()> {
-        let a = self.agent_mut(agent)?;
+        let a = self.agents.get_mut(agent)?;
         let mut remaining = a.regions.clone();
         for region in regions {
             let at = remaining.iter().position(|r| r == region).ok_or_else(|| {
                 NixlError::NotFound(format!(
-                    "{} is not registered with agent '{}'",
-                    describe(region),
+                    "{region} is not registered with agent '{}'",
                     a.name
                 ))
             })?;
@@ -416,7 +385,7 @@ impl Nixl for Loopback {
     }
 
     fn local_metadata(&mut self, agent: AgentId) -> NixlResult<Vec<u8>> {
-        let a = self.agent(agent)?;
+        let a = self.agents.get(agent)?;
         let metadata = Metadata {
             format: METADATA_FORMAT.to_string(),
             agent: a.name.clone(),
@@ -427,7 +396,7 @@ impl Nixl for Loopback {
     }
 
     fn add_remote_agent(&mut self, agent: AgentId, metadata: &[u8]) -> NixlResult<String> {
-        self.agent(agent)?;
+        self.agents.get(agent)?;
         if metadata.is_empty() {
             return Err(NixlError::InvalidParam("remote metadata is empty".into()));
         }
@@ -443,12 +412,11 @@ impl Nixl for Loopback {
         check_agent_name(&parsed.agent)?;
         if let Some(outside) = parsed.regions.iter().find(|r| !self.holds(r)) {
             return Err(NixlError::InvalidParam(format!(
-                "remote agent '{}' advertises {} outside this transport's memory",
-                parsed.agent,
-                describe(outside)
+                "remote agent '{}' advertises {outside} outside this transport's memory",
+                parsed.agent
             )));
         }
-        let a = self.agent_mut(agent)?;
+        let a = self.agents.get_mut(agent)?;
         if parsed.agent == a.name {
             return Err(NixlError::InvalidParam(format!(
                 "agent '{}' cannot load its own metadata",
@@ -473,7 +441,7 @@ impl Nixl for Loopback {
     }
 
     fn remove_remote_agent(&mut self, agent: AgentId, remote: &str) -> NixlResult<()> {
-        let a = self.agent_mut(agent)?;
+        let a = self.agents.get_mut(agent)?;
         a.remotes.remove(remote).map(|_| ()).ok_or_else(|| {
             NixlError::InvalidParam(format!(
                 "agent '{}' has no metadata loaded for '{remote}'",
@@ -489,7 +457,7 @@ impl Nixl for Loopback {
         mem: MemKind,
         list: &DescList,
     ) -> NixlResult<DlistHandle> {
-        let a = self.agent(agent)?;
+        let a = self.agents.get(agent)?;
         if mem == MemKind::Vram && self.device.is_empty() {
             return Err(NixlError::Unsupported(format!(
                 "{}; cannot prepare a {mem:?} list",
@@ -527,10 +495,7 @@ impl Nixl for Loopback {
             mem,
             list: list.clone(),
         };
-        let a = self.agent_mut(agent)?;
-        let handle = a.next();
-        a.dlists.insert(handle, prepared);
-        Ok(DlistHandle(handle))
+        Ok(self.agents.get_mut(agent)?.handles.add_dlist(prepared))
     }
 
     fn make_xfer(
@@ -543,13 +508,8 @@ impl Nixl for Loopback {
         remote_ids: &[u32],
         notification: Option<&[u8]>,
     ) -> NixlResult<XferHandle> {
-        let a = self.agent(agent)?;
-        let l = a.dlists.get(&local.0).ok_or_else(|| {
-            NixlError::InvalidParam(format!("unknown local dlist handle {}", local.0))
-        })?;
-        let r = a.dlists.get(&remote.0).ok_or_else(|| {
-            NixlError::InvalidParam(format!("unknown remote dlist handle {}", remote.0))
-        })?;
+        let a = self.agents.get(agent)?;
+        let (l, r) = a.handles.dlist_pair(local, remote)?;
         check_xfer_sides(&l.target, local_ids, &r.target, remote_ids)?;
         let remote_name = match &r.target {
             DlistTarget::Remote(name) => name.clone(),
@@ -624,68 +584,52 @@ impl Nixl for Loopback {
             device_copies,
             posted: false,
         };
-        let a = self.agent_mut(agent)?;
-        let handle = a.next();
-        a.xfers.insert(handle, xfer);
-        Ok(XferHandle(handle))
+        Ok(self.agents.get_mut(agent)?.handles.add_xfer(xfer))
     }
 
     fn post_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState> {
-        let a = self.agent(agent)?;
-        let x = a
-            .xfers
-            .get(&xfer.0)
-            .ok_or_else(|| NixlError::NotFound(format!("unknown transfer handle {}", xfer.0)))?;
+        let a = self.agents.get(agent)?;
+        let x = a.handles.xfer(xfer)?;
         if a.epoch_of(&x.remote) != Some(x.epoch) {
             return Err(stale_remote(&x.remote));
         }
-        let target = match &x.notification {
-            Some(_) => Some(self.agent_index(&x.remote).ok_or_else(|| {
-                NixlError::NotFound(format!(
-                    "remote agent '{}' is not an agent of this transport",
-                    x.remote
-                ))
-            })?),
+        let delivery = match &x.notification {
+            Some(message) => {
+                let target = self.agents.id_of(&x.remote).ok_or_else(|| {
+                    NixlError::NotFound(format!(
+                        "remote agent '{}' is not an agent of this transport",
+                        x.remote
+                    ))
+                })?;
+                Some((target, (a.name.clone(), message.clone())))
+            }
             None => None,
         };
         run_copies(&self.arenas, &x.copies)?;
         self.device.run(&x.device_copies)?;
-        let from = a.name.clone();
-        let message = x.notification.clone();
-        if let (Some(target), Some(message)) = (target, message) {
-            self.agents[target].inbox.push((from, message));
+        if let Some((target, notification)) = delivery {
+            self.agents.get_mut(target)?.inbox.push(notification);
         }
-        if let Some(x) = self.agent_mut(agent)?.xfers.get_mut(&xfer.0) {
-            x.posted = true;
-        }
+        self.agents.get_mut(agent)?.handles.xfer_mut(xfer)?.posted = true;
         Ok(XferState::Done)
     }
 
     fn xfer_state(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState> {
-        match self.agent(agent)?.xfers.get(&xfer.0) {
-            Some(x) if x.posted => Ok(XferState::Done),
-            Some(_) => Ok(XferState::InProgress),
-            None => Err(NixlError::NotFound(format!(
-                "unknown transfer handle {}",
-                xfer.0
-            ))),
-        }
+        Ok(if self.agents.get(agent)?.handles.xfer(xfer)?.posted {
+            XferState::Done
+        } else {
+            XferState::InProgress
+        })
     }
 
     fn release_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<()> {
-        self.agent_mut(agent)?
-            .xfers
-            .remove(&xfer.0)
-            .map(|_| ())
-            .ok_or_else(|| NixlError::NotFound(format!("unknown transfer handle {}", xfer.0)))
+        self.agents.get_mut(agent)?.handles.remove_xfer(xfer)?;
+        Ok(())
     }
 
     fn release_dlist(&mut self, agent: AgentId, dlist: DlistHandle) -> NixlResult<()> {
-        self.agent_mut(agent)?
-            .dlists
-            .remove(&dlist.0)
-            .map(|_| ())
-            .ok_or_else(|| NixlError::NotFound(format!("unknown dlist handle {}", dlist.0)))
+        self.agents.get_mut(agent)?.handles.remove_dlist(dlist)?;
+        Ok(())
     }
 
     fn send_notification(
@@ -694,7 +638,7 @@ impl Nixl for Loopback {
         remote: &str,
         message: &[u8],
     ) -> NixlResult<()> {
-        let a = self.agent(agent)?;
+        let a = self.agents.get(agent)?;
         if a.epoch_of(remote).is_none() {
             return Err(NixlError::NotFound(format!(
                 "agent '{}' has no metadata loaded for '{remote}'",
@@ -702,15 +646,18 @@ impl Nixl for Loopback {
             )));
         }
         let from = a.name.clone();
-        let target = self.agent_index(remote).ok_or_else(|| {
+        let target = self.agents.id_of(remote).ok_or_else(|| {
             NixlError::NotFound(format!("'{remote}' is not an agent of this transport"))
         })?;
-        self.agents[target].inbox.push((from, message.to_vec()));
+        self.agents
+            .get_mut(target)?
+            .inbox
+            .push((from, message.to_vec()));
         Ok(())
     }
 
     fn take_notifications(&mut self, agent: AgentId) -> NixlResult<Vec<(String, Vec<u8>)>> {
-        Ok(std::mem::take(&mut self.agent_mut(agent)?.inbox))
+        Ok(std::mem::take(&mut self.agents.get_mut(agent)?.inbox))
     }
 }
 

@@ -3,8 +3,11 @@
 //! (records only, moves nothing), the real agent over nixl-sys (feature
 //! `nixl`) and the [`Recording`] wrapper the oracles read.
 
+mod agent_table;
+mod checks;
 pub mod desc;
 pub mod dry_run;
+mod handle_table;
 pub mod loopback;
 mod loopback_device;
 #[cfg(feature = "nixl")]
@@ -73,6 +76,16 @@ pub struct MemRegion {
     pub len: u64,
     pub mem: MemKind,
     pub dev: u32,
+}
+
+impl std::fmt::Display for MemRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:?} region {:#x}+{} (dev {})",
+            self.mem, self.addr, self.len, self.dev
+        )
+    }
 }
 
 /// Errors, with the same kinds real NIXL returns.

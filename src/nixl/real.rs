@@ -24,11 +24,10 @@
 //! are not `Send`, so neither is `RealNixl`: it stays on the thread that
 //! created it. A parallel sweep creates one per worker thread.
 
-use std::collections::HashMap;
-
 use nixl_sys as sys;
 
-use super::dry_run::check_agent_name;
+use super::agent_table::{AgentTable, NamedAgent};
+use super::handle_table::HandleTable;
 use super::{
     AgentId, DescList, DlistHandle, DlistTarget, MemKind, MemRegion, Nixl, NixlError, NixlResult,
     XferHandle, XferOp, XferState,
@@ -47,7 +46,7 @@ const INSTALL_HINT: &str = "install it with `scripts/install-nixl-runtime.sh`, t
 pub struct RealNixl {
     // Fields drop in order: agents (with their requests, handles and
     // registrations) before the memory they point into.
-    agents: Vec<RealAgent>,
+    agents: AgentTable<RealAgent>,
     arenas: Vec<HostArena>,
     #[cfg(feature = "cuda")]
     device_arenas: Vec<crate::memory::DeviceArena>,
@@ -56,18 +55,18 @@ pub struct RealNixl {
 
 struct RealAgent {
     name: String,
-    next_handle: u64,
     // Requests, prepared lists and registrations must go before `agent`
     // (fields drop in declaration order; prepared lists hold a raw pointer
-    // to the agent).
-    xfers: HashMap<u64, sys::XferRequest>,
-    dlists: HashMap<u64, Prepared>,
+    // to the agent). The table drops its requests before its lists.
+    handles: HandleTable<sys::XferDlistHandle, sys::XferRequest>,
     registrations: Vec<(MemRegion, sys::RegistrationHandle)>,
     agent: sys::Agent,
 }
 
-struct Prepared {
-    handle: sys::XferDlistHandle,
+impl NamedAgent for RealAgent {
+    fn name(&self) -> &str {
+        &self.name
+    }
 }
 
 /// A registered range, as nixl-sys wants to see it.
@@ -137,13 +136,6 @@ fn to_i32_ids(ids: &[u32], side: &str) -> NixlResult<Vec<i32>> {
         .collect()
 }
 
-fn describe(region: &MemRegion) -> String {
-    format!(
-        "{:?} region {:#x}+{} (dev {})",
-        region.mem, region.addr, region.len, region.dev
-    )
-}
-
 impl RealNixl {
     /// Check that the NIXL runtime loads and offers the UCX backend.
     pub fn new() -> NixlResult<Self> {
@@ -165,7 +157,7 @@ impl RealNixl {
             )));
         }
         Ok(Self {
-            agents: Vec::new(),
+            agents: AgentTable::default(),
             arenas: Vec::new(),
             #[cfg(feature = "cuda")]
             device_arenas: Vec::new(),
@@ -192,8 +184,7 @@ impl RealNixl {
     pub unsafe fn attach_device_memory(&mut self, region: MemRegion) -> NixlResult<()> {
         if region.mem != MemKind::Vram {
             return Err(NixlError::InvalidParam(format!(
-                "{} is host memory: attach its HostArena instead",
-                describe(&region)
+                "{region} is host memory: attach its HostArena instead"
             )));
         }
         self.device_memory.push(region);
@@ -212,18 +203,6 @@ impl RealNixl {
         // (field order): the guarantee `attach_device_memory` asks for.
         self.device_memory.push(arena.region());
         self.device_arenas.push(arena);
-    }
-
-    fn agent(&self, agent: AgentId) -> NixlResult<&RealAgent> {
-        self.agents
-            .get(agent.0 as usize)
-            .ok_or_else(|| NixlError::NotFound(format!("agent {} does not exist", agent.0)))
-    }
-
-    fn agent_mut(&mut self, agent: AgentId) -> NixlResult<&mut RealAgent> {
-        self.agents
-            .get_mut(agent.0 as usize)
-            .ok_or_else(|| NixlError::NotFound(format!("agent {} does not exist", agent.0)))
     }
 
     /// Whether the transport owns the memory `region` points at.
@@ -258,11 +237,6 @@ impl std::fmt::Debug for RealNixl {
 }
 
 impl RealAgent {
-    fn next(&mut self) -> u64 {
-        self.next_handle += 1;
-        self.next_handle
-    }
-
     fn err<'a>(&'a self, what: &'a str) -> impl FnOnce(sys::NixlError) -> NixlError + 'a {
         move |e| nixl_error(format!("{what} on agent '{}'", self.name), e)
     }
@@ -272,11 +246,10 @@ impl Drop for RealNixl {
     fn drop(&mut self) {
         // Disconnect every agent from its peers while all of them still
         // exist, so that no agent reaches for one already destroyed.
-        for a in &mut self.agents {
-            a.xfers.clear();
-            a.dlists.clear();
+        for a in self.agents.iter_mut() {
+            a.handles.clear();
         }
-        for a in &self.agents {
+        for a in self.agents.iter() {
             // Nothing to report to at this point; a failure only means the
             // peer was already forgotten.
             let _ = a.agent.invalidate_all_remotes();
@@ -286,14 +259,7 @@ impl Drop for RealNixl {
 
 impl Nixl for RealNixl {
     fn create_agent(&mut self, name: &str) -> NixlResult<AgentId> {
-        check_agent_name(name)?;
-        if self.agents.iter().any(|a| a.name == name) {
-            return Err(NixlError::InvalidParam(format!(
-                "an agent named '{name}' already exists in this transport"
-            )));
-        }
-        let id = u32::try_from(self.agents.len())
-            .map_err(|_| NixlError::InvalidParam("too many agents".into()))?;
+        self.agents.check_new_name(name)?;
         let agent =
             sys::Agent::new(name).map_err(|e| nixl_error(format!("creating agent '{name}'"), e))?;
         let (_mems, params) = agent
@@ -305,23 +271,20 @@ impl Nixl for RealNixl {
                  agents set UCX_TLS=tcp,sm,self and UCX_NET_DEVICES=lo (.nixl-runtime/env.sh does)"
             ))
         })?;
-        self.agents.push(RealAgent {
+        self.agents.add(RealAgent {
             name: name.to_string(),
-            next_handle: 0,
-            xfers: HashMap::new(),
-            dlists: HashMap::new(),
+            handles: HandleTable::default(),
             registrations: Vec::new(),
             agent,
-        });
-        Ok(AgentId(id))
+        })
     }
 
     fn agent_name(&self, agent: AgentId) -> NixlResult<String> {
-        Ok(self.agent(agent)?.name.clone())
+        Ok(self.agents.get(agent)?.name.clone())
     }
 
     fn register_memory(&mut self, agent: AgentId, regions: &[MemRegion]) -> NixlResult<()> {
-        self.agent(agent)?;
+        self.agents.get(agent)?;
         let mut raw = Vec::with_capacity(regions.len());
         for region in regions {
             if !self.owns(region) {
@@ -330,8 +293,7 @@ impl Nixl for RealNixl {
                     MemKind::Vram => "device memory attached to the transport",
                 };
                 return Err(NixlError::InvalidParam(format!(
-                    "{} is not inside {owner}",
-                    describe(region)
+                    "{region} is not inside {owner}"
                 )));
             }
             raw.push(RawMemory {
@@ -341,14 +303,14 @@ impl Nixl for RealNixl {
                 dev: region.dev.into(),
             });
         }
-        let a = self.agent_mut(agent)?;
+        let a = self.agents.get_mut(agent)?;
         let mut added = Vec::with_capacity(regions.len());
         for (region, memory) in regions.iter().zip(&raw) {
             // On failure `added` drops, deregistering this call's regions.
             let handle = a
                 .agent
                 .register_memory(memory, None)
-                .map_err(|e| nixl_error(format!("registering {}", describe(region)), e))?;
+                .map_err(|e| nixl_error(format!("registering {region}"), e))?;
             added.push((*region, handle));
         }
         a.registrations.extend(added);
@@ -356,7 +318,7 @@ impl Nixl for RealNixl {
     }
 
     fn deregister_memory(&mut self, agent: AgentId, regions: &[MemRegion]) -> NixlResult<()> {
-        let a = self.agent_mut(agent)?;
+        let a = self.agents.get_mut(agent)?;
         let mut picked: Vec<usize> = Vec::with_capacity(regions.len());
         for region in regions {
             let at = a
@@ -366,8 +328,7 @@ impl Nixl for RealNixl {
                 .position(|(i, (r, _))| r == region && !picked.contains(&i))
                 .ok_or_else(|| {
                     NixlError::NotFound(format!(
-                        "{} is not registered with agent '{}'",
-                        describe(region),
+                        "{region} is not registered with agent '{}'",
                         a.name
                     ))
                 })?;
@@ -382,19 +343,19 @@ impl Nixl for RealNixl {
     }
 
     fn local_metadata(&mut self, agent: AgentId) -> NixlResult<Vec<u8>> {
-        let a = self.agent(agent)?;
+        let a = self.agents.get(agent)?;
         a.agent.get_local_md().map_err(a.err("exporting metadata"))
     }
 
     fn add_remote_agent(&mut self, agent: AgentId, metadata: &[u8]) -> NixlResult<String> {
-        let a = self.agent(agent)?;
+        let a = self.agents.get(agent)?;
         a.agent
             .load_remote_md(metadata)
             .map_err(a.err("loading remote metadata"))
     }
 
     fn remove_remote_agent(&mut self, agent: AgentId, remote: &str) -> NixlResult<()> {
-        let a = self.agent(agent)?;
+        let a = self.agents.get(agent)?;
         a.agent
             .invalidate_remote_md(remote)
             .map_err(a.err(&format!("removing remote agent '{remote}'")))
@@ -407,7 +368,7 @@ impl Nixl for RealNixl {
         mem: MemKind,
         list: &DescList,
     ) -> NixlResult<DlistHandle> {
-        let a = self.agent(agent)?;
+        let a = self.agents.get(agent)?;
         let mut rows =
             sys::XferDescList::new(mem_type(mem)).map_err(a.err("creating a descriptor list"))?;
         for (id, run) in list.runs().iter().enumerate() {
@@ -438,10 +399,7 @@ impl Nixl for RealNixl {
                 "preparing {} descriptors against {target:?}",
                 list.len()
             )))?;
-        let a = self.agent_mut(agent)?;
-        let id = a.next();
-        a.dlists.insert(id, Prepared { handle });
-        Ok(DlistHandle(id))
+        Ok(self.agents.get_mut(agent)?.handles.add_dlist(handle))
     }
 
     fn make_xfer(
@@ -454,13 +412,8 @@ impl Nixl for RealNixl {
         remote_ids: &[u32],
         notification: Option<&[u8]>,
     ) -> NixlResult<XferHandle> {
-        let a = self.agent(agent)?;
-        let l = a.dlists.get(&local.0).ok_or_else(|| {
-            NixlError::InvalidParam(format!("unknown local dlist handle {}", local.0))
-        })?;
-        let r = a.dlists.get(&remote.0).ok_or_else(|| {
-            NixlError::InvalidParam(format!("unknown remote dlist handle {}", remote.0))
-        })?;
+        let a = self.agents.get(agent)?;
+        let (l, r) = a.handles.dlist_pair(local, remote)?;
         let lids = to_i32_ids(local_ids, "local")?;
         let rids = to_i32_ids(remote_ids, "remote")?;
         let args = match notification {
@@ -479,25 +432,19 @@ impl Nixl for RealNixl {
         };
         let request = a
             .agent
-            .make_xfer_req(sys_op, &l.handle, &lids, &r.handle, &rids, args.as_ref())
+            .make_xfer_req(sys_op, l, &lids, r, &rids, args.as_ref())
             .map_err(a.err(&format!(
                 "making a {} of {} local / {} remote ids",
                 op.as_str(),
                 lids.len(),
                 rids.len()
             )))?;
-        let a = self.agent_mut(agent)?;
-        let id = a.next();
-        a.xfers.insert(id, request);
-        Ok(XferHandle(id))
+        Ok(self.agents.get_mut(agent)?.handles.add_xfer(request))
     }
 
     fn post_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState> {
-        let a = self.agent(agent)?;
-        let request = a
-            .xfers
-            .get(&xfer.0)
-            .ok_or_else(|| NixlError::NotFound(format!("unknown transfer handle {}", xfer.0)))?;
+        let a = self.agents.get(agent)?;
+        let request = a.handles.xfer(xfer)?;
         let in_progress = a
             .agent
             .post_xfer_req(request, None)
@@ -510,11 +457,8 @@ impl Nixl for RealNixl {
     }
 
     fn xfer_state(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState> {
-        let a = self.agent(agent)?;
-        let request = a
-            .xfers
-            .get(&xfer.0)
-            .ok_or_else(|| NixlError::NotFound(format!("unknown transfer handle {}", xfer.0)))?;
+        let a = self.agents.get(agent)?;
+        let request = a.handles.xfer(xfer)?;
         match a
             .agent
             .get_xfer_status(request)
@@ -526,19 +470,13 @@ impl Nixl for RealNixl {
     }
 
     fn release_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<()> {
-        self.agent_mut(agent)?
-            .xfers
-            .remove(&xfer.0)
-            .map(|_| ())
-            .ok_or_else(|| NixlError::NotFound(format!("unknown transfer handle {}", xfer.0)))
+        self.agents.get_mut(agent)?.handles.remove_xfer(xfer)?;
+        Ok(())
     }
 
     fn release_dlist(&mut self, agent: AgentId, dlist: DlistHandle) -> NixlResult<()> {
-        self.agent_mut(agent)?
-            .dlists
-            .remove(&dlist.0)
-            .map(|_| ())
-            .ok_or_else(|| NixlError::NotFound(format!("unknown dlist handle {}", dlist.0)))
+        self.agents.get_mut(agent)?.handles.remove_dlist(dlist)?;
+        Ok(())
     }
 
     fn send_notification(
@@ -547,14 +485,14 @@ impl Nixl for RealNixl {
         remote: &str,
         message: &[u8],
     ) -> NixlResult<()> {
-        let a = self.agent(agent)?;
+        let a = self.agents.get(agent)?;
         a.agent
             .send_notification(remote, message, None)
             .map_err(a.err(&format!("notifying '{remote}'")))
     }
 
     fn take_notifications(&mut self, agent: AgentId) -> NixlResult<Vec<(String, Vec<u8>)>> {
-        let a = self.agent(agent)?;
+        let a = self.agents.get(agent)?;
         let mut map = sys::NotificationMap::new().map_err(a.err("creating a notification map"))?;
         a.agent
             .get_notifications(&mut map, None)

@@ -193,6 +193,25 @@ pub fn mesh<T: HostTransport>(
     Ok(ids)
 }
 
+/// Prepare two DRAM lists on `agent`: `local` against its own memory,
+/// `remote` against `remote_agent`'s.
+pub fn prepare_lists<T: Nixl + ?Sized>(
+    t: &mut T,
+    agent: AgentId,
+    local: &DescList,
+    remote_agent: &str,
+    remote: &DescList,
+) -> NixlResult<(DlistHandle, DlistHandle)> {
+    let lh = t.prepare_dlist(agent, &DlistTarget::Local, MemKind::Dram, local)?;
+    let rh = t.prepare_dlist(
+        agent,
+        &DlistTarget::Remote(remote_agent.into()),
+        MemKind::Dram,
+        remote,
+    )?;
+    Ok((lh, rh))
+}
+
 /// Prepare, make, post and wait; returns the transfer handle.
 #[allow(clippy::too_many_arguments)]
 pub fn transfer<T: HostTransport>(
@@ -206,17 +225,8 @@ pub fn transfer<T: HostTransport>(
     remote_ids: &[u32],
     notification: Option<&[u8]>,
 ) -> Result<XferHandle, String> {
-    let lh = t
-        .prepare_dlist(initiator, &DlistTarget::Local, MemKind::Dram, local)
-        .map_err(ctx("prepare local"))?;
-    let rh = t
-        .prepare_dlist(
-            initiator,
-            &DlistTarget::Remote(remote_agent.into()),
-            MemKind::Dram,
-            remote,
-        )
-        .map_err(ctx("prepare remote"))?;
+    let (lh, rh) =
+        prepare_lists(t, initiator, local, remote_agent, remote).map_err(ctx("prepare"))?;
     let x = t
         .make_xfer(initiator, op, lh, local_ids, rh, remote_ids, notification)
         .map_err(ctx("make"))?;
@@ -261,15 +271,23 @@ impl TwoArenas {
     }
 }
 
+/// [`TwoArenas`] with agents "prefill" (owning `pa`) and "decode" (owning
+/// `da`), each with the other's metadata loaded; returns the arenas, P and D.
+pub fn prefill_and_decode<T: HostTransport>(
+    t: &mut T,
+) -> Result<(TwoArenas, AgentId, AgentId), String> {
+    let m = TwoArenas::new(t);
+    let ids = mesh(t, &["prefill", "decode"], &[m.p_regions(), m.d_regions()])?;
+    Ok((m, ids[0], ids[1]))
+}
+
 /// A permutation of 0..12 with no fixed run of consecutive ids.
 pub const PERM_A: [u32; 12] = [3, 11, 0, 7, 5, 9, 1, 10, 4, 8, 2, 6];
 pub const PERM_B: [u32; 12] = [8, 2, 10, 0, 6, 4, 11, 1, 9, 3, 7, 5];
 
 /// P writes its 12 rows into D's, permuted, with a notification.
 pub fn write_permuted<T: HostTransport>(t: &mut T) -> Result<Outcome, String> {
-    let m = TwoArenas::new(t);
-    let ids = mesh(t, &["prefill", "decode"], &[m.p_regions(), m.d_regions()])?;
-    let (p, d) = (ids[0], ids[1]);
+    let (m, p, d) = prefill_and_decode(t)?;
     transfer(
         t,
         p,
@@ -297,9 +315,7 @@ pub fn write_permuted<T: HostTransport>(t: &mut T) -> Result<Outcome, String> {
 /// D reads P's 12 rows into its own, permuted, with a notification that
 /// lands at P.
 pub fn read_permuted<T: HostTransport>(t: &mut T) -> Result<Outcome, String> {
-    let m = TwoArenas::new(t);
-    let ids = mesh(t, &["prefill", "decode"], &[m.p_regions(), m.d_regions()])?;
-    let (p, d) = (ids[0], ids[1]);
+    let (m, p, d) = prefill_and_decode(t)?;
     transfer(
         t,
         d,
@@ -385,22 +401,12 @@ pub fn several_agents<T: HostTransport>(t: &mut T) -> Result<Outcome, String> {
 /// lands in a duplicate destination is unordered in NIXL, so the scenario
 /// checks it holds one of them and then blanks it before comparing.
 pub fn duplicate_destinations<T: HostTransport>(t: &mut T) -> Result<Outcome, String> {
-    let m = TwoArenas::new(t);
-    let ids = mesh(t, &["prefill", "decode"], &[m.p_regions(), m.d_regions()])?;
-    let p = ids[0];
+    let (m, p, _) = prefill_and_decode(t)?;
     let before = m.pa.snapshot();
     let mut out = Outcome::default();
     // Pairs 0 and 1 both write D row 5; pair 2 writes D row 7.
-    let made = (|| {
-        let lh = t.prepare_dlist(p, &DlistTarget::Local, MemKind::Dram, &m.p_list())?;
-        let rh = t.prepare_dlist(
-            p,
-            &DlistTarget::Remote("decode".into()),
-            MemKind::Dram,
-            &m.d_list(),
-        )?;
-        t.make_xfer(p, XferOp::Write, lh, &[0, 1, 2], rh, &[5, 5, 7], None)
-    })();
+    let made = prepare_lists(t, p, &m.p_list(), "decode", &m.d_list())
+        .and_then(|(lh, rh)| t.make_xfer(p, XferOp::Write, lh, &[0, 1, 2], rh, &[5, 5, 7], None));
     let Some(x) = out.verdict("make with duplicate destinations", made) else {
         out.snapshot(&[&m.pa, &m.da]);
         return Ok(out);
@@ -429,9 +435,7 @@ fn dup_range(offset: usize, len: usize) -> Range<usize> {
 
 /// Every way `prepare_dlist` can be refused, each step's verdict recorded.
 pub fn prepare_rejections<T: HostTransport>(t: &mut T) -> Result<Outcome, String> {
-    let m = TwoArenas::new(t);
-    let ids = mesh(t, &["prefill", "decode"], &[m.p_regions(), m.d_regions()])?;
-    let (p, d) = (ids[0], ids[1]);
+    let (m, p, d) = prefill_and_decode(t)?;
     let mut out = Outcome::default();
     let local = |t: &mut T, rows: &[DescRow]| {
         t.prepare_dlist(
@@ -507,9 +511,7 @@ pub fn prepare_rejections<T: HostTransport>(t: &mut T) -> Result<Outcome, String
 
 /// Every way `make_xfer` and `post_xfer` can be refused.
 pub fn make_rejections<T: HostTransport>(t: &mut T) -> Result<Outcome, String> {
-    let m = TwoArenas::new(t);
-    let ids = mesh(t, &["prefill", "decode"], &[m.p_regions(), m.d_regions()])?;
-    let (p, d) = (ids[0], ids[1]);
+    let (m, p, d) = prefill_and_decode(t)?;
     let mut out = Outcome::default();
     let prep = |t: &mut T, target: DlistTarget, list: &DescList| -> Result<DlistHandle, String> {
         t.prepare_dlist(p, &target, MemKind::Dram, list)
