@@ -274,7 +274,15 @@ run_checks() {
         "${KVGEOM}" bench vram --memory "${memory}" --peer-process --paths nixl-peer
     bench "bench: nixl, peer process (WRITE)" bench-peer-write \
         "${KVGEOM}" bench vram --memory "${memory}" --peer-process --op write --paths nixl-peer
+    # vLLM 0.33.0's agent settings (spinning progress threads, 4 UCX
+    # threads) against kvgeom's (10 us progress delay, UCX's default).
+    bench "bench: nixl, vLLM agent settings" bench-vllm-agents \
+        env KVGEOM_NIXL_PROGRESS_DELAY_US=0 KVGEOM_NIXL_UCX_THREADS=4 \
+        "${KVGEOM}" bench vram --memory "${memory}" --paths nixl
     if ((!quick)); then
+        bench "bench: nixl, peer, vLLM agent settings" bench-peer-read-vllm-agents \
+            env KVGEOM_NIXL_PROGRESS_DELAY_US=0 KVGEOM_NIXL_UCX_THREADS=4 \
+            "${KVGEOM}" bench vram --memory "${memory}" --peer-process --paths nixl-peer
         bench "bench: nixl, same-process cuda_ipc" bench-same-process-ipc \
             env UCX_CUDA_IPC_ENABLE_SAME_PROCESS=y "${KVGEOM}" bench vram --memory "${memory}" --paths nixl
         bench "bench: nixl, peer, GET zcopy on" bench-peer-read-get-zcopy \
@@ -292,7 +300,7 @@ run_checks() {
     for f in "${RESULTS}"/bench-*.txt; do
         [[ -e "${f}" ]] || continue
         echo "-- $(basename "${f}" .txt)"
-        grep -E '^(READ|WRITE) of|^UCX settings|^(copy|copy-per-pair|loopback|nixl|nixl-peer) |skipped:' "${f}" || echo "(no table; see the log)"
+        grep -E '^(READ|WRITE) of|^UCX settings|^NIXL agents|^(copy|copy-per-pair|loopback|nixl|nixl-peer) |skipped:' "${f}" || echo "(no table; see the log)"
         protocols "$(basename "${f}" .txt)"
     done
     echo

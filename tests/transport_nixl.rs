@@ -15,7 +15,7 @@ use std::process::ExitCode;
 
 use common::Outcome;
 use kvgeom::nixl::real::RealNixl;
-use kvgeom::nixl::{Loopback, NixlError};
+use kvgeom::nixl::{Loopback, NixlAgentOptions, NixlError};
 
 type Scenario<T> = fn(&mut T) -> Result<Outcome, String>;
 
@@ -81,8 +81,20 @@ fn difference(loopback: &Outcome, real: &Outcome) -> Option<String> {
     None
 }
 
-fn run_case(case: &Case) -> Verdict {
-    let mut real = match RealNixl::new() {
+/// The agent settings each case runs with: kvgeom's (from the
+/// environment) and vLLM 0.33.0's, whose UCX thread pool posts descriptors
+/// through another engine of the UCX backend.
+const SETTINGS: [(&str, Option<NixlAgentOptions>); 2] = [
+    ("", None),
+    (" (vLLM agent settings)", Some(NixlAgentOptions::VLLM)),
+];
+
+fn run_case(case: &Case, options: Option<NixlAgentOptions>) -> Verdict {
+    let real = match options {
+        None => RealNixl::new(),
+        Some(options) => RealNixl::with_options(options),
+    };
+    let mut real = match real {
         Ok(real) => real,
         Err(NixlError::RuntimeUnavailable(reason)) => return Verdict::Skipped(reason),
         Err(e) => return Verdict::Failed(format!("creating the real transport: {e}")),
@@ -131,18 +143,21 @@ fn main() -> ExitCode {
         .iter()
         .filter(|c| filters.is_empty() || filters.iter().any(|f| c.name.contains(f.as_str())))
     {
-        match run_case(case) {
-            Verdict::Passed => {
-                passed += 1;
-                println!("test {} ... ok", case.name);
-            }
-            Verdict::Failed(why) => {
-                failed += 1;
-                println!("test {} ... FAILED: {why}", case.name);
-            }
-            Verdict::Skipped(why) => {
-                skipped += 1;
-                println!("test {} ... skipped: {why}", case.name);
+        for (label, options) in SETTINGS {
+            let name = format!("{}{label}", case.name);
+            match run_case(case, options) {
+                Verdict::Passed => {
+                    passed += 1;
+                    println!("test {name} ... ok");
+                }
+                Verdict::Failed(why) => {
+                    failed += 1;
+                    println!("test {name} ... FAILED: {why}");
+                }
+                Verdict::Skipped(why) => {
+                    skipped += 1;
+                    println!("test {name} ... skipped: {why}");
+                }
             }
         }
     }

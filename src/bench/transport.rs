@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use crate::memory::HostArena;
 use crate::nixl::{
-    DescList, DlistTarget, Loopback, MemKind, MemRegion, Nixl, NixlError, StridedRun, XferOp,
-    XferState,
+    DescList, DlistTarget, Loopback, MemKind, MemRegion, Nixl, NixlAgentOptions, NixlError,
+    StridedRun, XferOp, XferState,
 };
 
 /// What to move and how often.
@@ -63,6 +63,8 @@ pub struct TransportBenchReport {
     pub results: Vec<PathResult>,
     /// Paths not measured: (path, reason).
     pub skipped: Vec<(String, String)>,
+    /// The real transport's agent settings, when it ran.
+    pub nixl_agents: Option<NixlAgentOptions>,
 }
 
 impl TransportBenchReport {
@@ -295,6 +297,7 @@ pub fn transport_bench(config: &TransportBenchConfig) -> Result<TransportBenchRe
         descriptor_bytes: block,
         results: Vec::new(),
         skipped: Vec::new(),
+        nixl_agents: None,
     };
 
     // memcpy copies the blocks in place, so check it against the source.
@@ -342,6 +345,7 @@ fn real_nixl_path(
             })
         }
     };
+    report.nixl_agents = Some(nixl.options());
     buffers.clear_dst();
     nixl.attach(buffers.src.clone());
     nixl.attach(buffers.dst.clone());
@@ -413,6 +417,9 @@ impl fmt::Display for TransportBenchReport {
                 "{:<10} {:>10.4} {:>9.2} {:>10}",
                 r.path, r.best_seconds, r.gb_per_s, relative
             )?;
+        }
+        if let Some(options) = &self.nixl_agents {
+            writeln!(f, "{NIXL_UCX} agents: {options}")?;
         }
         for (path, why) in &self.skipped {
             writeln!(f, "{path}: skipped: {why}")?;

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use crate::geometry::load_geometry;
 use crate::layout::Side;
-use crate::nixl::{Loopback, MemKind, Nixl, XferOp};
+use crate::nixl::{Loopback, MemKind, Nixl, NixlAgentOptions, XferOp};
 use crate::scenario::MemoryKind;
 
 use super::buffers::{allocate, pattern, BenchMemory, Buffer};
@@ -87,6 +87,8 @@ pub struct VramBenchReport {
     pub transfers: usize,
     /// `UCX_*` environment variables in effect.
     pub ucx_env: Vec<(String, String)>,
+    /// How the real transport configures its agents (both processes).
+    pub nixl_agents: NixlAgentOptions,
     pub results: Vec<PathTiming>,
     pub skipped: Vec<(String, String)>,
 }
@@ -187,6 +189,8 @@ pub fn vram_bench(config: &VramBenchConfig) -> Result<VramBenchReport, VramBench
         ucx_env: std::env::vars()
             .filter(|(k, _)| k.starts_with("UCX_"))
             .collect(),
+        nixl_agents: NixlAgentOptions::from_env()
+            .map_err(|e| VramBenchError::InvalidConfig(e.to_string()))?,
         results: Vec::new(),
         skipped: Vec::new(),
     };
@@ -574,6 +578,7 @@ impl fmt::Display for VramBenchReport {
                 .collect();
             writeln!(f, "UCX settings: {}", env.join(" "))?;
         }
+        writeln!(f, "NIXL agents: {}", self.nixl_agents)?;
         writeln!(
             f,
             "{:<14} {:>10} {:>10} {:>10} {:>13} {:>9}",

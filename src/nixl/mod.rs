@@ -3,6 +3,7 @@
 //! (records only, moves nothing), the real agent over nixl-sys (feature
 //! `nixl`) and the [`Recording`] wrapper the oracles read.
 
+pub mod agent_options;
 mod agent_table;
 mod checks;
 pub mod desc;
@@ -14,6 +15,7 @@ mod loopback_device;
 pub mod real;
 pub mod recording;
 
+pub use agent_options::NixlAgentOptions;
 pub use desc::{DescList, DescRow, MemKind, StridedRun};
 pub use dry_run::DryRun;
 pub use loopback::Loopback;

@@ -29,8 +29,8 @@ use nixl_sys as sys;
 use super::agent_table::{AgentTable, NamedAgent};
 use super::handle_table::HandleTable;
 use super::{
-    AgentId, DescList, DlistHandle, DlistTarget, MemKind, MemRegion, Nixl, NixlError, NixlResult,
-    XferHandle, XferOp, XferState,
+    AgentId, DescList, DlistHandle, DlistTarget, MemKind, MemRegion, Nixl, NixlAgentOptions,
+    NixlError, NixlResult, XferHandle, XferOp, XferState,
 };
 use crate::memory::HostArena;
 
@@ -51,6 +51,7 @@ pub struct RealNixl {
     #[cfg(feature = "cuda")]
     device_arenas: Vec<crate::memory::DeviceArena>,
     device_memory: Vec<MemRegion>,
+    options: NixlAgentOptions,
 }
 
 struct RealAgent {
@@ -137,8 +138,14 @@ fn to_i32_ids(ids: &[u32], side: &str) -> NixlResult<Vec<i32>> {
 }
 
 impl RealNixl {
-    /// Check that the NIXL runtime loads and offers the UCX backend.
+    /// Check that the NIXL runtime loads and offers the UCX backend; agents
+    /// get the [`NixlAgentOptions`] of the environment.
     pub fn new() -> NixlResult<Self> {
+        Self::with_options(NixlAgentOptions::from_env()?)
+    }
+
+    /// As [`Self::new`], with explicit agent options.
+    pub fn with_options(options: NixlAgentOptions) -> NixlResult<Self> {
         if sys::is_stub() {
             return Err(NixlError::RuntimeUnavailable(format!(
                 "libnixl_capi.so could not be loaded (it is not on LD_LIBRARY_PATH); {INSTALL_HINT}"
@@ -162,7 +169,13 @@ impl RealNixl {
             #[cfg(feature = "cuda")]
             device_arenas: Vec::new(),
             device_memory: Vec::new(),
+            options,
         })
+    }
+
+    /// The settings every agent of this transport is created with.
+    pub fn options(&self) -> NixlAgentOptions {
+        self.options
     }
 
     /// Let agents register host memory inside `arena`; the transport keeps
@@ -260,11 +273,24 @@ impl Drop for RealNixl {
 impl Nixl for RealNixl {
     fn create_agent(&mut self, name: &str) -> NixlResult<AgentId> {
         self.agents.check_new_name(name)?;
-        let agent =
-            sys::Agent::new(name).map_err(|e| nixl_error(format!("creating agent '{name}'"), e))?;
-        let (_mems, params) = agent
+        let config = sys::AgentConfig {
+            enable_prog_thread: true,
+            pthr_delay_us: self.options.progress_delay_us,
+            thread_sync: sys::ThreadSync::Default,
+            ..sys::AgentConfig::default()
+        };
+        let agent = sys::Agent::new_configured(name, &config)
+            .map_err(|e| nixl_error(format!("creating agent '{name}'"), e))?;
+        let (_mems, mut params) = agent
             .get_plugin_params(BACKEND)
             .map_err(|e| nixl_error(format!("reading {BACKEND} parameters for '{name}'"), e))?;
+        if self.options.ucx_threads > 0 {
+            params
+                .set("num_threads", &self.options.ucx_threads.to_string())
+                .map_err(|e| {
+                    nixl_error(format!("setting {BACKEND} num_threads for '{name}'"), e)
+                })?;
+        }
         agent.create_backend(BACKEND, &params).map_err(|e| {
             NixlError::Backend(format!(
                 "the {BACKEND} backend of agent '{name}' did not start ({e}); for in-process \
