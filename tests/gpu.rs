@@ -11,14 +11,11 @@
 //! select cases by name as with libtest:
 //! `cargo test --features cuda --test gpu -- post_process`.
 
+mod harness;
+
 use std::process::ExitCode;
 
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-enum Verdict {
-    Passed,
-    Failed(String),
-    Skipped(String),
-}
+use harness::Verdict;
 
 type Check = fn() -> Verdict;
 
@@ -490,36 +487,15 @@ fn main() -> ExitCode {
             checks::vram_bench_checks_its_bytes,
         ),
     ];
-    // Like libtest: plain arguments select cases by substring; flags have
-    // nothing to change here.
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
-    for (name, check) in cases
-        .iter()
-        .filter(|(n, _)| filters.is_empty() || filters.iter().any(|f| n.contains(f.as_str())))
-    {
-        match check() {
-            Verdict::Passed => {
-                passed += 1;
-                println!("test {name} ... ok");
-            }
-            Verdict::Failed(why) => {
-                failed += 1;
-                println!("test {name} ... FAILED: {why}");
-            }
-            Verdict::Skipped(why) => {
-                skipped += 1;
-                println!("test {name} ... skipped: {why}");
-            }
-        }
-    }
-    println!("{passed} passed, {failed} failed, {skipped} skipped");
-    if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    harness::run(
+        cases
+            .into_iter()
+            .map(|(name, check)| {
+                (
+                    name.to_string(),
+                    Box::new(check) as Box<dyn FnOnce() -> Verdict>,
+                )
+            })
+            .collect(),
+    )
 }

@@ -10,6 +10,7 @@
 //! as with libtest: `cargo test --features nixl --test transport_nixl -- read`.
 
 mod common;
+mod harness;
 
 use std::process::ExitCode;
 
@@ -35,11 +36,7 @@ macro_rules! case {
     };
 }
 
-enum Verdict {
-    Passed,
-    Failed(String),
-    Skipped(String),
-}
+use harness::Verdict;
 
 /// Where the two outcomes first differ, in words.
 fn difference(loopback: &Outcome, real: &Outcome) -> Option<String> {
@@ -132,39 +129,14 @@ fn main() -> ExitCode {
         case!(make_rejections),
         case!(metadata_rejections),
     ];
-    // Like libtest: plain arguments select cases by substring; flags
-    // (`--nocapture`, `--test-threads=1`, ...) have nothing to change here.
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
-    for case in cases
-        .iter()
-        .filter(|c| filters.is_empty() || filters.iter().any(|f| c.name.contains(f.as_str())))
-    {
+    let mut named: Vec<harness::NamedCase<'_>> = Vec::new();
+    for case in &cases {
         for (label, options) in SETTINGS {
-            let name = format!("{}{label}", case.name);
-            match run_case(case, options) {
-                Verdict::Passed => {
-                    passed += 1;
-                    println!("test {name} ... ok");
-                }
-                Verdict::Failed(why) => {
-                    failed += 1;
-                    println!("test {name} ... FAILED: {why}");
-                }
-                Verdict::Skipped(why) => {
-                    skipped += 1;
-                    println!("test {name} ... skipped: {why}");
-                }
-            }
+            named.push((
+                format!("{}{label}", case.name),
+                Box::new(move || run_case(case, options)),
+            ));
         }
     }
-    println!("{passed} passed, {failed} failed, {skipped} skipped");
-    if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    harness::run(named)
 }
