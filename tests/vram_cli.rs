@@ -99,7 +99,13 @@ fn bench_vram_on_host_memory_prints_its_table() {
         ),
         "{stdout}"
     );
-    let paths: Vec<&str> = lines[3..]
+    assert!(lines[1].starts_with("UCX settings: "), "{stdout}");
+    assert!(
+        lines[2].starts_with("NIXL agents: progress thread delay "),
+        "{stdout}"
+    );
+    assert!(lines[3].starts_with("path "), "{stdout}");
+    let paths: Vec<&str> = lines[4..]
         .iter()
         .map(|l| l.split_whitespace().next().unwrap_or_default())
         .collect();
@@ -137,4 +143,34 @@ fn bench_vram_with_a_peer_process_moves_and_checks_the_bytes() {
             "nixl-peer: skipped: built without the `nixl` cargo feature"
         );
     }
+}
+
+#[test]
+fn bench_vram_with_a_malformed_agent_setting_names_the_variable() {
+    let out = Command::new(env!("CARGO_BIN_EXE_kvgeom"))
+        .args([
+            "bench",
+            "vram",
+            "--memory",
+            "host",
+            "--geometry",
+            "geometries/g1-mla-kda-ppl3-vs-2.toml",
+            "--prompt",
+            "29",
+            "--iterations",
+            "1",
+            "--paths",
+            "copy",
+        ])
+        .env("KVGEOM_NIXL_PROGRESS_DELAY_US", "ten")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("kvgeom runs");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("KVGEOM_NIXL_PROGRESS_DELAY_US=\"ten\" is not a non-negative whole number"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
 }
