@@ -6,11 +6,37 @@
 use std::process::{Command, Output};
 
 fn kvgeom(args: &[&str]) -> Output {
+    kvgeom_with_env(args, &[])
+}
+
+fn kvgeom_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kvgeom"))
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("kvgeom runs")
+}
+
+/// `kvgeom bench vram` on host memory: one iteration of G1's 29-token
+/// request over `paths`, then `extra`.
+fn bench_g1_on_host<'a>(paths: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "bench",
+        "vram",
+        "--memory",
+        "host",
+        "--geometry",
+        "geometries/g1-mla-kda-ppl3-vs-2.toml",
+        "--prompt",
+        "29",
+        "--iterations",
+        "1",
+        "--paths",
+        paths,
+    ];
+    args.extend_from_slice(extra);
+    args
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -114,21 +140,7 @@ fn bench_vram_on_host_memory_prints_its_table() {
 
 #[test]
 fn bench_vram_with_a_peer_process_moves_and_checks_the_bytes() {
-    let out = kvgeom(&[
-        "bench",
-        "vram",
-        "--memory",
-        "host",
-        "--geometry",
-        "geometries/g1-mla-kda-ppl3-vs-2.toml",
-        "--prompt",
-        "29",
-        "--iterations",
-        "1",
-        "--peer-process",
-        "--paths",
-        "nixl-peer",
-    ]);
+    let out = kvgeom(&bench_g1_on_host("nixl-peer", &["--peer-process"]));
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
     let last = stdout.lines().last().unwrap_or_default();
@@ -147,25 +159,10 @@ fn bench_vram_with_a_peer_process_moves_and_checks_the_bytes() {
 
 #[test]
 fn bench_vram_with_a_malformed_agent_setting_names_the_variable() {
-    let out = Command::new(env!("CARGO_BIN_EXE_kvgeom"))
-        .args([
-            "bench",
-            "vram",
-            "--memory",
-            "host",
-            "--geometry",
-            "geometries/g1-mla-kda-ppl3-vs-2.toml",
-            "--prompt",
-            "29",
-            "--iterations",
-            "1",
-            "--paths",
-            "copy",
-        ])
-        .env("KVGEOM_NIXL_PROGRESS_DELAY_US", "ten")
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("kvgeom runs");
+    let out = kvgeom_with_env(
+        &bench_g1_on_host("copy", &[]),
+        &[("KVGEOM_NIXL_PROGRESS_DELAY_US", "ten")],
+    );
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
