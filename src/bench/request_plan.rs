@@ -12,9 +12,8 @@ use crate::connector::scheduler::{request_shape, DecodeAllocation};
 use crate::connector::ReadRequest;
 use crate::geometry::{Geometry, Mode};
 use crate::layout::{RequestBlocks, Side};
-use crate::memory::HostArena;
 use crate::nixl::{DescRow, DryRun, Recording};
-use crate::scenario::engines::{allocate, register_side, Engines};
+use crate::scenario::engines::{allocate_ranks, register_side, Engines};
 use crate::scenario::placement::place;
 
 /// One KV tensor of one rank.
@@ -122,12 +121,7 @@ pub fn plan_request(geometry: &Geometry, prompt_len: u32) -> Result<RequestPlan,
     };
     let shape = request_shape(geometry, prompt_len, 0, DecodeAllocation::Mainline);
     let placement = place(geometry, &shape, 0).map_err(|e| fail(e.to_string()))?;
-    let p_arenas: Vec<Vec<HostArena>> = (0..geometry.prefill.tp_size)
-        .map(|_| allocate(geometry, &geometry.prefill, placement.prefill_pool))
-        .collect();
-    let d_arenas: Vec<Vec<HostArena>> = (0..geometry.decode.tp_size)
-        .map(|_| allocate(geometry, &geometry.decode, placement.decode_pool))
-        .collect();
+    let (p_arenas, d_arenas) = allocate_ranks(geometry, &placement);
     let mut buffers = Vec::new();
     let mut bases = Vec::new();
     for (side, ranks) in [(Side::Prefill, &p_arenas), (Side::Decode, &d_arenas)] {

@@ -8,6 +8,7 @@ use crate::memory::HostArena;
 use crate::nixl::{MemKind, Nixl};
 
 use super::case::Outcome;
+use super::placement::Placement;
 use super::vram::RankDevice;
 
 /// One engine rank: its worker and its tensors (one per region).
@@ -78,6 +79,23 @@ pub fn allocate(geometry: &Geometry, engine: &EngineGeometry, pool: u32) -> Vec<
     (0..geometry.model.layer_slots)
         .map(|_| HostArena::new(len))
         .collect()
+}
+
+/// Host arenas of every rank of both engines, `(prefill, decode)`, sized
+/// for the placement's pools.
+pub fn allocate_ranks(
+    geometry: &Geometry,
+    placement: &Placement,
+) -> (Vec<Vec<HostArena>>, Vec<Vec<HostArena>>) {
+    let side = |engine: &EngineGeometry, pool: u32| -> Vec<Vec<HostArena>> {
+        (0..engine.tp_size)
+            .map(|_| allocate(geometry, engine, pool))
+            .collect()
+    };
+    (
+        side(&geometry.prefill, placement.prefill_pool),
+        side(&geometry.decode, placement.decode_pool),
+    )
 }
 
 /// Configure and register every rank of one side.

@@ -17,7 +17,7 @@ use crate::oracle::{self, MemoryImages, OracleInput};
 use crate::pattern::{self, DecodeFill};
 
 use super::case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
-use super::engines::{allocate, register_side_on, Engines, RankTensors};
+use super::engines::{allocate_ranks, register_side_on, Engines, RankTensors};
 use super::placement::{place, Placement};
 use super::vram::{self, CaseDevices, RankMemory};
 
@@ -165,12 +165,7 @@ fn execute(case: &Case, opts: &RunOptions, run: &mut CaseRun) -> Outcome {
             }
         }
     };
-    let p_arenas: Vec<Vec<HostArena>> = (0..geometry.prefill.tp_size)
-        .map(|_| allocate(geometry, &geometry.prefill, placement.prefill_pool))
-        .collect();
-    let d_arenas: Vec<Vec<HostArena>> = (0..geometry.decode.tp_size)
-        .map(|_| allocate(geometry, &geometry.decode, placement.decode_pool))
-        .collect();
+    let (p_arenas, d_arenas) = allocate_ranks(geometry, &placement);
     let all: Vec<HostArena> = p_arenas
         .iter()
         .chain(&d_arenas)
