@@ -1,8 +1,16 @@
-//! Known historical connector defects, as switchable variants of the
-//! connector ("mutants"). The default sweep must catch every one of them:
-//! an oracle that no real bug can fail is not trusted.
+//! Known connector defects: one table of (name, what the bug was, its
+//! symptom, the policy decision it selects). A defect variant is
+//! `Policy::default()` with that one decision changed; the default sweep
+//! must catch every one of them (an oracle that no real bug can fail is not
+//! trusted). The connector itself knows no defect, only its [`Policy`].
 
 use serde::Serialize;
+
+use crate::connector::policy::{
+    Acceptance, DecodePushHandshake, MambaExpansion, Policy, PrefixAlignment, PrefixCountTolerance,
+    PushCompletionReport, PushRatioDirection, ReceiveZeroing, RemoteIdExpansion,
+    ReplicatedPageWriters, SplitListKey, SubBlockAddressing,
+};
 
 /// One real defect of vLLM's NIXL connector in the heterogeneous-geometry code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -24,7 +32,146 @@ pub enum Defect {
     ReplicatedHeadsNhdAccepted,
 }
 
+/// One row of the defect table.
+#[derive(Clone, Copy, Debug)]
+pub struct DefectInfo {
+    pub defect: Defect,
+    /// The name used on the command line.
+    pub name: &'static str,
+    /// What the bug was.
+    pub bug: &'static str,
+    /// The real-world symptom it caused.
+    pub symptom: &'static str,
+    /// Whether vLLM 0.33.0 as released has it (`Policy::vllm_0_33_0`).
+    pub in_vllm_0_33_0: bool,
+    /// The decision it changes in `Policy::default()`.
+    pub select: fn(&mut Policy),
+}
+
+/// Every known defect, in the order `kvgeom defects` lists them.
+pub static DEFECTS: [DefectInfo; 14] = [
+    DefectInfo {
+        defect: Defect::StrictPrefixTolerance,
+        name: "strict-prefix-tolerance",
+        bug: "prefix-cache count check uses max(local ppl, remote ppl) as a strict bound",
+        symptom: "legitimate transfers refused (AssertionError), e.g. 12- vs 8-token blocks at N=25",
+        in_vllm_0_33_0: false,
+        select: |p| p.prefix_count_tolerance = PrefixCountTolerance::StrictMaxPpl,
+    },
+    DefectInfo {
+        defect: Defect::NoClippedBlockZeroing,
+        name: "no-clipped-block-zeroing",
+        bug: "with equal kernel pages but different logical blocks, the clipped tail is never zeroed",
+        symptom: "stale tail bytes surfacing as garbage mid-response",
+        in_vllm_0_33_0: false,
+        select: |p| p.receive_zeroing = ReceiveZeroing::RatioOnly,
+    },
+    DefectInfo {
+        defect: Defect::TwoPathZeroing,
+        name: "two-path-zeroing",
+        bug: "older split zeroing: ratio tail path (non-MLA, last block only) plus a whole-kernel-block path for ppl mismatch",
+        symptom: "stale kernel blocks when both regimes meet (11 of 16 mixed-regime lengths)",
+        in_vllm_0_33_0: false,
+        select: |p| p.receive_zeroing = ReceiveZeroing::TwoPath,
+    },
+    DefectInfo {
+        defect: Defect::DiscardedBlockIds,
+        name: "discarded-block-ids",
+        bug: "block ids for the post-process are computed but not passed on, so nothing is zeroed",
+        symptom: "every clipped block keeps stale bytes",
+        in_vllm_0_33_0: false,
+        select: |p| p.receive_zeroing = ReceiveZeroing::Skipped,
+    },
+    DefectInfo {
+        defect: Defect::PaddedSubblockAddress,
+        name: "padded-subblock-address",
+        bug: "sub-block addresses computed as index x stride / ratio, right only when stride equals length",
+        symptom: "sub-blocks written outside the layer's page on interleaved layouts",
+        in_vllm_0_33_0: false,
+        select: |p| p.sub_block_addressing = SubBlockAddressing::StrideOverRatio,
+    },
+    DefectInfo {
+        defect: Defect::RemoteIdsLocalPpl,
+        name: "remote-ids-local-ppl",
+        bug: "remote logical ids expanded to kernel ids with the local ppl instead of the remote one",
+        symptom: "reads from the wrong prefill blocks (Qwen3.5 4P2D bug class)",
+        in_vllm_0_33_0: false,
+        select: |p| p.remote_id_expansion = RemoteIdExpansion::LocalPpl,
+    },
+    DefectInfo {
+        defect: Defect::MambaRatioExpanded,
+        name: "mamba-ratio-expanded",
+        bug: "mamba state descriptors and desc ids expanded by the block-size ratio like attention",
+        symptom: "mamba state read from and written to wrong sub-regions",
+        in_vllm_0_33_0: false,
+        select: |p| p.mamba_expansion = MambaExpansion::RatioExpanded,
+    },
+    DefectInfo {
+        defect: Defect::HostBufferRatioAccepted,
+        name: "host-buffer-ratio-accepted",
+        bug: "handshake accepts host-buffer mode with a block-size ratio",
+        symptom: "host staging copies at the wrong granularity, corrupting KV",
+        in_vllm_0_33_0: false,
+        select: |p| p.handshake.host_buffer_with_ratio = Acceptance::Accept,
+    },
+    DefectInfo {
+        defect: Defect::SplitHandleKeyRatioOnly,
+        name: "split-handle-key-ratio-only",
+        bug: "per-source split lists keyed by tp_ratio alone and built at local granularity",
+        symptom: "multi-read transfers use descriptors of the wrong granularity",
+        in_vllm_0_33_0: false,
+        select: |p| p.split_list_key = SplitListKey::RatioOnly,
+    },
+    DefectInfo {
+        defect: Defect::PushEmptyRemoteIds,
+        name: "push-empty-remote-ids",
+        bug: "vLLM 0.33.0 push: D keeps an empty remote block list and fails on completion when ppl differs",
+        symptom: "decode crashes with IndexError; request never finishes",
+        in_vllm_0_33_0: true,
+        select: |p| {
+            p.push.decode_handshake = DecodePushHandshake::RecordOnly;
+            p.push.completion_report = PushCompletionReport::RequestOnly;
+        },
+    },
+    DefectInfo {
+        defect: Defect::PushOneWayRatio,
+        name: "push-one-way-ratio",
+        bug: "vLLM 0.33.0 push: P and D compute the block-size ratio in opposite directions",
+        symptom: "assertion on one side, decode waits forever for a push that never comes",
+        in_vllm_0_33_0: true,
+        select: |p| {
+            p.push.decode_handshake = DecodePushHandshake::RecordOnly;
+            p.push.ratio_direction = PushRatioDirection::LocalOverRemote;
+        },
+    },
+    DefectInfo {
+        defect: Defect::PushReplicatedDoubleWrite,
+        name: "push-replicated-double-write",
+        bug: "vLLM 0.33.0 push with P_TP > D_TP: every prefill rank writes the replicated MLA pages",
+        symptom: "the same decode bytes written by several concurrent WRITEs (NIXL does not detect it)",
+        in_vllm_0_33_0: true,
+        select: |p| p.push.replicated_pages = ReplicatedPageWriters::EveryHolder,
+    },
+    DefectInfo {
+        defect: Defect::EndTrimAlignment,
+        name: "end-trim-alignment",
+        bug: "vLLM 0.33.0's prefix alignment end-aligns P's list to D's, wrong when P's list does not end where D's does",
+        symptom: "D receives the wrong tokens after a prefix hit with the last-token block, or with different logical blocks on a model without mamba (silent corruption); a longer D list is refused",
+        in_vllm_0_33_0: true,
+        select: |p| p.prefix_alignment = PrefixAlignment::EndTrim,
+    },
+    DefectInfo {
+        defect: Defect::ReplicatedHeadsNhdAccepted,
+        name: "replicated-heads-nhd-accepted",
+        bug: "vLLM 0.33.0's handshake accepts token-major (NHD) pages when a rank gathers heads from prefill ranks that replicate them",
+        symptom: "each prefill page lands in a byte slot, not a head slot: tokens and heads scrambled",
+        in_vllm_0_33_0: true,
+        select: |p| p.handshake.gathered_replicated_heads_nhd = Acceptance::Accept,
+    },
+];
+
 impl Defect {
+    /// Every defect, in table order.
     pub const ALL: [Defect; 14] = [
         Defect::StrictPrefixTolerance,
         Defect::NoClippedBlockZeroing,
@@ -42,121 +189,80 @@ impl Defect {
         Defect::ReplicatedHeadsNhdAccepted,
     ];
 
+    /// This defect's row of the table.
+    pub fn info(self) -> &'static DefectInfo {
+        DEFECTS
+            .iter()
+            .find(|row| row.defect == self)
+            .expect("every defect has a row in DEFECTS")
+    }
+
     /// The name used on the command line.
     pub fn name(self) -> &'static str {
-        match self {
-            Defect::StrictPrefixTolerance => "strict-prefix-tolerance",
-            Defect::NoClippedBlockZeroing => "no-clipped-block-zeroing",
-            Defect::TwoPathZeroing => "two-path-zeroing",
-            Defect::DiscardedBlockIds => "discarded-block-ids",
-            Defect::PaddedSubblockAddress => "padded-subblock-address",
-            Defect::RemoteIdsLocalPpl => "remote-ids-local-ppl",
-            Defect::MambaRatioExpanded => "mamba-ratio-expanded",
-            Defect::HostBufferRatioAccepted => "host-buffer-ratio-accepted",
-            Defect::SplitHandleKeyRatioOnly => "split-handle-key-ratio-only",
-            Defect::PushEmptyRemoteIds => "push-empty-remote-ids",
-            Defect::PushOneWayRatio => "push-one-way-ratio",
-            Defect::PushReplicatedDoubleWrite => "push-replicated-double-write",
-            Defect::EndTrimAlignment => "end-trim-alignment",
-            Defect::ReplicatedHeadsNhdAccepted => "replicated-heads-nhd-accepted",
-        }
+        self.info().name
     }
 
     pub fn from_name(name: &str) -> Option<Defect> {
-        Defect::ALL.into_iter().find(|d| d.name() == name)
+        DEFECTS
+            .iter()
+            .find(|row| row.name == name)
+            .map(|row| row.defect)
     }
 
     /// What the bug was.
     pub fn description(self) -> &'static str {
-        match self {
-            Defect::StrictPrefixTolerance => {
-                "prefix-cache count check uses max(local ppl, remote ppl) as a strict bound"
-            }
-            Defect::NoClippedBlockZeroing => {
-                "with equal kernel pages but different logical blocks, the clipped tail is never zeroed"
-            }
-            Defect::TwoPathZeroing => {
-                "older split zeroing: ratio tail path (non-MLA, last block only) plus a whole-kernel-block path for ppl mismatch"
-            }
-            Defect::DiscardedBlockIds => {
-                "block ids for the post-process are computed but not passed on, so nothing is zeroed"
-            }
-            Defect::PaddedSubblockAddress => {
-                "sub-block addresses computed as index x stride / ratio, right only when stride equals length"
-            }
-            Defect::RemoteIdsLocalPpl => {
-                "remote logical ids expanded to kernel ids with the local ppl instead of the remote one"
-            }
-            Defect::MambaRatioExpanded => {
-                "mamba state descriptors and desc ids expanded by the block-size ratio like attention"
-            }
-            Defect::HostBufferRatioAccepted => {
-                "handshake accepts host-buffer mode with a block-size ratio"
-            }
-            Defect::SplitHandleKeyRatioOnly => {
-                "per-source split lists keyed by tp_ratio alone and built at local granularity"
-            }
-            Defect::PushEmptyRemoteIds => {
-                "vLLM 0.33.0 push: D keeps an empty remote block list and fails on completion when ppl differs"
-            }
-            Defect::PushOneWayRatio => {
-                "vLLM 0.33.0 push: P and D compute the block-size ratio in opposite directions"
-            }
-            Defect::PushReplicatedDoubleWrite => {
-                "vLLM 0.33.0 push with P_TP > D_TP: every prefill rank writes the replicated MLA pages"
-            }
-            Defect::ReplicatedHeadsNhdAccepted => {
-                "vLLM 0.33.0's handshake accepts token-major (NHD) pages when a rank gathers heads from prefill ranks that replicate them"
-            }
-            Defect::EndTrimAlignment => {
-                "vLLM 0.33.0's prefix alignment end-aligns P's list to D's, wrong when P's list does not end where D's does"
-            }
-        }
+        self.info().bug
     }
 
     /// The real-world symptom it caused.
     pub fn symptom(self) -> &'static str {
-        match self {
-            Defect::StrictPrefixTolerance => {
-                "legitimate transfers refused (AssertionError), e.g. 12- vs 8-token blocks at N=25"
-            }
-            Defect::NoClippedBlockZeroing => "stale tail bytes surfacing as garbage mid-response",
-            Defect::TwoPathZeroing => {
-                "stale kernel blocks when both regimes meet (11 of 16 mixed-regime lengths)"
-            }
-            Defect::DiscardedBlockIds => "every clipped block keeps stale bytes",
-            Defect::PaddedSubblockAddress => {
-                "sub-blocks written outside the layer's page on interleaved layouts"
-            }
-            Defect::RemoteIdsLocalPpl => {
-                "reads from the wrong prefill blocks (Qwen3.5 4P2D bug class)"
-            }
-            Defect::MambaRatioExpanded => "mamba state read from and written to wrong sub-regions",
-            Defect::HostBufferRatioAccepted => {
-                "host staging copies at the wrong granularity, corrupting KV"
-            }
-            Defect::SplitHandleKeyRatioOnly => {
-                "multi-read transfers use descriptors of the wrong granularity"
-            }
-            Defect::PushEmptyRemoteIds => "decode crashes with IndexError; request never finishes",
-            Defect::PushOneWayRatio => {
-                "assertion on one side, decode waits forever for a push that never comes"
-            }
-            Defect::PushReplicatedDoubleWrite => {
-                "the same decode bytes written by several concurrent WRITEs (NIXL does not detect it)"
-            }
-            Defect::ReplicatedHeadsNhdAccepted => {
-                "each prefill page lands in a byte slot, not a head slot: tokens and heads scrambled"
-            }
-            Defect::EndTrimAlignment => {
-                "D receives the wrong tokens after a prefix hit with the last-token block, or with different logical blocks on a model without mamba (silent corruption); a longer D list is refused"
-            }
-        }
+        self.info().symptom
+    }
+
+    /// kvgeom's policy with this defect's decision.
+    pub fn policy(self) -> Policy {
+        let mut policy = Policy::default();
+        (self.info().select)(&mut policy);
+        policy
     }
 }
 
 impl std::fmt::Display for Defect {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_has_one_row_per_defect_in_order() {
+        assert_eq!(DEFECTS.len(), Defect::ALL.len());
+        for (row, d) in DEFECTS.iter().zip(Defect::ALL) {
+            assert_eq!(row.defect, d);
+            assert_eq!(Defect::from_name(row.name), Some(d));
+        }
+    }
+
+    #[test]
+    fn every_defect_changes_the_policy_and_no_two_agree() {
+        let policies: Vec<Policy> = Defect::ALL.iter().map(|d| d.policy()).collect();
+        for (i, p) in policies.iter().enumerate() {
+            assert_ne!(*p, Policy::default(), "{} selects nothing", Defect::ALL[i]);
+            for q in &policies[i + 1..] {
+                assert_ne!(p, q);
+            }
+        }
+    }
+
+    #[test]
+    fn vllm_0_33_0_is_exactly_its_known_defects() {
+        let mut policy = Policy::default();
+        for row in DEFECTS.iter().filter(|row| row.in_vllm_0_33_0) {
+            (row.select)(&mut policy);
+        }
+        assert_eq!(policy, Policy::vllm_0_33_0());
     }
 }

@@ -23,3 +23,4 @@ pub mod report;
 pub mod scenario;
 pub mod sweep;
 pub mod trace;
+pub mod variant;

@@ -83,9 +83,8 @@ enum Command {
         transport: TransportKind,
         #[arg(long, value_enum, default_value = "host")]
         memory: MemoryKind,
-        /// Run a known connector defect instead of the correct connector (see `kvgeom defects`).
-        #[arg(long)]
-        defect: Option<String>,
+        #[command(flatten)]
+        variant: cli::VariantArgs,
         /// Draw this many random cases instead of the grid.
         #[arg(long)]
         random: Option<usize>,
@@ -122,8 +121,8 @@ enum Command {
         alloc: AllocArg,
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        #[arg(long)]
-        defect: Option<String>,
+        #[command(flatten)]
+        variant: cli::VariantArgs,
         #[arg(long, value_enum, default_value = "loopback")]
         transport: TransportKind,
         /// Also write an SVG byte map of decode's request blocks.
@@ -135,11 +134,17 @@ enum Command {
         geometry: PathBuf,
         #[arg(long, value_enum, default_value = "pull")]
         mode: ModeArg,
+        #[command(flatten)]
+        variant: cli::VariantArgs,
     },
     /// Run the descriptor-level oracles on traces recorded from vLLM.
     CheckTrace { files: Vec<PathBuf> },
     /// Rebuild traced vLLM cases with kvgeom's connector and compare lists and transfers.
-    DiffTrace { files: Vec<PathBuf> },
+    DiffTrace {
+        files: Vec<PathBuf>,
+        #[command(flatten)]
+        variant: cli::VariantArgs,
+    },
     /// List the known connector defects.
     Defects,
     /// Run the sweep once per defect and report whether the oracles catch each.
@@ -179,7 +184,7 @@ fn main() -> ExitCode {
             alloc,
             transport,
             memory,
-            defect,
+            variant,
             random,
             seed,
             threads,
@@ -194,7 +199,7 @@ fn main() -> ExitCode {
             allocations: alloc.allocations(),
             transport,
             memory,
-            defect,
+            variant,
             random,
             seed,
             threads,
@@ -210,7 +215,7 @@ fn main() -> ExitCode {
             mode,
             alloc,
             seed,
-            defect,
+            variant,
             transport,
             svg,
         } => cli::explain(cli::ExplainArgs {
@@ -220,13 +225,17 @@ fn main() -> ExitCode {
             mode: mode.modes()[0],
             allocation: alloc.single(),
             seed,
-            defect,
+            variant,
             transport,
             svg,
         }),
-        Command::Layout { geometry, mode } => cli::layout(&geometry, mode.modes()[0]),
+        Command::Layout {
+            geometry,
+            mode,
+            variant,
+        } => cli::layout(&geometry, mode.modes()[0], &variant),
         Command::CheckTrace { files } => cli::check_trace(&files),
-        Command::DiffTrace { files } => cli::diff_trace(&files),
+        Command::DiffTrace { files, variant } => cli::diff_trace(&files, &variant),
         Command::Defects => cli::defects(),
         Command::Mutants { paths, threads } => cli::mutants(paths, threads),
         Command::Bench {

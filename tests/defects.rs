@@ -37,7 +37,7 @@ fn the_mixed_regime_two_path_zeroing_fails_11_of_16_lengths() {
             allocations: Some(vec![
                 kvgeom::connector::scheduler::DecodeAllocation::WithLastToken,
             ]),
-            defect: Some(Defect::TwoPathZeroing),
+            variant: kvgeom::variant::Variant::Defect(Defect::TwoPathZeroing),
             ..plan::PlanOptions::default()
         },
     );

@@ -346,7 +346,7 @@ mod checks {
                     &g1_to_g4,
                     &plan::PlanOptions {
                         prompts: Some(prompts.clone()),
-                        defect: Some(d),
+                        variant: kvgeom::variant::Variant::Defect(d),
                         ..plan::PlanOptions::default()
                     },
                 ));

@@ -28,7 +28,7 @@ fn real_run() -> CaseRun {
         mode: Mode::Pull,
         allocation: DecodeAllocation::WithLastToken,
         seed: 3,
-        defect: None,
+        variant: kvgeom::variant::Variant::KVGEOM,
     };
     let run = run_case_detailed(&case, &RunOptions::default());
     assert!(

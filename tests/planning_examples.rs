@@ -3,7 +3,7 @@
 
 use kvgeom::connector::post_process::PostOp;
 use kvgeom::connector::{
-    HandshakeMetadata, KvTensor, ReadRequest, Receiving, Worker, WorkerConfig,
+    HandshakeMetadata, KvTensor, Policy, ReadRequest, Receiving, Worker, WorkerConfig,
 };
 use kvgeom::defects::Defect;
 use kvgeom::geometry::{
@@ -72,7 +72,7 @@ fn pair(
         mem: MemKind::Dram,
         platform_mem: MemKind::Dram,
         device: 0,
-        defect,
+        policy: defect.map_or_else(Policy::default, Defect::policy),
     };
     let d_page = d.unified_page_bytes(model) * u64::from(d_pool);
     let arenas: Vec<HostArena> = (0..2).map(|_| HostArena::new(d_page)).collect();

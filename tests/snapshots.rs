@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 
+use kvgeom::connector::Policy;
 use kvgeom::geometry::{load_geometry, Mode};
 use kvgeom::report::layout_tables::layout_tables;
 
@@ -27,7 +28,7 @@ fn descriptor_layouts_of_every_geometry() {
             for mode in [Mode::Pull, Mode::Push] {
                 insta::assert_snapshot!(
                     format!("{}-{mode}", geometry.name),
-                    layout_tables(&geometry, mode)
+                    layout_tables(&geometry, mode, Policy::default())
                 );
             }
         }

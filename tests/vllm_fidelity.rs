@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use kvgeom::connector::Policy;
 use kvgeom::trace::{diff_against_connector, TraceCase};
 
 fn fixtures() -> Vec<PathBuf> {
@@ -24,7 +25,7 @@ fn all_153_traced_cases_match_vllm() {
     let mut differences = Vec::new();
     for path in &files {
         let case = TraceCase::read(path).expect("fixture reads");
-        let report = diff_against_connector(&case).expect("replay runs");
+        let report = diff_against_connector(&case, Policy::default()).expect("replay runs");
         if !report.is_match() {
             differences.push(format!("{}: {report}", case.name));
         }
@@ -42,7 +43,7 @@ fn the_multi_read_case_posts_one_read_per_prefill_rank() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/vllm-0.33.0/test_hetero_ppl_multi_read_writes_stay_within_request_blocks.jsonl.gz");
     let case = TraceCase::read(&path).unwrap();
-    let run = kvgeom::trace::replay(&case).unwrap();
+    let run = kvgeom::trace::replay(&case, Policy::default()).unwrap();
     let xfers = run.recording.xfers();
     assert_eq!(xfers.len(), 2);
     // Rank 0 carries the MLA pages of both regions plus its SSM shard; rank 1 only its shard.
@@ -59,7 +60,7 @@ fn a_wrong_connector_is_reported_as_a_difference() {
     let mut case = TraceCase::read(&path).unwrap();
     // Pretend vLLM read one block further on P: the replay must now differ.
     case.xfers[0].remote_ids[0] += 1;
-    let report = diff_against_connector(&case).unwrap();
+    let report = diff_against_connector(&case, Policy::default()).unwrap();
     assert!(!report.is_match());
     assert!(report.to_string().contains("xfer #0 pair 0"), "{report}");
 }

@@ -9,7 +9,7 @@
 //! geometry with gigabytes of KV memory plans in milliseconds.
 
 use crate::connector::scheduler::{request_shape, DecodeAllocation};
-use crate::connector::ReadRequest;
+use crate::connector::{Policy, ReadRequest};
 use crate::geometry::{Geometry, Mode};
 use crate::layout::{RequestBlocks, Side};
 use crate::nixl::{DescRow, DryRun, Recording};
@@ -146,7 +146,7 @@ pub fn plan_request(geometry: &Geometry, prompt_len: u32) -> Result<RequestPlan,
         Mode::Pull,
         placement.prefill_pool,
         p_arenas,
-        None,
+        Policy::default(),
     )
     .map_err(outcome)?;
     let decode = register_side(
@@ -156,7 +156,7 @@ pub fn plan_request(geometry: &Geometry, prompt_len: u32) -> Result<RequestPlan,
         Mode::Pull,
         placement.decode_pool,
         d_arenas,
-        None,
+        Policy::default(),
     )
     .map_err(outcome)?;
     let mut engines = Engines { prefill, decode };
@@ -293,7 +293,7 @@ mod tests {
             mode: Mode::Pull,
             allocation: DecodeAllocation::Mainline,
             seed: 0,
-            defect: None,
+            variant: crate::variant::Variant::KVGEOM,
         };
         let run = run_case_detailed(&case, &RunOptions::default());
         assert!(run.report.passed(), "{:?}", run.report.outcome);

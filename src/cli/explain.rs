@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::{parse_defect, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
+use super::{VariantArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::connector::scheduler::DecodeAllocation;
 use crate::geometry::{load_geometry, Mode};
 use crate::report::explain::{explain_text, svg};
@@ -16,14 +16,14 @@ pub struct ExplainArgs {
     pub mode: Mode,
     pub allocation: DecodeAllocation,
     pub seed: u64,
-    pub defect: Option<String>,
+    pub variant: VariantArgs,
     pub transport: TransportKind,
     pub svg: Option<PathBuf>,
 }
 
 pub fn explain(args: ExplainArgs) -> u8 {
-    let defect = match parse_defect(args.defect.as_deref()) {
-        Ok(d) => d,
+    let variant = match args.variant.variant() {
+        Ok(v) => v,
         Err(code) => return code,
     };
     let geometry = match load_geometry(&args.geometry) {
@@ -45,7 +45,7 @@ pub fn explain(args: ExplainArgs) -> u8 {
         mode: args.mode,
         allocation: args.allocation,
         seed: args.seed,
-        defect,
+        variant,
     };
     let run = run_case_detailed(
         &case,

@@ -2,14 +2,19 @@
 
 use std::path::Path;
 
-use super::{EXIT_BAD_INPUT, EXIT_OK};
+use super::{VariantArgs, EXIT_BAD_INPUT, EXIT_OK};
 use crate::geometry::{load_geometry, Mode};
 use crate::report::layout_tables::layout_tables;
 
-pub fn layout(path: &Path, mode: Mode) -> u8 {
+/// Print `path`'s descriptor tables under the chosen connector variant.
+pub fn layout(path: &Path, mode: Mode, variant: &VariantArgs) -> u8 {
+    let policy = match variant.variant() {
+        Ok(v) => v.policy(),
+        Err(code) => return code,
+    };
     match load_geometry(path) {
         Ok(g) => {
-            print!("{}", layout_tables(&g, mode));
+            print!("{}", layout_tables(&g, mode, policy));
             EXIT_OK
         }
         Err(e) => {

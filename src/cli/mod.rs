@@ -16,7 +16,9 @@ pub use mutants::{defects, mutants};
 pub use sweep::{sweep, SweepArgs};
 pub use traces::{check_trace, diff_trace};
 
+use crate::connector::NamedPolicy;
 use crate::defects::Defect;
+use crate::variant::Variant;
 
 /// Everything passed.
 pub const EXIT_OK: u8 = 0;
@@ -36,6 +38,40 @@ pub(crate) fn parse_defect(name: Option<&str>) -> Result<Option<Defect>, u8> {
             }
             EXIT_BAD_INPUT
         }),
+    }
+}
+
+/// `--policy NAME` and `--defect NAME`: which connector variant runs.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct VariantArgs {
+    /// The connector's policy: `kvgeom` (the correct connector) or
+    /// `vllm-0.33.0` (vLLM 0.33.0 as released, its known bugs included).
+    #[arg(long, value_name = "NAME")]
+    pub policy: Option<String>,
+    /// Run kvgeom's policy with one known defect (see `kvgeom defects`).
+    #[arg(long, value_name = "NAME", conflicts_with = "policy")]
+    pub defect: Option<String>,
+}
+
+impl VariantArgs {
+    /// The variant, or exit 2 after naming what is known.
+    pub(crate) fn variant(&self) -> Result<Variant, u8> {
+        if let Some(d) = parse_defect(self.defect.as_deref())? {
+            return Ok(Variant::Defect(d));
+        }
+        match self.policy.as_deref() {
+            None => Ok(Variant::KVGEOM),
+            Some(name) => NamedPolicy::from_name(name)
+                .map(Variant::Policy)
+                .ok_or_else(|| {
+                    let known: Vec<&str> = NamedPolicy::ALL.iter().map(|p| p.name()).collect();
+                    eprintln!(
+                        "error: --policy {name}: unknown policy; known: {}",
+                        known.join(", ")
+                    );
+                    EXIT_BAD_INPUT
+                }),
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use super::{default_paths, parse_defect, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
+use super::{default_paths, VariantArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::connector::scheduler::DecodeAllocation;
 use crate::geometry::Mode;
 use crate::report::sweep_report::{self, Format};
@@ -16,7 +16,7 @@ pub struct SweepArgs {
     pub allocations: Option<Vec<DecodeAllocation>>,
     pub transport: TransportKind,
     pub memory: MemoryKind,
-    pub defect: Option<String>,
+    pub variant: VariantArgs,
     pub random: Option<usize>,
     pub seed: u64,
     pub threads: Option<usize>,
@@ -29,8 +29,8 @@ pub struct SweepArgs {
 }
 
 pub fn sweep(args: SweepArgs) -> u8 {
-    let defect = match parse_defect(args.defect.as_deref()) {
-        Ok(d) => d,
+    let variant = match args.variant.variant() {
+        Ok(v) => v,
         Err(code) => return code,
     };
     let prompt_list = match args
@@ -56,7 +56,7 @@ pub fn sweep(args: SweepArgs) -> u8 {
         prompts: prompt_list,
         modes: args.modes,
         allocations: args.allocations,
-        defect,
+        variant,
         seed: args.seed,
     };
     let cases = match args.random {

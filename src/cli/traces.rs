@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use super::{EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
+use super::{VariantArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::trace::check::check_case;
 use crate::trace::{diff_against_connector, TraceCase};
 
@@ -59,22 +59,30 @@ fn for_each_trace(
     code
 }
 
-pub fn diff_trace(files: &[PathBuf]) -> u8 {
+/// Rebuild each trace with kvgeom's connector under the chosen variant and
+/// compare lists, transfers and rewritten ids with what vLLM did.
+pub fn diff_trace(files: &[PathBuf], variant: &VariantArgs) -> u8 {
+    let policy = match variant.variant() {
+        Ok(v) => v.policy(),
+        Err(code) => return code,
+    };
     let (mut matched, mut differ) = (0, 0);
-    let code = for_each_trace(files, |f, case| match diff_against_connector(case) {
-        Ok(report) if report.is_match() => {
-            matched += 1;
-            println!("{}: MATCH", f.display());
-            EXIT_OK
-        }
-        Ok(report) => {
-            differ += 1;
-            println!("{}: {report}", f.display());
-            EXIT_FAILED
-        }
-        Err(e) => {
-            eprintln!("{}: error: {e}", f.display());
-            EXIT_BAD_INPUT
+    let code = for_each_trace(files, |f, case| {
+        match diff_against_connector(case, policy) {
+            Ok(report) if report.is_match() => {
+                matched += 1;
+                println!("{}: MATCH", f.display());
+                EXIT_OK
+            }
+            Ok(report) => {
+                differ += 1;
+                println!("{}: {report}", f.display());
+                EXIT_FAILED
+            }
+            Err(e) => {
+                eprintln!("{}: error: {e}", f.display());
+                EXIT_BAD_INPUT
+            }
         }
     });
     if code != EXIT_BAD_INPUT || matched + differ > 0 {

@@ -2,7 +2,7 @@
 //! kernel expansion, the block-size-ratio mapping (attention expanded to
 //! remote granularity and clipped, mamba 1:1) and the prefix-cache alignment.
 
-use crate::defects::Defect;
+use super::policy::PrefixCountTolerance;
 use crate::geometry::GroupKind;
 
 /// Block ids per KV-cache group.
@@ -86,7 +86,7 @@ pub fn apply_prefix_caching(
     groups: &[GroupKind],
     decode_ppl: u32,
     prefill_ppl: u32,
-    defect: Option<Defect>,
+    tolerance: PrefixCountTolerance,
 ) -> Result<(BlockIds, BlockIds), AlignError> {
     let mut decode = decode.to_vec();
     let mut prefill = prefill.to_vec();
@@ -110,7 +110,7 @@ pub fn apply_prefix_caching(
                 prefill[g] = last(&prefill[g], nd);
             }
             GroupKind::Attention => {
-                check_padding(g, nd, np, decode_ppl, prefill_ppl, defect)?;
+                check_padding(g, nd, np, decode_ppl, prefill_ppl, tolerance)?;
                 let n = nd.min(np);
                 decode[g].truncate(n);
                 prefill[g].truncate(n);
@@ -150,18 +150,18 @@ fn pair_state_slots(
 
 /// Allocation rounding leaves up to ppl - 1 dead kernel blocks per side plus
 /// the block of the recomputed last token: counts may differ by up to the
-/// sum of both ppl (vLLM 0.33.0's bound; `strict-prefix-tolerance` is the
-/// older strict `max`).
+/// sum of both ppl (vLLM 0.33.0's bound; `StrictMaxPpl` is the older
+/// strict `max`).
 fn check_padding(
     group: usize,
     nd: usize,
     np: usize,
     decode_ppl: u32,
     prefill_ppl: u32,
-    defect: Option<Defect>,
+    tolerance: PrefixCountTolerance,
 ) -> Result<(), AlignError> {
     let diff = nd.abs_diff(np);
-    let (bound, ok) = if defect == Some(Defect::StrictPrefixTolerance) {
+    let (bound, ok) = if tolerance == PrefixCountTolerance::StrictMaxPpl {
         let bound = decode_ppl.max(prefill_ppl) as usize;
         (bound, diff < bound)
     } else {
@@ -185,7 +185,7 @@ fn check_padding(
 /// entries of prefill's list holding tokens decode already has (its prefix
 /// hit) are dropped, then both lists keep their common length from the
 /// front; state slots pair as in vLLM. vLLM 0.33.0's `apply_prefix_caching`
-/// end-aligns prefill's list instead (the `end-trim-alignment` defect),
+/// end-aligns prefill's list instead (`PrefixAlignment::EndTrim`),
 /// which pairs the wrong tokens whenever prefill's list does not end where
 /// decode's does.
 pub fn align_from_first_token(
@@ -195,7 +195,7 @@ pub fn align_from_first_token(
     skip: &[usize],
     decode_ppl: u32,
     prefill_ppl: u32,
-    defect: Option<Defect>,
+    tolerance: PrefixCountTolerance,
 ) -> Result<(BlockIds, BlockIds), AlignError> {
     let mut decode = decode.to_vec();
     let mut prefill = prefill.to_vec();
@@ -206,7 +206,7 @@ pub fn align_from_first_token(
                 let cut = skip.get(g).copied().unwrap_or(0).min(prefill[g].len());
                 prefill[g].drain(..cut);
                 let (nd, np) = (decode[g].len(), prefill[g].len());
-                check_padding(g, nd, np, decode_ppl, prefill_ppl, defect)?;
+                check_padding(g, nd, np, decode_ppl, prefill_ppl, tolerance)?;
                 let n = nd.min(np);
                 decode[g].truncate(n);
                 prefill[g].truncate(n);
@@ -253,10 +253,12 @@ mod tests {
         // Local ppl 6 with 12 kernel blocks vs remote ppl 10 with 10: both keep 0..9.
         let d = vec![(0..12).collect::<Vec<_>>(), vec![3]];
         let p = vec![(0..10).collect::<Vec<_>>(), vec![5]];
-        let (d2, p2) = apply_prefix_caching(&d, &p, &[A, M], 6, 10, None).unwrap();
+        let (d2, p2) =
+            apply_prefix_caching(&d, &p, &[A, M], 6, 10, PrefixCountTolerance::default()).unwrap();
         assert_eq!(d2[0], (0..10).collect::<Vec<_>>());
         assert_eq!(p2[0], (0..10).collect::<Vec<_>>());
-        let (d3, p3) = apply_prefix_caching(&p, &d, &[A, M], 10, 6, None).unwrap();
+        let (d3, p3) =
+            apply_prefix_caching(&p, &d, &[A, M], 10, 6, PrefixCountTolerance::default()).unwrap();
         assert_eq!((d3[0].len(), p3[0].len()), (10, 10));
     }
 
@@ -266,7 +268,16 @@ mod tests {
         // the recomputed token 32; P holds tokens 0..32. 4 kernel blocks per block.
         let d = vec![(28..36).collect::<Vec<_>>(), vec![2]];
         let p = vec![(8..16).collect::<Vec<_>>(), vec![4]];
-        let (d, p) = align_from_first_token(&d, &p, &[A, M], &[4, 0], 4, 4, None).unwrap();
+        let (d, p) = align_from_first_token(
+            &d,
+            &p,
+            &[A, M],
+            &[4, 0],
+            4,
+            4,
+            PrefixCountTolerance::default(),
+        )
+        .unwrap();
         assert_eq!(p, vec![vec![12, 13, 14, 15], vec![4]]);
         assert_eq!(d, vec![vec![28, 29, 30, 31], vec![2]]);
         // vLLM 0.33.0 front-trims equal counts: D's tokens 16.. would receive P's tokens 0..
@@ -276,7 +287,7 @@ mod tests {
             &[A, M],
             4,
             4,
-            None,
+            PrefixCountTolerance::default(),
         )
         .unwrap();
         assert_eq!((d2[0][0], p2[0][0]), (28, 8));
@@ -286,29 +297,71 @@ mod tests {
     fn different_logical_blocks_without_mamba_align_from_the_first_token() {
         // P logical 12 / D logical 4 on 4-token kernels, 8 tokens: P holds 3 kernel
         // blocks (one dead), D 2. vLLM end-trims P to its last two (tokens 4..12).
-        let (d, p) =
-            align_from_first_token(&[vec![5, 9]], &[vec![30, 31, 32]], &[A], &[0], 1, 3, None)
-                .unwrap();
+        let (d, p) = align_from_first_token(
+            &[vec![5, 9]],
+            &[vec![30, 31, 32]],
+            &[A],
+            &[0],
+            1,
+            3,
+            PrefixCountTolerance::default(),
+        )
+        .unwrap();
         assert_eq!((d[0].clone(), p[0].clone()), (vec![5, 9], vec![30, 31]));
-        let (_, p) =
-            apply_prefix_caching(&[vec![5, 9]], &[vec![30, 31, 32]], &[A], 1, 3, None).unwrap();
+        let (_, p) = apply_prefix_caching(
+            &[vec![5, 9]],
+            &[vec![30, 31, 32]],
+            &[A],
+            1,
+            3,
+            PrefixCountTolerance::default(),
+        )
+        .unwrap();
         assert_eq!(p[0], vec![31, 32]);
         // D logical 16 / P logical 4: D holds more kernel blocks than P filled.
-        let (d, p) =
-            align_from_first_token(&[vec![0, 1, 2, 3]], &[vec![7, 8]], &[A], &[0], 4, 1, None)
-                .unwrap();
+        let (d, p) = align_from_first_token(
+            &[vec![0, 1, 2, 3]],
+            &[vec![7, 8]],
+            &[A],
+            &[0],
+            4,
+            1,
+            PrefixCountTolerance::default(),
+        )
+        .unwrap();
         assert_eq!((d[0].clone(), p[0].clone()), (vec![0, 1], vec![7, 8]));
-        assert!(
-            apply_prefix_caching(&[vec![0, 1, 2, 3]], &[vec![7, 8]], &[A], 4, 1, None).is_err()
-        );
+        assert!(apply_prefix_caching(
+            &[vec![0, 1, 2, 3]],
+            &[vec![7, 8]],
+            &[A],
+            4,
+            1,
+            PrefixCountTolerance::default()
+        )
+        .is_err());
     }
 
     #[test]
     fn equal_ppl_prefix_hit_end_trims_prefill() {
-        let (d, p) =
-            apply_prefix_caching(&[vec![7, 8]], &[vec![1, 2, 3, 4]], &[A], 1, 1, None).unwrap();
+        let (d, p) = apply_prefix_caching(
+            &[vec![7, 8]],
+            &[vec![1, 2, 3, 4]],
+            &[A],
+            1,
+            1,
+            PrefixCountTolerance::default(),
+        )
+        .unwrap();
         assert_eq!((d[0].clone(), p[0].clone()), (vec![7, 8], vec![3, 4]));
-        assert!(apply_prefix_caching(&[vec![1, 2, 3]], &[vec![1]], &[A], 1, 1, None).is_err());
+        assert!(apply_prefix_caching(
+            &[vec![1, 2, 3]],
+            &[vec![1]],
+            &[A],
+            1,
+            1,
+            PrefixCountTolerance::default()
+        )
+        .is_err());
     }
 
     #[test]
@@ -316,10 +369,11 @@ mod tests {
         // 12-token local vs 8-token remote blocks (kernel 4), N = 25, PR allocation model.
         let d = vec![vec![6, 7, 8, 15, 16, 17, 18, 19, 20], vec![0]];
         let p = vec![vec![8, 9, 14, 15, 18, 19], vec![1]];
-        let (d2, p2) = apply_prefix_caching(&d, &p, &[A, M], 3, 2, None).unwrap();
+        let (d2, p2) =
+            apply_prefix_caching(&d, &p, &[A, M], 3, 2, PrefixCountTolerance::default()).unwrap();
         assert_eq!(d2[0], vec![6, 7, 8, 15, 16, 17]);
         assert_eq!(p2[0], vec![8, 9, 14, 15, 18, 19]);
-        let err = apply_prefix_caching(&d, &p, &[A, M], 3, 2, Some(Defect::StrictPrefixTolerance));
+        let err = apply_prefix_caching(&d, &p, &[A, M], 3, 2, PrefixCountTolerance::StrictMaxPpl);
         assert!(matches!(
             err,
             Err(AlignError::CountMismatch { bound: 3, .. })

@@ -3,7 +3,7 @@
 //! sub-block) granularity; mamba ids follow all attention ids, sub-region
 //! major, at logical granularity and never ratio-expanded.
 
-use crate::defects::Defect;
+use super::policy::MambaExpansion;
 use crate::geometry::GroupKind;
 
 /// The shape of the list being addressed.
@@ -27,7 +27,7 @@ pub fn compute_desc_ids(
     block_ids: &[Vec<u32>],
     groups: &[GroupKind],
     shape: ListShape,
-    defect: Option<Defect>,
+    state_ids: MambaExpansion,
 ) -> Vec<u32> {
     let blocks = shape.num_kernel_blocks * u64::from(shape.ratio.unwrap_or(1));
     let num_fa = shape.num_regions * blocks;
@@ -39,7 +39,7 @@ pub fn compute_desc_ids(
         }
         return ids;
     }
-    let state_stride = if defect == Some(Defect::MambaRatioExpanded) {
+    let state_stride = if state_ids == MambaExpansion::RatioExpanded {
         blocks / u64::from(shape.ppl)
     } else {
         shape.num_kernel_blocks / u64::from(shape.ppl)
@@ -90,7 +90,7 @@ mod tests {
             &[vec![3, 5], vec![1, 2]],
             &[A, M],
             shape(100, None, 1),
-            None,
+            MambaExpansion::OnePerLogicalBlock,
         );
         let mut expected = vec![3, 5, 103, 105];
         for u in 0..8 {
@@ -105,7 +105,7 @@ mod tests {
             &[vec![3, 7], vec![1, 2]],
             &[A, M],
             shape(400, None, 4),
-            None,
+            MambaExpansion::OnePerLogicalBlock,
         );
         assert_eq!(&ids[..4], &[3, 7, 403, 407]);
         assert_eq!(&ids[4..8], &[801, 802, 901, 902]);
@@ -117,7 +117,7 @@ mod tests {
             &[vec![3, 5], vec![1]],
             &[A, M],
             shape(100, Some(4), 1),
-            None,
+            MambaExpansion::OnePerLogicalBlock,
         );
         assert_eq!(&ids[..4], &[3, 5, 403, 405]);
         assert_eq!(&ids[4..8], &[801, 901, 1001, 1101]);

@@ -3,9 +3,9 @@
 //! messages that say what is unsupported.
 
 use super::metadata::HandshakeMetadata;
+use super::policy::{Acceptance, Policy};
 use super::registration::Registration;
 use super::split_lists::SplitError;
-use crate::defects::Defect;
 use crate::geometry::{KvLayout, ModelSpec};
 
 /// A refused handshake.
@@ -98,7 +98,7 @@ pub struct LocalSide<'a> {
     pub layout: KvLayout,
     pub host_buffer: bool,
     pub prefix_caching: bool,
-    pub defect: Option<Defect>,
+    pub policy: Policy,
 }
 
 /// `_validate_remote_agent_handshake`: the checks after the ratios are known.
@@ -128,7 +128,10 @@ pub fn validate(
             remote: remote_ppl,
         });
     }
-    if ratio != 1 && local.host_buffer && local.defect != Some(Defect::HostBufferRatioAccepted) {
+    if ratio != 1
+        && local.host_buffer
+        && local.policy.handshake.host_buffer_with_ratio == Acceptance::Refuse
+    {
         return Err(HandshakeError::HostBufferWithRatio { ratio });
     }
     if !is_mla && meta.kv_cache_layout != local.layout {

@@ -2,19 +2,19 @@
 //! followed by the mamba state sub-regions, which always keep the local page
 //! geometry (vLLM's `_build_fa_local` + `_build_mamba_local`).
 
+use super::policy::{MambaExpansion, Policy, SubBlockAddressing};
 use super::registration::Registration;
-use crate::defects::Defect;
 use crate::nixl::{DescList, StridedRun};
 
 /// Attention descriptors of every region, each kernel block split into
 /// `ratio` sub-blocks of `block_len / ratio` bytes.
-pub fn attention_runs(reg: &Registration, ratio: u32, defect: Option<Defect>) -> Vec<StridedRun> {
+pub fn attention_runs(reg: &Registration, ratio: u32, policy: Policy) -> Vec<StridedRun> {
     let ratio = u64::from(ratio);
     let mut runs = Vec::new();
     for region in &reg.regions {
         let sub_len = region.block_len / ratio;
         let evenly_spaced = ratio == 1 || region.block_stride == ratio * sub_len;
-        if evenly_spaced || defect == Some(Defect::PaddedSubblockAddress) {
+        if evenly_spaced || policy.sub_block_addressing == SubBlockAddressing::StrideOverRatio {
             runs.push(StridedRun {
                 addr: region.base,
                 len: sub_len,
@@ -38,9 +38,9 @@ pub fn attention_runs(reg: &Registration, ratio: u32, defect: Option<Defect>) ->
 
 /// Mamba descriptors: per SSM region, each conv sub-projection then the SSM
 /// state, one descriptor per logical block. Never ratio-expanded.
-pub fn mamba_runs(reg: &Registration, ratio: u32, defect: Option<Defect>) -> Vec<StridedRun> {
+pub fn mamba_runs(reg: &Registration, ratio: u32, policy: Policy) -> Vec<StridedRun> {
     let ppl = u64::from(reg.ppl);
-    let expand = defect == Some(Defect::MambaRatioExpanded) && ratio > 1;
+    let expand = policy.mamba_expansion == MambaExpansion::RatioExpanded && ratio > 1;
     let mut runs = Vec::new();
     for &i in &reg.ssm_regions {
         let region = &reg.regions[i];
@@ -75,10 +75,10 @@ pub fn mamba_runs(reg: &Registration, ratio: u32, defect: Option<Defect>) -> Vec
 }
 
 /// The full local list at sub-block granularity `ratio` (1 = own kernel size).
-pub fn local_list(reg: &Registration, ratio: u32, defect: Option<Defect>) -> DescList {
-    let mut runs = attention_runs(reg, ratio, defect);
+pub fn local_list(reg: &Registration, ratio: u32, policy: Policy) -> DescList {
+    let mut runs = attention_runs(reg, ratio, policy);
     if reg.has_mamba() {
-        runs.extend(mamba_runs(reg, ratio, defect));
+        runs.extend(mamba_runs(reg, ratio, policy));
     }
     DescList::from_runs(runs)
 }

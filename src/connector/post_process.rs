@@ -5,8 +5,8 @@
 
 use serde::Serialize;
 
+use super::policy::ReceiveZeroing;
 use super::registration::Registration;
-use crate::defects::Defect;
 use crate::geometry::{GroupKind, KvLayout, ModelSpec};
 use crate::memory::KvMemory;
 
@@ -50,14 +50,13 @@ pub struct PostProcessInput<'a> {
     /// kernel-expanded remote list length.
     pub remote_counts: &'a [usize],
     pub kernel_block: u32,
-    pub defect: Option<Defect>,
+    pub zeroing: ReceiveZeroing,
 }
 
 /// What vLLM 0.33.0's `get_transfer_results` + `post_process_device_kv_on_receive` do.
 pub fn plan(input: &PostProcessInput<'_>) -> Vec<GroupPostProcess> {
     let r = input.ratio;
-    let defect = input.defect;
-    let triggered = if defect == Some(Defect::NoClippedBlockZeroing) {
+    let triggered = if input.zeroing == ReceiveZeroing::RatioOnly {
         r > 1
     } else {
         r > 1 || input.hetero_ppl
@@ -91,9 +90,9 @@ pub fn plan(input: &PostProcessInput<'_>) -> Vec<GroupPostProcess> {
                 });
             }
         };
-        match defect {
-            Some(Defect::DiscardedBlockIds) => {}
-            Some(Defect::TwoPathZeroing) => {
+        match input.zeroing {
+            ReceiveZeroing::Skipped => {}
+            ReceiveZeroing::TwoPath => {
                 // Path A: ratio tail, non-MLA only, last covered block only.
                 if r > 1 && !input.is_mla {
                     tail(&mut ops);
@@ -104,7 +103,7 @@ pub fn plan(input: &PostProcessInput<'_>) -> Vec<GroupPostProcess> {
                     ops.extend(ids[kept..].iter().map(|&block| PostOp::ZeroBlock { block }));
                 }
             }
-            _ => {
+            ReceiveZeroing::Unified | ReceiveZeroing::RatioOnly => {
                 tail(&mut ops);
                 if has_stale {
                     ops.extend(
@@ -250,7 +249,7 @@ mod tests {
         remote: &'a [usize],
         ratio: u32,
         mla: bool,
-        defect: Option<Defect>,
+        zeroing: ReceiveZeroing,
     ) -> PostProcessInput<'a> {
         PostProcessInput {
             groups: &[A, M, M],
@@ -261,7 +260,7 @@ mod tests {
             local_kernel_ids: ids,
             remote_counts: remote,
             kernel_block: 8,
-            defect,
+            zeroing,
         }
     }
 
@@ -269,7 +268,7 @@ mod tests {
     fn mixed_regime_n29_zeroes_two_whole_blocks() {
         // D kernel 8 ppl 3, P kernel 4 ppl 2, N = 29: local [3,4,5,9,10,11], 8 remote kernels.
         let ids = vec![vec![3, 4, 5, 9, 10, 11], vec![0], vec![6]];
-        let plans = plan(&input(&ids, &[8, 1, 1], 2, true, None));
+        let plans = plan(&input(&ids, &[8, 1, 1], 2, true, ReceiveZeroing::Unified));
         assert_eq!(plans.len(), 1);
         assert_eq!(plans[0].covered_sub_blocks, 8);
         assert_eq!(
@@ -280,13 +279,7 @@ mod tests {
             ]
         );
         // The old two-path zeroing leaves both stale (MLA skips path A, path B counts 6 vs 8).
-        let old = plan(&input(
-            &ids,
-            &[8, 1, 1],
-            2,
-            true,
-            Some(Defect::TwoPathZeroing),
-        ));
+        let old = plan(&input(&ids, &[8, 1, 1], 2, true, ReceiveZeroing::TwoPath));
         assert!(old[0].ops.is_empty());
     }
 
@@ -294,7 +287,7 @@ mod tests {
     fn partial_tail_then_whole_blocks() {
         // r = 2, 3 local kernel blocks, 3 remote sub-blocks: tail of block at position 1, then position 2.
         let ids = vec![vec![7, 8, 9], vec![], vec![]];
-        let plans = plan(&input(&ids, &[3, 0, 0], 2, false, None));
+        let plans = plan(&input(&ids, &[3, 0, 0], 2, false, ReceiveZeroing::Unified));
         let ops = &plans[0].ops;
         assert_eq!(
             ops.iter()

@@ -8,9 +8,9 @@ use super::block_mapping::{
     align_from_first_token, apply_prefix_caching, logical_to_kernel, map_for_block_size_ratio,
     BlockIds,
 };
+use super::policy::{PrefixAlignment, RemoteIdExpansion};
 use super::post_process::{self, GroupPostProcess, PostProcessInput};
 use super::worker::{ConnectorError, Worker};
-use crate::defects::Defect;
 use crate::geometry::{block_size_ratio, tp_ratio};
 use crate::memory::KvMemory;
 use crate::nixl::{Nixl, XferHandle, XferOp, XferState};
@@ -74,7 +74,7 @@ impl Worker {
         let groups = self.cfg.model.groups.clone();
         let engine = self.remote_engine(&req.remote_engine_id)?.clone();
         let local_kernel = logical_to_kernel(&req.local_block_ids, &groups, self.reg.ppl);
-        let remote_ppl = if self.cfg.defect == Some(Defect::RemoteIdsLocalPpl) {
+        let remote_ppl = if self.cfg.policy.remote_id_expansion == RemoteIdExpansion::LocalPpl {
             self.reg.ppl
         } else {
             engine.ppl
@@ -141,14 +141,14 @@ impl Worker {
                 });
                 continue;
             }
-            let aligned = if self.cfg.defect == Some(Defect::EndTrimAlignment) {
+            let aligned = if self.cfg.policy.prefix_alignment == PrefixAlignment::EndTrim {
                 apply_prefix_caching(
                     &local_ids,
                     &remote_ids,
                     &groups,
                     self.reg.ppl,
                     engine.ppl,
-                    self.cfg.defect,
+                    self.cfg.policy.prefix_count_tolerance,
                 )
             } else {
                 // Decode's list counts prefill's (smaller) kernel blocks here,
@@ -160,7 +160,7 @@ impl Worker {
                     &prefix_skip,
                     self.reg.ppl * ratio,
                     engine.ppl,
-                    self.cfg.defect,
+                    self.cfg.policy.prefix_count_tolerance,
                 )
             };
             let (local_ids, remote_ids) =
@@ -235,7 +235,7 @@ impl Worker {
             .ok_or_else(|| ConnectorError::Plan("Only nP < nD supported currently.".into()))?;
         // What the transfer could write: P's list past D's prefix hit
         // (vLLM 0.33.0 counts P's whole list).
-        let skip_hit = self.cfg.defect != Some(Defect::EndTrimAlignment);
+        let skip_hit = self.cfg.policy.prefix_alignment != PrefixAlignment::EndTrim;
         let remote_counts: Vec<usize> = recv
             .remote_kernel_ids
             .iter()
@@ -258,7 +258,7 @@ impl Worker {
             local_kernel_ids: &recv.local_kernel_ids,
             remote_counts: &remote_counts,
             kernel_block: self.reg.kernel_block,
-            defect: self.cfg.defect,
+            zeroing: self.cfg.policy.receive_zeroing,
         }))
     }
 

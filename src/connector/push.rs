@@ -5,8 +5,8 @@
 //! vLLM 0.33.0 leaves D with an empty remote block list and computes the
 //! block-size ratio in opposite directions on P and D; kvgeom's push instead
 //! carries the covered sub-block count in the completion notification and
-//! handles both kernel directions. The 0.33.0 behaviour stays available as
-//! the `push-empty-remote-ids` and `push-one-way-ratio` defects.
+//! handles both kernel directions. The 0.33.0 behaviour stays available
+//! through `Policy::push` (`PushProtocol::VLLM_0_33_0`).
 
 use serde::Serialize;
 
@@ -14,10 +14,12 @@ use super::block_mapping::{
     align_from_first_token, apply_prefix_caching, logical_to_kernel, map_for_block_size_ratio,
     BlockIds,
 };
+use super::policy::{
+    PrefixAlignment, PushCompletionReport, PushRatioDirection, ReplicatedPageWriters,
+};
 use super::post_process::{self, GroupPostProcess, PostProcessInput};
 use super::pull::PlannedRead;
 use super::worker::{ConnectorError, Worker};
-use crate::defects::Defect;
 use crate::geometry::{block_size_ratio, tp_ratio, GroupKind};
 use crate::memory::KvMemory;
 use crate::nixl::{Nixl, XferOp};
@@ -157,7 +159,8 @@ impl Worker {
             .ok_or_else(|| ConnectorError::Plan("no local list for this decode geometry".into()))?;
             let (mut local_ids, mut remote_ids) =
                 (keep(&local_kernel, rank), keep(&remote_kernel, rank));
-            let write_replicas_once = self.cfg.defect != Some(Defect::PushReplicatedDoubleWrite);
+            let write_replicas_once =
+                self.cfg.policy.push.replicated_pages == ReplicatedPageWriters::OnePerDecodeRank;
             if write_replicas_once && self.holds_a_replica(t, total_heads) {
                 // Replicated pages: one prefill rank per decode rank writes them.
                 for (g, kind) in groups.iter().enumerate() {
@@ -167,7 +170,7 @@ impl Worker {
                     }
                 }
             }
-            let vllm_alignment = self.cfg.defect == Some(Defect::EndTrimAlignment);
+            let vllm_alignment = self.cfg.policy.prefix_alignment == PrefixAlignment::EndTrim;
             if ratio > 1 && vllm_alignment {
                 (local_ids, remote_ids) =
                     map_for_block_size_ratio(&local_ids, &remote_ids, &groups, ratio);
@@ -213,7 +216,7 @@ impl Worker {
                     &groups,
                     engine.ppl * engine.sub_ratio,
                     self.reg.ppl,
-                    self.cfg.defect,
+                    self.cfg.policy.prefix_count_tolerance,
                 )
             } else {
                 // Both lists count the smaller kernel's blocks here, so both
@@ -225,7 +228,7 @@ impl Worker {
                     &prefix_skip,
                     engine.ppl * engine.sub_ratio,
                     self.reg.ppl * ratio,
-                    self.cfg.defect,
+                    self.cfg.policy.prefix_count_tolerance,
                 )
             };
             let (remote_ids, local_ids) =
@@ -242,7 +245,7 @@ impl Worker {
             let (local_desc_ids, remote_desc_ids) =
                 self.desc_id_pair(&local_ids, &remote_ids, &engine, ratio)?;
             let mut notification = format!("{}:{}", req.remote_request_id, self.cfg.engine.tp_size);
-            if self.cfg.defect != Some(Defect::PushEmptyRemoteIds) {
+            if self.cfg.policy.push.completion_report == PushCompletionReport::CoveredCounts {
                 let covered: Vec<String> = remote_ids
                     .iter()
                     .enumerate()
@@ -304,8 +307,8 @@ impl Worker {
         let groups = &self.cfg.model.groups;
         let engine = self.remote_engine(prefill_engine_id)?;
         let local_kernel = logical_to_kernel(local_block_ids, groups, self.reg.ppl);
-        let one_way = self.cfg.defect == Some(Defect::PushOneWayRatio);
-        let empty_ids = self.cfg.defect == Some(Defect::PushEmptyRemoteIds);
+        let one_way = self.cfg.policy.push.ratio_direction == PushRatioDirection::LocalOverRemote;
+        let empty_ids = self.cfg.policy.push.completion_report == PushCompletionReport::RequestOnly;
         // The prefill engine's kernel as D registered it (before any gcd view).
         let prefill_kernel = engine
             .ranks
@@ -349,7 +352,7 @@ impl Worker {
             local_kernel_ids: &local_kernel,
             remote_counts: &remote_counts,
             kernel_block: self.reg.kernel_block,
-            defect: self.cfg.defect,
+            zeroing: self.cfg.policy.receive_zeroing,
         }))
     }
 

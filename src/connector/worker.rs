@@ -9,12 +9,14 @@ use super::desc_ids::{compute_desc_ids, ListShape};
 use super::handshake::{self, HandshakeError, LocalSide};
 use super::local_lists;
 use super::metadata::HandshakeMetadata;
+use super::policy::{
+    Acceptance, DecodePushHandshake, MambaExpansion, Policy, PushRatioDirection, SplitListKey,
+};
 use super::post_process::PageGeometry;
 use super::registration::{KvTensor, Registration};
 use super::remote_lists;
 use super::split_lists::split_lists;
 use super::tp_mapping::{compute_tp_mapping, TpMapping};
-use crate::defects::Defect;
 use crate::geometry::{block_size_ratio, tp_ratio, EngineGeometry, GroupKind, Mode, ModelSpec};
 use crate::nixl::{AgentId, DescList, DlistHandle, DlistTarget, MemKind, Nixl, NixlError};
 
@@ -38,7 +40,8 @@ pub struct WorkerConfig {
     /// except where a platform reports device memory over host tensors.
     pub platform_mem: MemKind,
     pub device: u32,
-    pub defect: Option<Defect>,
+    /// The connector's decisions (`Policy::default()`: kvgeom's).
+    pub policy: Policy,
 }
 
 /// Errors of the connector.
@@ -112,7 +115,7 @@ impl Worker {
             cfg.device,
         );
         nixl.register_memory(agent, &reg.memory)?;
-        let own = local_lists::local_list(&reg, 1, cfg.defect);
+        let own = local_lists::local_list(&reg, 1, cfg.policy);
         let handle = nixl.prepare_dlist(agent, &DlistTarget::Local, cfg.mem, &own)?;
         let mut lists_by_block_size = BTreeMap::new();
         lists_by_block_size.insert(reg.kernel_block, (handle, own));
@@ -271,7 +274,8 @@ impl Worker {
         let model = &self.cfg.model;
         let local_tp = self.cfg.engine.tp_size;
         let writer = self.cfg.mode == Mode::Push && !self.cfg.is_decode;
-        let own_push = writer && self.cfg.defect != Some(Defect::PushOneWayRatio);
+        let own_push =
+            writer && self.cfg.policy.push.ratio_direction == PushRatioDirection::BothDirections;
         let meta = if model.has_mamba() && model.is_mla() && !writer {
             handshake::split_remote_blocks(self.reg.kernel_block, meta)
         } else {
@@ -315,7 +319,7 @@ impl Worker {
                 layout: self.cfg.engine.layout,
                 host_buffer: self.cfg.engine.host_buffer,
                 prefix_caching: self.cfg.engine.prefix_caching,
-                defect: self.cfg.defect,
+                policy: self.cfg.policy,
             },
             &checked,
             remote_tp,
@@ -331,13 +335,13 @@ impl Worker {
         if gathers_heads
             && !model.is_mla()
             && !self.cfg.engine.layout.is_block_contiguous()
-            && self.cfg.defect != Some(Defect::ReplicatedHeadsNhdAccepted)
+            && self.cfg.policy.handshake.gathered_replicated_heads_nhd == Acceptance::Refuse
         {
             return Err(HandshakeError::HeadSplitNeedsContiguousLayout.into());
         }
         let remote_block = checked.block_size;
         if ratio > 1 && !self.lists_by_block_size.contains_key(&remote_block) {
-            let list = local_lists::local_list(&self.reg, ratio, self.cfg.defect);
+            let list = local_lists::local_list(&self.reg, ratio, self.cfg.policy);
             let handle = nixl.prepare_dlist(
                 self.agent,
                 &DlistTarget::Local,
@@ -347,11 +351,11 @@ impl Worker {
             self.lists_by_block_size
                 .insert(remote_block, (handle, list));
         }
-        let split_defect = self.cfg.defect == Some(Defect::SplitHandleKeyRatioOnly);
+        let local_granularity = self.cfg.policy.split_list_key == SplitListKey::RatioOnly;
         let key = self.split_key(t, remote_block);
         if self.needs_split_lists(t, &mapping) && !self.split_handles.contains_key(&key) {
             // The pre-fix code built the splits from the own (ratio 1) list.
-            let (src, num_fa) = if split_defect {
+            let (src, num_fa) = if local_granularity {
                 (
                     &self.lists_by_block_size[&self.reg.kernel_block].1,
                     self.reg.num_descs(),
@@ -367,7 +371,7 @@ impl Worker {
                     self.reg.num_descs() * u64::from(ratio),
                 )
             };
-            let split_ratio = if split_defect { 1 } else { ratio };
+            let split_ratio = if local_granularity { 1 } else { ratio };
             let lists = split_lists(&self.reg, &mapping, &model.groups, src, num_fa, split_ratio)
                 .map_err(HandshakeError::from)?;
             let mut handles = Vec::new();
@@ -433,11 +437,7 @@ impl Worker {
         remote_rank: u32,
         remote_tp: u32,
     ) -> Result<String, ConnectorError> {
-        let vllm_push = matches!(
-            self.cfg.defect,
-            Some(Defect::PushEmptyRemoteIds) | Some(Defect::PushOneWayRatio)
-        );
-        if !vllm_push {
+        if self.cfg.policy.push.decode_handshake == DecodePushHandshake::Validated {
             return self.add_remote_agent(nixl, meta, remote_rank, remote_tp);
         }
         let agent_name = nixl.add_remote_agent(self.agent, &meta.agent_metadata)?;
@@ -507,13 +507,13 @@ impl Worker {
             remote,
             groups,
             shape(engine.num_blocks, remote_ratio, engine.ppl),
-            None,
+            MambaExpansion::OnePerLogicalBlock,
         );
         let local_ids = compute_desc_ids(
             local,
             groups,
             shape(self.reg.num_kernel_blocks, Some(ratio), self.reg.ppl),
-            self.cfg.defect,
+            self.cfg.policy.mamba_expansion,
         );
         if local_ids.len() != remote_ids.len() {
             return Err(ConnectorError::Plan(format!(
@@ -526,7 +526,7 @@ impl Worker {
     }
 
     pub(crate) fn split_key(&self, t: i32, remote_block: u32) -> SplitKey {
-        if self.cfg.defect == Some(Defect::SplitHandleKeyRatioOnly) {
+        if self.cfg.policy.split_list_key == SplitListKey::RatioOnly {
             (t, 0)
         } else {
             (t, remote_block)

@@ -13,6 +13,7 @@ use crate::geometry::{
     parse_geometry, to_toml, validate, Geometry, GeometryError, Mode, Violation,
 };
 use crate::scenario::{run_case, Case, CaseReport, Outcome, RunOptions};
+use crate::variant::Variant;
 
 use super::draw::{draw, Drawn};
 use super::invalid::{BrokenRule, Refusal};
@@ -128,7 +129,7 @@ impl GeneratedCase {
             mode: self.mode,
             allocation: self.allocation,
             seed: self.seed,
-            defect,
+            variant: defect.map_or(Variant::KVGEOM, Variant::Defect),
         }
     }
 

@@ -216,7 +216,7 @@ impl PlanInput {
                 groups,
                 self.remote.ppl * sub,
                 self.local.ppl,
-                None,
+                Default::default(),
             )
             .ok()?;
             (l, r)
@@ -227,7 +227,7 @@ impl PlanInput {
                 groups,
                 self.local.ppl,
                 self.remote.ppl,
-                None,
+                Default::default(),
             )
             .ok()?
         };
@@ -240,8 +240,18 @@ impl PlanInput {
         };
         let remote_ratio = (sub > 1).then_some(sub);
         Some(PlannedIds {
-            local: compute_desc_ids(&local, groups, shape(&self.local, Some(self.ratio)), None),
-            remote: compute_desc_ids(&remote, groups, shape(&self.remote, remote_ratio), None),
+            local: compute_desc_ids(
+                &local,
+                groups,
+                shape(&self.local, Some(self.ratio)),
+                Default::default(),
+            ),
+            remote: compute_desc_ids(
+                &remote,
+                groups,
+                shape(&self.remote, remote_ratio),
+                Default::default(),
+            ),
         })
     }
 

@@ -131,7 +131,8 @@ pub fn explain_text(run: &CaseRun) -> String {
         case.mode,
         case.allocation.as_str(),
         case.seed,
-        case.defect
+        case.variant
+            .defect()
             .map_or(String::new(), |d| format!(" defect {d}"))
     );
     if let (Some(shape), Some(p)) = (&run.shape, &run.placement) {

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use super::descriptor_table::{render, ListLabels};
-use crate::connector::{ConnectorError, KvTensor, Worker, WorkerConfig};
+use crate::connector::{ConnectorError, KvTensor, Policy, Worker, WorkerConfig};
 use crate::geometry::{Geometry, Mode};
 use crate::nixl::{DryRun, MemKind, Nixl, Recording};
 
@@ -20,6 +20,7 @@ fn workers(
     geometry: &Geometry,
     mode: Mode,
     decode: bool,
+    policy: Policy,
 ) -> Result<Vec<Worker>, ConnectorError> {
     let engine = if decode {
         &geometry.decode
@@ -51,7 +52,7 @@ fn workers(
                     mem: MemKind::Dram,
                     platform_mem: MemKind::Dram,
                     device: 0,
-                    defect: None,
+                    policy,
                 },
                 &tensors,
             )
@@ -60,8 +61,8 @@ fn workers(
 }
 
 /// The tables of rank 0 of the initiating engine (D in pull, P in push)
-/// after its handshakes, or the handshake's refusal.
-pub fn layout_tables(geometry: &Geometry, mode: Mode) -> String {
+/// after its handshakes under `policy`, or the handshake's refusal.
+pub fn layout_tables(geometry: &Geometry, mode: Mode, policy: Policy) -> String {
     let mut out = String::new();
     let mut nixl = Recording::new(DryRun::new());
     let initiator = match mode {
@@ -74,8 +75,8 @@ pub fn layout_tables(geometry: &Geometry, mode: Mode) -> String {
         geometry.name
     );
     let mut engines = match (
-        workers(&mut nixl, geometry, mode, false),
-        workers(&mut nixl, geometry, mode, true),
+        workers(&mut nixl, geometry, mode, false, policy),
+        workers(&mut nixl, geometry, mode, true, policy),
     ) {
         (Ok(p), Ok(d)) => (p, d),
         (Err(e), _) | (_, Err(e)) => {

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::connector::scheduler::DecodeAllocation;
-use crate::defects::Defect;
 use crate::geometry::{Geometry, Mode};
 use crate::layout::Side;
 use crate::oracle::Violation;
+use crate::variant::Variant;
 
 /// Which transport moves the bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
@@ -30,7 +30,7 @@ pub enum MemoryKind {
     Vram,
 }
 
-/// Geometry + prompt length + local prefix hit + mode + allocation + seed (+ defect).
+/// Geometry + prompt length + local prefix hit + mode + allocation + seed, and the connector variant.
 #[derive(Clone, Debug, Serialize)]
 pub struct Case {
     #[serde(skip)]
@@ -42,7 +42,8 @@ pub struct Case {
     pub mode: Mode,
     pub allocation: DecodeAllocation,
     pub seed: u64,
-    pub defect: Option<Defect>,
+    /// The connector's policy: kvgeom's, vLLM 0.33.0's, or one defect.
+    pub variant: Variant,
 }
 
 impl Case {
@@ -64,9 +65,7 @@ impl Case {
             self.allocation.as_str(),
             self.seed
         );
-        if let Some(d) = self.defect {
-            cmd.push_str(&format!(" --defect {d}"));
-        }
+        cmd.push_str(&self.variant.cli_args());
         cmd
     }
 }

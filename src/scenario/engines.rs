@@ -1,7 +1,7 @@
 //! Allocating both engines' KV memory and building their connector workers.
 
+use crate::connector::Policy;
 use crate::connector::{KvTensor, Worker, WorkerConfig};
-use crate::defects::Defect;
 use crate::geometry::{EngineGeometry, Geometry, Mode};
 use crate::layout::Side;
 use crate::memory::HostArena;
@@ -107,10 +107,10 @@ pub fn register_side(
     mode: Mode,
     pool: u32,
     arenas_per_rank: Vec<Vec<HostArena>>,
-    defect: Option<Defect>,
+    policy: Policy,
 ) -> Result<Vec<Rank>, Outcome> {
     let ranks = RankTensors::per_rank(arenas_per_rank, None);
-    register_side_on(nixl, geometry, side, mode, pool, ranks, defect)
+    register_side_on(nixl, geometry, side, mode, pool, ranks, policy)
 }
 
 /// [`register_side`] where a rank may keep its tensors on a device: its
@@ -123,7 +123,7 @@ pub fn register_side_on(
     mode: Mode,
     pool: u32,
     ranks_memory: Vec<RankTensors>,
-    defect: Option<Defect>,
+    policy: Policy,
 ) -> Result<Vec<Rank>, Outcome> {
     let engine = match side {
         Side::Prefill => &geometry.prefill,
@@ -154,7 +154,7 @@ pub fn register_side_on(
             mem,
             platform_mem: mem,
             device: super::vram::DEVICE_ORDINAL,
-            defect,
+            policy,
         };
         let tensors: Vec<KvTensor> = match &device {
             Some(d) => d

@@ -4,11 +4,11 @@
 
 use std::time::{Duration, Instant};
 
+use crate::connector::policy::DecodePushHandshake;
 use crate::connector::post_process::{GroupPostProcess, PageGeometry, PostOp};
 use crate::connector::push::{parse_completion, PUSH_REJECT_PREFIX};
 use crate::connector::scheduler::{request_shape, RequestShape};
 use crate::connector::{ConnectorError, PlannedRead, ReadRequest, Worker, WriteRequest};
-use crate::defects::Defect;
 use crate::geometry::{Geometry, Mode};
 use crate::layout::{CaseLayout, RequestBlocks, Side};
 use crate::memory::HostArena;
@@ -223,7 +223,7 @@ fn transfer(
             mode,
             placement.prefill_pool,
             p_ranks,
-            case.defect,
+            case.variant.policy(),
         ) {
             Ok(r) => r,
             Err(o) => return o,
@@ -235,7 +235,7 @@ fn transfer(
             mode,
             placement.decode_pool,
             d_ranks,
-            case.defect,
+            case.variant.policy(),
         ) {
             Ok(r) => r,
             Err(o) => return o,
@@ -507,10 +507,7 @@ fn handshake_side(
 fn push_refused(nixl: &mut dyn Nixl, worker: &Worker, target: u32, e: ConnectorError) -> Outcome {
     let message = e.to_string();
     let rank = worker.config().tp_rank;
-    let vllm_push = matches!(
-        worker.config().defect,
-        Some(Defect::PushEmptyRemoteIds) | Some(Defect::PushOneWayRatio)
-    );
+    let vllm_push = worker.config().policy.push.decode_handshake == DecodePushHandshake::RecordOnly;
     if vllm_push {
         return Outcome::Hung {
             message: format!(

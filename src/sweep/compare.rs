@@ -114,7 +114,7 @@ mod tests {
             mode: crate::geometry::Mode::Pull,
             allocation: DecodeAllocation::Mainline,
             seed: 0,
-            defect: None,
+            variant: crate::variant::Variant::KVGEOM,
         };
         run_case(&case, &RunOptions::default())
     }

@@ -7,6 +7,7 @@ use super::execute;
 use super::plan::{grid, PlanOptions, SourcedGeometry};
 use crate::defects::Defect;
 use crate::scenario::{run_case, Case, RunOptions};
+use crate::variant::Variant;
 
 /// One defect's result over a sweep.
 #[derive(Clone, Debug)]
@@ -40,7 +41,7 @@ pub fn run_mutant(
     let cases = grid(
         sources,
         &PlanOptions {
-            defect: Some(defect),
+            variant: Variant::Defect(defect),
             ..PlanOptions::default()
         },
     );

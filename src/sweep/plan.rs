@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::connector::scheduler::DecodeAllocation;
-use crate::defects::Defect;
 use crate::geometry::{load_geometry, Geometry, GeometryError, Mode};
 use crate::scenario::placement::SplitMix;
 use crate::scenario::Case;
+use crate::variant::Variant;
 
 use super::prompts::{default_prompts, prompts_for};
 
@@ -79,7 +79,8 @@ pub struct PlanOptions {
     pub modes: Vec<Mode>,
     /// `None`: both allocations for hybrids, mainline otherwise.
     pub allocations: Option<Vec<DecodeAllocation>>,
-    pub defect: Option<Defect>,
+    /// The connector variant every case runs.
+    pub variant: Variant,
     pub seed: u64,
 }
 
@@ -89,7 +90,7 @@ impl Default for PlanOptions {
             prompts: None,
             modes: vec![Mode::Pull, Mode::Push],
             allocations: None,
-            defect: None,
+            variant: Variant::KVGEOM,
             seed: 0,
         }
     }
@@ -143,7 +144,7 @@ pub fn grid(sources: &[SourcedGeometry], opts: &PlanOptions) -> Vec<Case> {
                             mode,
                             allocation,
                             seed: opts.seed,
-                            defect: opts.defect,
+                            variant: opts.variant,
                         });
                     }
                 }
@@ -179,7 +180,7 @@ pub fn random(
                 mode: opts.modes[pick(opts.modes.len())],
                 allocation: allocs[pick(allocs.len())],
                 seed: pick(u32::MAX as usize) as u64,
-                defect: opts.defect,
+                variant: opts.variant,
             })
         })
         .collect()

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use super::case::TraceCase;
 use super::diff::{diff_block_ids, diff_run, ActualRun, DiffReport};
 use crate::connector::{
-    ConnectorError, HandshakeMetadata, KvTensor, ReadRequest, Worker, WorkerConfig,
+    ConnectorError, HandshakeMetadata, KvTensor, Policy, ReadRequest, Worker, WorkerConfig,
 };
 use crate::geometry::{
     AttentionSpec, EngineGeometry, GroupKind, KvLayout, MambaKind, MambaSpec, Mode, ModelSpec,
@@ -90,8 +90,8 @@ pub fn traced_model(case: &TraceCase) -> Result<ModelSpec, ReplayError> {
     })
 }
 
-/// Replay `case` through the project's connector.
-pub fn replay(case: &TraceCase) -> Result<Replay, ReplayError> {
+/// Replay `case` through the project's connector under `policy`.
+pub fn replay(case: &TraceCase, policy: Policy) -> Result<Replay, ReplayError> {
     let model = traced_model(case)?;
     let g = &case.local_geometry;
     let w = &case.worker;
@@ -118,7 +118,7 @@ pub fn replay(case: &TraceCase) -> Result<Replay, ReplayError> {
         mem: own_mem,
         platform_mem: g.nixl_memory_type,
         device: 0,
-        defect: None,
+        policy,
     };
     let tensors: Vec<KvTensor> = case
         .local_regions
@@ -207,8 +207,8 @@ pub fn replay(case: &TraceCase) -> Result<Replay, ReplayError> {
 
 /// Replay `case` and compare every prepared list, every transfer and the
 /// rewritten remote ids with vLLM's.
-pub fn diff_against_connector(case: &TraceCase) -> Result<DiffReport, ReplayError> {
-    let run = replay(case)?;
+pub fn diff_against_connector(case: &TraceCase, policy: Policy) -> Result<DiffReport, ReplayError> {
+    let run = replay(case, policy)?;
     let report = diff_run(case, run.recording.events(), &run.actual);
     if !report.is_match() {
         return Ok(report);
