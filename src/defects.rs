@@ -30,6 +30,7 @@ pub enum Defect {
     PushReplicatedDoubleWrite,
     EndTrimAlignment,
     ReplicatedHeadsNhdAccepted,
+    ZeroingOnePastEnd,
 }
 
 /// One row of the defect table.
@@ -49,7 +50,7 @@ pub struct DefectInfo {
 }
 
 /// Every known defect, in the order `kvgeom defects` lists them.
-pub static DEFECTS: [DefectInfo; 14] = [
+pub static DEFECTS: [DefectInfo; 15] = [
     DefectInfo {
         defect: Defect::StrictPrefixTolerance,
         name: "strict-prefix-tolerance",
@@ -168,11 +169,19 @@ pub static DEFECTS: [DefectInfo; 14] = [
         in_vllm_0_33_0: true,
         select: |p| p.handshake.gathered_replicated_heads_nhd = Acceptance::Accept,
     },
+    DefectInfo {
+        defect: Defect::ZeroingOnePastEnd,
+        name: "zeroing-one-past-end",
+        bug: "the receive post-process zeroes its stale blocks through an inclusive end: one kernel block past the request's last is zeroed too",
+        symptom: "the block after the request's, which belongs to another request or the free pool, loses its KV (silent corruption of a co-resident request)",
+        in_vllm_0_33_0: false,
+        select: |p| p.receive_zeroing = ReceiveZeroing::InclusiveEnd,
+    },
 ];
 
 impl Defect {
     /// Every defect, in table order.
-    pub const ALL: [Defect; 14] = [
+    pub const ALL: [Defect; 15] = [
         Defect::StrictPrefixTolerance,
         Defect::NoClippedBlockZeroing,
         Defect::TwoPathZeroing,
@@ -187,6 +196,7 @@ impl Defect {
         Defect::PushReplicatedDoubleWrite,
         Defect::EndTrimAlignment,
         Defect::ReplicatedHeadsNhdAccepted,
+        Defect::ZeroingOnePastEnd,
     ];
 
     /// This defect's row of the table.

@@ -106,6 +106,10 @@ enum Command {
         /// and fail unless each gives the same results.
         #[arg(long)]
         compare_host: bool,
+        /// Pass when exactly the failures listed in this file occur (e.g.
+        /// `--policy vllm-0.33.0 --expect expected/vllm-0.33.0.toml`).
+        #[arg(long, value_name = "FILE")]
+        expect: Option<PathBuf>,
     },
     /// Run one case and show the plan, every pair and, per local block, what was
     /// transferred, zeroed and left stale.
@@ -192,6 +196,7 @@ fn main() -> ExitCode {
             out,
             no_shrink,
             compare_host,
+            expect,
         } => cli::sweep(cli::SweepArgs {
             paths,
             prompts,
@@ -207,6 +212,7 @@ fn main() -> ExitCode {
             out,
             shrink: !no_shrink,
             compare_host,
+            expect,
         }),
         Command::Explain {
             geometry,

@@ -1,9 +1,11 @@
 //! Every known connector defect is caught by the default sweep over
 //! `geometries/` (the correct connector passes it: see `sweep_default.rs`).
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use kvgeom::defects::Defect;
+use kvgeom::oracle::{neighbour_preservation, ORACLES};
 use kvgeom::scenario::RunOptions;
 use kvgeom::sweep::{mutants::run_mutant, plan};
 
@@ -12,14 +14,41 @@ fn the_default_sweep_catches_every_defect() {
     let sources =
         plan::load_sources(&[PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("geometries")])
             .unwrap();
-    let missed: Vec<&str> = Defect::ALL
+    let results: Vec<_> = Defect::ALL
         .iter()
-        .filter(|&&d| !run_mutant(&sources, d, &RunOptions::default(), None, true).caught())
-        .map(|d| d.name())
+        .map(|&d| run_mutant(&sources, d, &RunOptions::default(), None, true))
+        .collect();
+    let missed: Vec<&str> = results
+        .iter()
+        .filter(|r| !r.caught())
+        .map(|r| r.defect.name())
         .collect();
     assert!(
         missed.is_empty(),
         "defects the sweep does not catch: {missed:?}"
+    );
+    // An oracle no known defect fails is not trusted.
+    let failing: BTreeSet<&str> = results
+        .iter()
+        .flat_map(|r| r.oracles.iter().copied())
+        .collect();
+    let untested: Vec<&str> = ORACLES
+        .iter()
+        .map(|o| o.name)
+        .filter(|name| !failing.contains(name))
+        .collect();
+    assert!(
+        untested.is_empty(),
+        "oracles that no defect variant fails: {untested:?}"
+    );
+    // The zeroing off-by-one touches only a neighbour: only that oracle sees it.
+    let past_end = results
+        .iter()
+        .find(|r| r.defect == Defect::ZeroingOnePastEnd)
+        .unwrap();
+    assert_eq!(
+        past_end.oracles.iter().copied().collect::<Vec<_>>(),
+        vec![neighbour_preservation::NAME]
     );
 }
 

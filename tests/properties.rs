@@ -97,10 +97,11 @@ proptest! {
 proptest! {
     #![proptest_config(config(PLANS))]
 
-    /// Planning arbitrary block-id lists never addresses a row outside its list.
+    /// The connector's planner, on arbitrary requests, never addresses a row
+    /// outside its list and pairs every attention entry with the same token.
     #[test]
-    fn planned_desc_ids_stay_inside_their_lists(input in plan_input()) {
-        if let Err(finding) = input.check() {
+    fn planned_transfers_stay_inside_their_lists_and_token_aligned(input in plan_input()) {
+        if let Err(finding) = input.check(&kvgeom::connector::Policy::default()) {
             return Err(TestCaseError::fail(finding.to_string()));
         }
     }
@@ -366,4 +367,27 @@ fn lists_end_apart(
     } else {
         (ratio * decode.ppl()) % prefill.ppl() != 0
     }
+}
+
+/// The plan check is trusted only if a known planning defect fails it:
+/// vLLM 0.33.0's end-trim alignment must be found, and shrunk to a request
+/// that kvgeom's own planner pairs correctly.
+#[test]
+fn the_plan_check_finds_end_trim_alignment() {
+    let end_trim = Defect::EndTrimAlignment.policy();
+    let mut runner = TestRunner::new(Config {
+        cases: 2_000,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let result = runner.run(&plan_input(), |input| {
+        input
+            .check(&end_trim)
+            .map_err(|f| TestCaseError::fail(f.to_string()))
+    });
+    let Err(TestError::Fail(_, minimal)) = result else {
+        panic!("end-trim alignment was not found by the plan check: {result:?}");
+    };
+    assert!(minimal.check(&end_trim).is_err());
+    assert_eq!(minimal.check(&kvgeom::connector::Policy::default()), Ok(()));
 }

@@ -107,6 +107,6 @@ fn trace_regressions_pass() {
 fn plan_regressions_pass() {
     replay("plan", |bytes| {
         let input = PlanInput::from_bytes(bytes).expect("the generator accepts any bytes");
-        targets::plan(&input);
+        targets::plan(&input, None);
     });
 }

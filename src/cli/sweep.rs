@@ -6,7 +6,9 @@ use super::{default_paths, VariantArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::connector::scheduler::DecodeAllocation;
 use crate::geometry::Mode;
 use crate::report::sweep_report::{self, Format};
+use crate::scenario::CaseReport;
 use crate::scenario::{MemoryKind, RunOptions, TransportKind};
+use crate::sweep::expectations::Expectations;
 use crate::sweep::{compare, execute, plan, prompts};
 
 pub struct SweepArgs {
@@ -26,6 +28,9 @@ pub struct SweepArgs {
     /// Run every case again on host memory over the loopback transport and
     /// require the same results case by case.
     pub compare_host: bool,
+    /// Judge the sweep against this expectations file instead of requiring
+    /// every case to pass.
+    pub expect: Option<PathBuf>,
 }
 
 pub fn sweep(args: SweepArgs) -> u8 {
@@ -40,6 +45,13 @@ pub fn sweep(args: SweepArgs) -> u8 {
         .transpose()
     {
         Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let expectations = match args.expect.as_deref().map(Expectations::load).transpose() {
+        Ok(e) => e,
         Err(e) => {
             eprintln!("error: {e}");
             return EXIT_BAD_INPUT;
@@ -91,6 +103,9 @@ pub fn sweep(args: SweepArgs) -> u8 {
         None => print!("{text}"),
     }
     let differs = args.compare_host && !same_as_host(&cases, &reports, args.threads);
+    if let Some(expectations) = &expectations {
+        return judge_against(expectations, &reports, differs);
+    }
     let failures: Vec<_> = reports.iter().filter(|r| !r.passed()).collect();
     if failures.is_empty() {
         return if differs { EXIT_FAILED } else { EXIT_OK };
@@ -126,6 +141,33 @@ pub fn sweep(args: SweepArgs) -> u8 {
             eprintln!("    {v}");
         }
         eprintln!("  replay: {}", minimal.replay_command());
+    }
+    EXIT_FAILED
+}
+
+/// Exit status of a sweep judged against expected failures: 0 when exactly
+/// the expected cases failed the expected way.
+fn judge_against(expectations: &Expectations, reports: &[CaseReport], differs: bool) -> u8 {
+    let disagreements = expectations.compare(reports);
+    let failed = reports.iter().filter(|r| !r.passed()).count();
+    if disagreements.is_empty() {
+        eprintln!(
+            "\n{failed} of {} cases failed, each as expected ({} expected failures)",
+            reports.len(),
+            expectations.failures.len()
+        );
+        return if differs { EXIT_FAILED } else { EXIT_OK };
+    }
+    eprintln!(
+        "\n{} disagreements with the expectations ({failed} of {} cases failed):",
+        disagreements.len(),
+        reports.len()
+    );
+    for d in disagreements.iter().take(20) {
+        eprintln!("- {d}");
+    }
+    if disagreements.len() > 20 {
+        eprintln!("  ... and {} more", disagreements.len() - 20);
     }
     EXIT_FAILED
 }

@@ -15,6 +15,7 @@ pub mod desc_ids;
 pub mod handshake;
 pub mod local_lists;
 pub mod metadata;
+pub mod planner;
 pub mod policy;
 pub mod post_process;
 pub mod post_process_lowering;

@@ -33,6 +33,10 @@ pub enum ReceiveZeroing {
     TwoPath,
     /// The block ids never reach the post-process: nothing is zeroed.
     Skipped,
+    /// [`ReceiveZeroing::Unified`] with the whole-block range run through an
+    /// inclusive end: the kernel block after the request's last one is
+    /// zeroed too.
+    InclusiveEnd,
 }
 
 /// How far decode's and prefill's kernel-block counts may differ before the

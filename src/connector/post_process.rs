@@ -50,6 +50,8 @@ pub struct PostProcessInput<'a> {
     /// kernel-expanded remote list length.
     pub remote_counts: &'a [usize],
     pub kernel_block: u32,
+    /// Kernel blocks per region of the local pool.
+    pub num_kernel_blocks: u64,
     pub zeroing: ReceiveZeroing,
 }
 
@@ -103,7 +105,7 @@ pub fn plan(input: &PostProcessInput<'_>) -> Vec<GroupPostProcess> {
                     ops.extend(ids[kept..].iter().map(|&block| PostOp::ZeroBlock { block }));
                 }
             }
-            ReceiveZeroing::Unified | ReceiveZeroing::RatioOnly => {
+            ReceiveZeroing::Unified | ReceiveZeroing::RatioOnly | ReceiveZeroing::InclusiveEnd => {
                 tail(&mut ops);
                 if has_stale {
                     ops.extend(
@@ -111,6 +113,12 @@ pub fn plan(input: &PostProcessInput<'_>) -> Vec<GroupPostProcess> {
                             .iter()
                             .map(|&block| PostOp::ZeroBlock { block }),
                     );
+                    let past_end = ids[ids.len() - 1] + 1;
+                    if input.zeroing == ReceiveZeroing::InclusiveEnd
+                        && u64::from(past_end) < input.num_kernel_blocks
+                    {
+                        ops.push(PostOp::ZeroBlock { block: past_end });
+                    }
                 }
             }
         }
@@ -260,6 +268,7 @@ mod tests {
             local_kernel_ids: ids,
             remote_counts: remote,
             kernel_block: 8,
+            num_kernel_blocks: 64,
             zeroing,
         }
     }

@@ -4,16 +4,14 @@
 
 use serde::Serialize;
 
-use super::block_mapping::{
-    align_from_first_token, apply_prefix_caching, logical_to_kernel, map_for_block_size_ratio,
-    BlockIds,
-};
-use super::policy::{PrefixAlignment, RemoteIdExpansion};
+use super::block_mapping::{logical_to_kernel, BlockIds};
+use super::planner::{peer_kernel_ids, plan_transfer, PlanError, PlannedTransfer, TransferBlocks};
+use super::policy::PrefixAlignment;
 use super::post_process::{self, GroupPostProcess, PostProcessInput};
-use super::worker::{ConnectorError, Worker};
-use crate::geometry::{block_size_ratio, tp_ratio};
+use super::worker::{ConnectorError, RemoteEngine, Worker};
+use crate::geometry::{block_size_ratio, Mode};
 use crate::memory::KvMemory;
-use crate::nixl::{Nixl, XferHandle, XferOp, XferState};
+use crate::nixl::{DlistHandle, Nixl, XferHandle, XferOp, XferState};
 
 /// What D's scheduler hands the worker for one request to receive.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -44,6 +42,42 @@ pub struct PlannedRead {
     pub xfer: Option<XferHandle>,
 }
 
+/// One source rank of a read and the request's blocks it serves (groups
+/// it does not hold emptied).
+struct ReadSource {
+    rank: u32,
+    local_block_ids: BlockIds,
+    remote_block_ids: BlockIds,
+}
+
+/// The source ranks of `req` with the groups each one serves.
+fn read_sources(engine: &RemoteEngine, req: &ReadRequest) -> Vec<ReadSource> {
+    let mapping = &engine.mapping;
+    mapping
+        .all_source_ranks
+        .iter()
+        .map(|&rank| {
+            let keep = |ids: &BlockIds| -> BlockIds {
+                ids.iter()
+                    .enumerate()
+                    .map(|(g, v)| {
+                        if mapping.source_ranks_per_group[g].contains(&rank) {
+                            v.clone()
+                        } else {
+                            Vec::new()
+                        }
+                    })
+                    .collect()
+            };
+            ReadSource {
+                rank,
+                local_block_ids: keep(&req.local_block_ids),
+                remote_block_ids: keep(&req.remote_block_ids),
+            }
+        })
+        .collect()
+}
+
 /// A request being received.
 #[derive(Clone, Debug, Serialize)]
 pub struct Receiving {
@@ -65,148 +99,136 @@ pub struct Received {
 }
 
 impl Worker {
-    /// Plan and post the READs of `req` (vLLM's `start_load_kv` for one request).
+    /// Plan and post the READs of `req` (vLLM's `start_load_kv` for one
+    /// request): one planned transfer per source rank, then the
+    /// notifications that release replicas nobody reads.
     pub fn start_read(
         &mut self,
         nixl: &mut dyn Nixl,
         req: &ReadRequest,
     ) -> Result<Receiving, ConnectorError> {
-        let groups = self.cfg.model.groups.clone();
         let engine = self.remote_engine(&req.remote_engine_id)?.clone();
-        let local_kernel = logical_to_kernel(&req.local_block_ids, &groups, self.reg.ppl);
-        let remote_ppl = if self.cfg.policy.remote_id_expansion == RemoteIdExpansion::LocalPpl {
-            self.reg.ppl
-        } else {
-            engine.ppl
-        };
-        let remote_kernel = logical_to_kernel(&req.remote_block_ids, &groups, remote_ppl);
-        let t = tp_ratio(self.cfg.engine.tp_size, req.remote_tp_size)
-            .ok_or_else(|| ConnectorError::Plan("TP sizes do not divide".into()))?;
-        let ratio = block_size_ratio(self.reg.kernel_block, engine.block_size)
-            .ok_or_else(|| ConnectorError::Plan("kernel block sizes do not divide".into()))?;
-        let mapping = &engine.mapping;
-        let specs: Vec<(u32, BlockIds, BlockIds)> = mapping
-            .all_source_ranks
-            .iter()
-            .map(|&rank| {
-                let keep = |ids: &BlockIds| -> BlockIds {
-                    ids.iter()
-                        .enumerate()
-                        .map(|(g, v)| {
-                            if mapping.source_ranks_per_group[g].contains(&rank) {
-                                v.clone()
-                            } else {
-                                Vec::new()
-                            }
-                        })
-                        .collect()
-                };
-                (rank, keep(&local_kernel), keep(&remote_kernel))
-            })
-            .collect();
-        let notification = format!("{}:{}", req.remote_request_id, mapping.local_consumers);
-        // D's prefix hit, in entries of P's kernel list.
-        let hit_tokens = |n: u32| u64::from(n) * u64::from(self.cfg.engine.logical_block);
-        let prefix_skip: Vec<usize> = (0..groups.len())
-            .map(|g| {
-                let n = req.local_num_computed_blocks.get(g).copied().unwrap_or(0);
-                (hit_tokens(n) / u64::from(engine.block_size)) as usize
-            })
-            .collect();
+        let t = self.tp_ratio_to(req.remote_tp_size)?;
+        let geometry = self.transfer_geometry(&engine, Mode::Pull)?;
+        let prefix_skip = self.pull_prefix_skip(req, &engine);
+        let notification = format!(
+            "{}:{}",
+            req.remote_request_id, engine.mapping.local_consumers
+        );
+        let sources = read_sources(&engine, req);
         let mut reads = Vec::new();
-        for (position, (rank, local_ids, remote_ids)) in specs.iter().enumerate() {
-            let remote = engine.ranks.get(rank).ok_or_else(|| {
-                ConnectorError::Plan(format!("no handshake with remote rank {rank}"))
-            })?;
-            let local_handle = self
-                .local_handle(t, engine.block_size, position, specs.len())
-                .ok_or_else(|| {
-                    ConnectorError::Plan("no local list for this remote geometry".into())
-                })?;
-            let (mut local_ids, mut remote_ids) = (local_ids.clone(), remote_ids.clone());
-            if ratio > 1 {
-                (local_ids, remote_ids) =
-                    map_for_block_size_ratio(&local_ids, &remote_ids, &groups, ratio);
-            }
-            if local_ids.iter().all(Vec::is_empty) {
-                nixl.send_notification(self.agent, &remote.agent_name, notification.as_bytes())?;
-                reads.push(PlannedRead {
-                    remote_rank: *rank,
-                    local_block_ids: local_ids,
-                    remote_block_ids: remote_ids,
-                    local_desc_ids: Vec::new(),
-                    remote_desc_ids: Vec::new(),
-                    notification: notification.clone(),
-                    xfer: None,
-                });
-                continue;
-            }
-            let aligned = if self.cfg.policy.prefix_alignment == PrefixAlignment::EndTrim {
-                apply_prefix_caching(
-                    &local_ids,
-                    &remote_ids,
-                    &groups,
-                    self.reg.ppl,
-                    engine.ppl,
-                    self.cfg.policy.prefix_count_tolerance,
-                )
-            } else {
-                // Decode's list counts prefill's (smaller) kernel blocks here,
-                // so decode's ppl does too.
-                align_from_first_token(
-                    &local_ids,
-                    &remote_ids,
-                    &groups,
-                    &prefix_skip,
-                    self.reg.ppl * ratio,
-                    engine.ppl,
-                    self.cfg.policy.prefix_count_tolerance,
-                )
+        for (position, source) in sources.iter().enumerate() {
+            let blocks = TransferBlocks {
+                initiator: &source.local_block_ids,
+                peer: &source.remote_block_ids,
+                prefix_skip: &prefix_skip,
             };
-            let (local_ids, remote_ids) =
-                aligned.map_err(|e| ConnectorError::Plan(e.to_string()))?;
-            let (local_desc_ids, remote_desc_ids) =
-                self.desc_id_pair(&local_ids, &remote_ids, &engine, ratio)?;
-            let xfer = nixl.make_xfer(
-                self.agent,
-                XferOp::Read,
+            let planned = plan_transfer(&geometry, blocks, &self.cfg.policy)?;
+            let local_handle = self
+                .local_handle(t, engine.block_size, position, sources.len())
+                .ok_or(PlanError::NoLocalList)?;
+            reads.push(self.post_read(
+                nixl,
+                &engine,
+                source.rank,
                 local_handle,
-                &local_desc_ids,
-                remote.handle,
-                &remote_desc_ids,
-                Some(notification.as_bytes()),
-            )?;
-            nixl.post_xfer(self.agent, xfer)?;
-            reads.push(PlannedRead {
-                remote_rank: *rank,
-                local_block_ids: local_ids,
-                remote_block_ids: remote_ids,
-                local_desc_ids,
-                remote_desc_ids,
-                notification: notification.clone(),
-                xfer: Some(xfer),
-            });
+                planned,
+                &notification,
+            )?);
         }
-        if self.cfg.model.is_mla() && t < 0 && specs.len() == 1 {
-            // Replicas on the other remote ranks are released by a notification.
-            let read_rank = specs[0].0;
-            for (rank, remote) in &engine.ranks {
-                if *rank != read_rank {
-                    nixl.send_notification(
-                        self.agent,
-                        &remote.agent_name,
-                        notification.as_bytes(),
-                    )?;
-                }
-            }
+        if self.cfg.model.is_mla() && t < 0 && sources.len() == 1 {
+            self.release_unread_replicas(nixl, &engine, sources[0].rank, &notification)?;
         }
+        let local_kernel = logical_to_kernel(&req.local_block_ids, &geometry.groups, self.reg.ppl);
         Ok(Receiving {
             request: req.clone(),
             local_kernel_ids: local_kernel,
-            remote_kernel_ids: remote_kernel,
+            remote_kernel_ids: peer_kernel_ids(&geometry, &req.remote_block_ids, &self.cfg.policy),
             prefix_skip,
             reads,
         })
+    }
+
+    /// D's prefix hit per group, in entries of P's kernel list.
+    fn pull_prefix_skip(&self, req: &ReadRequest, engine: &RemoteEngine) -> Vec<usize> {
+        let logical = u64::from(self.cfg.engine.logical_block);
+        (0..self.cfg.model.groups.len())
+            .map(|g| {
+                let n = req.local_num_computed_blocks.get(g).copied().unwrap_or(0);
+                (u64::from(n) * logical / u64::from(engine.block_size)) as usize
+            })
+            .collect()
+    }
+
+    /// Post one planned READ towards `rank` (or only notify it).
+    fn post_read(
+        &self,
+        nixl: &mut dyn Nixl,
+        engine: &RemoteEngine,
+        rank: u32,
+        local_handle: DlistHandle,
+        planned: PlannedTransfer,
+        notification: &str,
+    ) -> Result<PlannedRead, ConnectorError> {
+        let remote = engine
+            .ranks
+            .get(&rank)
+            .ok_or(PlanError::NoHandshake { rank })?;
+        match planned {
+            PlannedTransfer::NotifyOnly {
+                local_block_ids,
+                remote_block_ids,
+            } => {
+                nixl.send_notification(self.agent, &remote.agent_name, notification.as_bytes())?;
+                Ok(PlannedRead {
+                    remote_rank: rank,
+                    local_block_ids,
+                    remote_block_ids,
+                    local_desc_ids: Vec::new(),
+                    remote_desc_ids: Vec::new(),
+                    notification: notification.to_string(),
+                    xfer: None,
+                })
+            }
+            PlannedTransfer::Transfer(ids) => {
+                let xfer = nixl.make_xfer(
+                    self.agent,
+                    XferOp::Read,
+                    local_handle,
+                    &ids.local_desc_ids,
+                    remote.handle,
+                    &ids.remote_desc_ids,
+                    Some(notification.as_bytes()),
+                )?;
+                nixl.post_xfer(self.agent, xfer)?;
+                Ok(PlannedRead {
+                    remote_rank: rank,
+                    local_block_ids: ids.local_block_ids,
+                    remote_block_ids: ids.remote_block_ids,
+                    local_desc_ids: ids.local_desc_ids,
+                    remote_desc_ids: ids.remote_desc_ids,
+                    notification: notification.to_string(),
+                    xfer: Some(xfer),
+                })
+            }
+        }
+    }
+
+    /// MLA read from one prefill rank: the replicas on the others are
+    /// released by a notification.
+    fn release_unread_replicas(
+        &self,
+        nixl: &mut dyn Nixl,
+        engine: &RemoteEngine,
+        read_rank: u32,
+        notification: &str,
+    ) -> Result<(), ConnectorError> {
+        for (rank, remote) in &engine.ranks {
+            if *rank != read_rank {
+                nixl.send_notification(self.agent, &remote.agent_name, notification.as_bytes())?;
+            }
+        }
+        Ok(())
     }
 
     /// Whether every READ of `recv` is done.
@@ -232,7 +254,7 @@ impl Worker {
     ) -> Result<Vec<GroupPostProcess>, ConnectorError> {
         let engine = self.remote_engine(&recv.request.remote_engine_id)?;
         let ratio = block_size_ratio(self.reg.kernel_block, engine.block_size)
-            .ok_or_else(|| ConnectorError::Plan("Only nP < nD supported currently.".into()))?;
+            .ok_or(PlanError::RemoteKernelLarger)?;
         // What the transfer could write: P's list past D's prefix hit
         // (vLLM 0.33.0 counts P's whole list).
         let skip_hit = self.cfg.policy.prefix_alignment != PrefixAlignment::EndTrim;
@@ -258,6 +280,7 @@ impl Worker {
             local_kernel_ids: &recv.local_kernel_ids,
             remote_counts: &remote_counts,
             kernel_block: self.reg.kernel_block,
+            num_kernel_blocks: self.reg.num_kernel_blocks,
             zeroing: self.cfg.policy.receive_zeroing,
         }))
     }

@@ -10,17 +10,13 @@
 
 use serde::Serialize;
 
-use super::block_mapping::{
-    align_from_first_token, apply_prefix_caching, logical_to_kernel, map_for_block_size_ratio,
-    BlockIds,
-};
-use super::policy::{
-    PrefixAlignment, PushCompletionReport, PushRatioDirection, ReplicatedPageWriters,
-};
+use super::block_mapping::{logical_to_kernel, BlockIds};
+use super::planner::{plan_transfer, PlanError, PlannedTransfer, TransferBlocks};
+use super::policy::{PushCompletionReport, PushRatioDirection, ReplicatedPageWriters};
 use super::post_process::{self, GroupPostProcess, PostProcessInput};
 use super::pull::PlannedRead;
-use super::worker::{ConnectorError, Worker};
-use crate::geometry::{block_size_ratio, tp_ratio, GroupKind};
+use super::worker::{ConnectorError, RemoteEngine, Worker};
+use crate::geometry::{block_size_ratio, GroupKind, Mode};
 use crate::memory::KvMemory;
 use crate::nixl::{Nixl, XferOp};
 
@@ -39,6 +35,26 @@ pub struct WriteRequest {
     pub remote_tp_size: u32,
     /// D's prefix-cache hit: logical blocks per group D already computed.
     pub remote_num_computed_blocks: Vec<u32>,
+}
+
+/// One decode rank a prefill rank writes to, with the request's blocks it
+/// serves there (groups it does not serve emptied).
+struct WriteTarget {
+    rank: u32,
+    local_block_ids: BlockIds,
+    remote_block_ids: BlockIds,
+}
+
+/// D's prefix hit per group, in entries of P's list (units of the smaller kernel).
+fn push_prefix_skip(req: &WriteRequest, engine: &RemoteEngine, groups: usize) -> Vec<usize> {
+    let decode_block_tokens =
+        u64::from(engine.ppl) * u64::from(engine.block_size) * u64::from(engine.sub_ratio);
+    (0..groups)
+        .map(|g| {
+            let n = u64::from(req.remote_num_computed_blocks.get(g).copied().unwrap_or(0));
+            (n * decode_block_tokens / u64::from(engine.block_size)) as usize
+        })
+        .collect()
 }
 
 /// The WRITEs P posted for one request.
@@ -70,85 +86,25 @@ pub fn parse_completion(message: &str) -> Option<(String, Vec<(usize, u64)>)> {
 }
 
 impl Worker {
-    /// P side: plan and post the WRITEs of one request.
+    /// P side: plan and post the WRITEs of one request, one per decode rank
+    /// this prefill rank serves.
     pub fn start_write(
         &mut self,
         nixl: &mut dyn Nixl,
         req: &WriteRequest,
     ) -> Result<Sending, ConnectorError> {
-        let groups = self.cfg.model.groups.clone();
         let engine = self.remote_engine(&req.remote_engine_id)?.clone();
-        let local_kernel = logical_to_kernel(&req.local_block_ids, &groups, self.reg.ppl);
-        let mut remote_kernel = logical_to_kernel(&req.remote_block_ids, &groups, engine.ppl);
-        if engine.sub_ratio > 1 {
-            // Decode kernel blocks as prefill-sized sub-pages.
-            let sub = engine.sub_ratio;
-            for (g, kind) in groups.iter().enumerate() {
-                if *kind == GroupKind::Attention {
-                    remote_kernel[g] = remote_kernel[g]
-                        .iter()
-                        .flat_map(|&k| (0..sub).map(move |q| k * sub + q))
-                        .collect();
-                }
-            }
-        }
-        let t = tp_ratio(self.cfg.engine.tp_size, req.remote_tp_size)
-            .ok_or_else(|| ConnectorError::Plan("TP sizes do not divide".into()))?;
-        let ratio =
-            block_size_ratio(self.reg.kernel_block, engine.block_size).ok_or_else(|| {
-                ConnectorError::Plan(format!(
-                    "Local block size {} is not divisible by remote block size {} or vice versa.",
-                    self.reg.kernel_block, engine.block_size
-                ))
-            })?;
-        let is_mla = self.cfg.model.is_mla();
-        let has_mamba = self.cfg.model.has_mamba();
-        let mapping = &engine.mapping;
-        let total_heads = self
-            .cfg
-            .model
-            .attention
-            .as_ref()
-            .map_or(1, |a| a.total_kv_heads());
-        // Decode ranks that replicate their KV (MLA, or more decode ranks
-        // than KV heads) each need the attention pages: write them to every
-        // decode rank served, not only to one rank per head.
-        let replicate_attention = t < 0 && (is_mla || req.remote_tp_size > total_heads);
-        let ranks: Vec<u32> = if replicate_attention && !has_mamba {
-            engine.ranks.keys().copied().collect()
-        } else {
-            mapping.all_source_ranks.clone()
-        };
-        let keep = |ids: &BlockIds, rank: u32| -> BlockIds {
-            ids.iter()
-                .enumerate()
-                .map(|(g, v)| {
-                    let attention = groups[g] == GroupKind::Attention;
-                    if (replicate_attention && attention)
-                        || mapping.source_ranks_per_group[g].contains(&rank)
-                    {
-                        v.clone()
-                    } else {
-                        Vec::new()
-                    }
-                })
-                .collect()
-        };
-        // D's prefix hit, in entries of P's (possibly split) list.
-        let decode_block_tokens =
-            u64::from(engine.ppl) * u64::from(engine.block_size) * u64::from(engine.sub_ratio);
-        let prefix_skip: Vec<usize> = (0..groups.len())
-            .map(|g| {
-                let n = u64::from(req.remote_num_computed_blocks.get(g).copied().unwrap_or(0));
-                (n * decode_block_tokens / u64::from(engine.block_size)) as usize
-            })
-            .collect();
+        let t = self.tp_ratio_to(req.remote_tp_size)?;
+        let geometry = self.transfer_geometry(&engine, Mode::Push)?;
+        let prefix_skip = push_prefix_skip(req, &engine, geometry.groups.len());
         let mut writes = Vec::new();
-        for (position, &rank) in ranks.iter().enumerate() {
-            let remote = engine.ranks.get(&rank).ok_or_else(|| {
-                ConnectorError::Plan(format!("no handshake with decode rank {rank}"))
-            })?;
-            let local_handle = if t < 0 && (!is_mla || mapping.all_source_ranks.len() > 1) {
+        for (position, target) in self.write_targets(&engine, req, t).iter().enumerate() {
+            let remote = engine
+                .ranks
+                .get(&target.rank)
+                .ok_or(PlanError::NoHandshake { rank: target.rank })?;
+            let is_mla = self.cfg.model.is_mla();
+            let local_handle = if t < 0 && (!is_mla || engine.mapping.all_source_ranks.len() > 1) {
                 self.split_handles
                     .get(&self.split_key(t, engine.block_size))
                     .and_then(|v| v.get(position))
@@ -156,121 +112,45 @@ impl Worker {
             } else {
                 self.local_handle(1, engine.block_size, position, 1)
             }
-            .ok_or_else(|| ConnectorError::Plan("no local list for this decode geometry".into()))?;
-            let (mut local_ids, mut remote_ids) =
-                (keep(&local_kernel, rank), keep(&remote_kernel, rank));
-            let write_replicas_once =
-                self.cfg.policy.push.replicated_pages == ReplicatedPageWriters::OnePerDecodeRank;
-            if write_replicas_once && self.holds_a_replica(t, total_heads) {
-                // Replicated pages: one prefill rank per decode rank writes them.
-                for (g, kind) in groups.iter().enumerate() {
-                    if *kind == GroupKind::Attention {
-                        local_ids[g].clear();
-                        remote_ids[g].clear();
-                    }
-                }
-            }
-            let vllm_alignment = self.cfg.policy.prefix_alignment == PrefixAlignment::EndTrim;
-            if ratio > 1 && vllm_alignment {
-                (local_ids, remote_ids) =
-                    map_for_block_size_ratio(&local_ids, &remote_ids, &groups, ratio);
-            } else if ratio > 1 {
-                // Prefill pages larger than decode's become `ratio` decode-sized
-                // sub-pages. Not clipped to decode's length here: after a prefix
-                // hit decode's list starts later, and the alignment below drops
-                // prefill's cached entries from the front first.
-                for (ids, kind) in local_ids.iter_mut().zip(&groups) {
-                    if *kind == GroupKind::Attention {
-                        *ids = ids
-                            .iter()
-                            .flat_map(|&k| (0..ratio).map(move |q| k * ratio + q))
-                            .collect();
-                    }
-                }
-            }
-            if engine.sub_ratio > 1 {
-                // Decode sub-pages past what prefill holds are not written (zeroed on D).
-                for (g, kind) in groups.iter().enumerate() {
-                    if *kind == GroupKind::Attention {
-                        let n = local_ids[g].len();
-                        remote_ids[g].truncate(n);
-                    }
-                }
-            }
-            if local_ids.iter().all(Vec::is_empty) {
-                // Nothing to write from this rank: only tell decode it is done.
-                let notification = format!(
-                    "{}:{};covered=",
-                    req.remote_request_id, self.cfg.engine.tp_size
-                );
-                nixl.send_notification(self.agent, &remote.agent_name, notification.as_bytes())?;
-                continue;
-            }
-            if local_ids.is_empty() {
-                continue;
-            }
-            let aligned = if vllm_alignment {
-                apply_prefix_caching(
-                    &remote_ids,
-                    &local_ids,
-                    &groups,
-                    engine.ppl * engine.sub_ratio,
-                    self.reg.ppl,
-                    self.cfg.policy.prefix_count_tolerance,
-                )
-            } else {
-                // Both lists count the smaller kernel's blocks here, so both
-                // ppl do too.
-                align_from_first_token(
-                    &remote_ids,
-                    &local_ids,
-                    &groups,
-                    &prefix_skip,
-                    engine.ppl * engine.sub_ratio,
-                    self.reg.ppl * ratio,
-                    self.cfg.policy.prefix_count_tolerance,
-                )
+            .ok_or(PlanError::NoLocalList)?;
+            let blocks = TransferBlocks {
+                initiator: &target.local_block_ids,
+                peer: &target.remote_block_ids,
+                prefix_skip: &prefix_skip,
             };
-            let (remote_ids, local_ids) =
-                aligned.map_err(|e| ConnectorError::Plan(e.to_string()))?;
-            for (g, (l, r)) in local_ids.iter().zip(&remote_ids).enumerate() {
-                if l.len() != r.len() {
-                    return Err(ConnectorError::Plan(format!(
-                        "push block-count mismatch group {g}: {} local vs {} remote blocks",
-                        l.len(),
-                        r.len()
-                    )));
+            let ids = match plan_transfer(&geometry, blocks, &self.cfg.policy)? {
+                PlannedTransfer::NotifyOnly { .. } => {
+                    // Nothing to write from this rank: only tell decode it is done.
+                    let notification = format!(
+                        "{}:{};covered=",
+                        req.remote_request_id, self.cfg.engine.tp_size
+                    );
+                    nixl.send_notification(
+                        self.agent,
+                        &remote.agent_name,
+                        notification.as_bytes(),
+                    )?;
+                    continue;
                 }
-            }
-            let (local_desc_ids, remote_desc_ids) =
-                self.desc_id_pair(&local_ids, &remote_ids, &engine, ratio)?;
-            let mut notification = format!("{}:{}", req.remote_request_id, self.cfg.engine.tp_size);
-            if self.cfg.policy.push.completion_report == PushCompletionReport::CoveredCounts {
-                let covered: Vec<String> = remote_ids
-                    .iter()
-                    .enumerate()
-                    .filter(|(g, ids)| groups[*g] == GroupKind::Attention && !ids.is_empty())
-                    .map(|(g, ids)| format!("{g}:{}", ids.len()))
-                    .collect();
-                notification.push_str(";covered=");
-                notification.push_str(&covered.join(","));
-            }
+                PlannedTransfer::Transfer(ids) => ids,
+            };
+            let notification = self.completion_notification(req, &ids.remote_block_ids);
             let xfer = nixl.make_xfer(
                 self.agent,
                 XferOp::Write,
                 local_handle,
-                &local_desc_ids,
+                &ids.local_desc_ids,
                 remote.handle,
-                &remote_desc_ids,
+                &ids.remote_desc_ids,
                 Some(notification.as_bytes()),
             )?;
             nixl.post_xfer(self.agent, xfer)?;
             writes.push(PlannedRead {
-                remote_rank: rank,
-                local_block_ids: local_ids,
-                remote_block_ids: remote_ids,
-                local_desc_ids,
-                remote_desc_ids,
+                remote_rank: target.rank,
+                local_block_ids: ids.local_block_ids,
+                remote_block_ids: ids.remote_block_ids,
+                local_desc_ids: ids.local_desc_ids,
+                remote_desc_ids: ids.remote_desc_ids,
                 notification,
                 xfer: Some(xfer),
             });
@@ -279,6 +159,74 @@ impl Worker {
             request: req.clone(),
             writes,
         })
+    }
+
+    /// The decode ranks this prefill rank writes to, each with the request's
+    /// groups it serves there. Decode ranks that replicate their KV (MLA, or
+    /// more decode ranks than KV heads) each need the attention pages; of
+    /// several prefill ranks holding the same replica, the policy decides
+    /// which write it.
+    fn write_targets(&self, engine: &RemoteEngine, req: &WriteRequest, t: i32) -> Vec<WriteTarget> {
+        let groups = &self.cfg.model.groups;
+        let mapping = &engine.mapping;
+        let total_heads = self
+            .cfg
+            .model
+            .attention
+            .as_ref()
+            .map_or(1, |a| a.total_kv_heads());
+        let replicate_attention =
+            t < 0 && (self.cfg.model.is_mla() || req.remote_tp_size > total_heads);
+        let ranks: Vec<u32> = if replicate_attention && !self.cfg.model.has_mamba() {
+            engine.ranks.keys().copied().collect()
+        } else {
+            mapping.all_source_ranks.clone()
+        };
+        let skip_replicas = self.cfg.policy.push.replicated_pages
+            == ReplicatedPageWriters::OnePerDecodeRank
+            && self.holds_a_replica(t, total_heads);
+        let keep = |ids: &BlockIds, rank: u32| -> BlockIds {
+            ids.iter()
+                .enumerate()
+                .map(|(g, v)| {
+                    let attention = groups[g] == GroupKind::Attention;
+                    let served = (replicate_attention && attention)
+                        || mapping.source_ranks_per_group[g].contains(&rank);
+                    if served && !(attention && skip_replicas) {
+                        v.clone()
+                    } else {
+                        Vec::new()
+                    }
+                })
+                .collect()
+        };
+        ranks
+            .into_iter()
+            .map(|rank| WriteTarget {
+                rank,
+                local_block_ids: keep(&req.local_block_ids, rank),
+                remote_block_ids: keep(&req.remote_block_ids, rank),
+            })
+            .collect()
+    }
+
+    /// The notification that completes one WRITE: the request, this engine's
+    /// TP size, and (under kvgeom's protocol) the sub-blocks written per
+    /// attention group.
+    fn completion_notification(&self, req: &WriteRequest, remote_ids: &BlockIds) -> String {
+        let groups = &self.cfg.model.groups;
+        let mut notification = format!("{}:{}", req.remote_request_id, self.cfg.engine.tp_size);
+        if self.cfg.policy.push.completion_report == PushCompletionReport::CoveredCounts {
+            let covered: Vec<String> = remote_ids
+                .iter()
+                .enumerate()
+                .filter(|(g, ids)| groups[*g] == GroupKind::Attention && !ids.is_empty())
+                .map(|(g, ids)| format!("{g}:{}", ids.len()))
+                .collect();
+            notification.push_str(";covered=");
+            notification.push_str(&covered.join(","));
+        }
+        notification
     }
 
     /// Whether this prefill rank's attention pages duplicate those of the
@@ -352,6 +300,7 @@ impl Worker {
             local_kernel_ids: &local_kernel,
             remote_counts: &remote_counts,
             kernel_block: self.reg.kernel_block,
+            num_kernel_blocks: self.reg.num_kernel_blocks,
             zeroing: self.cfg.policy.receive_zeroing,
         }))
     }

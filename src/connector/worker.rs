@@ -4,14 +4,11 @@
 
 use std::collections::BTreeMap;
 
-use super::block_mapping::BlockIds;
-use super::desc_ids::{compute_desc_ids, ListShape};
 use super::handshake::{self, HandshakeError, LocalSide};
 use super::local_lists;
 use super::metadata::HandshakeMetadata;
-use super::policy::{
-    Acceptance, DecodePushHandshake, MambaExpansion, Policy, PushRatioDirection, SplitListKey,
-};
+use super::planner::{ListGeometry, PlanError, TransferGeometry};
+use super::policy::{Acceptance, DecodePushHandshake, Policy, PushRatioDirection, SplitListKey};
 use super::post_process::PageGeometry;
 use super::registration::{KvTensor, Registration};
 use super::remote_lists;
@@ -52,7 +49,7 @@ pub enum ConnectorError {
     #[error("handshake refused: {0}")]
     Handshake(#[from] HandshakeError),
     #[error("transfer planning refused: {0}")]
-    Plan(String),
+    Plan(#[from] PlanError),
     #[error("completing the receive failed: {0}")]
     Completion(String),
     #[error("unknown remote engine {0}")]
@@ -483,46 +480,43 @@ impl Worker {
         }
     }
 
-    /// Desc ids of both sides of one transfer: the local list at sub-block
-    /// granularity `ratio`, and `engine`'s list (split into sub-pages when
-    /// kvgeom pushes into larger decode kernel blocks). Position k of one
-    /// pairs with position k of the other.
-    pub(crate) fn desc_id_pair(
-        &self,
-        local: &BlockIds,
-        remote: &BlockIds,
-        engine: &RemoteEngine,
-        ratio: u32,
-    ) -> Result<(Vec<u32>, Vec<u32>), ConnectorError> {
-        let groups = &self.cfg.model.groups;
-        let shape = |num_kernel_blocks, ratio, ppl| ListShape {
-            num_regions: self.reg.num_regions() as u64,
-            num_kernel_blocks,
-            ratio,
-            ppl,
-            num_state_lists: self.state_lists(),
-        };
-        let remote_ratio = (engine.sub_ratio > 1).then_some(engine.sub_ratio);
-        let remote_ids = compute_desc_ids(
-            remote,
-            groups,
-            shape(engine.num_blocks, remote_ratio, engine.ppl),
-            MambaExpansion::OnePerLogicalBlock,
-        );
-        let local_ids = compute_desc_ids(
+    /// The TP ratio towards a remote engine of `remote_tp` ranks.
+    pub(crate) fn tp_ratio_to(&self, remote_tp: u32) -> Result<i32, PlanError> {
+        let local = self.cfg.engine.tp_size;
+        tp_ratio(local, remote_tp).ok_or(PlanError::TpNotDivisible {
             local,
-            groups,
-            shape(self.reg.num_kernel_blocks, Some(ratio), self.reg.ppl),
-            self.cfg.policy.mamba_expansion,
-        );
-        if local_ids.len() != remote_ids.len() {
-            return Err(ConnectorError::Plan(format!(
-                "descriptor count mismatch: {} local vs {} remote",
-                local_ids.len(),
-                remote_ids.len()
-            )));
-        }
-        Ok((local_ids, remote_ids))
+            remote: remote_tp,
+        })
+    }
+
+    /// Both sides' list geometry for transfers with `engine` (this worker initiates).
+    pub(crate) fn transfer_geometry(
+        &self,
+        engine: &RemoteEngine,
+        mode: Mode,
+    ) -> Result<TransferGeometry, PlanError> {
+        let ratio = block_size_ratio(self.reg.kernel_block, engine.block_size).ok_or(
+            PlanError::KernelNotDivisible {
+                local: self.reg.kernel_block,
+                remote: engine.block_size,
+            },
+        )?;
+        Ok(TransferGeometry {
+            groups: self.cfg.model.groups.clone(),
+            num_regions: self.reg.num_regions() as u64,
+            num_state_lists: self.state_lists(),
+            initiator: ListGeometry {
+                num_kernel_blocks: self.reg.num_kernel_blocks,
+                ppl: self.reg.ppl,
+            },
+            peer: ListGeometry {
+                num_kernel_blocks: engine.num_blocks,
+                ppl: engine.ppl,
+            },
+            ratio,
+            peer_sub_pages: engine.sub_ratio,
+            mode,
+        })
     }
 
     pub(crate) fn split_key(&self, t: i32, remote_block: u32) -> SplitKey {

@@ -1,17 +1,20 @@
-//! [`PlanInput`]: arbitrary block-id lists for the request planner
-//! (`connector/block_mapping.rs` and `connector/desc_ids.rs`), composed as
-//! pull and push compose them, with a check that every descriptor id lies
-//! inside the list it addresses.
+//! [`PlanInput`]: arbitrary requests for the connector's request planner
+//! (`connector::planner::plan_transfer`, the function pull and push call),
+//! with two descriptor-level checks: every descriptor id lies inside the
+//! list it addresses, and every attention pair starts at the same token on
+//! both sides (decode's list begins after its prefix hit, prefill's at the
+//! first token).
 
 use std::fmt;
 
 use arbitrary::{Arbitrary, Result, Unstructured};
 
-use crate::connector::block_mapping::{
-    apply_prefix_caching, logical_to_kernel, map_for_block_size_ratio, BlockIds,
+use crate::connector::block_mapping::{logical_to_kernel, BlockIds};
+use crate::connector::planner::{
+    plan_transfer, ListGeometry, PlannedTransfer, TransferBlocks, TransferGeometry, TransferIds,
 };
-use crate::connector::desc_ids::{compute_desc_ids, ListShape};
-use crate::geometry::GroupKind;
+use crate::connector::Policy;
+use crate::geometry::{GroupKind, Mode};
 
 /// KV-cache groups of the model.
 pub const MAX_PLAN_GROUPS: usize = 4;
@@ -58,6 +61,8 @@ pub struct PlanInput {
     /// Push only: remote (decode) pages seen as this many local-sized sub-pages.
     pub sub_pages: u32,
     pub push: bool,
+    /// Decode's prefix hit, in entries of the smaller kernel (every attention group).
+    pub prefix_skip: u32,
 }
 
 /// A planned request whose ids leave the list they address.
@@ -73,10 +78,17 @@ impl fmt::Display for PlanFinding {
 fn draw_side(u: &mut Unstructured<'_>, groups: usize) -> Result<PlanSide> {
     let pool = u.int_in_range(1..=MAX_PLAN_POOL)?;
     let ppl = u.int_in_range(1..=MAX_PLAN_PPL)?;
+    // A request never holds a block twice: each group draws distinct ids.
     let block_ids = (0..groups)
         .map(|_| {
             let n = u.int_in_range(0..=pool)?;
-            (0..n).map(|_| u.int_in_range(0..=pool - 1)).collect()
+            let mut free: Vec<u32> = (0..pool).collect();
+            (0..n)
+                .map(|_| {
+                    let i = u.choose_index(free.len())?;
+                    Ok(free.swap_remove(i))
+                })
+                .collect()
         })
         .collect::<Result<_>>()?;
     Ok(PlanSide {
@@ -113,15 +125,19 @@ impl<'a> Arbitrary<'a> for PlanInput {
         } else {
             1
         };
+        let local = draw_side(u, n)?;
+        let remote = draw_side(u, n)?;
+        let prefix_skip = u.int_in_range(0..=MAX_PLAN_POOL * MAX_PLAN_PPL)?;
         Ok(PlanInput {
-            local: draw_side(u, n)?,
-            remote: draw_side(u, n)?,
+            local,
+            remote,
             groups,
             num_regions,
             state_lists,
             ratio,
             sub_pages,
             push,
+            prefix_skip,
         })
     }
 }
@@ -135,17 +151,11 @@ impl fmt::Debug for PlanInput {
             .field("state_lists", &self.state_lists)
             .field("ratio", &self.ratio)
             .field("sub_pages", &self.sub_pages)
+            .field("prefix_skip", &self.prefix_skip)
             .field("local", &self.local)
             .field("remote", &self.remote)
             .finish()
     }
-}
-
-/// The planned descriptor ids of one transfer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PlannedIds {
-    pub local: Vec<u32>,
-    pub remote: Vec<u32>,
 }
 
 impl PlanInput {
@@ -167,102 +177,63 @@ impl PlanInput {
             + self.state_lists * u64::from(self.remote.pool)
     }
 
-    /// Plan the request as the connector does. `Ok(None)`: nothing to
-    /// transfer, or the planner refused the request with an error (both
-    /// fine); `Ok(Some(ids))`: the descriptor ids of the transfer.
-    pub fn plan(&self) -> Option<PlannedIds> {
-        let groups = &self.groups;
-        let mut local = logical_to_kernel(&self.local.block_ids, groups, self.local.ppl);
-        let mut remote = logical_to_kernel(&self.remote.block_ids, groups, self.remote.ppl);
-        let sub = self.sub_pages;
-        if sub > 1 {
-            for (ids, kind) in remote.iter_mut().zip(groups) {
-                if *kind == GroupKind::Attention {
-                    *ids = ids
-                        .iter()
-                        .flat_map(|&k| (0..sub).map(move |q| k * sub + q))
-                        .collect();
-                }
-            }
-        }
-        if self.ratio > 1 && self.push {
-            // Push expands prefill's larger pages without clipping them.
-            let ratio = self.ratio;
-            for (ids, kind) in local.iter_mut().zip(groups) {
-                if *kind == GroupKind::Attention {
-                    *ids = ids
-                        .iter()
-                        .flat_map(|&k| (0..ratio).map(move |q| k * ratio + q))
-                        .collect();
-                }
-            }
-        } else if self.ratio > 1 {
-            (local, remote) = map_for_block_size_ratio(&local, &remote, groups, self.ratio);
-        }
-        if sub > 1 {
-            for ((r, l), kind) in remote.iter_mut().zip(&local).zip(groups) {
-                if *kind == GroupKind::Attention {
-                    r.truncate(l.len());
-                }
-            }
-        }
-        if local.iter().all(Vec::is_empty) {
-            return None;
-        }
-        let (local, remote) = if self.push {
-            let (r, l) = apply_prefix_caching(
-                &remote,
-                &local,
-                groups,
-                self.remote.ppl * sub,
-                self.local.ppl,
-                Default::default(),
-            )
-            .ok()?;
-            (l, r)
-        } else {
-            apply_prefix_caching(
-                &local,
-                &remote,
-                groups,
-                self.local.ppl,
-                self.remote.ppl,
-                Default::default(),
-            )
-            .ok()?
+    /// Both sides as the planner sees them.
+    pub fn geometry(&self) -> TransferGeometry {
+        let side = |s: &PlanSide| ListGeometry {
+            num_kernel_blocks: s.kernel_blocks(),
+            ppl: s.ppl,
         };
-        let shape = |side: &PlanSide, ratio: Option<u32>| ListShape {
+        TransferGeometry {
+            groups: self.groups.clone(),
             num_regions: self.num_regions,
-            num_kernel_blocks: side.kernel_blocks(),
-            ratio,
-            ppl: side.ppl,
             num_state_lists: self.state_lists,
-        };
-        let remote_ratio = (sub > 1).then_some(sub);
-        Some(PlannedIds {
-            local: compute_desc_ids(
-                &local,
-                groups,
-                shape(&self.local, Some(self.ratio)),
-                Default::default(),
-            ),
-            remote: compute_desc_ids(
-                &remote,
-                groups,
-                shape(&self.remote, remote_ratio),
-                Default::default(),
-            ),
-        })
+            initiator: side(&self.local),
+            peer: side(&self.remote),
+            ratio: self.ratio,
+            peer_sub_pages: self.sub_pages,
+            mode: if self.push { Mode::Push } else { Mode::Pull },
+        }
     }
 
-    /// Plan and check that every id addresses a row of its list.
-    pub fn check(&self) -> std::result::Result<(), PlanFinding> {
-        let Some(ids) = self.plan() else {
+    /// Plan the request with the connector's planner under `policy`.
+    /// `None`: nothing to transfer, or the planner refused the request
+    /// (both fine); `Some(ids)`: the transfer.
+    pub fn plan(&self, policy: &Policy) -> Option<TransferIds> {
+        let skip = vec![self.prefix_skip as usize; self.groups.len()];
+        let blocks = TransferBlocks {
+            initiator: &self.local.block_ids,
+            peer: &self.remote.block_ids,
+            prefix_skip: &skip,
+        };
+        match plan_transfer(&self.geometry(), blocks, policy).ok()? {
+            PlannedTransfer::Transfer(ids) => Some(ids),
+            PlannedTransfer::NotifyOnly { .. } => None,
+        }
+    }
+
+    /// The request's attention entries of one side in token order, in
+    /// units of the smaller kernel: logical blocks expanded with the side's
+    /// own ppl, then split into `split` sub-blocks.
+    fn units(&self, side: &PlanSide, split: u32) -> BlockIds {
+        logical_to_kernel(&side.block_ids, &self.groups, side.ppl)
+            .into_iter()
+            .map(|ids| {
+                ids.into_iter()
+                    .flat_map(|k| (0..split).map(move |q| k * split + q))
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Plan under `policy` and check the transfer: every id addresses a row
+    /// of its list, and every attention pair moves the same token.
+    pub fn check(&self, policy: &Policy) -> std::result::Result<(), PlanFinding> {
+        let Some(ids) = self.plan(policy) else {
             return Ok(());
         };
         for (side, list, len) in [
-            ("local", &ids.local, self.local_list_len()),
-            ("remote", &ids.remote, self.remote_list_len()),
+            ("local", &ids.local_desc_ids, self.local_list_len()),
+            ("remote", &ids.remote_desc_ids, self.remote_list_len()),
         ] {
             if let Some((i, id)) = list
                 .iter()
@@ -272,6 +243,38 @@ impl PlanInput {
                 return Err(PlanFinding(format!(
                     "{side} desc id {id} at position {i} is outside the {side} list of {len} rows"
                 )));
+            }
+        }
+        self.check_token_alignment(&ids)
+    }
+
+    /// Decode's entries start at its prefix hit, prefill's at token 0: the
+    /// k-th pair must name the same token unit on both sides.
+    fn check_token_alignment(&self, ids: &TransferIds) -> std::result::Result<(), PlanFinding> {
+        let local_units = self.units(&self.local, self.ratio);
+        let remote_units = self.units(&self.remote, self.sub_pages);
+        let skip = self.prefix_skip as usize;
+        let (local_offset, remote_offset) = if self.push { (0, skip) } else { (skip, 0) };
+        for (g, kind) in self.groups.iter().enumerate() {
+            if *kind != GroupKind::Attention {
+                continue;
+            }
+            let (Some(l), Some(r)) = (ids.local_block_ids.get(g), ids.remote_block_ids.get(g))
+            else {
+                continue;
+            };
+            let token = |units: &[u32], id: u32, offset: usize| {
+                units.iter().position(|&u| u == id).map(|i| i + offset)
+            };
+            for (k, (&lid, &rid)) in l.iter().zip(r).enumerate() {
+                let local_token = token(&local_units[g], lid, local_offset);
+                let remote_token = token(&remote_units[g], rid, remote_offset);
+                if local_token.is_none() || local_token != remote_token {
+                    return Err(PlanFinding(format!(
+                        "group {g} pair {k}: local entry {lid} holds token unit {local_token:?} \
+                         but remote entry {rid} holds {remote_token:?}"
+                    )));
+                }
             }
         }
         Ok(())

@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use crate::connector::Policy;
 use crate::defects::Defect;
 use crate::geometry::{parse_geometry, to_toml};
 use crate::trace::{check::check_case, parse_trace, TraceCase};
@@ -11,7 +12,7 @@ use crate::trace::{check::check_case, parse_trace, TraceCase};
 use super::{GeneratedCase, PlanInput};
 
 /// Environment variable naming a defect (`kvgeom defects` lists them) that
-/// the `scenario` target runs instead of the correct connector.
+/// the `scenario` and `plan` targets run instead of the correct connector.
 pub const DEFECT_ENV: &str = "KVGEOM_FUZZ_DEFECT";
 
 /// The defect named by [`DEFECT_ENV`], if set.
@@ -72,10 +73,13 @@ pub fn trace(bytes: &[u8]) {
     let _ = check_case(&case);
 }
 
-/// `plan`: planning arbitrary block-id lists never addresses a row outside
-/// its descriptor list.
-pub fn plan(input: &PlanInput) {
-    if let Err(finding) = input.check() {
-        panic!("plan finding: {finding}\n{input:?}");
+/// `plan`: the connector's planner, on arbitrary requests, never addresses
+/// a row outside its descriptor list and pairs every attention entry with
+/// the same token; with `defect`, a finding means the defect was caught.
+pub fn plan(input: &PlanInput, defect: Option<Defect>) {
+    let policy = defect.map_or_else(Policy::default, Defect::policy);
+    if let Err(finding) = input.check(&policy) {
+        let with = defect.map_or(String::new(), |d| format!(" (connector with defect {d})"));
+        panic!("plan finding{with}: {finding}\n{input:?}");
     }
 }

@@ -22,6 +22,7 @@ mod memory;
 pub mod neighbour_preservation;
 pub mod no_double_write;
 pub mod pairing;
+pub mod registry;
 pub mod transferred_or_zeroed;
 pub mod violation;
 
@@ -29,21 +30,15 @@ pub mod violation;
 mod test_case;
 
 pub use input::{Endpoint, MemoryImages, OracleInput, OraclePair};
+pub use registry::{Oracle, OracleLevel, ORACLES};
 pub use violation::{PairRef, Violation};
 
-/// Every oracle.
+/// Every oracle of the [`registry`].
 pub fn run_all(input: &OracleInput) -> Vec<Violation> {
-    let mut out = run_descriptor_level(input);
-    out.extend(transferred_or_zeroed::check(input));
-    out.extend(neighbour_preservation::check(input));
-    out
+    registry::run_where(input, |_| true)
 }
 
-/// The oracles that need no memory: containment, pairing, coverage and no double write.
+/// The oracles that need no memory (descriptor level).
 pub fn run_descriptor_level(input: &OracleInput) -> Vec<Violation> {
-    let mut out = containment::check(input);
-    out.extend(pairing::check(input));
-    out.extend(coverage::check(input));
-    out.extend(no_double_write::check(input));
-    out
+    registry::run_where(input, |o| o.level == OracleLevel::Descriptor)
 }

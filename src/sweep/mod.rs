@@ -4,6 +4,7 @@
 
 pub mod compare;
 pub mod execute;
+pub mod expectations;
 pub mod mutants;
 pub mod plan;
 pub mod prompts;

@@ -1,6 +1,8 @@
 //! Running the sweep once per known defect: a defect is caught when at least
 //! one case fails. An oracle that no defect can fail is not trusted.
 
+use std::collections::BTreeSet;
+
 use rayon::prelude::*;
 
 use super::execute;
@@ -18,6 +20,8 @@ pub struct MutantResult {
     pub failed: usize,
     /// The first failing case, shrunk, and why it failed.
     pub first: Option<(Case, String)>,
+    /// The oracles whose violations failed the cases that failed.
+    pub oracles: BTreeSet<&'static str>,
 }
 
 impl MutantResult {
@@ -61,6 +65,10 @@ pub fn run_mutant(
         ran = reports.len();
         failures.extend(reports.into_iter().filter(|r| !r.passed()));
     }
+    let oracles = failures
+        .iter()
+        .flat_map(|r| r.violations.iter().map(|v| v.oracle))
+        .collect();
     let first = failures
         .first()
         .map(|r| (execute::shrink(&r.case, opts), r.outcome.describe()));
@@ -69,5 +77,6 @@ pub fn run_mutant(
         cases: ran,
         failed: failures.len(),
         first,
+        oracles,
     }
 }

@@ -10,9 +10,7 @@ use super::replay::traced_model;
 use crate::geometry::{EngineGeometry, Geometry, KvLayout, Mode};
 use crate::layout::{CaseLayout, LayoutError, RequestBlocks, Side};
 use crate::nixl::{DlistHandle, DlistTarget, DryRun, Nixl, Recording};
-use crate::oracle::{
-    containment, coverage, no_double_write, run_descriptor_level, OracleInput, Violation,
-};
+use crate::oracle::{pairing, registry, run_descriptor_level, OracleInput, OracleLevel, Violation};
 
 /// The oracles' verdict on one trace.
 #[derive(Clone, Debug, Default)]
@@ -197,13 +195,13 @@ fn check_with(
     if let Some(m) = case.request.matched_tokens {
         input = input.with_transferred_tokens(m);
     }
+    // Without prefill's side, pairing (which compares both ends) is skipped.
     let violations = if both_sides {
         run_descriptor_level(&input)
     } else {
-        let mut v = containment::check(&input);
-        v.extend(coverage::check(&input));
-        v.extend(no_double_write::check(&input));
-        v
+        registry::run_where(&input, |o| {
+            o.level == OracleLevel::Descriptor && o.name != pairing::NAME
+        })
     };
     Ok(CheckReport {
         violations,

@@ -1,0 +1,370 @@
+//! Expected failures: a TOML file listing, per geometry, mode, allocation
+//! and case pattern, the outcome (and oracles) a connector is known to
+//! produce. `expected/vllm-0.33.0.toml` is the one list of what vLLM 0.33.0
+//! gets wrong on `geometries/`; a sweep checked against it passes when
+//! exactly the listed cases fail, each the listed way, and every other case
+//! passes.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::prompts::parse_prompt_list;
+use crate::scenario::{Case, CaseReport};
+
+/// An expectations file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ExpectationsError {
+    #[error("{file}: {source}")]
+    Read {
+        file: String,
+        source: std::io::Error,
+    },
+    #[error("{file}: {source}")]
+    Parse {
+        file: String,
+        source: toml::de::Error,
+    },
+    #[error("{file}: failure #{index} ({geometry}): {why}")]
+    Entry {
+        file: String,
+        index: usize,
+        geometry: String,
+        why: String,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileToml {
+    #[serde(default)]
+    failure: Vec<EntryToml>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EntryToml {
+    geometry: String,
+    mode: Option<String>,
+    alloc: Option<String>,
+    cases: CasesToml,
+    outcome: String,
+    oracles: Option<Vec<String>>,
+    message: Option<String>,
+    finding: String,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum CasesToml {
+    All(String),
+    List(Vec<String>),
+}
+
+/// Which cases of a geometry an entry covers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CasePattern {
+    /// Every case of the geometry in the entry's mode and allocation.
+    All,
+    /// `(prompt length, prefix hit)` pairs; a hit of `None` matches any.
+    Listed(BTreeSet<(u32, Option<u32>)>),
+}
+
+/// One expected failure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExpectedFailure {
+    pub geometry: String,
+    /// `None`: both modes.
+    pub mode: Option<String>,
+    /// `None`: every allocation.
+    pub alloc: Option<String>,
+    pub cases: CasePattern,
+    /// The outcome's label in JSON reports (`violations`, `crashed`, ...).
+    pub outcome: String,
+    /// The exact set of oracles violated, when given.
+    pub oracles: Option<BTreeSet<String>>,
+    /// A substring of the outcome's description, when given.
+    pub message: Option<String>,
+    /// The page of docs/findings/ that explains it.
+    pub finding: String,
+}
+
+/// Every expected failure of one file.
+#[derive(Clone, Debug, Default)]
+pub struct Expectations {
+    pub failures: Vec<ExpectedFailure>,
+}
+
+/// Outcome labels an entry may name (as the JSON report writes them).
+const OUTCOMES: [&str; 5] = [
+    "violations",
+    "crashed",
+    "hung",
+    "missing_rejection",
+    "unexpected_rejection",
+];
+
+/// The JSON label of a report's outcome.
+fn outcome_label(report: &CaseReport) -> String {
+    serde_json::to_value(&report.outcome)
+        .ok()
+        .and_then(|v| v.get("kind").and_then(|k| k.as_str()).map(str::to_string))
+        .unwrap_or_default()
+}
+
+impl Expectations {
+    /// Read and check an expectations file.
+    pub fn load(path: &Path) -> Result<Self, ExpectationsError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ExpectationsError::Read {
+            file: file.clone(),
+            source,
+        })?;
+        Self::parse(&file, &text)
+    }
+
+    /// Parse the text of an expectations file named `file`.
+    pub fn parse(file: &str, text: &str) -> Result<Self, ExpectationsError> {
+        let parsed: FileToml = toml::from_str(text).map_err(|source| ExpectationsError::Parse {
+            file: file.to_string(),
+            source,
+        })?;
+        let mut failures = Vec::new();
+        for (index, e) in parsed.failure.into_iter().enumerate() {
+            let bad = |why: String| ExpectationsError::Entry {
+                file: file.to_string(),
+                index: index + 1,
+                geometry: e.geometry.clone(),
+                why,
+            };
+            if let Some(m) = &e.mode {
+                if m != "pull" && m != "push" {
+                    return Err(bad(format!("mode `{m}`: expected pull or push")));
+                }
+            }
+            if let Some(a) = &e.alloc {
+                if a != "mainline" && a != "with-last-token" {
+                    return Err(bad(format!(
+                        "alloc `{a}`: expected mainline or with-last-token"
+                    )));
+                }
+            }
+            if !OUTCOMES.contains(&e.outcome.as_str()) {
+                return Err(bad(format!(
+                    "outcome `{}`: expected one of {}",
+                    e.outcome,
+                    OUTCOMES.join(", ")
+                )));
+            }
+            let cases = match &e.cases {
+                CasesToml::All(s) if s == "all" => CasePattern::All,
+                CasesToml::All(s) => {
+                    return Err(bad(format!(
+                        "cases `{s}`: expected \"all\" or a list like [\"1..=8/0\", \"33/16\"]"
+                    )))
+                }
+                CasesToml::List(items) => {
+                    let mut set = BTreeSet::new();
+                    for item in items {
+                        let (prompts, hit) = item.split_once('/').ok_or_else(|| {
+                            bad(format!("case `{item}`: expected PROMPTS/HIT, e.g. `33/16`"))
+                        })?;
+                        let hit = match hit.trim() {
+                            "*" => None,
+                            h => Some(h.parse::<u32>().map_err(|_| {
+                                bad(format!("case `{item}`: `{h}` is not a prefix hit"))
+                            })?),
+                        };
+                        let prompts = parse_prompt_list(prompts)
+                            .map_err(|err| bad(format!("case `{item}`: {err}")))?;
+                        set.extend(prompts.into_iter().map(|n| (n, hit)));
+                    }
+                    CasePattern::Listed(set)
+                }
+            };
+            failures.push(ExpectedFailure {
+                geometry: e.geometry,
+                mode: e.mode,
+                alloc: e.alloc,
+                cases,
+                outcome: e.outcome,
+                oracles: e.oracles.map(|o| o.into_iter().collect()),
+                message: e.message,
+                finding: e.finding,
+            });
+        }
+        Ok(Expectations { failures })
+    }
+
+    /// The entries covering `case`.
+    pub fn covering(&self, case: &Case) -> Vec<&ExpectedFailure> {
+        self.failures.iter().filter(|e| e.covers(case)).collect()
+    }
+
+    /// Compare a sweep with the expectations: every listed case must fail
+    /// as listed, every other case must pass, and every entry must cover at
+    /// least one case of the sweep. Returns one line per disagreement.
+    pub fn compare(&self, reports: &[CaseReport]) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut used = vec![false; self.failures.len()];
+        for r in reports {
+            let covering: Vec<usize> = (0..self.failures.len())
+                .filter(|&i| self.failures[i].covers(&r.case))
+                .collect();
+            let label = case_label(&r.case);
+            match covering.as_slice() {
+                [] if r.passed() => {}
+                [] => out.push(format!(
+                    "{label}: unexpected {}: {}",
+                    outcome_label(r),
+                    r.outcome.describe()
+                )),
+                [i] => {
+                    used[*i] = true;
+                    if let Some(why) = self.failures[*i].disagreement(r) {
+                        out.push(format!("{label}: {why}"));
+                    }
+                }
+                many => out.push(format!(
+                    "{label}: covered by {} entries ({})",
+                    many.len(),
+                    many.iter()
+                        .map(|i| format!("#{}", i + 1))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )),
+            }
+        }
+        for (i, e) in self.failures.iter().enumerate() {
+            if !used[i] {
+                out.push(format!(
+                    "failure #{} ({} {}): covers no case of this sweep",
+                    i + 1,
+                    e.geometry,
+                    e.mode.as_deref().unwrap_or("pull/push")
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// A case as the expectations name it.
+fn case_label(case: &Case) -> String {
+    format!(
+        "{} N={} h={} {} {}",
+        case.geometry_name(),
+        case.prompt_len,
+        case.prefix_hit,
+        case.mode,
+        case.allocation.as_str()
+    )
+}
+
+impl ExpectedFailure {
+    /// Whether this entry covers `case`.
+    pub fn covers(&self, case: &Case) -> bool {
+        if case.geometry_name() != self.geometry {
+            return false;
+        }
+        if self
+            .mode
+            .as_deref()
+            .is_some_and(|m| m != case.mode.as_str())
+        {
+            return false;
+        }
+        if self
+            .alloc
+            .as_deref()
+            .is_some_and(|a| a != case.allocation.as_str())
+        {
+            return false;
+        }
+        match &self.cases {
+            CasePattern::All => true,
+            CasePattern::Listed(set) => {
+                set.contains(&(case.prompt_len, Some(case.prefix_hit)))
+                    || set.contains(&(case.prompt_len, None))
+            }
+        }
+    }
+
+    /// Why `report` is not the failure this entry expects, if it is not.
+    fn disagreement(&self, report: &CaseReport) -> Option<String> {
+        if report.passed() {
+            return Some(format!(
+                "expected {} ({}), but it passed",
+                self.outcome, self.finding
+            ));
+        }
+        let label = outcome_label(report);
+        if label != self.outcome {
+            return Some(format!(
+                "expected {}, got {label}: {}",
+                self.outcome,
+                report.outcome.describe()
+            ));
+        }
+        if let Some(expected) = &self.oracles {
+            let found: BTreeSet<String> = report
+                .violations
+                .iter()
+                .map(|v| v.oracle.to_string())
+                .collect();
+            if &found != expected {
+                return Some(format!(
+                    "expected violations of {expected:?}, got {found:?}"
+                ));
+            }
+        }
+        if let Some(m) = &self.message {
+            let text = report.outcome.describe();
+            if !text.contains(m.as_str()) {
+                return Some(format!(
+                    "expected a message containing \"{m}\", got: {text}"
+                ));
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_parse_and_bad_ones_name_the_problem() {
+        let text = r#"
+[[failure]]
+geometry = "g"
+mode = "pull"
+cases = ["1..=3/0", "9/*"]
+outcome = "violations"
+oracles = ["pairing"]
+finding = "x.md"
+"#;
+        let e = Expectations::parse("t.toml", text).unwrap();
+        let CasePattern::Listed(set) = &e.failures[0].cases else {
+            panic!("listed");
+        };
+        assert!(set.contains(&(2, Some(0))) && set.contains(&(9, None)));
+        for (bad, needle) in [
+            (text.replace("\"pull\"", "\"both\""), "mode `both`"),
+            (
+                text.replace("\"violations\"", "\"broken\""),
+                "outcome `broken`",
+            ),
+            (text.replace("\"9/*\"", "\"9\""), "expected PROMPTS/HIT"),
+            (
+                text.replace("[\"1..=3/0\", \"9/*\"]", "\"some\""),
+                "cases `some`",
+            ),
+        ] {
+            let err = Expectations::parse("t.toml", &bad).unwrap_err().to_string();
+            assert!(err.contains(needle), "{err}");
+        }
+    }
+}

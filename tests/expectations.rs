@@ -1,0 +1,85 @@
+//! `--policy vllm-0.33.0` over `geometries/` fails exactly where
+//! `expected/vllm-0.33.0.toml` says vLLM 0.33.0 is wrong (each entry citing
+//! its page of docs/findings/), and the default policy fails nowhere the
+//! file lists.
+
+use std::path::PathBuf;
+
+use kvgeom::connector::NamedPolicy;
+use kvgeom::scenario::RunOptions;
+use kvgeom::sweep::expectations::Expectations;
+use kvgeom::sweep::{execute, plan};
+use kvgeom::variant::Variant;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn expectations() -> Expectations {
+    Expectations::load(&root().join("expected/vllm-0.33.0.toml")).unwrap()
+}
+
+#[test]
+fn vllm_0_33_0_fails_exactly_where_the_findings_say() {
+    let sources = plan::load_sources(&[root().join("geometries")]).unwrap();
+    let cases = plan::grid(
+        &sources,
+        &plan::PlanOptions {
+            variant: Variant::Policy(NamedPolicy::Vllm0330),
+            ..plan::PlanOptions::default()
+        },
+    );
+    let reports = execute::run_all(&cases, &RunOptions::default(), None);
+    let disagreements = expectations().compare(&reports);
+    assert!(
+        disagreements.is_empty(),
+        "{} disagreements, first:\n{}",
+        disagreements.len(),
+        disagreements[..disagreements.len().min(10)].join("\n")
+    );
+}
+
+#[test]
+fn every_expected_failure_cites_an_existing_finding() {
+    for e in &expectations().failures {
+        let page = e.finding.split('#').next().unwrap();
+        let path = root().join("docs/findings").join(page);
+        assert!(path.is_file(), "{}: no {}", e.geometry, path.display());
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains(&e.geometry),
+            "{} does not mention geometry {}",
+            path.display(),
+            e.geometry
+        );
+    }
+}
+
+#[test]
+fn the_comparison_reports_a_missing_and_an_unexpected_failure() {
+    // kvgeom's own connector passes every case: each listed failure is missing.
+    let sources = plan::load_sources(&[root().join("geometries/deepseek-mla.toml")]).unwrap();
+    let cases = plan::grid(&sources, &plan::PlanOptions::default());
+    let reports = execute::run_all(&cases, &RunOptions::default(), None);
+    let lines = expectations().compare(&reports);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("deepseek-mla N=1 h=0 push mainline: expected violations")),
+        "{lines:?}"
+    );
+    // An empty list of expectations turns vLLM's failures into unexpected ones.
+    let vllm = plan::grid(
+        &sources,
+        &plan::PlanOptions {
+            variant: Variant::Policy(NamedPolicy::Vllm0330),
+            ..plan::PlanOptions::default()
+        },
+    );
+    let reports = execute::run_all(&vllm, &RunOptions::default(), None);
+    let lines = Expectations::default().compare(&reports);
+    assert!(
+        lines.iter().any(|l| l.contains("unexpected violations")),
+        "{lines:?}"
+    );
+}
