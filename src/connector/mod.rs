@@ -8,7 +8,11 @@
 //! `handshake.rs`, desc ids in `desc_ids.rs`, block-id mapping and prefix
 //! alignment in `block_mapping.rs`, pull READ planning in `pull.rs`, push
 //! WRITE planning in `push.rs`, the receive post-process in `post_process.rs`
-//! (lowered to device memsets and copies in `post_process_lowering.rs`).
+//! (with the byte access it needs, `KvMemory`; lowered to device memsets and
+//! copies in `post_process_lowering.rs`).
+//!
+//! Layering: the connector imports only `geometry`, `memory` and `nixl`,
+//! never the harness (see docs/architecture.md).
 
 pub mod block_mapping;
 pub mod desc_ids;
@@ -29,6 +33,7 @@ pub mod worker;
 pub use block_mapping::BlockIds;
 pub use handshake::HandshakeError;
 pub use metadata::HandshakeMetadata;
+pub use post_process::KvMemory;
 pub use pull::{PlannedRead, ReadRequest, Received, Receiving};
 pub use push::{Sending, WriteRequest};
 pub use registration::{KvTensor, Registration};

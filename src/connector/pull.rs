@@ -8,11 +8,11 @@ use super::block_mapping::{
     align_from_first_token, apply_prefix_caching, logical_to_kernel, map_for_block_size_ratio,
     BlockIds,
 };
+use super::post_process::KvMemory;
 use super::post_process::{self, GroupPostProcess, PostProcessInput};
 use super::worker::{ConnectorError, Worker};
 use crate::defects::Defect;
 use crate::geometry::{block_size_ratio, tp_ratio};
-use crate::memory::KvMemory;
 use crate::nixl::{Nixl, XferHandle, XferOp, XferState};
 
 /// What D's scheduler hands the worker for one request to receive.

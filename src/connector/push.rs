@@ -14,12 +14,12 @@ use super::block_mapping::{
     align_from_first_token, apply_prefix_caching, logical_to_kernel, map_for_block_size_ratio,
     BlockIds,
 };
+use super::post_process::KvMemory;
 use super::post_process::{self, GroupPostProcess, PostProcessInput};
 use super::pull::PlannedRead;
 use super::worker::{ConnectorError, Worker};
 use crate::defects::Defect;
 use crate::geometry::{block_size_ratio, tp_ratio, GroupKind};
-use crate::memory::KvMemory;
 use crate::nixl::{Nixl, XferOp};
 
 /// What P's worker knows about one request to push: its own blocks and D's

@@ -8,7 +8,8 @@
 //! Without the `cuda` cargo feature a VRAM case is a harness error, so
 //! `kvgeom sweep --memory vram` exits 2 with the reason.
 
-use crate::memory::{HostArena, HostTensors, KvMemory};
+use crate::connector::KvMemory;
+use crate::memory::{HostArena, HostTensors};
 use crate::nixl::Nixl;
 
 use super::case::TransportKind;
@@ -186,7 +187,7 @@ fn each_device(
 pub enum RankMemory {
     Host(HostTensors),
     #[cfg(feature = "cuda")]
-    Device(crate::memory::DeviceTensors),
+    Device(super::device_tensors::DeviceTensors),
 }
 
 impl RankMemory {
@@ -194,7 +195,7 @@ impl RankMemory {
         match &rank.device {
             None => RankMemory::Host(HostTensors(rank.arenas.clone())),
             #[cfg(feature = "cuda")]
-            Some(d) => RankMemory::Device(crate::memory::DeviceTensors::new(d.arenas.clone())),
+            Some(d) => RankMemory::Device(super::device_tensors::DeviceTensors::new(d.arenas.clone())),
             #[cfg(not(feature = "cuda"))]
             Some(d) => match *d {},
         }
