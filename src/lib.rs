@@ -21,5 +21,6 @@ pub mod oracle;
 pub mod pattern;
 pub mod report;
 pub mod scenario;
+pub mod scheduler;
 pub mod sweep;
 pub mod trace;

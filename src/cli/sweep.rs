@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 
 use super::{default_paths, parse_defect, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
-use crate::connector::scheduler::DecodeAllocation;
 use crate::geometry::Mode;
 use crate::report::sweep_report::{self, Format};
 use crate::scenario::{MemoryKind, RunOptions, TransportKind};
+use crate::scheduler::DecodeAllocation;
 use crate::sweep::{compare, execute, plan, prompts};
 
 pub struct SweepArgs {

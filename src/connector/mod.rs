@@ -25,7 +25,6 @@ pub mod pull;
 pub mod push;
 pub mod registration;
 pub mod remote_lists;
-pub mod scheduler;
 pub mod split_lists;
 pub mod tp_mapping;
 pub mod worker;

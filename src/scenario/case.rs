@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::connector::scheduler::DecodeAllocation;
 use crate::defects::Defect;
 use crate::geometry::{Geometry, Mode};
 use crate::layout::Side;
 use crate::oracle::Violation;
+use crate::scheduler::DecodeAllocation;
 
 /// Which transport moves the bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]

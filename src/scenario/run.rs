@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use crate::connector::post_process::{GroupPostProcess, PageGeometry, PostOp};
 use crate::connector::push::{parse_completion, PUSH_REJECT_PREFIX};
-use crate::connector::scheduler::{request_shape, RequestShape};
 use crate::connector::{ConnectorError, PlannedRead, ReadRequest, Worker, WriteRequest};
 use crate::defects::Defect;
 use crate::geometry::{Geometry, Mode};
@@ -15,6 +14,7 @@ use crate::memory::HostArena;
 use crate::nixl::{Loopback, Nixl, Recording};
 use crate::oracle::{self, MemoryImages, OracleInput};
 use crate::pattern::{self, DecodeFill};
+use crate::scheduler::{request_shape, RequestShape};
 
 use super::case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
 use super::engines::{allocate_ranks, register_side_on, Engines, RankTensors};

@@ -1,6 +1,8 @@
-//! The scheduler side of a transfer, as vLLM 0.33.0's NIXL connector and
-//! block manager decide it: how many tokens move, how many blocks each side
-//! holds per group, and which decode blocks skip alloc-time zeroing.
+//! The harness's model of vLLM 0.33.0's scheduler side of a transfer, as its
+//! NIXL connector and block manager decide it: how many tokens move, how
+//! many blocks each side holds per group, and which decode blocks skip
+//! alloc-time zeroing. The connector workers never use it; scenarios,
+//! sweeps, traces and benchmarks do.
 
 use serde::{Deserialize, Serialize};
 
