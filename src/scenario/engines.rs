@@ -9,7 +9,7 @@ use crate::nixl::{MemKind, Nixl};
 
 use super::case::Outcome;
 use super::placement::Placement;
-use super::vram::RankDevice;
+use super::vram::{RankDevice, RankMemory, DEVICE_ORDINAL};
 
 /// One engine rank: its worker and its tensors (one per region).
 pub struct Rank {
@@ -46,7 +46,36 @@ pub struct Engines {
     pub decode: Vec<Rank>,
 }
 
+impl Rank {
+    /// The memory this rank's receive post-process runs on.
+    pub fn memory(&self) -> RankMemory {
+        RankMemory::new(&self.arenas, self.device.as_ref())
+    }
+}
+
 impl Engines {
+    /// Copy every rank's host images up to its device tensors (no-op on host memory).
+    pub fn upload_to_devices(&self) -> Result<(), String> {
+        self.each_device(RankDevice::upload)
+    }
+
+    /// Read every rank's device tensors back into its host images (no-op on host memory).
+    pub fn download_from_devices(&self) -> Result<(), String> {
+        self.each_device(RankDevice::download)
+    }
+
+    fn each_device(
+        &self,
+        f: impl Fn(&RankDevice, &[HostArena]) -> Result<(), String>,
+    ) -> Result<(), String> {
+        for rank in self.prefill.iter().chain(&self.decode) {
+            if let Some(device) = &rank.device {
+                f(device, &rank.arenas)?;
+            }
+        }
+        Ok(())
+    }
+
     pub fn side(&self, side: Side) -> &[Rank] {
         match side {
             Side::Prefill => &self.prefill,
@@ -153,7 +182,7 @@ pub fn register_side_on(
             is_decode: side == Side::Decode,
             mem,
             platform_mem: mem,
-            device: super::vram::DEVICE_ORDINAL,
+            device: DEVICE_ORDINAL,
             defect,
         };
         let tensors: Vec<KvTensor> = match &device {
