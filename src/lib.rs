@@ -21,6 +21,7 @@ pub mod oracle;
 pub mod pattern;
 pub mod report;
 pub mod scenario;
+pub mod scheduler;
 pub mod sweep;
 pub mod trace;
 pub mod variant;

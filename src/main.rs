@@ -6,10 +6,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use kvgeom::cli;
-use kvgeom::connector::scheduler::DecodeAllocation;
 use kvgeom::geometry::Mode;
 use kvgeom::report::sweep_report::Format;
 use kvgeom::scenario::{MemoryKind, TransportKind};
+use kvgeom::scheduler::DecodeAllocation;
 
 #[derive(Parser)]
 #[command(

@@ -399,6 +399,8 @@ pub fn expected_decode_byte(case: &CaseLayout, rank: u32, region: u32, offset: u
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::geometry::KvLayout;
+    use crate::layout::classifier_tests::{attention_blocks, case, engine, gqa};
 
     #[test]
     fn pattern_bytes_avoid_zero_and_sentinel_and_depend_on_every_field() {
@@ -508,5 +510,44 @@ mod tests {
             .collect();
         assert_ne!(f0, f1);
         assert!(f0.iter().all(|&b| b != 0 && b != SENTINEL));
+    }
+
+    #[test]
+    fn provenance_survives_a_head_sliced_copy() {
+        // Decode TP2 <- prefill TP1, HND: copy each rank's head slice of every
+        // prefill kernel page; every decode byte then equals its expected byte.
+        let c = case(
+            gqa(4, false),
+            engine(2, 4, 8, KvLayout::Hnd),
+            engine(1, 4, 8, KvLayout::Hnd),
+            attention_blocks(vec![1, 3], vec![2, 5]),
+        );
+        let p = c.engine(Side::Prefill, 0).expect("rank 0");
+        let mut p_mem = vec![vec![0u8; p.region_len() as usize]];
+        fill_prefill_rank(&c, 0, &mut p_mem).expect("fill");
+        for rank in 0..2u32 {
+            let d = c.engine(Side::Decode, rank).expect("rank");
+            let mut d_mem = vec![0u8; d.region_len() as usize];
+            for (&db, &pb) in [1u64, 3].iter().zip(&[2u64, 5]) {
+                for k in 0..2u64 {
+                    let src = (pb * 256 + k * 128 + u64::from(rank) * 64) as usize;
+                    let dst = (db * 128 + k * 64) as usize;
+                    d_mem[dst..dst + 64].copy_from_slice(&p_mem[0][src..src + 64]);
+                }
+            }
+            for offset in [128u64, 3 * 128] {
+                for i in 0..128 {
+                    let expected =
+                        expected_decode_byte(&c, rank, 0, offset + i).expect("request byte");
+                    assert_eq!(
+                        d_mem[(offset + i) as usize],
+                        expected,
+                        "rank {rank} offset {}",
+                        offset + i
+                    );
+                }
+            }
+            assert_eq!(expected_decode_byte(&c, rank, 0, 0), None);
+        }
     }
 }

@@ -63,9 +63,7 @@ fn the_mixed_regime_two_path_zeroing_fails_11_of_16_lengths() {
         &sources,
         &plan::PlanOptions {
             modes: vec![kvgeom::geometry::Mode::Pull],
-            allocations: Some(vec![
-                kvgeom::connector::scheduler::DecodeAllocation::WithLastToken,
-            ]),
+            allocations: Some(vec![kvgeom::scheduler::DecodeAllocation::WithLastToken]),
             variant: kvgeom::variant::Variant::Defect(Defect::TwoPathZeroing),
             ..plan::PlanOptions::default()
         },

@@ -26,16 +26,15 @@ mod checks {
 
     use kvgeom::bench::vram::{vram_bench, VramBenchConfig};
     use kvgeom::connector::post_process::{apply_bytes, GroupPostProcess, PageGeometry, PostOp};
+    use kvgeom::connector::KvMemory;
     use kvgeom::defects::Defect;
     use kvgeom::geometry::KvLayout;
     use kvgeom::memory::cuda::driver_present;
-    use kvgeom::memory::{
-        CudaDevice, CudaError, DeviceArena, DeviceTensors, HostArena, HostTensors, KvMemory,
-    };
+    use kvgeom::memory::{CudaDevice, CudaError, DeviceArena, HostArena, HostTensors};
     use kvgeom::nixl::{
         DescList, DescRow, DlistTarget, Loopback, MemKind, Nixl, XferOp, XferState,
     };
-    use kvgeom::scenario::{MemoryKind, RunOptions, TransportKind};
+    use kvgeom::scenario::{DeviceTensors, MemoryKind, RunOptions, TransportKind};
     use kvgeom::sweep::{compare, execute, plan};
 
     /// Where `geometries/` is: `KVGEOM_ROOT` (set by `scripts/gpu-check.sh

@@ -3,45 +3,17 @@
 
 use kvgeom::connector::post_process::PostOp;
 use kvgeom::connector::{
-    HandshakeMetadata, KvTensor, Policy, ReadRequest, Receiving, Worker, WorkerConfig,
+    HandshakeMetadata, KvTensor, Policy, ReadRequest, Receiving, Role, Worker, WorkerConfig,
 };
 use kvgeom::defects::Defect;
-use kvgeom::geometry::{
-    AttentionSpec, EngineGeometry, GroupKind, KvLayout, MambaKind, MambaSpec, Mode, ModelSpec,
-};
+use kvgeom::geometry::{EngineGeometry, Mode, ModelSpec};
 use kvgeom::memory::{HostArena, HostTensors};
 use kvgeom::nixl::{DryRun, MemKind, Recording};
 
-/// MLA (12 bytes per token) + two KDA groups on two shared tensors.
-fn mla_kda(conv_dims: [u32; 3], ssm: u64) -> ModelSpec {
-    ModelSpec {
-        attention: Some(AttentionSpec::Mla {
-            head_size: 6,
-            dtype_bytes: 2,
-        }),
-        mamba: Some(MambaSpec {
-            kind: MambaKind::Kda,
-            conv_dims: conv_dims.to_vec(),
-            conv_rows: 3,
-            conv_dtype_bytes: 2,
-            ssm_state_bytes: ssm,
-        }),
-        groups: vec![GroupKind::Attention, GroupKind::Mamba, GroupKind::Mamba],
-        layer_slots: 2,
-    }
-}
+use kvgeom::geometry::fixtures::mla_kda;
 
 fn engine(tp: u32, kernel: u32, logical: u32) -> EngineGeometry {
-    EngineGeometry {
-        tp_size: tp,
-        kernel_block: kernel,
-        logical_block: logical,
-        num_logical_blocks: None,
-        layout: KvLayout::Nhd,
-        host_buffer: false,
-        prefix_caching: false,
-        block_padding_bytes: 0,
-    }
+    EngineGeometry::new(tp, kernel, logical)
 }
 
 struct Pair {
@@ -67,8 +39,7 @@ fn pair(
         engine: e.clone(),
         num_logical_blocks: pool,
         tp_rank: rank,
-        mode: Mode::Pull,
-        is_decode,
+        role: Role::new(Mode::Pull, is_decode),
         mem: MemKind::Dram,
         platform_mem: MemKind::Dram,
         device: 0,

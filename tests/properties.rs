@@ -7,12 +7,12 @@
 //! replayed first on the next run. `PROPTEST_CASES=n` overrides the case
 //! counts below.
 
-use kvgeom::connector::scheduler::DecodeAllocation;
 use kvgeom::defects::Defect;
 use kvgeom::generate::strategy::{generated_case, plan_input};
 use kvgeom::generate::{Expected, GeneratedCase};
 use kvgeom::geometry::{validate, AttentionSpec, GroupKind, KvLayout, Mode};
 use kvgeom::scenario::{run_case_detailed, RunOptions};
+use kvgeom::scheduler::DecodeAllocation;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestError, TestRunner};
 

@@ -8,13 +8,13 @@
 //! pages are never faulted in) with the [`DryRun`] transport, so even a
 //! geometry with gigabytes of KV memory plans in milliseconds.
 
-use crate::connector::scheduler::{request_shape, DecodeAllocation};
 use crate::connector::{Policy, ReadRequest};
 use crate::geometry::{Geometry, Mode};
 use crate::layout::{RequestBlocks, Side};
 use crate::nixl::{DescRow, DryRun, Recording};
 use crate::scenario::engines::{allocate_ranks, register_side, Engines};
 use crate::scenario::placement::place;
+use crate::scheduler::{request_shape, DecodeAllocation};
 
 /// One KV tensor of one rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

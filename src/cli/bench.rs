@@ -7,10 +7,10 @@ use std::time::Instant;
 
 use super::{EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::bench::vram::{vram_bench, VramBenchConfig, VramBenchError, PATHS};
-use crate::connector::scheduler::DecodeAllocation;
 use crate::geometry::Mode;
 use crate::nixl::XferOp;
 use crate::scenario::{MemoryKind, RunOptions};
+use crate::scheduler::DecodeAllocation;
 use crate::sweep::{execute, plan};
 
 /// What to measure.

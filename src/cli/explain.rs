@@ -4,10 +4,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::{VariantArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
-use crate::connector::scheduler::DecodeAllocation;
 use crate::geometry::{load_geometry, Mode};
 use crate::report::explain::{explain_text, svg};
 use crate::scenario::{run_case_detailed, Case, Outcome, RunOptions, TransportKind};
+use crate::scheduler::DecodeAllocation;
 
 pub struct ExplainArgs {
     pub geometry: PathBuf,

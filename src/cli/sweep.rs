@@ -3,11 +3,11 @@
 use std::path::PathBuf;
 
 use super::{default_paths, VariantArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
-use crate::connector::scheduler::DecodeAllocation;
 use crate::geometry::Mode;
 use crate::report::sweep_report::{self, Format};
 use crate::scenario::CaseReport;
 use crate::scenario::{MemoryKind, RunOptions, TransportKind};
+use crate::scheduler::DecodeAllocation;
 use crate::sweep::expectations::Expectations;
 use crate::sweep::{compare, execute, plan, prompts};
 

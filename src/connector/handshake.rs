@@ -101,15 +101,59 @@ pub struct LocalSide<'a> {
     pub policy: Policy,
 }
 
-/// `_validate_remote_agent_handshake`: the checks after the ratios are known.
-pub fn validate(
-    local: &LocalSide<'_>,
-    meta: &HandshakeMetadata,
-    remote_tp: u32,
-    tp_ratio: i32,
-    ratio: u32,
-    first_num_blocks: u64,
-) -> Result<(), HandshakeError> {
+/// What the checks need to know about the remote rank.
+pub struct RemoteSide<'a> {
+    /// Its metadata as the checks see it.
+    pub meta: &'a HandshakeMetadata,
+    pub tp_size: u32,
+    /// [`tp_ratio`] of the pair.
+    pub tp_ratio: i32,
+    /// [`kernel_ratio`] of the pair.
+    pub kernel_ratio: u32,
+    /// The block count the engine's first rank advertised.
+    pub first_num_blocks: u64,
+    /// The local rank gathers attention heads from several remote ranks.
+    pub gathers_heads: bool,
+}
+
+/// The TP ratio (`local / remote`, negative `-(remote / local)` when the
+/// remote engine is larger), or the refusal when neither divides the other.
+pub fn tp_ratio(local: u32, remote: u32) -> Result<i32, HandshakeError> {
+    crate::geometry::tp_ratio(local, remote).ok_or(HandshakeError::TpNotDivisible { local, remote })
+}
+
+/// Local kernel block / remote kernel block, or the refusal when the
+/// remote block does not divide the local one.
+pub fn kernel_ratio(local: u32, remote: u32) -> Result<u32, HandshakeError> {
+    crate::geometry::block_size_ratio(local, remote)
+        .ok_or(HandshakeError::BlockSizeNotDivisible { local, remote })
+}
+
+/// `_validate_remote_agent_handshake`: the checks after the ratios are known,
+/// then kvgeom's check of gathered heads.
+pub fn validate(local: &LocalSide<'_>, remote: &RemoteSide<'_>) -> Result<(), HandshakeError> {
+    validate_as_vllm(local, remote)?;
+    // A rank gathering several heads from different source ranks places
+    // each source's page in a head slot: only head-major pages have them.
+    // (vLLM 0.33.0 checks this only when the source ranks do not replicate
+    // their heads.)
+    if remote.gathers_heads
+        && !local.model.is_mla()
+        && !local.layout.is_block_contiguous()
+        && local.policy.handshake.gathered_replicated_heads_nhd == Acceptance::Refuse
+    {
+        return Err(HandshakeError::HeadSplitNeedsContiguousLayout);
+    }
+    Ok(())
+}
+
+/// The checks of vLLM 0.33.0's `_validate_remote_agent_handshake`.
+fn validate_as_vllm(local: &LocalSide<'_>, remote: &RemoteSide<'_>) -> Result<(), HandshakeError> {
+    let meta = remote.meta;
+    let remote_tp = remote.tp_size;
+    let tp_ratio = remote.tp_ratio;
+    let ratio = remote.kernel_ratio;
+    let first_num_blocks = remote.first_num_blocks;
     let model = local.model;
     let is_mla = model.is_mla();
     let has_mamba = model.has_mamba();

@@ -8,7 +8,11 @@
 //! `handshake.rs`, desc ids in `desc_ids.rs`, block-id mapping and prefix
 //! alignment in `block_mapping.rs`, pull READ planning in `pull.rs`, push
 //! WRITE planning in `push.rs`, the receive post-process in `post_process.rs`
-//! (lowered to device memsets and copies in `post_process_lowering.rs`).
+//! (with the byte access it needs, `KvMemory`; lowered to device memsets and
+//! copies in `post_process_lowering.rs`).
+//!
+//! Layering: the connector imports only `geometry`, `memory` and `nixl`,
+//! never the harness (see docs/architecture.md).
 
 pub mod block_mapping;
 pub mod desc_ids;
@@ -23,7 +27,7 @@ pub mod pull;
 pub mod push;
 pub mod registration;
 pub mod remote_lists;
-pub mod scheduler;
+pub mod role;
 pub mod split_lists;
 pub mod tp_mapping;
 pub mod worker;
@@ -32,7 +36,9 @@ pub use block_mapping::BlockIds;
 pub use handshake::HandshakeError;
 pub use metadata::HandshakeMetadata;
 pub use policy::{NamedPolicy, Policy};
+pub use post_process::KvMemory;
 pub use pull::{PlannedRead, ReadRequest, Received, Receiving};
 pub use push::{Sending, WriteRequest};
 pub use registration::{KvTensor, Registration};
+pub use role::Role;
 pub use worker::{ConnectorError, Worker, WorkerConfig};

@@ -103,6 +103,8 @@ pub enum PlanError {
     NoHandshake { rank: u32 },
     #[error("no local list for this remote geometry")]
     NoLocalList,
+    #[error("no descriptor list was prepared for remote agent {agent}")]
+    NoRemoteList { agent: String },
 }
 
 /// The peer's logical ids as kernel ids (the policy picks which ppl),

@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::policy::ReceiveZeroing;
 use super::registration::Registration;
 use crate::geometry::{GroupKind, KvLayout, ModelSpec};
-use crate::memory::KvMemory;
+use crate::memory::HostTensors;
 
 /// One operation on every attention cache of the worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -204,6 +204,41 @@ pub fn convert_block_size(page: &[u8], geometry: &PageGeometry, ratio: u64) -> V
         }
     }
     out
+}
+
+/// Byte access to one worker's KV tensors (one per region), used by the
+/// connector's receive post-process. Host tensors implement it here; the
+/// harness implements it for CUDA device tensors (`scenario::DeviceTensors`,
+/// feature `cuda`).
+pub trait KvMemory {
+    /// Copy `len` bytes at `offset` of tensor `region`.
+    fn read(&self, region: usize, offset: u64, len: u64) -> Vec<u8>;
+    fn write(&mut self, region: usize, offset: u64, bytes: &[u8]);
+    fn zero(&mut self, region: usize, offset: u64, len: u64);
+
+    /// Run a planned receive post-process over these tensors. The default
+    /// goes through `read`/`write`/`zero`; device memory overrides it to
+    /// run the whole post-process as ordered GPU work.
+    fn post_process(&mut self, plans: &[GroupPostProcess], geometries: &[PageGeometry]) {
+        apply_bytes(plans, geometries, self);
+    }
+}
+
+impl KvMemory for HostTensors {
+    fn read(&self, region: usize, offset: u64, len: u64) -> Vec<u8> {
+        let bytes = self.0[region].read();
+        bytes[offset as usize..(offset + len) as usize].to_vec()
+    }
+
+    fn write(&mut self, region: usize, offset: u64, data: &[u8]) {
+        let mut bytes = self.0[region].write();
+        bytes[offset as usize..offset as usize + data.len()].copy_from_slice(data);
+    }
+
+    fn zero(&mut self, region: usize, offset: u64, len: u64) {
+        let mut bytes = self.0[region].write();
+        bytes[offset as usize..(offset + len) as usize].fill(0);
+    }
 }
 
 /// Apply the planned operations to every attention cache (every region).

@@ -10,8 +10,8 @@
 //! through [`KvMemory`]'s byte access, which is how the host tests check
 //! that a program does exactly what [`super::post_process::apply`] does.
 
+use super::post_process::KvMemory;
 use super::post_process::{GroupPostProcess, PageGeometry, PostOp};
-use crate::memory::KvMemory;
 
 /// One device primitive. Offsets are bytes from the region's base.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

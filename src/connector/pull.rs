@@ -7,10 +7,10 @@ use serde::Serialize;
 use super::block_mapping::{logical_to_kernel, BlockIds};
 use super::planner::{peer_kernel_ids, plan_transfer, PlanError, PlannedTransfer, TransferBlocks};
 use super::policy::PrefixAlignment;
+use super::post_process::KvMemory;
 use super::post_process::{self, GroupPostProcess, PostProcessInput};
 use super::worker::{ConnectorError, RemoteEngine, Worker};
 use crate::geometry::{block_size_ratio, Mode};
-use crate::memory::KvMemory;
 use crate::nixl::{DlistHandle, Nixl, XferHandle, XferOp, XferState};
 
 /// What D's scheduler hands the worker for one request to receive.
@@ -196,7 +196,7 @@ impl Worker {
                     XferOp::Read,
                     local_handle,
                     &ids.local_desc_ids,
-                    remote.handle,
+                    remote.handle()?,
                     &ids.remote_desc_ids,
                     Some(notification.as_bytes()),
                 )?;

@@ -13,11 +13,11 @@ use serde::Serialize;
 use super::block_mapping::{logical_to_kernel, BlockIds};
 use super::planner::{plan_transfer, PlanError, PlannedTransfer, TransferBlocks};
 use super::policy::{PushCompletionReport, PushRatioDirection, ReplicatedPageWriters};
+use super::post_process::KvMemory;
 use super::post_process::{self, GroupPostProcess, PostProcessInput};
 use super::pull::PlannedRead;
 use super::worker::{ConnectorError, RemoteEngine, Worker};
 use crate::geometry::{block_size_ratio, GroupKind, Mode};
-use crate::memory::KvMemory;
 use crate::nixl::{Nixl, XferOp};
 
 /// What P's worker knows about one request to push: its own blocks and D's
@@ -140,7 +140,7 @@ impl Worker {
                 XferOp::Write,
                 local_handle,
                 &ids.local_desc_ids,
-                remote.handle,
+                remote.handle()?,
                 &ids.remote_desc_ids,
                 Some(notification.as_bytes()),
             )?;

@@ -8,10 +8,11 @@ use super::handshake::{self, HandshakeError, LocalSide};
 use super::local_lists;
 use super::metadata::HandshakeMetadata;
 use super::planner::{ListGeometry, PlanError, TransferGeometry};
-use super::policy::{Acceptance, DecodePushHandshake, Policy, PushRatioDirection, SplitListKey};
+use super::policy::{DecodePushHandshake, Policy, PushRatioDirection, SplitListKey};
 use super::post_process::PageGeometry;
 use super::registration::{KvTensor, Registration};
 use super::remote_lists;
+use super::role::Role;
 use super::split_lists::split_lists;
 use super::tp_mapping::{compute_tp_mapping, TpMapping};
 use crate::geometry::{block_size_ratio, tp_ratio, EngineGeometry, GroupKind, Mode, ModelSpec};
@@ -26,10 +27,8 @@ pub struct WorkerConfig {
     pub engine: EngineGeometry,
     pub num_logical_blocks: u32,
     pub tp_rank: u32,
-    /// Pull (D reads) or push (P writes): the engine's transfer mode.
-    pub mode: Mode,
-    /// This worker belongs to the decode engine.
-    pub is_decode: bool,
+    /// Which engine the worker belongs to and whether it reads or is written to.
+    pub role: Role,
     /// Memory type of the registered tensors (and of the own local list).
     pub mem: MemKind,
     /// The platform's NIXL memory type, used by vLLM for every list prepared
@@ -75,9 +74,43 @@ pub struct RemoteEngine {
 #[derive(Clone, Debug)]
 pub struct RemoteRank {
     pub agent_name: String,
-    pub handle: DlistHandle,
-    pub list: DescList,
+    /// The remote rank's list as prepared here; `None` for a push peer that
+    /// decode only records (vLLM 0.33.0's push handshake on decode).
+    pub list: Option<RemoteList>,
     pub metadata: HandshakeMetadata,
+}
+
+/// A remote rank's descriptor list, prepared against the local agent.
+#[derive(Clone, Debug)]
+pub struct RemoteList {
+    pub handle: DlistHandle,
+    pub descs: DescList,
+}
+
+impl RemoteRank {
+    /// The prepared list's handle, or the planning error saying there is none.
+    pub fn handle(&self) -> Result<DlistHandle, PlanError> {
+        self.list
+            .as_ref()
+            .map(|l| l.handle)
+            .ok_or_else(|| PlanError::NoRemoteList {
+                agent: self.agent_name.clone(),
+            })
+    }
+}
+
+/// A remote rank's metadata as the checks see it, and what follows from it.
+struct CheckedPeer {
+    /// The metadata, with larger MLA-hybrid remote blocks split (what the
+    /// remote list is built from).
+    meta: HandshakeMetadata,
+    /// What the checks compare: decode seen as prefill-sized sub-pages when
+    /// kvgeom pushes into larger decode kernel blocks.
+    checked: HandshakeMetadata,
+    sub_ratio: u32,
+    tp_ratio: i32,
+    ratio: u32,
+    mapping: TpMapping,
 }
 
 /// Key of a set of per-source split lists: (tp_ratio, remote kernel block).
@@ -193,11 +226,13 @@ impl Worker {
         }
         for (engine, remote) in &self.remotes {
             for (rank, r) in &remote.ranks {
-                out.push((
-                    format!("remote {engine} rank {rank} ({})", r.agent_name),
-                    r.handle,
-                    &r.list,
-                ));
+                if let Some(list) = &r.list {
+                    out.push((
+                        format!("remote {engine} rank {rank} ({})", r.agent_name),
+                        list.handle,
+                        &list.descs,
+                    ));
+                }
             }
         }
         out
@@ -252,8 +287,9 @@ impl Worker {
         })
     }
 
-    /// Add one remote rank: checks, per-granularity and split local lists,
-    /// and the remote rank's list (vLLM's `add_remote_agent`).
+    /// Add one remote rank (vLLM's `add_remote_agent`): check the pair,
+    /// prepare the local lists it needs, prepare the remote rank's list, and
+    /// record the rank.
     pub fn add_remote_agent(
         &mut self,
         nixl: &mut dyn Nixl,
@@ -268,9 +304,24 @@ impl Worker {
         {
             return Ok(r.agent_name.clone());
         }
+        let views = self.peer_views(meta, remote_tp)?;
+        let agent_name = nixl.add_remote_agent(self.agent, &meta.agent_metadata)?;
+        let peer = self.check_pair(views, remote_tp)?;
+        self.prepare_local_lists(nixl, &peer)?;
+        let list = self.prepare_remote_list(nixl, &peer, &agent_name)?;
+        self.record_remote(remote_rank, remote_tp, &peer, &agent_name, Some(list));
+        Ok(agent_name)
+    }
+
+    /// The views of a remote rank's metadata the checks and lists use, the
+    /// TP ratio and the TP mapping (no check of the block sizes yet).
+    fn peer_views(
+        &self,
+        meta: &HandshakeMetadata,
+        remote_tp: u32,
+    ) -> Result<CheckedPeer, HandshakeError> {
         let model = &self.cfg.model;
-        let local_tp = self.cfg.engine.tp_size;
-        let writer = self.cfg.mode == Mode::Push && !self.cfg.is_decode;
+        let writer = self.cfg.role == Role::PushWriter;
         let own_push =
             writer && self.cfg.policy.push.ratio_direction == PushRatioDirection::BothDirections;
         let meta = if model.has_mamba() && model.is_mla() && !writer {
@@ -278,65 +329,74 @@ impl Worker {
         } else {
             meta.clone()
         };
-        // kvgeom's push into larger decode kernel blocks writes whole prefill
-        // pages into decode sub-pages; the checks see decode at that granularity.
         let (checked, sub_ratio) = if own_push && meta.block_size > self.reg.kernel_block {
             handshake::view_as_sub_pages(self.reg.kernel_block, &meta)?
         } else {
             (meta.clone(), 1)
         };
-        let t = tp_ratio(local_tp, remote_tp).ok_or(HandshakeError::TpNotDivisible {
-            local: local_tp,
-            remote: remote_tp,
-        })?;
+        let tp_ratio = handshake::tp_ratio(self.cfg.engine.tp_size, remote_tp)?;
         let mapping = compute_tp_mapping(
             self.cfg.tp_rank,
-            local_tp,
+            self.cfg.engine.tp_size,
             remote_tp,
             model.is_mla(),
             model.attention.as_ref().map_or(1, |a| a.total_kv_heads()),
             &model.groups,
         );
-        let agent_name = nixl.add_remote_agent(self.agent, &meta.agent_metadata)?;
-        let ratio = block_size_ratio(self.reg.kernel_block, checked.block_size).ok_or(
-            HandshakeError::BlockSizeNotDivisible {
-                local: self.reg.kernel_block,
-                remote: checked.block_size,
-            },
-        )?;
+        Ok(CheckedPeer {
+            meta,
+            checked,
+            sub_ratio,
+            tp_ratio,
+            ratio: 0,
+            mapping,
+        })
+    }
+
+    /// Every handshake check (`handshake.rs`) on a remote rank's views.
+    fn check_pair(
+        &self,
+        mut peer: CheckedPeer,
+        remote_tp: u32,
+    ) -> Result<CheckedPeer, HandshakeError> {
+        peer.ratio = handshake::kernel_ratio(self.reg.kernel_block, peer.checked.block_size)?;
         let first_num_blocks = self
             .remotes
-            .get(&meta.engine_id)
-            .map_or(meta.num_blocks, |e| e.num_blocks);
+            .get(&peer.meta.engine_id)
+            .map_or(peer.meta.num_blocks, |e| e.num_blocks);
+        let gathers_heads =
+            peer.mapping.source_ranks_per_group[self.first_attention_group()].len() > 1;
         handshake::validate(
             &LocalSide {
-                model,
+                model: &self.cfg.model,
                 reg: &self.reg,
-                tp_size: local_tp,
+                tp_size: self.cfg.engine.tp_size,
                 layout: self.cfg.engine.layout,
                 host_buffer: self.cfg.engine.host_buffer,
                 prefix_caching: self.cfg.engine.prefix_caching,
                 policy: self.cfg.policy,
             },
-            &checked,
-            remote_tp,
-            t,
-            ratio,
-            first_num_blocks * u64::from(sub_ratio),
+            &handshake::RemoteSide {
+                meta: &peer.checked,
+                tp_size: remote_tp,
+                tp_ratio: peer.tp_ratio,
+                kernel_ratio: peer.ratio,
+                first_num_blocks: first_num_blocks * u64::from(peer.sub_ratio),
+                gathers_heads,
+            },
         )?;
-        // A rank gathering several heads from different source ranks places
-        // each source's page in a head slot: only head-major pages have them.
-        // (vLLM 0.33.0 checks this only when the source ranks do not
-        // replicate their heads.)
-        let gathers_heads = mapping.source_ranks_per_group[self.first_attention_group()].len() > 1;
-        if gathers_heads
-            && !model.is_mla()
-            && !self.cfg.engine.layout.is_block_contiguous()
-            && self.cfg.policy.handshake.gathered_replicated_heads_nhd == Acceptance::Refuse
-        {
-            return Err(HandshakeError::HeadSplitNeedsContiguousLayout.into());
-        }
-        let remote_block = checked.block_size;
+        Ok(peer)
+    }
+
+    /// The local lists transfers with this peer use: at the peer's kernel
+    /// granularity (kernel ratio), and per source rank (multi-read).
+    fn prepare_local_lists(
+        &mut self,
+        nixl: &mut dyn Nixl,
+        peer: &CheckedPeer,
+    ) -> Result<(), ConnectorError> {
+        let (t, ratio) = (peer.tp_ratio, peer.ratio);
+        let remote_block = peer.checked.block_size;
         if ratio > 1 && !self.lists_by_block_size.contains_key(&remote_block) {
             let list = local_lists::local_list(&self.reg, ratio, self.cfg.policy);
             let handle = nixl.prepare_dlist(
@@ -348,85 +408,114 @@ impl Worker {
             self.lists_by_block_size
                 .insert(remote_block, (handle, list));
         }
-        let local_granularity = self.cfg.policy.split_list_key == SplitListKey::RatioOnly;
         let key = self.split_key(t, remote_block);
-        if self.needs_split_lists(t, &mapping) && !self.split_handles.contains_key(&key) {
-            // The pre-fix code built the splits from the own (ratio 1) list.
-            let (src, num_fa) = if local_granularity {
-                (
-                    &self.lists_by_block_size[&self.reg.kernel_block].1,
-                    self.reg.num_descs(),
-                )
-            } else {
-                (
-                    &self.lists_by_block_size[if ratio > 1 {
-                        &remote_block
-                    } else {
-                        &self.reg.kernel_block
-                    }]
-                    .1,
-                    self.reg.num_descs() * u64::from(ratio),
-                )
-            };
-            let split_ratio = if local_granularity { 1 } else { ratio };
-            let lists = split_lists(&self.reg, &mapping, &model.groups, src, num_fa, split_ratio)
-                .map_err(HandshakeError::from)?;
-            let mut handles = Vec::new();
-            for list in lists {
-                let h = nixl.prepare_dlist(
-                    self.agent,
-                    &DlistTarget::Local,
-                    self.cfg.platform_mem,
-                    &list,
-                )?;
-                handles.push((h, list));
-            }
-            self.split_handles.insert(key, handles);
+        if !self.needs_split_lists(t, &peer.mapping) || self.split_handles.contains_key(&key) {
+            return Ok(());
         }
-        let list = remote_lists::remote_list(
+        // Keyed by the TP ratio alone, the lists are built at the own (ratio 1) granularity.
+        let local_granularity = self.cfg.policy.split_list_key == SplitListKey::RatioOnly;
+        let (src, num_fa, split_ratio) = if local_granularity {
+            (
+                &self.lists_by_block_size[&self.reg.kernel_block].1,
+                self.reg.num_descs(),
+                1,
+            )
+        } else {
+            let own = if ratio > 1 {
+                &remote_block
+            } else {
+                &self.reg.kernel_block
+            };
+            (
+                &self.lists_by_block_size[own].1,
+                self.reg.num_descs() * u64::from(ratio),
+                ratio,
+            )
+        };
+        let lists = split_lists(
             &self.reg,
-            &mapping,
+            &peer.mapping,
+            &self.cfg.model.groups,
+            src,
+            num_fa,
+            split_ratio,
+        )
+        .map_err(HandshakeError::from)?;
+        let mut handles = Vec::new();
+        for list in lists {
+            let h = nixl.prepare_dlist(
+                self.agent,
+                &DlistTarget::Local,
+                self.cfg.platform_mem,
+                &list,
+            )?;
+            handles.push((h, list));
+        }
+        self.split_handles.insert(key, handles);
+        Ok(())
+    }
+
+    /// The remote rank's list, prepared against its agent.
+    fn prepare_remote_list(
+        &self,
+        nixl: &mut dyn Nixl,
+        peer: &CheckedPeer,
+        agent_name: &str,
+    ) -> Result<RemoteList, ConnectorError> {
+        let descs = remote_lists::remote_list(
+            &self.reg,
+            &peer.mapping,
             self.first_attention_group(),
             self.cfg.tp_rank,
-            &meta,
-            ratio,
-            sub_ratio,
-            t,
+            &peer.meta,
+            peer.ratio,
+            peer.sub_ratio,
+            peer.tp_ratio,
         );
-        let remote_mem = self.cfg.platform_mem;
         let handle = nixl.prepare_dlist(
             self.agent,
-            &DlistTarget::Remote(agent_name.clone()),
-            remote_mem,
-            &list,
+            &DlistTarget::Remote(agent_name.to_string()),
+            self.cfg.platform_mem,
+            &descs,
         )?;
+        Ok(RemoteList { handle, descs })
+    }
+
+    /// Record a handshaken rank (the engine on its first rank).
+    fn record_remote(
+        &mut self,
+        remote_rank: u32,
+        remote_tp: u32,
+        peer: &CheckedPeer,
+        agent_name: &str,
+        list: Option<RemoteList>,
+    ) {
         let engine = self
             .remotes
-            .entry(meta.engine_id.clone())
+            .entry(peer.meta.engine_id.clone())
             .or_insert_with(|| RemoteEngine {
                 tp_size: remote_tp,
-                block_size: checked.block_size,
-                ppl: meta.physical_blocks_per_logical_kv_block,
-                num_blocks: meta.num_blocks,
-                sub_ratio,
-                mapping: mapping.clone(),
+                block_size: peer.checked.block_size,
+                ppl: peer.meta.physical_blocks_per_logical_kv_block,
+                num_blocks: peer.meta.num_blocks,
+                sub_ratio: peer.sub_ratio,
+                mapping: peer.mapping.clone(),
                 ranks: BTreeMap::new(),
             });
         engine.ranks.insert(
             remote_rank,
             RemoteRank {
-                agent_name: agent_name.clone(),
-                handle,
+                agent_name: agent_name.to_string(),
                 list,
-                metadata: meta,
+                metadata: peer.meta.clone(),
             },
         );
-        Ok(agent_name)
     }
 
     /// D side of a push: learn the prefill engine from one of its ranks.
-    /// kvgeom validates the pair exactly as a pull would (so push is accepted
-    /// when pull is); vLLM 0.33.0 only records the engine for notifications.
+    /// Under kvgeom's protocol decode validates the pair exactly as a pull
+    /// would (so push is accepted when pull is); under vLLM 0.33.0's it only
+    /// records the engine for notifications, and prepares no list.
     pub fn add_push_peer(
         &mut self,
         nixl: &mut dyn Nixl,
@@ -439,35 +528,22 @@ impl Worker {
         }
         let agent_name = nixl.add_remote_agent(self.agent, &meta.agent_metadata)?;
         let model = &self.cfg.model;
-        let mapping = compute_tp_mapping(
-            self.cfg.tp_rank,
-            self.cfg.engine.tp_size,
-            remote_tp,
-            model.is_mla(),
-            model.attention.as_ref().map_or(1, |a| a.total_kv_heads()),
-            &model.groups,
-        );
-        let engine = self
-            .remotes
-            .entry(meta.engine_id.clone())
-            .or_insert_with(|| RemoteEngine {
-                tp_size: remote_tp,
-                block_size: meta.block_size,
-                ppl: meta.physical_blocks_per_logical_kv_block,
-                num_blocks: meta.num_blocks,
-                sub_ratio: 1,
-                mapping,
-                ranks: BTreeMap::new(),
-            });
-        engine.ranks.insert(
-            remote_rank,
-            RemoteRank {
-                agent_name: agent_name.clone(),
-                handle: DlistHandle(0),
-                list: DescList::new(),
-                metadata: meta.clone(),
-            },
-        );
+        let peer = CheckedPeer {
+            meta: meta.clone(),
+            checked: meta.clone(),
+            sub_ratio: 1,
+            tp_ratio: 0,
+            ratio: 0,
+            mapping: compute_tp_mapping(
+                self.cfg.tp_rank,
+                self.cfg.engine.tp_size,
+                remote_tp,
+                model.is_mla(),
+                model.attention.as_ref().map_or(1, |a| a.total_kv_heads()),
+                &model.groups,
+            ),
+        };
+        self.record_remote(remote_rank, remote_tp, &peer, &agent_name, None);
         Ok(agent_name)
     }
 

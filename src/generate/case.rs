@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use arbitrary::{Arbitrary, Result, Unstructured};
 
-use crate::connector::scheduler::DecodeAllocation;
 use crate::defects::Defect;
 use crate::geometry::{
     parse_geometry, to_toml, validate, Geometry, GeometryError, Mode, Violation,
 };
 use crate::scenario::{run_case, Case, CaseReport, Outcome, RunOptions};
+use crate::scheduler::DecodeAllocation;
 use crate::variant::Variant;
 
 use super::draw::{draw, Drawn};

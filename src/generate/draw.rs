@@ -18,11 +18,11 @@
 
 use arbitrary::{Result, Unstructured};
 
-use crate::connector::scheduler::{request_shape, DecodeAllocation};
 use crate::geometry::{
     AttentionSpec, EngineGeometry, Geometry, GroupKind, KvLayout, MambaKind, MambaSpec, Mode,
     ModelSpec,
 };
+use crate::scheduler::{request_shape, DecodeAllocation};
 
 use super::invalid::Refusal;
 

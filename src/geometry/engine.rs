@@ -25,7 +25,34 @@ pub struct EngineGeometry {
     pub block_padding_bytes: u64,
 }
 
+impl Default for EngineGeometry {
+    /// TP1, 16-token kernel and logical blocks, a pool the scenario sizes,
+    /// token-major pages, no host buffer, no prefix caching, no padding.
+    fn default() -> Self {
+        EngineGeometry {
+            tp_size: 1,
+            kernel_block: 16,
+            logical_block: 16,
+            num_logical_blocks: None,
+            layout: KvLayout::Nhd,
+            host_buffer: false,
+            prefix_caching: false,
+            block_padding_bytes: 0,
+        }
+    }
+}
+
 impl EngineGeometry {
+    /// An engine of `tp_size` ranks with these block sizes, the rest default.
+    pub fn new(tp_size: u32, kernel_block: u32, logical_block: u32) -> Self {
+        EngineGeometry {
+            tp_size,
+            kernel_block,
+            logical_block,
+            ..EngineGeometry::default()
+        }
+    }
+
     /// Physical (kernel) blocks per logical block.
     pub fn ppl(&self) -> u32 {
         self.logical_block / self.kernel_block

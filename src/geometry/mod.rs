@@ -4,6 +4,7 @@
 pub mod engine;
 pub mod error;
 pub mod file;
+pub mod fixtures;
 pub mod load;
 pub mod model;
 pub mod pair;

@@ -341,46 +341,11 @@ fn check_prompts(prompts: &[u32]) -> Result<(), Violation> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::geometry::model::KvLayout;
+
+    use crate::geometry::fixtures::g1;
 
     fn engine(tp_size: u32, kernel_block: u32, logical_block: u32) -> EngineGeometry {
-        EngineGeometry {
-            tp_size,
-            kernel_block,
-            logical_block,
-            num_logical_blocks: None,
-            layout: KvLayout::Nhd,
-            host_buffer: false,
-            prefix_caching: false,
-            block_padding_bytes: 0,
-        }
-    }
-
-    /// G1: MLA 12 B/token + two KDA groups, D TP1 12/4 <- P TP2 8/4.
-    fn g1() -> Geometry {
-        Geometry {
-            name: "g1".into(),
-            description: "KimiLinear-like MLA + KDA".into(),
-            model: ModelSpec {
-                attention: Some(AttentionSpec::Mla {
-                    head_size: 6,
-                    dtype_bytes: 2,
-                }),
-                mamba: Some(MambaSpec {
-                    kind: MambaKind::Kda,
-                    conv_dims: vec![2, 2, 4],
-                    conv_rows: 3,
-                    conv_dtype_bytes: 2,
-                    ssm_state_bytes: 64,
-                }),
-                groups: vec![GroupKind::Attention, GroupKind::Mamba, GroupKind::Mamba],
-                layer_slots: 2,
-            },
-            prefill: engine(2, 4, 8),
-            decode: engine(1, 4, 12),
-            prompts: Some((2..=39).collect()),
-            expect_rejection: None,
-        }
+        EngineGeometry::new(tp_size, kernel_block, logical_block)
     }
 
     #[test]

@@ -7,7 +7,6 @@ use crate::geometry::{
     ModelSpec,
 };
 use crate::nixl::DescRow;
-use crate::pattern::{expected_decode_byte, fill_prefill_rank};
 
 use super::*;
 
@@ -15,7 +14,7 @@ const D_BASE: u64 = 0x10_0000;
 const P_BASE: u64 = 0x80_0000;
 const RANK_STRIDE: u64 = 0x1_0000;
 
-fn gqa(total_kv_heads: u32, mamba: bool) -> ModelSpec {
+pub(crate) fn gqa(total_kv_heads: u32, mamba: bool) -> ModelSpec {
     ModelSpec {
         // 8 bytes per head per token (K and V of 2 fp16 values).
         attention: Some(AttentionSpec::Full {
@@ -39,20 +38,20 @@ fn gqa(total_kv_heads: u32, mamba: bool) -> ModelSpec {
     }
 }
 
-fn engine(tp_size: u32, kernel_block: u32, logical_block: u32, layout: KvLayout) -> EngineGeometry {
+pub(crate) fn engine(
+    tp_size: u32,
+    kernel_block: u32,
+    logical_block: u32,
+    layout: KvLayout,
+) -> EngineGeometry {
     EngineGeometry {
-        tp_size,
-        kernel_block,
-        logical_block,
         num_logical_blocks: Some(8),
         layout,
-        host_buffer: false,
-        prefix_caching: false,
-        block_padding_bytes: 0,
+        ..EngineGeometry::new(tp_size, kernel_block, logical_block)
     }
 }
 
-fn case(
+pub(crate) fn case(
     model: ModelSpec,
     decode: EngineGeometry,
     prefill: EngineGeometry,
@@ -85,7 +84,7 @@ fn case(
     .expect("valid case")
 }
 
-fn attention_blocks(decode: Vec<u32>, prefill: Vec<u32>) -> RequestBlocks {
+pub(crate) fn attention_blocks(decode: Vec<u32>, prefill: Vec<u32>) -> RequestBlocks {
     RequestBlocks {
         decode: vec![decode.clone()],
         decode_transfer: vec![decode],
@@ -473,44 +472,6 @@ fn ranges_outside_the_request_blocks_are_named() {
         (past_end.region, past_end.offset, past_end.logical_block),
         (Some(0), 8 * 256 - 8, Some(7))
     );
-}
-
-#[test]
-fn provenance_survives_a_head_sliced_copy() {
-    // Decode TP2 <- prefill TP1, HND: copy each rank's head slice of every
-    // prefill kernel page; every decode byte then equals its expected byte.
-    let c = case(
-        gqa(4, false),
-        engine(2, 4, 8, KvLayout::Hnd),
-        engine(1, 4, 8, KvLayout::Hnd),
-        attention_blocks(vec![1, 3], vec![2, 5]),
-    );
-    let p = c.engine(Side::Prefill, 0).expect("rank 0");
-    let mut p_mem = vec![vec![0u8; p.region_len() as usize]];
-    fill_prefill_rank(&c, 0, &mut p_mem).expect("fill");
-    for rank in 0..2u32 {
-        let d = c.engine(Side::Decode, rank).expect("rank");
-        let mut d_mem = vec![0u8; d.region_len() as usize];
-        for (&db, &pb) in [1u64, 3].iter().zip(&[2u64, 5]) {
-            for k in 0..2u64 {
-                let src = (pb * 256 + k * 128 + u64::from(rank) * 64) as usize;
-                let dst = (db * 128 + k * 64) as usize;
-                d_mem[dst..dst + 64].copy_from_slice(&p_mem[0][src..src + 64]);
-            }
-        }
-        for offset in [128u64, 3 * 128] {
-            for i in 0..128 {
-                let expected = expected_decode_byte(&c, rank, 0, offset + i).expect("request byte");
-                assert_eq!(
-                    d_mem[(offset + i) as usize],
-                    expected,
-                    "rank {rank} offset {}",
-                    offset + i
-                );
-            }
-        }
-        assert_eq!(expected_decode_byte(&c, rank, 0, 0), None);
-    }
 }
 
 #[test]

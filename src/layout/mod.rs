@@ -63,8 +63,9 @@ impl std::fmt::Display for Side {
     }
 }
 
+/// Classifier tests; their case builders are shared with `pattern`'s tests.
 #[cfg(test)]
-mod classifier_tests;
+pub(crate) mod classifier_tests;
 
 #[cfg(test)]
 mod tests {

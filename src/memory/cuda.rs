@@ -17,7 +17,7 @@ use cudarc::driver::result::{self, DriverError};
 use cudarc::driver::sys::{self, CUdeviceptr, CUstream};
 use cudarc::driver::CudaContext;
 
-use crate::nixl::{MemKind, MemRegion};
+use super::region::{MemKind, MemRegion};
 
 /// The driver library cudarc loads; named in every "no driver" message.
 pub const DRIVER_LIBRARY: &str = "libcuda.so.1";

@@ -4,14 +4,6 @@
 
 use serde::{Deserialize, Serialize};
 
-/// NIXL memory type of a list or a registration.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum MemKind {
-    Dram,
-    Vram,
-}
-
 /// One plain descriptor: `len` bytes at `addr` on device `dev`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct DescRow {

@@ -15,8 +15,9 @@ mod loopback_device;
 pub mod real;
 pub mod recording;
 
+pub use crate::memory::{MemKind, MemRegion};
 pub use agent_options::NixlAgentOptions;
-pub use desc::{DescList, DescRow, MemKind, StridedRun};
+pub use desc::{DescList, DescRow, StridedRun};
 pub use dry_run::DryRun;
 pub use loopback::Loopback;
 #[cfg(feature = "nixl")]
@@ -69,25 +70,6 @@ pub enum DlistTarget {
     Local,
     /// A loaded remote agent, by name.
     Remote(String),
-}
-
-/// One memory registration.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct MemRegion {
-    pub addr: u64,
-    pub len: u64,
-    pub mem: MemKind,
-    pub dev: u32,
-}
-
-impl std::fmt::Display for MemRegion {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{:?} region {:#x}+{} (dev {})",
-            self.mem, self.addr, self.len, self.dev
-        )
-    }
 }
 
 /// Errors, with the same kinds real NIXL returns.

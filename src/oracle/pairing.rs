@@ -251,14 +251,9 @@ mod tests {
             layer_slots: 1,
         };
         let engine = EngineGeometry {
-            tp_size: 1,
-            kernel_block: 2,
-            logical_block: 4,
             num_logical_blocks: Some(4),
             layout: KvLayout::Hnd,
-            host_buffer: false,
-            prefix_caching: false,
-            block_padding_bytes: 0,
+            ..EngineGeometry::new(1, 2, 4)
         };
         let geometry = Geometry {
             name: "gqa-hnd".into(),

@@ -13,8 +13,7 @@
 //! [4, 5, 8, 9, 12, 13, 16, 17]); the post-process zeroes kernel ids 10, 11.
 
 use crate::geometry::{
-    AttentionSpec, EngineGeometry, Geometry, GroupKind, KvLayout, MambaKind, MambaSpec, Mode,
-    ModelSpec,
+    AttentionSpec, EngineGeometry, Geometry, GroupKind, MambaKind, MambaSpec, Mode, ModelSpec,
 };
 use crate::layout::{CaseLayout, RequestBlocks, Side};
 use crate::nixl::{DescList, DescRow, DlistTarget, DryRun, MemKind, Nixl, Recording, XferOp};
@@ -76,14 +75,8 @@ pub(crate) fn geometry() -> Geometry {
         layer_slots: 2,
     };
     let engine = |tp_size, kernel_block, logical_block, pool| EngineGeometry {
-        tp_size,
-        kernel_block,
-        logical_block,
         num_logical_blocks: Some(pool),
-        layout: KvLayout::Nhd,
-        host_buffer: false,
-        prefix_caching: false,
-        block_padding_bytes: 0,
+        ..EngineGeometry::new(tp_size, kernel_block, logical_block)
     };
     Geometry {
         name: "mla-kda-r2".into(),

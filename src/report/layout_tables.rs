@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use super::descriptor_table::{render, ListLabels};
-use crate::connector::{ConnectorError, KvTensor, Policy, Worker, WorkerConfig};
+use crate::connector::{ConnectorError, KvTensor, Policy, Role, Worker, WorkerConfig};
 use crate::geometry::{Geometry, Mode};
 use crate::nixl::{DryRun, MemKind, Nixl, Recording};
 
@@ -47,8 +47,7 @@ fn workers(
                     engine: engine.clone(),
                     num_logical_blocks: pool,
                     tp_rank: rank,
-                    mode,
-                    is_decode: decode,
+                    role: Role::new(mode, decode),
                     mem: MemKind::Dram,
                     platform_mem: MemKind::Dram,
                     device: 0,

@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::connector::scheduler::DecodeAllocation;
 use crate::geometry::{Geometry, Mode};
 use crate::layout::Side;
 use crate::oracle::Violation;
+use crate::scheduler::DecodeAllocation;
 use crate::variant::Variant;
 
 /// Which transport moves the bytes.

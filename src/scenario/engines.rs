@@ -1,7 +1,6 @@
 //! Allocating both engines' KV memory and building their connector workers.
 
-use crate::connector::Policy;
-use crate::connector::{KvTensor, Worker, WorkerConfig};
+use crate::connector::{KvTensor, Policy, Role, Worker, WorkerConfig};
 use crate::geometry::{EngineGeometry, Geometry, Mode};
 use crate::layout::Side;
 use crate::memory::HostArena;
@@ -9,7 +8,7 @@ use crate::nixl::{MemKind, Nixl};
 
 use super::case::Outcome;
 use super::placement::Placement;
-use super::vram::RankDevice;
+use super::vram::{RankDevice, RankMemory, DEVICE_ORDINAL};
 
 /// One engine rank: its worker and its tensors (one per region).
 pub struct Rank {
@@ -46,7 +45,36 @@ pub struct Engines {
     pub decode: Vec<Rank>,
 }
 
+impl Rank {
+    /// The memory this rank's receive post-process runs on.
+    pub fn memory(&self) -> RankMemory {
+        RankMemory::new(&self.arenas, self.device.as_ref())
+    }
+}
+
 impl Engines {
+    /// Copy every rank's host images up to its device tensors (no-op on host memory).
+    pub fn upload_to_devices(&self) -> Result<(), String> {
+        self.each_device(RankDevice::upload)
+    }
+
+    /// Read every rank's device tensors back into its host images (no-op on host memory).
+    pub fn download_from_devices(&self) -> Result<(), String> {
+        self.each_device(RankDevice::download)
+    }
+
+    fn each_device(
+        &self,
+        f: impl Fn(&RankDevice, &[HostArena]) -> Result<(), String>,
+    ) -> Result<(), String> {
+        for rank in self.prefill.iter().chain(&self.decode) {
+            if let Some(device) = &rank.device {
+                f(device, &rank.arenas)?;
+            }
+        }
+        Ok(())
+    }
+
     pub fn side(&self, side: Side) -> &[Rank] {
         match side {
             Side::Prefill => &self.prefill,
@@ -149,11 +177,10 @@ pub fn register_side_on(
             engine: engine.clone(),
             num_logical_blocks: pool,
             tp_rank: rank as u32,
-            mode,
-            is_decode: side == Side::Decode,
+            role: Role::new(mode, side == Side::Decode),
             mem,
             platform_mem: mem,
-            device: super::vram::DEVICE_ORDINAL,
+            device: DEVICE_ORDINAL,
             policy,
         };
         let tensors: Vec<KvTensor> = match &device {

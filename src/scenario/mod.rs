@@ -3,10 +3,14 @@
 //! the oracles.
 
 pub mod case;
+#[cfg(feature = "cuda")]
+pub mod device_tensors;
 pub mod engines;
 pub mod placement;
 pub mod run;
 pub mod vram;
 
 pub use case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
+#[cfg(feature = "cuda")]
+pub use device_tensors::DeviceTensors;
 pub use run::{run_case, run_case_detailed, CaseRun, RunOptions};

@@ -1,8 +1,8 @@
 //! Where the request's blocks sit among co-resident neighbours: a seeded
 //! choice of distinct logical block ids out of each engine's pool.
 
-use crate::connector::scheduler::RequestShape;
 use crate::geometry::Geometry;
+use crate::scheduler::RequestShape;
 
 /// Logical block ids of the request per group, on both engines, and the pool sizes.
 #[derive(Clone, Debug, PartialEq, Eq)]

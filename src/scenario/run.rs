@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use crate::connector::policy::DecodePushHandshake;
 use crate::connector::post_process::{GroupPostProcess, PageGeometry, PostOp};
 use crate::connector::push::{parse_completion, PUSH_REJECT_PREFIX};
-use crate::connector::scheduler::{request_shape, RequestShape};
 use crate::connector::{ConnectorError, PlannedRead, ReadRequest, Worker, WriteRequest};
 use crate::geometry::{Geometry, Mode};
 use crate::layout::{CaseLayout, RequestBlocks, Side};
@@ -15,11 +14,12 @@ use crate::memory::HostArena;
 use crate::nixl::{Loopback, Nixl, Recording};
 use crate::oracle::{self, MemoryImages, OracleInput};
 use crate::pattern::{self, DecodeFill};
+use crate::scheduler::{request_shape, RequestShape};
 
 use super::case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
 use super::engines::{allocate_ranks, register_side_on, Engines, RankTensors};
 use super::placement::{place, Placement};
-use super::vram::{self, CaseDevices, RankMemory};
+use super::vram::{self, CaseDevices};
 
 /// Both engines' tensors, rank by rank: prefill, then decode.
 type SideTensors = [Vec<RankTensors>; 2];
@@ -287,7 +287,7 @@ fn transfer(
         }
     }
     zero_at_allocation(&engines, geometry, shape, placement);
-    if let Err(message) = vram::upload(&engines) {
+    if let Err(message) = engines.upload_to_devices() {
         return Outcome::Error { message };
     }
     let before = Images::snapshot(&engines);
@@ -308,7 +308,7 @@ fn transfer(
         run.layout = Some(layout);
         return outcome;
     }
-    if let Err(message) = vram::download(&engines) {
+    if let Err(message) = engines.download_from_devices() {
         return Outcome::Error { message };
     }
     // Oracles over the recorded pairs and both engines' memory.
@@ -562,7 +562,7 @@ fn pull(
             }
             std::thread::sleep(POLL_INTERVAL);
         }
-        let mut memory = RankMemory::of(rank);
+        let mut memory = rank.memory();
         let received = rank
             .worker
             .finish_read(nixl, &recv, &mut memory)
@@ -668,7 +668,7 @@ fn push(
                 ),
             });
         }
-        let mut memory = RankMemory::of(rank);
+        let mut memory = rank.memory();
         let plans = worker
             .finish_push(
                 Side::Prefill.as_str(),

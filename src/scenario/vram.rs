@@ -8,11 +8,14 @@
 //! Without the `cuda` cargo feature a VRAM case is a harness error, so
 //! `kvgeom sweep --memory vram` exits 2 with the reason.
 
-use crate::memory::{HostArena, HostTensors, KvMemory};
+use crate::connector::post_process::{GroupPostProcess, PageGeometry};
+use crate::connector::KvMemory;
+use crate::memory::{HostArena, HostTensors};
 use crate::nixl::Nixl;
 
 use super::case::TransportKind;
-use super::engines::{Engines, Rank};
+#[cfg(feature = "cuda")]
+use super::device_tensors::DeviceTensors;
 
 /// The device every VRAM case runs on.
 pub const DEVICE_ORDINAL: u32 = 0;
@@ -159,42 +162,21 @@ pub fn transport(_kind: TransportKind, devices: &CaseDevices) -> Result<Box<dyn 
     }
 }
 
-/// Copy every rank's host images up to its device tensors (no-op on host memory).
-pub fn upload(engines: &Engines) -> Result<(), String> {
-    each_device(engines, RankDevice::upload)
-}
-
-/// Read every rank's device tensors back into its host images (no-op on host memory).
-pub fn download(engines: &Engines) -> Result<(), String> {
-    each_device(engines, RankDevice::download)
-}
-
-fn each_device(
-    engines: &Engines,
-    f: impl Fn(&RankDevice, &[HostArena]) -> Result<(), String>,
-) -> Result<(), String> {
-    for rank in engines.prefill.iter().chain(&engines.decode) {
-        if let Some(device) = &rank.device {
-            f(device, &rank.arenas)?;
-        }
-    }
-    Ok(())
-}
-
 /// The memory a rank's receive post-process runs on: its host arenas, or
 /// its device tensors (post-processed on the GPU).
 pub enum RankMemory {
     Host(HostTensors),
     #[cfg(feature = "cuda")]
-    Device(crate::memory::DeviceTensors),
+    Device(DeviceTensors),
 }
 
 impl RankMemory {
-    pub fn of(rank: &Rank) -> Self {
-        match &rank.device {
-            None => RankMemory::Host(HostTensors(rank.arenas.clone())),
+    /// A rank's memory: its host `arenas`, or its `device` tensors if it has them.
+    pub fn new(arenas: &[HostArena], device: Option<&RankDevice>) -> Self {
+        match device {
+            None => RankMemory::Host(HostTensors(arenas.to_vec())),
             #[cfg(feature = "cuda")]
-            Some(d) => RankMemory::Device(crate::memory::DeviceTensors::new(d.arenas.clone())),
+            Some(d) => RankMemory::Device(DeviceTensors::new(d.arenas.clone())),
             #[cfg(not(feature = "cuda"))]
             Some(d) => match *d {},
         }
@@ -237,11 +219,7 @@ impl KvMemory for RankMemory {
         self.inner().zero(region, offset, len);
     }
 
-    fn post_process(
-        &mut self,
-        plans: &[crate::connector::post_process::GroupPostProcess],
-        geometries: &[crate::connector::post_process::PageGeometry],
-    ) {
+    fn post_process(&mut self, plans: &[GroupPostProcess], geometries: &[PageGeometry]) {
         self.inner().post_process(plans, geometries);
     }
 }

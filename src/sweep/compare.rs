@@ -95,11 +95,11 @@ pub fn compare(run: &[CaseReport], reference: &[CaseReport]) -> Vec<Mismatch> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::connector::scheduler::DecodeAllocation;
     use crate::geometry::load_geometry;
     use crate::layout::Side;
     use crate::oracle::Violation;
     use crate::scenario::{run_case, Case, RunOptions};
+    use crate::scheduler::DecodeAllocation;
     use std::path::Path;
     use std::sync::Arc;
 

@@ -4,10 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::connector::scheduler::DecodeAllocation;
 use crate::geometry::{load_geometry, Geometry, GeometryError, Mode};
 use crate::scenario::placement::SplitMix;
 use crate::scenario::Case;
+use crate::scheduler::DecodeAllocation;
 use crate::variant::Variant;
 
 use super::prompts::{default_prompts, prompts_for};

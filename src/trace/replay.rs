@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 use super::case::TraceCase;
 use super::diff::{diff_block_ids, diff_run, ActualRun, DiffReport};
 use crate::connector::{
-    ConnectorError, HandshakeMetadata, KvTensor, Policy, ReadRequest, Worker, WorkerConfig,
+    ConnectorError, HandshakeMetadata, KvTensor, Policy, ReadRequest, Role, Worker, WorkerConfig,
 };
 use crate::geometry::{
-    AttentionSpec, EngineGeometry, GroupKind, KvLayout, MambaKind, MambaSpec, Mode, ModelSpec,
+    AttentionSpec, EngineGeometry, GroupKind, KvLayout, MambaKind, MambaSpec, ModelSpec,
 };
 use crate::nixl::{DryRun, Recording};
 
@@ -113,8 +113,7 @@ pub fn replay(case: &TraceCase, policy: Policy) -> Result<Replay, ReplayError> {
         engine,
         num_logical_blocks: w.num_logical_blocks,
         tp_rank: w.tp_rank,
-        mode: Mode::Pull,
-        is_decode: true,
+        role: Role::PullReader,
         mem: own_mem,
         platform_mem: g.nixl_memory_type,
         device: 0,

@@ -8,13 +8,16 @@
 //! [`KvMemory`] has no error channel, so the first CUDA error is kept
 //! ("sticky", as CUDA's own errors are) and later operations are skipped;
 //! the caller asks [`DeviceTensors::error`] once the post-process is done.
+//!
+//! This lives in the harness, not in `memory`: running the connector's
+//! program needs both the connector and the device, and `memory` is a leaf.
 
 use std::cell::RefCell;
 
-use super::cuda::{CudaError, DeviceArena};
-use super::KvMemory;
 use crate::connector::post_process::{GroupPostProcess, PageGeometry};
 use crate::connector::post_process_lowering::{lower, DeviceOp, DeviceProgram};
+use crate::connector::KvMemory;
+use crate::memory::{CudaError, DeviceArena};
 
 /// One device buffer per region, with the first error seen.
 #[derive(Clone, Debug)]

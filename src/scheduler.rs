@@ -1,6 +1,8 @@
-//! The scheduler side of a transfer, as vLLM 0.33.0's NIXL connector and
-//! block manager decide it: how many tokens move, how many blocks each side
-//! holds per group, and which decode blocks skip alloc-time zeroing.
+//! The harness's model of vLLM 0.33.0's scheduler side of a transfer, as its
+//! NIXL connector and block manager decide it: how many tokens move, how
+//! many blocks each side holds per group, and which decode blocks skip
+//! alloc-time zeroing. The connector workers never use it; scenarios,
+//! sweeps, traces and benchmarks do.
 
 use serde::{Deserialize, Serialize};
 
@@ -99,21 +101,10 @@ pub fn request_shape(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::geometry::{
-        AttentionSpec, EngineGeometry, KvLayout, MambaKind, MambaSpec, ModelSpec,
-    };
+    use crate::geometry::{AttentionSpec, EngineGeometry, MambaKind, MambaSpec, ModelSpec};
 
     fn hybrid(d_block: u32, p_block: u32) -> Geometry {
-        let engine = |tp, logical| EngineGeometry {
-            tp_size: tp,
-            kernel_block: 4,
-            logical_block: logical,
-            num_logical_blocks: None,
-            layout: KvLayout::Nhd,
-            host_buffer: false,
-            prefix_caching: false,
-            block_padding_bytes: 0,
-        };
+        let engine = |tp, logical| EngineGeometry::new(tp, 4, logical);
         Geometry {
             name: "t".into(),
             description: String::new(),

@@ -1,0 +1,786 @@
+//! The layer table of docs/architecture.md, checked against `src/`.
+//!
+//! Every import between kvgeom's top-level modules must point down the
+//! table: `memory` and `geometry` are leaves, `nixl` sits on them, the
+//! `connector` on `nixl`, and the harness modules on the connector. Harness
+//! modules may import each other, but never in a cycle; inside a module, no
+//! two files may import each other in a cycle either.
+//!
+//! The checker reads the source text: `use` trees (grouped ones included),
+//! inline `crate::module::` paths and relative `super::`/`self::` paths, in
+//! code and in `#[cfg(test)]` code alike (comments and string literals are
+//! skipped). `lib.rs` and the binary's `main.rs` stand above the table.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Layers, bottom first. A module may import modules of lower layers only;
+/// harness modules may also import each other (without cycles).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Layer {
+    Leaf,
+    Nixl,
+    Connector,
+    Harness,
+}
+
+impl Layer {
+    fn name(self) -> &'static str {
+        match self {
+            Layer::Leaf => "leaf",
+            Layer::Nixl => "nixl layer",
+            Layer::Connector => "connector layer",
+            Layer::Harness => "harness",
+        }
+    }
+}
+
+/// Every top-level module of `src/` and its layer. A new module must be
+/// added here (and to docs/architecture.md).
+const LAYERS: &[(&str, Layer)] = &[
+    ("memory", Layer::Leaf),
+    ("geometry", Layer::Leaf),
+    ("nixl", Layer::Nixl),
+    ("connector", Layer::Connector),
+    ("layout", Layer::Harness),
+    ("pattern", Layer::Harness),
+    ("defects", Layer::Harness),
+    ("variant", Layer::Harness),
+    ("oracle", Layer::Harness),
+    ("scheduler", Layer::Harness),
+    ("scenario", Layer::Harness),
+    ("sweep", Layer::Harness),
+    ("trace", Layer::Harness),
+    ("report", Layer::Harness),
+    ("generate", Layer::Harness),
+    ("bench", Layer::Harness),
+    ("derive", Layer::Harness),
+    ("cli", Layer::Harness),
+];
+
+fn layer_of(module: &str) -> Option<Layer> {
+    LAYERS.iter().find(|(m, _)| *m == module).map(|(_, l)| *l)
+}
+
+// ---------------------------------------------------------------------------
+// Lexing: identifiers, `::` and single punctuation characters, with lines.
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Token {
+    text: String,
+    line: usize,
+}
+
+fn lex(src: &str) -> Vec<Token> {
+    let chars: Vec<char> = src.chars().collect();
+    let mut tokens = Vec::new();
+    let mut line = 1;
+    let mut i = 0;
+    let at = |k: usize| chars.get(k).copied().unwrap_or('\0');
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '\n' {
+            line += 1;
+            i += 1;
+        } else if c.is_whitespace() {
+            i += 1;
+        } else if c == '/' && at(i + 1) == '/' {
+            while i < chars.len() && chars[i] != '\n' {
+                i += 1;
+            }
+        } else if c == '/' && at(i + 1) == '*' {
+            let mut depth = 0;
+            while i < chars.len() {
+                if chars[i] == '/' && at(i + 1) == '*' {
+                    depth += 1;
+                    i += 2;
+                } else if chars[i] == '*' && at(i + 1) == '/' {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    if chars[i] == '\n' {
+                        line += 1;
+                    }
+                    i += 1;
+                }
+            }
+        } else if let Some(hashes) = raw_string_start(&chars, i) {
+            // r"..", r#".."#, br#".."#: skip to the quote followed by the hashes.
+            i += chars[i..].iter().position(|&c| c == '"').unwrap_or(0) + 1;
+            while i < chars.len() {
+                if chars[i] == '"' && (1..=hashes).all(|h| at(i + h) == '#') {
+                    i += 1 + hashes;
+                    break;
+                }
+                if chars[i] == '\n' {
+                    line += 1;
+                }
+                i += 1;
+            }
+        } else if c == '"' || (c == 'b' && at(i + 1) == '"') {
+            i += if c == 'b' { 2 } else { 1 };
+            while i < chars.len() && chars[i] != '"' {
+                if chars[i] == '\\' {
+                    i += 1;
+                }
+                if at(i) == '\n' {
+                    line += 1;
+                }
+                i += 1;
+            }
+            i += 1;
+        } else if c == '\'' {
+            // A char literal ('x', '\n', '\u{..}') or a lifetime ('a).
+            if at(i + 1) == '\\' {
+                // Quote, backslash, the escaped character, then up to the quote.
+                i += 3;
+                while i < chars.len() && chars[i] != '\'' {
+                    i += 1;
+                }
+                i += 1;
+            } else if at(i + 2) == '\'' {
+                i += 3;
+            } else {
+                i += 1;
+            }
+        } else if c.is_alphanumeric() || c == '_' {
+            let start = i;
+            while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
+                i += 1;
+            }
+            let mut text: String = chars[start..i].iter().collect();
+            if text == "r" && at(i) == '#' && (at(i + 1).is_alphabetic() || at(i + 1) == '_') {
+                // A raw identifier r#name.
+                let start = i + 1;
+                i = start;
+                while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
+                    i += 1;
+                }
+                text = chars[start..i].iter().collect();
+            }
+            tokens.push(Token { text, line });
+        } else if c == ':' && at(i + 1) == ':' {
+            tokens.push(Token {
+                text: "::".into(),
+                line,
+            });
+            i += 2;
+        } else {
+            tokens.push(Token {
+                text: c.to_string(),
+                line,
+            });
+            i += 1;
+        }
+    }
+    tokens
+}
+
+/// The number of `#`s if a raw string literal starts at `i`.
+fn raw_string_start(chars: &[char], i: usize) -> Option<usize> {
+    let prev_is_ident = i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_');
+    if prev_is_ident {
+        return None;
+    }
+    let mut k = i;
+    if chars.get(k) == Some(&'b') {
+        k += 1;
+    }
+    if chars.get(k) != Some(&'r') {
+        return None;
+    }
+    k += 1;
+    let mut hashes = 0;
+    while chars.get(k) == Some(&'#') {
+        hashes += 1;
+        k += 1;
+    }
+    (chars.get(k) == Some(&'"')).then_some(hashes)
+}
+
+// ---------------------------------------------------------------------------
+// Paths: use trees and inline paths, expanded to one path per leaf.
+
+/// One path as written (`crate`, `super`, `self` or a bare first segment),
+/// the name it binds (its alias, or its last segment) and its line.
+#[derive(Clone, Debug)]
+struct WrittenPath {
+    segments: Vec<String>,
+    name: String,
+    line: usize,
+}
+
+fn is_ident(t: &str) -> bool {
+    t.chars()
+        .next()
+        .is_some_and(|c| c.is_alphabetic() || c == '_')
+}
+
+/// Parse the use tree (or path) starting at `i`; returns its leaves and the
+/// index after it.
+fn parse_tree(
+    tokens: &[Token],
+    mut i: usize,
+    prefix: &[String],
+    out: &mut Vec<WrittenPath>,
+) -> usize {
+    let mut segments = prefix.to_vec();
+    let mut line = tokens.get(i).map_or(0, |t| t.line);
+    while let Some(t) = tokens.get(i) {
+        if t.text == "{" {
+            i += 1;
+            while tokens.get(i).is_some_and(|t| t.text != "}") {
+                if tokens[i].text == "," {
+                    i += 1;
+                    continue;
+                }
+                let before = i;
+                i = parse_tree(tokens, i, &segments, out);
+                if i == before {
+                    i += 1;
+                }
+            }
+            return i + 1;
+        }
+        if t.text == "*" {
+            out.push(WrittenPath {
+                name: "*".into(),
+                segments: segments.clone(),
+                line: t.line,
+            });
+            return i + 1;
+        }
+        if !is_ident(&t.text) {
+            break;
+        }
+        if segments.len() == prefix.len() {
+            line = t.line;
+        }
+        // `{self, ..}` inside a group names the prefix itself.
+        let names_prefix = t.text == "self" && !prefix.is_empty() && segments.len() == prefix.len();
+        if !names_prefix {
+            segments.push(t.text.clone());
+        }
+        i += 1;
+        if tokens.get(i).is_some_and(|t| t.text == "::") {
+            i += 1;
+            continue;
+        }
+        break;
+    }
+    let mut name = segments.last().cloned().unwrap_or_default();
+    if tokens.get(i).is_some_and(|t| t.text == "as") {
+        if let Some(alias) = tokens.get(i + 1) {
+            name = alias.text.clone();
+        }
+        i += 2;
+    }
+    if !segments.is_empty() {
+        out.push(WrittenPath {
+            segments,
+            name,
+            line,
+        });
+    }
+    i
+}
+
+/// Where one file sits: `src/scenario/vram.rs` is `["scenario", "vram"]`,
+/// `src/scenario/mod.rs` is `["scenario"]`, `src/pattern.rs` is `["pattern"]`.
+fn module_path(file: &str) -> Vec<String> {
+    let rel = file.trim_start_matches("src/").trim_end_matches(".rs");
+    let mut parts: Vec<String> = rel.split('/').map(str::to_string).collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    parts
+}
+
+/// An import of one file, resolved to an absolute path below the crate root.
+#[derive(Clone, Debug)]
+struct Import {
+    target: Vec<String>,
+    /// The name it binds (for `pub use` re-exports in `mod.rs` files).
+    name: String,
+    line: usize,
+    /// A `use` item with a bare first segment (relative to its module in
+    /// 2018+ editions, e.g. `pub use cuda::DeviceArena` in `mod.rs`).
+    bare: bool,
+}
+
+/// Every crate-internal path of one file, resolved against its module.
+fn imports(file: &str, src: &str) -> Vec<Import> {
+    let tokens = lex(src);
+    let file_module = module_path(file);
+    // Inline `mod name { .. }` blocks the scan is inside, with their depth.
+    let mut inline: Vec<(String, usize)> = Vec::new();
+    let mut depth = 0usize;
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < tokens.len() {
+        let t = &tokens[i].text;
+        let prev = i.checked_sub(1).map(|k| tokens[k].text.as_str());
+        let next = tokens.get(i + 1).map(|t| t.text.as_str());
+        if t == "mod" && tokens.get(i + 2).is_some_and(|t| t.text == "{") {
+            inline.push((tokens[i + 1].text.clone(), depth));
+            depth += 1;
+            i += 3;
+            continue;
+        }
+        if t == "{" {
+            depth += 1;
+        } else if t == "}" {
+            depth = depth.saturating_sub(1);
+            if inline.last().is_some_and(|(_, d)| *d == depth) {
+                inline.pop();
+            }
+        }
+        let use_item = t == "use";
+        let path_start = matches!(t.as_str(), "crate" | "super" | "self")
+            && next == Some("::")
+            && prev != Some("::")
+            && prev != Some("$");
+        if !use_item && !path_start {
+            i += 1;
+            continue;
+        }
+        let mut here = file_module.clone();
+        here.extend(inline.iter().map(|(m, _)| m.clone()));
+        let mut written = Vec::new();
+        i = parse_tree(&tokens, if use_item { i + 1 } else { i }, &[], &mut written);
+        for w in written {
+            if let Some((target, bare)) = resolve(&here, &w.segments) {
+                found.push(Import {
+                    target,
+                    name: w.name,
+                    line: w.line,
+                    bare,
+                });
+            }
+        }
+    }
+    found
+}
+
+/// `segments` as an absolute path below the crate root, if it is one.
+fn resolve(here: &[String], segments: &[String]) -> Option<(Vec<String>, bool)> {
+    let first = segments.first()?;
+    match first.as_str() {
+        "crate" => Some((segments[1..].to_vec(), false)),
+        "self" => {
+            let mut p = here.to_vec();
+            p.extend_from_slice(&segments[1..]);
+            Some((p, false))
+        }
+        "super" => {
+            let mut p = here.to_vec();
+            let mut rest = segments;
+            while rest.first().is_some_and(|s| s == "super") {
+                p.pop()?;
+                rest = &rest[1..];
+            }
+            p.extend_from_slice(rest);
+            Some((p, false))
+        }
+        _ => {
+            let mut p = here.to_vec();
+            p.extend_from_slice(segments);
+            Some((p, true))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The rules.
+
+/// An import that names its file and line.
+#[derive(Clone, Debug)]
+struct Evidence {
+    file: String,
+    line: usize,
+}
+
+impl std::fmt::Display for Evidence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.file, self.line)
+    }
+}
+
+/// Directed edges with the first import that makes each one.
+type Graph = BTreeMap<String, BTreeMap<String, Evidence>>;
+
+/// Check `files` (path below the repository root, source text) against the
+/// layer table; returns one message per broken rule.
+fn check(files: &[(String, String)]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut modules: Graph = BTreeMap::new();
+    // Per directory module: file-to-file edges.
+    let mut file_graphs: BTreeMap<String, Graph> = BTreeMap::new();
+
+    // File stems of each directory module, and the names its `mod.rs`
+    // re-exports from them.
+    let mut stems: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut reexports: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for (file, src) in files {
+        let path = module_path(file);
+        if path.len() == 2 {
+            stems
+                .entry(path[0].clone())
+                .or_default()
+                .insert(path[1].clone());
+        }
+        if file.ends_with("/mod.rs") && path.len() == 1 {
+            for import in imports(file, src) {
+                if import.target.len() >= 3 && import.target[0] == path[0] {
+                    reexports
+                        .entry(path[0].clone())
+                        .or_default()
+                        .insert(import.name.clone(), import.target[1].clone());
+                }
+            }
+        }
+    }
+
+    for (file, src) in files {
+        let path = module_path(file);
+        let Some(module) = path.first().cloned() else {
+            continue; // lib.rs
+        };
+        if module == "main" || module == "lib" {
+            continue;
+        }
+        let Some(layer) = layer_of(&module) else {
+            problems.push(format!(
+                "{file}:1: module `{module}` is not in the layer table \
+                 (tests/architecture.rs LAYERS, docs/architecture.md)"
+            ));
+            continue;
+        };
+        for import in imports(file, src) {
+            let Some(target) = import.target.first() else {
+                continue;
+            };
+            let evidence = Evidence {
+                file: file.clone(),
+                line: import.line,
+            };
+            if *target == module {
+                // Inside one module: a file-to-file edge, unless through mod.rs.
+                if path.len() == 2 && !import.bare {
+                    let sibling = import.target.get(1).and_then(|s| {
+                        let own = stems.get(&module)?;
+                        if own.contains(s) {
+                            Some(s.clone())
+                        } else {
+                            reexports.get(&module)?.get(s).cloned()
+                        }
+                    });
+                    if let Some(sibling) = sibling.filter(|s| *s != path[1]) {
+                        file_graphs
+                            .entry(module.clone())
+                            .or_default()
+                            .entry(path[1].clone())
+                            .or_default()
+                            .entry(sibling)
+                            .or_insert(evidence);
+                    }
+                }
+                continue;
+            }
+            if import.bare {
+                continue; // an external crate (std, serde, ...)
+            }
+            let Some(target_layer) = layer_of(target) else {
+                problems.push(format!(
+                    "{evidence}: `{module}` imports `{target}`, which is not in the layer table"
+                ));
+                continue;
+            };
+            if target_layer > layer {
+                problems.push(format!(
+                    "{evidence}: `{module}` ({}) imports `{target}` ({}): \
+                     a module may import only modules of lower layers",
+                    layer.name(),
+                    target_layer.name()
+                ));
+            } else if target_layer == layer && layer != Layer::Harness {
+                problems.push(format!(
+                    "{evidence}: `{module}` ({0}) imports `{target}` ({0}): \
+                     only harness modules may import a module of their own layer",
+                    layer.name()
+                ));
+            }
+            modules
+                .entry(module.clone())
+                .or_default()
+                .entry(target.clone())
+                .or_insert(evidence);
+        }
+    }
+
+    for cycle in cycles(&modules) {
+        problems.push(format!(
+            "{}: import cycle between modules: {} (modules must not import each other in a cycle)",
+            cycle.0, cycle.1
+        ));
+    }
+    for (module, graph) in &file_graphs {
+        for cycle in cycles(graph) {
+            problems.push(format!(
+                "{}: import cycle between files of `{module}`: {} \
+                 (files of one module must not import each other in a cycle)",
+                cycle.0, cycle.1
+            ));
+        }
+    }
+    let mut reported = BTreeSet::new();
+    problems.retain(|p| reported.insert(p.clone()));
+    problems
+}
+
+/// One entry per cycle (the set of its nodes, reported once): the evidence
+/// of its first edge and the cycle spelled out with the evidence of each edge.
+fn cycles(graph: &Graph) -> Vec<(Evidence, String)> {
+    let mut seen: BTreeSet<BTreeSet<String>> = BTreeSet::new();
+    let mut found = Vec::new();
+    for (from, targets) in graph {
+        for (to, evidence) in targets {
+            let Some(back) = shortest_path(graph, to, from) else {
+                continue;
+            };
+            let nodes: BTreeSet<String> = back.iter().cloned().collect();
+            if !seen.insert(nodes) {
+                continue;
+            }
+            let mut text = format!("`{from}` → `{to}` ({evidence})");
+            for pair in back.windows(2) {
+                let _ = write!(text, " → `{}` ({})", pair[1], graph[&pair[0]][&pair[1]]);
+            }
+            found.push((evidence.clone(), text));
+        }
+    }
+    found
+}
+
+/// Nodes from `from` to `to` (both included), by breadth-first search.
+fn shortest_path(graph: &Graph, from: &str, to: &str) -> Option<Vec<String>> {
+    let mut parent: BTreeMap<String, String> = BTreeMap::new();
+    let mut queue = VecDeque::from([from.to_string()]);
+    let mut visited = BTreeSet::from([from.to_string()]);
+    while let Some(node) = queue.pop_front() {
+        if node == to {
+            let mut path = vec![node.clone()];
+            let mut at = node;
+            while let Some(p) = parent.get(&at) {
+                path.push(p.clone());
+                at = p.clone();
+            }
+            path.reverse();
+            return Some(path);
+        }
+        for next in graph.get(&node).into_iter().flat_map(|t| t.keys()) {
+            if visited.insert(next.clone()) {
+                parent.insert(next.clone(), node.clone());
+                queue.push_back(next.clone());
+            }
+        }
+    }
+    None
+}
+
+/// Every `.rs` file under `src/`, as `(src/..., text)`, in path order.
+fn source_files() -> Vec<(String, String)> {
+    fn walk(dir: &Path, root: &Path, out: &mut Vec<(String, String)>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .expect("read src/")
+            .map(|e| e.expect("dir entry").path())
+            .collect();
+        entries.sort();
+        for path in entries {
+            if path.is_dir() {
+                walk(&path, root, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let rel = path.strip_prefix(root).expect("below the root");
+                let text = std::fs::read_to_string(&path).expect("read a source file");
+                out.push((rel.to_string_lossy().replace('\\', "/"), text));
+            }
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    walk(&root.join("src"), root, &mut files);
+    files
+}
+
+#[test]
+fn src_follows_the_layer_table() {
+    let files = source_files();
+    assert!(
+        files.len() > 50,
+        "found only {} files under src/",
+        files.len()
+    );
+    let problems = check(&files);
+    assert!(
+        problems.is_empty(),
+        "{} import(s) break the layer table (docs/architecture.md):\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn every_module_of_src_is_in_the_layer_table() {
+    let modules: BTreeSet<String> = source_files()
+        .iter()
+        .filter_map(|(file, _)| module_path(file).first().cloned())
+        .filter(|m| m != "main" && m != "lib")
+        .collect();
+    for module in &modules {
+        assert!(
+            layer_of(module).is_some(),
+            "src module `{module}` has no layer"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The checker itself: each rule fails on a planted import.
+
+fn planted(files: &[(&str, &str)]) -> Vec<String> {
+    let files: Vec<(String, String)> = files
+        .iter()
+        .map(|(f, s)| (f.to_string(), s.to_string()))
+        .collect();
+    check(&files)
+}
+
+#[test]
+fn a_leaf_importing_nixl_is_caught_with_its_file_and_line() {
+    let problems = planted(&[(
+        "src/memory/cuda.rs",
+        "//! doc\n\nuse std::sync::Arc;\nuse crate::nixl::{MemKind, MemRegion};\n",
+    )]);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0]
+            .starts_with("src/memory/cuda.rs:4: `memory` (leaf) imports `nixl` (nixl layer)"),
+        "{}",
+        problems[0]
+    );
+}
+
+#[test]
+fn grouped_uses_inline_paths_and_super_chains_are_seen() {
+    let problems = planted(&[
+        (
+            "src/geometry/model.rs",
+            "use crate::{\n    memory::HostArena,\n    nixl::{self, DescRow},\n};\n",
+        ),
+        (
+            "src/nixl/loopback.rs",
+            "fn f() {\n    let _ = crate::connector::Worker::new();\n}\n",
+        ),
+        (
+            "src/connector/pull.rs",
+            "mod inner {\n    use super::super::super::scenario::Case;\n}\n",
+        ),
+    ]);
+    let joined = problems.join("\n");
+    assert!(
+        joined.contains("src/geometry/model.rs:2: `geometry` (leaf) imports `memory` (leaf)"),
+        "{joined}"
+    );
+    assert!(
+        joined.contains("src/geometry/model.rs:3: `geometry` (leaf) imports `nixl`"),
+        "{joined}"
+    );
+    assert!(
+        joined.contains("src/nixl/loopback.rs:2: `nixl` (nixl layer) imports `connector`"),
+        "{joined}"
+    );
+    assert!(
+        joined
+            .contains("src/connector/pull.rs:2: `connector` (connector layer) imports `scenario`"),
+        "{joined}"
+    );
+}
+
+#[test]
+fn comments_strings_and_external_crates_are_not_imports() {
+    let problems = planted(&[(
+        "src/memory/host.rs",
+        "//! See crate::nixl::MemRegion.\n/* crate::connector::x */\n\
+         use std::sync::Arc;\nuse serde::Serialize;\n\
+         const S: &str = \"crate::nixl::Loopback\";\nconst R: &str = r#\"crate::scenario\"#;\n\
+         fn f<'a>(c: char) -> bool { c == '\"' }\npub(crate) fn g() {}\n",
+    )]);
+    assert!(problems.is_empty(), "{problems:?}");
+}
+
+#[test]
+fn a_cycle_between_harness_modules_is_caught() {
+    let problems = planted(&[
+        ("src/layout/mod.rs", "use crate::pattern::fill;\n"),
+        ("src/pattern.rs", "\nuse crate::layout::CaseLayout;\n"),
+    ]);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].contains("import cycle between modules: `layout` → `pattern` (src/layout/mod.rs:1) → `layout` (src/pattern.rs:2)"),
+        "{}",
+        problems[0]
+    );
+}
+
+#[test]
+fn a_cycle_between_files_of_one_module_is_caught_through_reexports() {
+    let problems = planted(&[
+        (
+            "src/scenario/mod.rs",
+            "pub mod engines;\npub mod vram;\npub use engines::Engines;\n",
+        ),
+        (
+            "src/scenario/engines.rs",
+            "use super::vram::RankDevice;\npub struct Engines;\n",
+        ),
+        ("src/scenario/vram.rs", "use crate::scenario::Engines;\n"),
+    ]);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].contains("import cycle between files of `scenario`"),
+        "{}",
+        problems[0]
+    );
+}
+
+#[test]
+fn an_unknown_module_and_a_connector_importing_the_harness_are_caught() {
+    let problems = planted(&[
+        ("src/newthing.rs", "use crate::geometry::Geometry;\n"),
+        (
+            "src/connector/worker.rs",
+            "use crate::scheduler::RequestShape;\n",
+        ),
+        ("src/connector/push.rs", "use crate::defects::Defect;\n"),
+    ]);
+    let joined = problems.join("\n");
+    assert_eq!(problems.len(), 3, "{joined}");
+    assert!(
+        joined.contains(
+            "src/connector/push.rs:1: `connector` (connector layer) imports `defects` (harness)"
+        ),
+        "{joined}"
+    );
+    assert!(
+        joined.contains("src/newthing.rs:1: module `newthing` is not in the layer table"),
+        "{joined}"
+    );
+    assert!(
+        joined.contains("src/connector/worker.rs:1: `connector` (connector layer) imports `scheduler` (harness)"),
+        "{joined}"
+    );
+}
