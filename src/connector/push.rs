@@ -12,7 +12,9 @@ use serde::Serialize;
 
 use super::block_mapping::{logical_to_kernel, BlockIds};
 use super::planner::{plan_transfer, PlanError, PlannedTransfer, TransferBlocks};
-use super::policy::{PushCompletionReport, PushRatioDirection, ReplicatedPageWriters};
+use super::policy::{
+    DecodePushHandshake, PushCompletionReport, PushRatioDirection, ReplicatedPageWriters,
+};
 use super::post_process::KvMemory;
 use super::post_process::{self, GroupPostProcess, PostProcessInput};
 use super::pull::PlannedRead;
@@ -65,11 +67,70 @@ pub struct Sending {
 }
 
 /// Prefix of the notification P sends to D when it refuses to push.
-pub const PUSH_REJECT_PREFIX: &str = "PUSH_REJECT:";
+const PUSH_REJECT_PREFIX: &str = "PUSH_REJECT:";
+
+/// What decode knows about one pushed request while its prefill ranks
+/// write: which of them have completed, and the sub-blocks each reported.
+#[derive(Clone, Debug)]
+pub struct PushProgress {
+    request_id: String,
+    /// Agent names of the prefill ranks that write to this decode rank.
+    expected: Vec<String>,
+    seen: Vec<String>,
+    covered: Vec<(usize, u64)>,
+}
+
+/// A prefill rank refused to push, and told decode why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{sender} refused to push: {reason}")]
+pub struct PushRefused {
+    pub sender: String,
+    pub reason: String,
+}
+
+impl PushProgress {
+    /// Take one notification from `sender`; notifications of other requests
+    /// are ignored.
+    pub fn receive(&mut self, sender: &str, message: &[u8]) -> Result<(), PushRefused> {
+        let text = String::from_utf8_lossy(message);
+        if let Some(reason) = text.strip_prefix(PUSH_REJECT_PREFIX) {
+            return Err(PushRefused {
+                sender: sender.to_string(),
+                reason: reason.to_string(),
+            });
+        }
+        if let Some((req, counts)) = parse_completion(&text) {
+            if req == self.request_id {
+                self.seen.push(sender.to_string());
+                self.covered.extend(counts);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether every expected prefill rank has completed.
+    pub fn complete(&self) -> bool {
+        self.missing().is_none()
+    }
+
+    /// The first expected prefill rank (agent name) not heard from yet.
+    pub fn missing(&self) -> Option<&str> {
+        self.expected
+            .iter()
+            .find(|e| !self.seen.contains(e))
+            .map(String::as_str)
+    }
+
+    /// The sub-blocks the prefill ranks reported written, per attention group
+    /// (empty under vLLM 0.33.0's protocol, which reports none).
+    pub fn covered(&self) -> &[(usize, u64)] {
+        &self.covered
+    }
+}
 
 /// Parse a completion notification: `"<req>:<n>"` (vLLM) or
 /// `"<req>:<n>;covered=<g>:<count>,..."` (kvgeom).
-pub fn parse_completion(message: &str) -> Option<(String, Vec<(usize, u64)>)> {
+fn parse_completion(message: &str) -> Option<(String, Vec<(usize, u64)>)> {
     let (head, covered) = match message.split_once(";covered=") {
         Some((h, c)) => (h, Some(c)),
         None => (message, None),
@@ -243,6 +304,51 @@ impl Worker {
         self.cfg.model.is_mla() || head_of(rank) == head_of(rank - 1)
     }
 
+    /// D side: start tracking the completion of request `request_id`
+    /// pushed by `prefill_engine_id`.
+    pub fn expect_push(
+        &self,
+        prefill_engine_id: &str,
+        request_id: &str,
+    ) -> Result<PushProgress, ConnectorError> {
+        let engine = self.remote_engine(prefill_engine_id)?;
+        let expected = engine
+            .mapping
+            .all_source_ranks
+            .iter()
+            .map(|r| {
+                engine
+                    .ranks
+                    .get(r)
+                    .map(|rank| rank.agent_name.clone())
+                    .ok_or(PlanError::NoHandshake { rank: *r })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(PushProgress {
+            request_id: request_id.to_string(),
+            expected,
+            seen: Vec::new(),
+            covered: Vec::new(),
+        })
+    }
+
+    /// P side: this rank refused to push to `decode_agent` with `error`.
+    /// Under kvgeom's protocol it tells decode why and returns true; under
+    /// vLLM 0.33.0's it only logs, so decode is never told (false).
+    pub fn refuse_push(
+        &self,
+        nixl: &mut dyn Nixl,
+        decode_agent: &str,
+        error: &ConnectorError,
+    ) -> Result<bool, ConnectorError> {
+        if self.cfg.policy.push.decode_handshake == DecodePushHandshake::RecordOnly {
+            return Ok(false);
+        }
+        let reason = format!("{PUSH_REJECT_PREFIX}{error}");
+        nixl.send_notification(self.agent, decode_agent, reason.as_bytes())?;
+        Ok(true)
+    }
+
     /// D side: the post-process of a pushed request once every notification
     /// arrived. `covered` holds the sub-block counts P reported per attention
     /// group (empty under vLLM 0.33.0's push, which reports none).
@@ -305,15 +411,17 @@ impl Worker {
         }))
     }
 
-    /// D side: apply the push post-process to this worker's memory.
+    /// D side: apply the push post-process to this worker's memory once
+    /// `progress` is complete.
     pub fn finish_push(
         &self,
         prefill_engine_id: &str,
         local_block_ids: &BlockIds,
-        covered: &[(usize, u64)],
+        progress: &PushProgress,
         memory: &mut dyn KvMemory,
     ) -> Result<Vec<GroupPostProcess>, ConnectorError> {
-        let plans = self.plan_push_post_process(prefill_engine_id, local_block_ids, covered)?;
+        let plans =
+            self.plan_push_post_process(prefill_engine_id, local_block_ids, progress.covered())?;
         post_process::apply(&plans, &self.page_geometries(), memory);
         Ok(plans)
     }

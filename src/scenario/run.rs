@@ -4,9 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::connector::policy::DecodePushHandshake;
 use crate::connector::post_process::{GroupPostProcess, PageGeometry, PostOp};
-use crate::connector::push::{parse_completion, PUSH_REJECT_PREFIX};
 use crate::connector::{ConnectorError, PlannedRead, ReadRequest, Worker, WriteRequest};
 use crate::geometry::{Geometry, Mode};
 use crate::layout::{CaseLayout, RequestBlocks, Side};
@@ -507,22 +505,15 @@ fn handshake_side(
 fn push_refused(nixl: &mut dyn Nixl, worker: &Worker, target: u32, e: ConnectorError) -> Outcome {
     let message = e.to_string();
     let rank = worker.config().tp_rank;
-    let vllm_push = worker.config().policy.push.decode_handshake == DecodePushHandshake::RecordOnly;
-    if vllm_push {
-        return Outcome::Hung {
+    match worker.refuse_push(nixl, &Side::Decode.agent_name(target), &e) {
+        Ok(false) => Outcome::Hung {
             message: format!(
                 "prefill rank {rank} refused the handshake ({message}) and decode got no signal: \
                  it waits for a push that never comes"
             ),
-        };
+        },
+        _ => crashed(Side::Prefill, e),
     }
-    let reason = format!("{PUSH_REJECT_PREFIX}{message}");
-    let _ = nixl.send_notification(
-        worker.agent(),
-        &Side::Decode.agent_name(target),
-        reason.as_bytes(),
-    );
-    crashed(Side::Prefill, e)
 }
 
 fn pull(
@@ -612,19 +603,11 @@ fn push(
     }
     for (d, rank) in engines.decode.iter().enumerate() {
         let worker = &rank.worker;
-        let engine = worker
-            .remote(Side::Prefill.as_str())
-            .ok_or_else(|| Outcome::Error {
-                message: "decode has no prefill engine".into(),
+        let mut progress = worker
+            .expect_push(Side::Prefill.as_str(), "req-d")
+            .map_err(|e| Outcome::Error {
+                message: format!("decode rank {d}: {e}"),
             })?;
-        let expected: Vec<String> = engine
-            .mapping
-            .all_source_ranks
-            .iter()
-            .map(|&r| Side::Prefill.agent_name(r))
-            .collect();
-        let mut covered = Vec::new();
-        let mut seen = Vec::new();
         let started = Instant::now();
         loop {
             for (sender, message) in
@@ -633,24 +616,16 @@ fn push(
                         message: e.to_string(),
                     })?
             {
-                let text = String::from_utf8_lossy(&message).to_string();
-                if let Some(reason) = text.strip_prefix(PUSH_REJECT_PREFIX) {
+                if let Err(refused) = progress.receive(&sender, &message) {
                     return Err(Outcome::UnexpectedRejection {
                         side: Side::Prefill,
-                        message: reason.to_string(),
+                        message: refused.reason,
                     });
-                }
-                if let Some((req, counts)) = parse_completion(&text) {
-                    if req == "req-d" {
-                        seen.push(sender);
-                        covered.extend(counts);
-                    }
                 }
             }
             // In-process transports deliver at once; real NIXL delivers
             // once the WRITEs have landed.
-            let all_seen = expected.iter().all(|e| seen.contains(e));
-            if all_seen || !patient || started.elapsed() > COMPLETION_LIMIT {
+            if progress.complete() || !patient || started.elapsed() > COMPLETION_LIMIT {
                 break;
             }
             for &(agent, xfer) in &writes {
@@ -661,7 +636,7 @@ fn push(
             }
             std::thread::sleep(POLL_INTERVAL);
         }
-        if let Some(missing) = expected.iter().find(|e| !seen.contains(e)) {
+        if let Some(missing) = progress.missing() {
             return Err(Outcome::Hung {
                 message: format!(
                     "decode rank {d} never got the completion notification of {missing}"
@@ -673,7 +648,7 @@ fn push(
             .finish_push(
                 Side::Prefill.as_str(),
                 &blocks.decode_transfer,
-                &covered,
+                &progress,
                 &mut memory,
             )
             .map_err(|e| crashed(Side::Decode, e))?;
