@@ -211,3 +211,71 @@ fn diff_and_check_trace_accept_the_original_and_fixture_formats() {
         assert_eq!(o.status.code(), Some(0), "{cmd}: {}", text(&o));
     }
 }
+
+#[test]
+fn policies_are_chosen_by_name_reported_and_judged_against_expectations() {
+    // vLLM 0.33.0's policy fails the prefix-hit cases its finding describes...
+    let geometry = "geometries/mla-kda-equal-ppl-prefix-cache.toml";
+    let out = tmp("vllm.json");
+    let args = [
+        "sweep",
+        geometry,
+        "--prompts",
+        "33",
+        "--policy",
+        "vllm-0.33.0",
+        "--no-shrink",
+        "--format",
+        "json",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let o = kvgeom(&args);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("--policy vllm-0.33.0"), "{}", text(&o));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(report["schema"], "kvgeom-sweep/1");
+    assert_eq!(report["cases"][0]["policy"], "vllm-0.33.0");
+    assert_eq!(report["cases"][0]["defect"], serde_json::Value::Null);
+    // ... which is exactly what the expectations file lists: exit 0.
+    let mut expect = args.to_vec();
+    expect.extend(["--expect", "expected/vllm-0.33.0.toml"]);
+    let o = kvgeom(&expect);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("each as expected"), "{}", text(&o));
+    // kvgeom's own connector passes them, so the same expectations disagree.
+    let o = kvgeom(&[
+        "sweep",
+        geometry,
+        "--prompts",
+        "33",
+        "--expect",
+        "expected/vllm-0.33.0.toml",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("but it passed"), "{}", text(&o));
+    // Unknown names and a policy with a defect are bad input.
+    for bad in [
+        vec!["sweep", geometry, "--policy", "vllm"],
+        vec![
+            "sweep",
+            geometry,
+            "--policy",
+            "vllm-0.33.0",
+            "--defect",
+            "two-path-zeroing",
+        ],
+        vec!["layout", geometry, "--policy", "nope"],
+        vec!["sweep", geometry, "--expect", "no/such/file.toml"],
+    ] {
+        let o = kvgeom(&bad);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", text(&o));
+    }
+    let o = kvgeom(&["sweep", geometry, "--policy", "vllm"]);
+    assert!(
+        text(&o).contains("known: kvgeom, vllm-0.33.0"),
+        "{}",
+        text(&o)
+    );
+}

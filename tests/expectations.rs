@@ -30,13 +30,16 @@ fn vllm_0_33_0_fails_exactly_where_the_findings_say() {
         },
     );
     let reports = execute::run_all(&cases, &RunOptions::default(), None);
-    let disagreements = expectations().compare(&reports);
+    let expected = expectations();
+    let disagreements = expected.compare(&reports);
     assert!(
         disagreements.is_empty(),
         "{} disagreements, first:\n{}",
         disagreements.len(),
         disagreements[..disagreements.len().min(10)].join("\n")
     );
+    // Over the full sweep, an entry that covers nothing is stale.
+    assert_eq!(expected.unused(&reports), Vec::<String>::new());
 }
 
 #[test]

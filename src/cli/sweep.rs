@@ -150,6 +150,14 @@ pub fn sweep(args: SweepArgs) -> u8 {
 fn judge_against(expectations: &Expectations, reports: &[CaseReport], differs: bool) -> u8 {
     let disagreements = expectations.compare(reports);
     let failed = reports.iter().filter(|r| !r.passed()).count();
+    let unused = expectations.unused(reports);
+    if !unused.is_empty() {
+        eprintln!(
+            "note: {} of {} expected failures cover no case of this sweep (not run here)",
+            unused.len(),
+            expectations.failures.len()
+        );
+    }
     if disagreements.is_empty() {
         eprintln!(
             "\n{failed} of {} cases failed, each as expected ({} expected failures)",

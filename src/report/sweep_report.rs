@@ -47,8 +47,12 @@ struct JsonCase<'a> {
     violations: Vec<JsonViolation<'a>>,
 }
 
+/// The `schema` of the JSON sweep report (docs/report-format.md).
+pub const SWEEP_SCHEMA: &str = "kvgeom-sweep/1";
+
 #[derive(Serialize)]
 struct JsonReport<'a> {
+    schema: &'static str,
     summary: Summary,
     cases: Vec<JsonCase<'a>>,
 }
@@ -93,6 +97,7 @@ pub fn json(reports: &[CaseReport]) -> String {
         })
         .collect();
     serde_json::to_string_pretty(&JsonReport {
+        schema: SWEEP_SCHEMA,
         summary: summary(reports),
         cases,
     })

@@ -202,12 +202,11 @@ impl Expectations {
         self.failures.iter().filter(|e| e.covers(case)).collect()
     }
 
-    /// Compare a sweep with the expectations: every listed case must fail
-    /// as listed, every other case must pass, and every entry must cover at
-    /// least one case of the sweep. Returns one line per disagreement.
+    /// Compare a sweep with the expectations: every listed case the sweep
+    /// ran must fail as listed, and every other case must pass. Returns one
+    /// line per disagreement.
     pub fn compare(&self, reports: &[CaseReport]) -> Vec<String> {
         let mut out = Vec::new();
-        let mut used = vec![false; self.failures.len()];
         for r in reports {
             let covering: Vec<usize> = (0..self.failures.len())
                 .filter(|&i| self.failures[i].covers(&r.case))
@@ -221,7 +220,6 @@ impl Expectations {
                     r.outcome.describe()
                 )),
                 [i] => {
-                    used[*i] = true;
                     if let Some(why) = self.failures[*i].disagreement(r) {
                         out.push(format!("{label}: {why}"));
                     }
@@ -236,17 +234,26 @@ impl Expectations {
                 )),
             }
         }
-        for (i, e) in self.failures.iter().enumerate() {
-            if !used[i] {
-                out.push(format!(
-                    "failure #{} ({} {}): covers no case of this sweep",
+        out
+    }
+
+    /// The entries that cover no case of `reports`: stale, when `reports`
+    /// is the full sweep the file describes; otherwise their cases were
+    /// not run.
+    pub fn unused(&self, reports: &[CaseReport]) -> Vec<String> {
+        self.failures
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| !reports.iter().any(|r| e.covers(&r.case)))
+            .map(|(i, e)| {
+                format!(
+                    "failure #{} ({} {})",
                     i + 1,
                     e.geometry,
-                    e.mode.as_deref().unwrap_or("pull/push")
-                ));
-            }
-        }
-        out
+                    e.mode.as_deref().unwrap_or("pull and push")
+                )
+            })
+            .collect()
     }
 }
 
