@@ -40,6 +40,38 @@ impl ModeArg {
     }
 }
 
+/// One mode, for commands that show a single case.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum OneModeArg {
+    Pull,
+    Push,
+}
+
+impl OneModeArg {
+    fn mode(self) -> Mode {
+        match self {
+            OneModeArg::Pull => Mode::Pull,
+            OneModeArg::Push => Mode::Push,
+        }
+    }
+}
+
+/// One decode allocation model, for commands that show a single case.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum OneAllocArg {
+    Mainline,
+    WithLastToken,
+}
+
+impl OneAllocArg {
+    fn allocation(self) -> DecodeAllocation {
+        match self {
+            OneAllocArg::Mainline => DecodeAllocation::Mainline,
+            OneAllocArg::WithLastToken => DecodeAllocation::WithLastToken,
+        }
+    }
+}
+
 /// Decode allocation model: `mainline`, `with-last-token` or `both`.
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum AllocArg {
@@ -54,13 +86,6 @@ impl AllocArg {
             AllocArg::Mainline => Some(vec![DecodeAllocation::Mainline]),
             AllocArg::WithLastToken => Some(vec![DecodeAllocation::WithLastToken]),
             AllocArg::Both => None,
-        }
-    }
-
-    fn single(self) -> DecodeAllocation {
-        match self {
-            AllocArg::WithLastToken => DecodeAllocation::WithLastToken,
-            _ => DecodeAllocation::Mainline,
         }
     }
 }
@@ -110,6 +135,10 @@ enum Command {
         /// `--policy vllm-0.33.0 --expect expected/vllm-0.33.0.toml`).
         #[arg(long, value_name = "FILE")]
         expect: Option<PathBuf>,
+        /// Memory the sweep may use (e.g. 1.5G; default: half of the memory
+        /// available). Cases run in parallel only as far as it allows.
+        #[arg(long, value_name = "SIZE")]
+        max_memory: Option<String>,
     },
     /// Run one case and show the plan, every pair and, per local block, what was
     /// transferred, zeroed and left stale.
@@ -119,10 +148,12 @@ enum Command {
         prompt: u32,
         #[arg(long, default_value_t = 0)]
         prefix_hit: u32,
+        /// One case: pull or push (a sweep runs both).
         #[arg(long, value_enum, default_value = "pull")]
-        mode: ModeArg,
+        mode: OneModeArg,
+        /// One case: mainline or with-last-token (a sweep runs both).
         #[arg(long, value_enum, default_value = "mainline")]
-        alloc: AllocArg,
+        alloc: OneAllocArg,
         #[arg(long, default_value_t = 0)]
         seed: u64,
         #[command(flatten)]
@@ -197,6 +228,7 @@ fn main() -> ExitCode {
             no_shrink,
             compare_host,
             expect,
+            max_memory,
         } => cli::sweep(cli::SweepArgs {
             paths,
             prompts,
@@ -213,6 +245,7 @@ fn main() -> ExitCode {
             shrink: !no_shrink,
             compare_host,
             expect,
+            max_memory,
         }),
         Command::Explain {
             geometry,
@@ -228,8 +261,8 @@ fn main() -> ExitCode {
             geometry,
             prompt,
             prefix_hit,
-            mode: mode.modes()[0],
-            allocation: alloc.single(),
+            mode: mode.mode(),
+            allocation: alloc.allocation(),
             seed,
             variant,
             transport,
@@ -239,7 +272,7 @@ fn main() -> ExitCode {
             geometry,
             mode,
             variant,
-        } => cli::layout(&geometry, mode.modes()[0], &variant),
+        } => cli::layout(&geometry, &mode.modes(), &variant),
         Command::CheckTrace { files } => cli::check_trace(&files),
         Command::DiffTrace { files, variant } => cli::diff_trace(&files, &variant),
         Command::Defects => cli::defects(),

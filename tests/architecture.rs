@@ -19,6 +19,8 @@ use std::path::Path;
 /// harness modules may also import each other (without cycles).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Layer {
+    /// Input limits, below everything.
+    Base,
     Leaf,
     Nixl,
     Connector,
@@ -28,6 +30,7 @@ enum Layer {
 impl Layer {
     fn name(self) -> &'static str {
         match self {
+            Layer::Base => "base",
             Layer::Leaf => "leaf",
             Layer::Nixl => "nixl layer",
             Layer::Connector => "connector layer",
@@ -41,6 +44,7 @@ impl Layer {
 const LAYERS: &[(&str, Layer)] = &[
     ("memory", Layer::Leaf),
     ("geometry", Layer::Leaf),
+    ("limits", Layer::Base),
     ("nixl", Layer::Nixl),
     ("connector", Layer::Connector),
     ("layout", Layer::Harness),

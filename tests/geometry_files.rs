@@ -735,8 +735,8 @@ fn rule_page_size_limit() {
     assert_rule(
         &edit(BASE, &[("head_size = 6", "head_size = 100000000")]),
         "prefill.logical_block",
-        "one rank's page of 1600000000 bytes (logical block x attention bytes per token) \
-         exceeds the limit of 1073741824 bytes",
+        "one rank's page of 1600000000 bytes (logical block x attention bytes per token, \
+         with every kernel page's padding) exceeds the limit of 1073741824 bytes",
     );
 }
 

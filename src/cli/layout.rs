@@ -6,15 +6,21 @@ use super::{VariantArgs, EXIT_BAD_INPUT, EXIT_OK};
 use crate::geometry::{load_geometry, Mode};
 use crate::report::layout_tables::layout_tables;
 
-/// Print `path`'s descriptor tables under the chosen connector variant.
-pub fn layout(path: &Path, mode: Mode, variant: &VariantArgs) -> u8 {
+/// Print `path`'s descriptor tables in each of `modes` under the chosen
+/// connector variant.
+pub fn layout(path: &Path, modes: &[Mode], variant: &VariantArgs) -> u8 {
     let policy = match variant.variant() {
         Ok(v) => v.policy(),
         Err(code) => return code,
     };
     match load_geometry(path) {
         Ok(g) => {
-            print!("{}", layout_tables(&g, mode, policy));
+            for (i, &mode) in modes.iter().enumerate() {
+                if i > 0 {
+                    println!();
+                }
+                print!("{}", layout_tables(&g, mode, policy));
+            }
             EXIT_OK
         }
         Err(e) => {

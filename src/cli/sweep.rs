@@ -4,10 +4,13 @@ use std::path::PathBuf;
 
 use super::{default_paths, VariantArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::geometry::Mode;
+use crate::limits::{available_cores, MAX_RANDOM_CASES, THREADS_PER_CORE};
 use crate::report::sweep_report::{self, Format};
-use crate::scenario::CaseReport;
+use crate::scenario::memory_estimate::{default_budget, parse_size};
+use crate::scenario::{estimate_memory, CaseReport};
 use crate::scenario::{MemoryKind, RunOptions, TransportKind};
 use crate::scheduler::DecodeAllocation;
+use crate::sweep::budget::MemoryBudget;
 use crate::sweep::expectations::Expectations;
 use crate::sweep::{compare, execute, plan, prompts};
 
@@ -31,6 +34,50 @@ pub struct SweepArgs {
     /// Judge the sweep against this expectations file instead of requiring
     /// every case to pass.
     pub expect: Option<PathBuf>,
+    /// `--max-memory SIZE`; `None`: half of the memory available.
+    pub max_memory: Option<String>,
+}
+
+/// `--threads`: at least 1, and at most a few threads per core (more only
+/// thrash); a larger value is capped with a note.
+pub(crate) fn threads_within_limit(threads: Option<usize>) -> Result<Option<usize>, u8> {
+    let Some(n) = threads else {
+        return Ok(None);
+    };
+    if n == 0 {
+        eprintln!("error: --threads 0: give at least 1 (or leave it out to use every core)");
+        return Err(EXIT_BAD_INPUT);
+    }
+    let cap = available_cores() * THREADS_PER_CORE;
+    if n > cap {
+        eprintln!(
+            "note: --threads {n} capped at {cap} ({THREADS_PER_CORE} per core on {} cores)",
+            available_cores()
+        );
+        return Ok(Some(cap));
+    }
+    Ok(Some(n))
+}
+
+/// The input `out` would overwrite: a geometry file or folder entry, or the
+/// expectations file.
+fn overwritten_input(
+    out: &std::path::Path,
+    paths: &[PathBuf],
+    expect: Option<&std::path::Path>,
+) -> Option<PathBuf> {
+    let out = std::fs::canonicalize(out).ok()?;
+    let mut inputs: Vec<PathBuf> = expect.map(|e| e.to_path_buf()).into_iter().collect();
+    for p in paths {
+        if p.is_dir() {
+            inputs.extend(crate::geometry::toml_files_in(p).unwrap_or_default());
+        } else {
+            inputs.push(p.clone());
+        }
+    }
+    inputs
+        .into_iter()
+        .find(|i| std::fs::canonicalize(i).is_ok_and(|c| c == out))
 }
 
 pub fn sweep(args: SweepArgs) -> u8 {
@@ -46,10 +93,40 @@ pub fn sweep(args: SweepArgs) -> u8 {
     {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: --prompts: {e}");
             return EXIT_BAD_INPUT;
         }
     };
+    if let Some(n) = args.random {
+        if n == 0 || n as u64 > MAX_RANDOM_CASES {
+            eprintln!(
+                "error: --random {n}: the number of cases to draw must be 1 to {MAX_RANDOM_CASES}"
+            );
+            return EXIT_BAD_INPUT;
+        }
+    }
+    let budget = match args.max_memory.as_deref().map(parse_size).transpose() {
+        Ok(b) => MemoryBudget::new(b.unwrap_or_else(default_budget)),
+        Err(e) => {
+            eprintln!("error: --max-memory {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let threads = match threads_within_limit(args.threads) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    let paths = default_paths(args.paths);
+    if let Some(out) = &args.out {
+        if let Some(input) = overwritten_input(out, &paths, args.expect.as_deref()) {
+            eprintln!(
+                "error: --out {}: that is an input of this sweep ({}); write the report elsewhere",
+                out.display(),
+                input.display()
+            );
+            return EXIT_BAD_INPUT;
+        }
+    }
     let expectations = match args.expect.as_deref().map(Expectations::load).transpose() {
         Ok(e) => e,
         Err(e) => {
@@ -57,13 +134,23 @@ pub fn sweep(args: SweepArgs) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
-    let sources = match plan::load_sources(&default_paths(args.paths)) {
+    let sources = match plan::load_sources(&paths) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");
             return EXIT_BAD_INPUT;
         }
     };
+    for s in &sources {
+        let file = s
+            .file
+            .as_ref()
+            .map_or_else(|| s.geometry.name.clone(), |f| f.display().to_string());
+        if let Err(e) = prompts::check_default_sweep(&file, &s.geometry, prompt_list.is_some()) {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    }
     let opts = plan::PlanOptions {
         prompts: prompt_list,
         modes: args.modes,
@@ -79,6 +166,15 @@ pub fn sweep(args: SweepArgs) -> u8 {
         transport: args.transport,
         memory: args.memory,
     };
+    // A case that cannot fit alone is refused before anything is allocated.
+    if let Some((case, need)) = cases
+        .iter()
+        .map(|c| (c, estimate_memory(c)))
+        .find(|(_, e)| e.peak_bytes > budget.limit())
+    {
+        eprintln!("error: {}", need.refusal(case, budget.limit()));
+        return EXIT_BAD_INPUT;
+    }
     // A missing runtime or device is bad input, not a failed invariant.
     if let Some(first) = cases.first() {
         let probe = crate::scenario::run_case(first, &run_opts);
@@ -87,7 +183,7 @@ pub fn sweep(args: SweepArgs) -> u8 {
             return EXIT_BAD_INPUT;
         }
     }
-    let reports = execute::run_all(&cases, &run_opts, args.threads);
+    let reports = execute::run_all_within(&cases, &run_opts, threads, &budget);
     let text = match args.format {
         Format::Table => sweep_report::table(&reports),
         Format::Json => sweep_report::json(&reports),
@@ -102,7 +198,7 @@ pub fn sweep(args: SweepArgs) -> u8 {
         }
         None => print!("{text}"),
     }
-    let differs = args.compare_host && !same_as_host(&cases, &reports, args.threads);
+    let differs = args.compare_host && !same_as_host(&cases, &reports, threads);
     if let Some(expectations) = &expectations {
         return judge_against(expectations, &reports, differs);
     }

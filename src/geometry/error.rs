@@ -40,6 +40,9 @@ pub enum GeometryError {
         field: String,
         rule: Rule,
     },
+    /// The file is not a regular file, or is larger than the input limit.
+    #[error(transparent)]
+    Input(#[from] crate::limits::InputError),
     /// A folder given to `load_geometries` holds no `*.toml` file.
     #[error("{}: no *.toml geometry files in this folder", dir.display())]
     EmptyFolder { dir: PathBuf },
@@ -187,8 +190,8 @@ pub enum Rule {
     )]
     KvHeadsVsTp { heads: u32, engine: Engine, tp: u32 },
     #[error(
-        "one rank's page of {bytes} bytes (logical block x attention bytes per token) \
-         exceeds the limit of {limit} bytes"
+        "one rank's page of {bytes} bytes (logical block x attention bytes per token, \
+         with every kernel page's padding) exceeds the limit of {limit} bytes"
     )]
     PageTooLarge { bytes: u128, limit: u64 },
     #[error(
@@ -219,6 +222,8 @@ pub enum Rule {
     DuplicatePrompt { length: u32 },
     #[error("expands to {count} prompt lengths, more than the limit of {limit}")]
     TooManyPrompts { count: u64, limit: u64 },
+    #[error("{found} is above the limit of {limit}")]
+    AboveLimit { found: u64, limit: u64 },
 }
 
 fn kind_name(kind: GroupKind) -> &'static str {

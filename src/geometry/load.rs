@@ -7,13 +7,16 @@ use std::path::{Path, PathBuf};
 use super::error::GeometryError;
 use super::file::parse_geometry;
 use super::pair::Geometry;
+use crate::limits::{read_capped, MAX_INPUT_BYTES};
 
-/// Read, parse and validate one geometry file.
+/// Read, parse and validate one geometry file (a regular file of at most
+/// [`MAX_INPUT_BYTES`]).
 pub fn load_geometry(path: impl AsRef<Path>) -> Result<Geometry, GeometryError> {
     let path = path.as_ref();
-    let text = fs::read_to_string(path).map_err(|source| GeometryError::Read {
+    let bytes = read_capped(path, MAX_INPUT_BYTES)?;
+    let text = String::from_utf8(bytes).map_err(|e| GeometryError::Read {
         path: path.to_path_buf(),
-        source,
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
     })?;
     parse_geometry(&path.display().to_string(), &text)
 }
@@ -49,7 +52,7 @@ pub fn load_geometries(paths: &[PathBuf]) -> Result<Vec<Geometry>, GeometryError
 }
 
 /// The `*.toml` files directly inside `dir`, sorted by file name.
-fn toml_files_in(dir: &Path) -> Result<Vec<PathBuf>, GeometryError> {
+pub fn toml_files_in(dir: &Path) -> Result<Vec<PathBuf>, GeometryError> {
     let read_error = |source| GeometryError::Read {
         path: dir.to_path_buf(),
         source,
@@ -57,7 +60,10 @@ fn toml_files_in(dir: &Path) -> Result<Vec<PathBuf>, GeometryError> {
     let mut files = Vec::new();
     for entry in fs::read_dir(dir).map_err(read_error)? {
         let path = entry.map_err(read_error)?.path();
-        if path.extension().is_some_and(|ext| ext == "toml") && path.is_file() {
+        // Every `*.toml` entry counts: one that is not a regular file (a
+        // folder, a device, a dangling or looping link) is then reported by
+        // name instead of being skipped in silence.
+        if path.extension().is_some_and(|ext| ext == "toml") {
             files.push(path);
         }
     }

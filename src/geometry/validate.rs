@@ -17,13 +17,8 @@ use super::error::{Engine, Rule, Violation};
 use super::model::{AttentionSpec, GroupKind, MambaKind, MambaSpec, ModelSpec};
 use super::pair::Geometry;
 
-/// Largest page (one logical block of one layer slot on one rank) a geometry
-/// may ask for. Real models stay far below it; it keeps arithmetic and
-/// memory bounded.
-pub const MAX_PAGE_BYTES: u64 = 1 << 30;
-
-/// Most prompt lengths one geometry may list (after expanding ranges).
-pub const MAX_PROMPTS: u64 = 100_000;
+use crate::limits::{MAX_LAYER_SLOTS, MAX_POOL_BLOCKS, MAX_PROMPT_LEN, MAX_TP_SIZE};
+pub use crate::limits::{MAX_PAGE_BYTES, MAX_PROMPTS};
 
 /// Check every rule; `Err` carries the first one broken.
 pub fn validate(geometry: &Geometry) -> Result<(), Violation> {
@@ -88,6 +83,22 @@ fn positive(field: impl Into<String>, value: u64) -> Result<(), Violation> {
     Ok(())
 }
 
+/// `value` is at least 1 and at most `limit`.
+fn bounded(field: impl Into<String>, value: u64, limit: u64) -> Result<(), Violation> {
+    let field = field.into();
+    positive(field.clone(), value)?;
+    if value > limit {
+        return Err(Violation::new(
+            field,
+            Rule::AboveLimit {
+                found: value,
+                limit,
+            },
+        ));
+    }
+    Ok(())
+}
+
 fn dtype(field: &str, bytes: u32) -> Result<(), Violation> {
     if !matches!(bytes, 1 | 2 | 4 | 8) {
         return Err(Violation::new(field, Rule::DtypeBytes { found: bytes }));
@@ -96,7 +107,11 @@ fn dtype(field: &str, bytes: u32) -> Result<(), Violation> {
 }
 
 fn check_model(model: &ModelSpec) -> Result<(), Violation> {
-    positive("model.layer_slots", model.layer_slots.into())?;
+    bounded(
+        "model.layer_slots",
+        model.layer_slots.into(),
+        MAX_LAYER_SLOTS.into(),
+    )?;
     if model.groups.is_empty() {
         return Err(Violation::new("model.groups", Rule::NoGroups));
     }
@@ -186,11 +201,15 @@ fn check_mamba(mamba: &MambaSpec) -> Result<(), Violation> {
 
 fn check_engine(engine: Engine, geom: &EngineGeometry) -> Result<(), Violation> {
     let field = |name: &str| format!("{engine}.{name}");
-    positive(field("tp_size"), geom.tp_size.into())?;
+    bounded(field("tp_size"), geom.tp_size.into(), MAX_TP_SIZE.into())?;
     positive(field("kernel_block"), geom.kernel_block.into())?;
     positive(field("logical_block"), geom.logical_block.into())?;
     if let Some(blocks) = geom.num_logical_blocks {
-        positive(field("num_logical_blocks"), blocks.into())?;
+        bounded(
+            field("num_logical_blocks"),
+            blocks.into(),
+            MAX_POOL_BLOCKS.into(),
+        )?;
     }
     if geom.logical_block % geom.kernel_block != 0 {
         return Err(Violation::new(
@@ -275,11 +294,18 @@ fn check_page(model: &ModelSpec, engine: Engine, geom: &EngineGeometry) -> Resul
     let field = format!("{engine}.logical_block");
     let per_token = attention_bytes_per_token(attention, geom.tp_size);
     let page = per_token * u128::from(geom.logical_block);
-    if page > u128::from(MAX_PAGE_BYTES) {
+    // What one logical block occupies, with every kernel page's padding.
+    let padded = page + u128::from(geom.block_padding_bytes) * u128::from(geom.ppl());
+    if padded > u128::from(MAX_PAGE_BYTES) {
+        let field = if page > u128::from(MAX_PAGE_BYTES) {
+            field
+        } else {
+            format!("{engine}.block_padding_bytes")
+        };
         return Err(Violation::new(
             field,
             Rule::PageTooLarge {
-                bytes: page,
+                bytes: padded,
                 limit: MAX_PAGE_BYTES,
             },
         ));
@@ -327,7 +353,11 @@ fn check_prompts(prompts: &[u32]) -> Result<(), Violation> {
     }
     let mut seen = HashSet::with_capacity(prompts.len());
     for (i, &length) in prompts.iter().enumerate() {
-        positive(format!("prompts[{i}]"), length.into())?;
+        bounded(
+            format!("prompts[{i}]"),
+            length.into(),
+            MAX_PROMPT_LEN.into(),
+        )?;
         if !seen.insert(length) {
             return Err(Violation::new(
                 format!("prompts[{i}]"),

@@ -137,6 +137,8 @@ pub struct Stats {
     pub pairs: u64,
     pub transferred_bytes: u64,
     pub zeroed_bytes: u64,
+    /// The case's estimated peak memory (`scenario::memory_estimate`).
+    pub memory_bytes: u64,
 }
 
 /// The result of one case.

@@ -6,6 +6,7 @@ pub mod case;
 #[cfg(feature = "cuda")]
 pub mod device_tensors;
 pub mod engines;
+pub mod memory_estimate;
 pub mod placement;
 pub mod run;
 pub mod vram;
@@ -13,4 +14,5 @@ pub mod vram;
 pub use case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
 #[cfg(feature = "cuda")]
 pub use device_tensors::DeviceTensors;
+pub use memory_estimate::{estimate as estimate_memory, MemoryEstimate};
 pub use run::{run_case, run_case_detailed, CaseRun, RunOptions};

@@ -46,7 +46,7 @@ impl SplitMix {
 }
 
 /// The pool: the request's blocks plus about half as many neighbours (at least 8 blocks).
-fn pool_size(fixed: Option<u32>, needed: u32) -> u32 {
+pub(crate) fn pool_size(fixed: Option<u32>, needed: u32) -> u32 {
     fixed.unwrap_or((needed + needed.div_ceil(2) + 2).max(8))
 }
 

@@ -114,6 +114,7 @@ pub fn run_case_detailed(case: &Case, opts: &RunOptions) -> CaseRun {
     };
     let outcome = execute(case, opts, &mut run);
     run.report.outcome = judge(&case.geometry, outcome, &run.report.violations);
+    run.report.stats.memory_bytes = super::memory_estimate::estimate(case).peak_bytes;
     run
 }
 
@@ -330,6 +331,7 @@ fn transfer(
         pairs: posted.len() as u64,
         transferred_bytes: posted.iter().map(|p| p.destination.row.len).sum(),
         zeroed_bytes: zeroed,
+        memory_bytes: 0,
     };
     run.report.violations = violations;
     run.oracle_input = Some(input);

@@ -7,11 +7,25 @@ use std::io::IsTerminal;
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 
+use super::budget::MemoryBudget;
 use super::plan::prefix_hits;
+use crate::scenario::memory_estimate::{default_budget, estimate};
 use crate::scenario::{run_case, Case, CaseReport, RunOptions, TransportKind};
 
-/// Run every case; results keep the cases' order.
+/// Run every case within the default memory budget (half of the memory
+/// available); results keep the cases' order.
 pub fn run_all(cases: &[Case], opts: &RunOptions, threads: Option<usize>) -> Vec<CaseReport> {
+    run_all_within(cases, opts, threads, &MemoryBudget::new(default_budget()))
+}
+
+/// Run every case, in parallel only as far as `budget` allows (each case
+/// holds its estimated peak while it runs); results keep the cases' order.
+pub fn run_all_within(
+    cases: &[Case],
+    opts: &RunOptions,
+    threads: Option<usize>,
+    budget: &MemoryBudget,
+) -> Vec<CaseReport> {
     let bar = if std::io::stderr().is_terminal() && cases.len() > 1 {
         let bar = ProgressBar::new(cases.len() as u64);
         bar.set_style(
@@ -23,7 +37,7 @@ pub fn run_all(cases: &[Case], opts: &RunOptions, threads: Option<usize>) -> Vec
         ProgressBar::hidden()
     };
     let run = |case: &Case| {
-        let report = run_case(case, opts);
+        let report = budget.run(estimate(case).peak_bytes, || run_case(case, opts));
         bar.inc(1);
         if !report.passed() {
             bar.set_message("(failures)");

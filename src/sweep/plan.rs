@@ -1,10 +1,10 @@
 //! Enumerating cases: the grid from geometry files x prompt lengths x prefix
 //! hits x modes x allocations, or a seeded random draw from the same space.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::geometry::{load_geometry, Geometry, GeometryError, Mode};
+use crate::geometry::{load_geometry, toml_files_in, Geometry, GeometryError, Mode};
 use crate::scenario::placement::SplitMix;
 use crate::scenario::Case;
 use crate::scheduler::DecodeAllocation;
@@ -24,7 +24,7 @@ pub fn load_sources(paths: &[PathBuf]) -> Result<Vec<SourcedGeometry>, GeometryE
     let mut out = Vec::new();
     for path in paths {
         let files = if path.is_dir() {
-            toml_files(path)?
+            toml_files_in(path)?
         } else {
             vec![path.clone()]
         };
@@ -50,25 +50,6 @@ pub fn load_sources(paths: &[PathBuf]) -> Result<Vec<SourcedGeometry>, GeometryE
         }
     }
     Ok(out)
-}
-
-fn toml_files(dir: &Path) -> Result<Vec<PathBuf>, GeometryError> {
-    let read_error = |source| GeometryError::Read {
-        path: dir.to_path_buf(),
-        source,
-    };
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(read_error)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "toml") && p.is_file())
-        .collect();
-    if files.is_empty() {
-        return Err(GeometryError::EmptyFolder {
-            dir: dir.to_path_buf(),
-        });
-    }
-    files.sort();
-    Ok(files)
 }
 
 /// Which cases to run.

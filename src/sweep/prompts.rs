@@ -1,6 +1,7 @@
 //! Prompt-length lists: parsing `2..=39,41` and the default residue sweep.
 
 use crate::geometry::Geometry;
+use crate::limits::{MAX_PROMPTS, MAX_PROMPT_LEN};
 
 /// A prompt list that does not parse.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -42,8 +43,16 @@ pub fn parse_prompt_list(text: &str) -> Result<Vec<u32>, PromptListError> {
         if end < start {
             return Err(err(format!("`{item}` is empty")));
         }
-        if (end - start) as usize + out.len() > 1_000_000 {
-            return Err(err("more than a million prompt lengths".into()));
+        if end > MAX_PROMPT_LEN {
+            return Err(err(format!(
+                "prompt length {end} is above the limit of {MAX_PROMPT_LEN} tokens"
+            )));
+        }
+        let count = u64::from(end - start) + 1 + out.len() as u64;
+        if count > MAX_PROMPTS {
+            return Err(err(format!(
+                "more than the limit of {MAX_PROMPTS} prompt lengths"
+            )));
         }
         out.extend(start..=end);
     }
@@ -51,8 +60,50 @@ pub fn parse_prompt_list(text: &str) -> Result<Vec<u32>, PromptListError> {
         return Err(err("no prompt length".into()));
     }
     out.sort_unstable();
-    out.dedup();
+    // As in a geometry file: a length listed twice is a mistake, not a request.
+    if let Some(w) = out.windows(2).find(|w| w[0] == w[1]) {
+        return Err(err(format!("prompt length {} is listed twice", w[0])));
+    }
     Ok(out)
+}
+
+/// How many lengths the default sweep of `geometry` runs.
+pub fn default_prompt_count(geometry: &Geometry) -> u64 {
+    let (p, d) = (&geometry.prefill, &geometry.decode);
+    u64::from(p.logical_block.max(d.logical_block))
+        + u64::from(p.kernel_block.max(d.kernel_block))
+        + 1
+}
+
+/// A geometry without a prompt list whose default sweep is too long.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{file}: without a `prompts` list the default sweep runs every length from 1 to {count} \
+     (one past the largest logical plus kernel block), more than the limit of {limit} prompt \
+     lengths; list the lengths to run in `prompts` or give --prompts"
+)]
+pub struct DefaultSweepTooLong {
+    pub file: String,
+    pub count: u64,
+    pub limit: u64,
+}
+
+/// Refuse a geometry whose default sweep would exceed the prompt limit,
+/// unless explicit lengths replace it.
+pub fn check_default_sweep(
+    file: &str,
+    geometry: &Geometry,
+    explicit: bool,
+) -> Result<(), DefaultSweepTooLong> {
+    let count = default_prompt_count(geometry);
+    if explicit || geometry.prompts.is_some() || count <= MAX_PROMPTS {
+        return Ok(());
+    }
+    Err(DefaultSweepTooLong {
+        file: file.to_string(),
+        count,
+        limit: MAX_PROMPTS,
+    })
 }
 
 /// The default sweep: every N from 1 up to one past the largest logical
@@ -91,5 +142,17 @@ mod tests {
             .to_string()
             .contains("`x` is not a prompt length"));
         assert!(parse_prompt_list("").is_err());
+        assert!(parse_prompt_list("3,3")
+            .unwrap_err()
+            .to_string()
+            .contains("prompt length 3 is listed twice"));
+        assert!(parse_prompt_list("1..=4294967295")
+            .unwrap_err()
+            .to_string()
+            .contains("above the limit"));
+        assert!(parse_prompt_list("1..=200000")
+            .unwrap_err()
+            .to_string()
+            .contains("more than the limit of 100000 prompt lengths"));
     }
 }

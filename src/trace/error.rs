@@ -31,6 +31,8 @@ pub enum TraceErrorKind {
     Read(std::io::Error),
     #[error("cannot write: {0}")]
     Write(std::io::Error),
+    #[error("{}", .0.reason())]
+    Input(crate::limits::InputError),
     #[error("gzip stream is corrupt: {0}")]
     Decompress(std::io::Error),
     #[error("line is not UTF-8")]

@@ -3,7 +3,6 @@
 //! `ev`. A `dlist`'s rows are rebuilt from its strided runs and, when the
 //! line also carries `rows`, checked against them.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
@@ -11,6 +10,7 @@ use serde_json::Value;
 
 use super::error::{TraceError, TraceErrorKind};
 use super::format::{DlistEvent, RawDlist, TraceEvent, EVENT_NAMES, FORMAT_NAME, LOCAL_TARGET};
+use crate::limits::{read_capped, read_to_end_capped, InputError, MAX_INPUT_BYTES};
 use crate::nixl::{DescList, DescRow, DlistHandle, DlistTarget, StridedRun};
 
 /// The most rows one descriptor list may expand to (a guard against
@@ -37,8 +37,8 @@ pub struct TraceFile {
 
 /// Read and parse a `.jsonl` or `.jsonl.gz` trace.
 pub fn read_trace(path: &Path) -> Result<TraceFile, TraceError> {
-    let bytes =
-        std::fs::read(path).map_err(|e| TraceError::new(path, None, TraceErrorKind::Read(e)))?;
+    let bytes = read_capped(path, MAX_INPUT_BYTES)
+        .map_err(|e| TraceError::new(path, None, TraceErrorKind::Input(e)))?;
     let lines = parse_trace(path, &bytes)?;
     Ok(TraceFile {
         path: path.to_path_buf(),
@@ -46,17 +46,24 @@ pub fn read_trace(path: &Path) -> Result<TraceFile, TraceError> {
     })
 }
 
-/// The text of a trace, gunzipped when `bytes` start with the gzip magic.
-/// `path` only names the source in errors.
+/// The text of a trace, gunzipped when `bytes` start with the gzip magic;
+/// inflating stops at [`MAX_INPUT_BYTES`]. `path` only names the source in
+/// errors.
 pub fn decompress(path: &Path, bytes: &[u8]) -> Result<Vec<u8>, TraceError> {
     if !bytes.starts_with(&GZIP_MAGIC) {
         return Ok(bytes.to_vec());
     }
-    let mut out = Vec::new();
-    flate2::read::MultiGzDecoder::new(bytes)
-        .read_to_end(&mut out)
-        .map_err(|e| TraceError::new(path, None, TraceErrorKind::Decompress(e)))?;
-    Ok(out)
+    read_to_end_capped(
+        flate2::read::MultiGzDecoder::new(bytes),
+        MAX_INPUT_BYTES,
+        path,
+    )
+    .map_err(|e| match e {
+        InputError::Io { source, .. } => {
+            TraceError::new(path, None, TraceErrorKind::Decompress(source))
+        }
+        other => TraceError::new(path, None, TraceErrorKind::Input(other)),
+    })
 }
 
 /// Parse a trace held in memory (plain or gzip). `path` only names the
