@@ -4,6 +4,8 @@
 #[cfg(feature = "cuda")]
 pub mod cuda;
 #[cfg(feature = "cuda")]
+pub mod cuda_driver;
+#[cfg(feature = "cuda")]
 pub mod device_tensors;
 pub mod host;
 

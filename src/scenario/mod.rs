@@ -7,6 +7,7 @@ pub mod engines;
 pub mod placement;
 pub mod run;
 pub mod vram;
+pub mod wait;
 
 pub use case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
 pub use run::{run_case, run_case_detailed, CaseRun, RunOptions};
