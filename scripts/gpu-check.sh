@@ -222,10 +222,12 @@ declare -A ABOUT=(
 declare -A STATUS=() DETAIL=() TOOK=() ALLOT=()
 RESULT_WRITTEN=0
 CHILD=""
+CURRENT=""
 SIGNALLED=""
 
 # record NAME STATUS DETAIL [MS]: one step's outcome, written out at once.
 record() {
+    CURRENT=""
     STATUS[$1]="$2"
     DETAIL[$1]="$3"
     TOOK[$1]="${4:-0}"
@@ -332,6 +334,7 @@ timed_out() {
 begin() {
     MS="$(allot_ms "$1")"
     ALLOT[$1]="${MS}"
+    CURRENT="$1"
     if ((MS < MIN_STEP_MS)); then
         record "$1" "NOT RUN" "no time left ($(secs "$(left_ms)") s of the budget left)"
         return 1
@@ -882,10 +885,29 @@ finish() {
     for s in "${STEPS[@]}"; do
         case "${STATUS[$s]:-}" in
         FAILED | CUT) failed=1 ;;
+        "")
+            STATUS[$s]="NOT RUN"
+            if [[ "${s}" == "${CURRENT}" ]]; then
+                STATUS[$s]="CUT"
+                local why="exit ${rc}"
+                [[ -z "${SIGNALLED}" ]] || why="SIG${SIGNALLED}"
+                DETAIL[$s]="interrupted while running (${why}); partial logs in logs/"
+                failed=1
+                continue
+            fi
+            if [[ -n "${SIGNALLED}" ]]; then
+                DETAIL[$s]="not reached: the run was interrupted (SIG${SIGNALLED})"
+            else
+                DETAIL[$s]="not reached: the run stopped early (exit ${rc})"
+            fi
+            ;;
         esac
     done
     if [[ -n "${SIGNALLED}" ]]; then
         RESULT_LINE="RESULT: INTERRUPTED by SIG${SIGNALLED}; steps not reached are listed as NOT RUN (results in ${RESULTS})"
+        failed=1
+    elif ((rc == 2)); then
+        RESULT_LINE="RESULT: stopped by an error (exit 2, see above; results in ${RESULTS})"
         failed=1
     elif ((failed)); then
         RESULT_LINE="RESULT: FAILED or CUT steps above (results in ${RESULTS})"
@@ -898,7 +920,9 @@ finish() {
     pack_logs
     rm -rf "${LOGS}"
     cat "${RESULTS}/summary.txt"
-    if ((failed)); then
+    if ((rc == 2)); then
+        exit 2
+    elif ((failed)); then
         exit 1
     fi
     exit 0
