@@ -83,7 +83,7 @@ status=0
 ) || status=$?
 elapsed_ms=$((($(date +%s%N) - start) / 1000000))
 cat "${work}/stdout"
-echo "check-gpu-check: exit ${status} after $((elapsed_ms / 1000)).$((elapsed_ms % 1000 / 100)) s"
+echo "check-gpu-check: gpu-check.sh run exited ${status} after $((elapsed_ms / 1000)).$((elapsed_ms % 1000 / 100)) s"
 
 # It ends inside its budget, with a verdict (not a usage error or a kill).
 ((elapsed_ms <= budget * 1000)) || fail "the check took ${elapsed_ms} ms, over its ${budget} s budget"

@@ -735,8 +735,9 @@ protocols() {
 ucx_cuda_lines() {
     local logs=("${LOGS}/ucx-$1".*.log*)
     [[ -e "${logs[0]}" ]] || return 0
-    grep -hiE 'cuda|memtype' "${logs[@]}" 2>/dev/null | sed 's/^\[[^]]*\] \[[^]]*\] *//' |
-        sort | uniq -c | sort -rn | head -n 8
+    # Module loading is in the summary's "UCX and CUDA" section already.
+    grep -hiE 'cuda|memtype|nvlink' "${logs[@]}" 2>/dev/null | grep -v 'module\.c:' |
+        sed 's/^\[[^]]*\] \[[^]]*\] *//' | cut -c1-220 | sort | uniq -c | sort -rn | head -n 8
 }
 
 write_figures() {
@@ -773,11 +774,14 @@ write_figures() {
                     "$(json_num "${f[1]}")" "$(json_num "${f[2]}")" "$(json_num "${f[3]}")" \
                     "$(json_num "${f[4]}")" "$(json_str "${header}")"
                 pfirst=1
-                for p in "${protos[@]}"; do
-                    ((pfirst)) || printf ', '
-                    pfirst=0
-                    json_str "${p}"
-                done
+                # UCX's protocols belong to the NIXL paths only.
+                if [[ "${f[0]}" == nixl* ]]; then
+                    for p in "${protos[@]}"; do
+                        ((pfirst)) || printf ', '
+                        pfirst=0
+                        json_str "${p}"
+                    done
+                fi
                 printf ']}'
             done < <(awk '$1 ~ /^(copy|copy-per-pair|loopback|nixl|nixl-peer)$/ && NF == 6 && $2 ~ /^[0-9.]+$/' "${log}")
         done
