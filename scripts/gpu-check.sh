@@ -41,8 +41,10 @@ set -euo pipefail
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PACK_LIMIT_BYTES=$((64 * 1024 * 1024))
 DEFAULT_BUDGET=420
-# Kept back from the budget for packing the results at the end.
-PACK_RESERVE_MS=6000
+# Kept back from the budget: the grace a timed-out step's processes get
+# between SIGTERM and SIGKILL, then writing and packing the results.
+KILL_GRACE_S=3
+PACK_RESERVE_MS=10000
 # A step is not started with less than this, and gets at least the floor
 # while the budget lasts.
 MIN_STEP_MS=2000
@@ -298,7 +300,8 @@ allot_ms() {
 exec_step() {
     local name="$1" ms="$2" log="$3" start
     shift 3
-    local limit_s=$(((ms + 999) / 1000))
+    local limit_s
+    limit_s="$(secs "${ms}")"
     start="$(now_ms)"
     {
         echo "# step ${name}: $*"
@@ -306,7 +309,7 @@ exec_step() {
     } >>"${log}"
     note "${name}: $* (limit ${limit_s} s, log ${log#"${RESULTS}/"})"
     set +e
-    timeout -k 5 "${limit_s}" "$@" </dev/null >>"${log}" 2>&1 &
+    timeout -k "${KILL_GRACE_S}" "${limit_s}" "$@" </dev/null >>"${log}" 2>&1 &
     CHILD=$!
     wait "${CHILD}"
     STEP_RC=$?

@@ -20,11 +20,10 @@ use super::case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
 use super::engines::{allocate_ranks, register_side_on, Engines, RankTensors};
 use super::placement::{place, Placement};
 use super::vram::{self, CaseDevices, RankMemory};
+use super::wait::{self, POLL_INTERVAL};
 
 /// Both engines' tensors, rank by rank: prefill, then decode.
 type SideTensors = [Vec<RankTensors>; 2];
-
-use super::wait::{self, POLL_INTERVAL};
 
 /// How cases run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

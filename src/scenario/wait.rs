@@ -79,3 +79,85 @@ pub fn pending_text(pending: &[String]) -> String {
         format!("; pending: {}", pending.join(", "))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nixl::{DescList, DescRow, DlistTarget, DryRun, MemKind, XferOp};
+
+    /// Two transfers of `agent` on the dry-run transport (nothing posted yet).
+    fn two_xfers(t: &mut DryRun, agent: AgentId) -> [XferHandle; 2] {
+        let rows = DescList::from_rows((0..3).map(|i| DescRow {
+            addr: 0x1000 + i * 64,
+            len: 64,
+            dev: 0,
+        }));
+        let local = t
+            .prepare_dlist(agent, &DlistTarget::Local, MemKind::Dram, &rows)
+            .unwrap();
+        let remote = t
+            .prepare_dlist(
+                agent,
+                &DlistTarget::Remote("prefill-0".into()),
+                MemKind::Dram,
+                &rows,
+            )
+            .unwrap();
+        let ids = [0, 1, 2];
+        [0, 1].map(|_| {
+            t.make_xfer(agent, XferOp::Read, local, &ids, remote, &ids, None)
+                .unwrap()
+        })
+    }
+
+    fn read(remote_rank: u32, xfer: Option<XferHandle>) -> PlannedRead {
+        PlannedRead {
+            remote_rank,
+            local_block_ids: vec![vec![1]],
+            remote_block_ids: vec![vec![2]],
+            local_desc_ids: vec![0, 1, 2],
+            remote_desc_ids: vec![0, 1, 2],
+            notification: String::new(),
+            xfer,
+        }
+    }
+
+    #[test]
+    fn only_unfinished_transfers_are_listed_with_their_state() {
+        let mut t = DryRun::new();
+        let decode = t.create_agent("decode-0").unwrap();
+        let [a, b] = two_xfers(&mut t, decode);
+        t.post_xfer(decode, a).unwrap();
+        let reads = [read(0, Some(a)), read(1, Some(b)), read(2, None)];
+        let pending = pending_reads(&mut t, decode, &reads);
+        assert_eq!(pending, ["READ from prefill rank 1 (3 pairs): in progress"]);
+        assert_eq!(
+            pending_text(&pending),
+            "; pending: READ from prefill rank 1 (3 pairs): in progress"
+        );
+        let writes = pending_writes(&mut t, &[(decode, a), (decode, b)]);
+        assert_eq!(writes, ["WRITE 1 of decode-0: in progress"]);
+        assert_eq!(pending_text(&[]), "");
+    }
+
+    #[test]
+    fn a_transfer_the_transport_does_not_know_says_so() {
+        let mut t = DryRun::new();
+        let decode = t.create_agent("decode-0").unwrap();
+        let pending = pending_reads(&mut t, decode, &[read(3, Some(XferHandle(99)))]);
+        assert_eq!(pending.len(), 1);
+        assert!(
+            pending[0].starts_with("READ from prefill rank 3 (3 pairs): state unknown ("),
+            "{pending:?}"
+        );
+    }
+
+    #[test]
+    fn the_wait_names_its_limit_only_when_the_case_waited() {
+        assert_eq!(
+            waited(true, Duration::from_secs(20)),
+            "after 20 s (KVGEOM_COMPLETION_LIMIT_S=20)"
+        );
+        assert!(waited(false, Duration::ZERO).starts_with("after the post"));
+    }
+}
