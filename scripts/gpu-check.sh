@@ -1,32 +1,59 @@
 #!/usr/bin/env bash
 # The GPU device check of kvgeom, in two halves:
 #
-#   scripts/gpu-check.sh pack [DIR]
+#   scripts/gpu-check.sh pack [--debug] [DIR]
 #       On a build machine (x86-64 Linux, cargo, libclang; network only if the
-#       NIXL runtime is not installed yet): builds a release kvgeom with
-#       `--features nixl,cuda` and the GPU test binary (tests/gpu.rs), and packs
-#       them with the trimmed NIXL runtime (tar.xz), the geometries and this
-#       script into DIR (default: gpu-check/ at the project root), under 64 MiB.
+#       NIXL runtime is not installed yet): builds kvgeom with
+#       `--features nixl,cuda` and the GPU test binary (tests/gpu.rs), release
+#       (`--debug`: the dev profile, for CI), and packs them with the trimmed
+#       NIXL runtime (tar.xz), the geometries and this script into DIR
+#       (default: gpu-check/ at the project root), under 64 MiB.
 #
-#   DIR/gpu-check.sh run [--quick] [DIR]
-#       On any machine with an NVIDIA driver and the CUDA 13 runtime
-#       (libcudart.so.13; no network needed): runs the GPU tests, the default
-#       sweep on host memory, the same sweep on VRAM over the loopback transport
-#       and over real NIXL, each compared with the host run case by case, then
-#       the VRAM bandwidth benchmark in several UCX set-ups, and prints a
-#       summary. Logs go to DIR/results/. `--quick` limits the real-NIXL sweep
-#       to a few prompt lengths per geometry and runs fewer benchmark variants.
-#       `--host-memory` runs the same steps on host memory instead of VRAM
-#       (to try the pack on a machine without a GPU; the GPU tests then skip).
-#       Exit status: 0 when every check passed, 1 otherwise.
+#   DIR/gpu-check.sh run [--budget SECONDS] [--results FOLDER] [--host-memory]
+#                        [--bench-geometry FILE] [--bench-prompt N] [--extras] [DIR]
+#       On any machine with an NVIDIA driver and the CUDA 13 runtime (no
+#       network needed): every step in the order of what it proves, all of it
+#       inside one budget (default 420 s, so that it fits one 8-minute
+#       command): machine facts; device buffers, post-process and loopback on
+#       VRAM; the VRAM loopback sweep against the host; a 4-case real-NIXL
+#       VRAM canary (retried with UCX_MEMTYPE_CACHE=n, then UCX's defaults);
+#       the in-process benchmark; the two-process benchmark, WRITE then READ;
+#       a real-NIXL VRAM sweep sized to the time left; the rest of the GPU
+#       tests. Each step runs under `timeout -k` with the smaller of its own
+#       limit and its share of the time left; a step that fails or is skipped
+#       stops only the steps that need it. A summary line is written as each
+#       step ends, the whole summary on any exit. FOLDER (default DIR/results)
+#       gets summary.txt, figures.json and logs.tar.gz (every log, UCX's
+#       included; each file capped) and nothing else.
+#       `--host-memory` runs the same steps on host memory (to try the pack on
+#       a machine without a GPU). `--bench-geometry` and `--bench-prompt` pick
+#       the benchmark request (default bench/kimi-linear-vram.toml, 16384
+#       tokens: 571 MB moved, about 6.5 GB of device memory). `--extras` adds
+#       the benchmark with vLLM's agent settings and with GET zero-copy forced.
+#       Exit status: 0 when every step that ran passed, 1 otherwise, 2 on bad
+#       arguments.
 #
-# Environment: CUDA_HOME (where to look for libcudart.so.13 first),
-# KVGEOM_GPU_CHECK_TIMEOUT (seconds per step, default 3600).
+# Environment: CUDA_HOME (where to look for libcudart.so.13 first). The
+# inherited UCX_*, CUDA_* and library-path settings are recorded; UCX_TLS and
+# UCX_NET_DEVICES are set for the run (VRAM: tcp,sm,self,cuda_copy,cuda_ipc).
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PACK_LIMIT_BYTES=$((64 * 1024 * 1024))
-STEP_TIMEOUT="${KVGEOM_GPU_CHECK_TIMEOUT:-3600}"
+DEFAULT_BUDGET=420
+# Kept back from the budget: the grace a timed-out step's processes get
+# between SIGTERM and SIGKILL, then writing and packing the results.
+KILL_GRACE_S=3
+PACK_RESERVE_MS=10000
+# A step is not started with less than this, and gets at least the floor
+# while the budget lasts.
+MIN_STEP_MS=2000
+STEP_FLOOR_MS=6000
+# Each log is capped to this many bytes in logs.tar.gz (head and tail).
+LOG_CAP_BYTES=$((2 * 1024 * 1024))
+RESULT_FILE_LIMIT=$((16 * 1024 * 1024))
+VRAM_TLS="tcp,sm,self,cuda_copy,cuda_ipc"
+HOST_TLS="tcp,sm,self"
 
 die() {
     echo "gpu-check: error: $*" >&2
@@ -38,26 +65,38 @@ note() {
 }
 
 usage() {
-    sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,40p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 2
 }
 
 # ---------------------------------------------------------------- pack
 
 pack() {
-    local root dest target json tests_exe
+    local root dest="" target json tests_exe profile=release profile_dir=release
     root="$(cd "${SCRIPT_DIR}/.." && pwd)"
     [[ -f "${root}/Cargo.toml" ]] || die "pack runs from a kvgeom checkout (no Cargo.toml above ${SCRIPT_DIR})"
-    dest="${1:-${root}/gpu-check}"
+    while (($#)); do
+        case "$1" in
+        --debug)
+            profile=dev
+            profile_dir=debug
+            ;;
+        -h | --help) usage ;;
+        -*) die "pack: unknown option $1" ;;
+        *) dest="$1" ;;
+        esac
+        shift
+    done
+    dest="${dest:-${root}/gpu-check}"
     command -v cargo >/dev/null || die "cargo is needed to build"
     command -v xz >/dev/null || die "xz is needed to pack the NIXL runtime"
     cd "${root}"
     target="${CARGO_TARGET_DIR:-${root}/target}"
 
-    note "building kvgeom (release, --features nixl,cuda)"
-    cargo build --release --features nixl,cuda --bin kvgeom >&2
-    note "building the GPU test binary (release, --features nixl,cuda)"
-    json="$(cargo test --release --features nixl,cuda --test gpu --no-run --message-format=json)"
+    note "building kvgeom (${profile}, --features nixl,cuda)"
+    cargo build --profile "${profile}" --features nixl,cuda --bin kvgeom >&2
+    note "building the GPU test binary (${profile}, --features nixl,cuda)"
+    json="$(cargo test --profile "${profile}" --features nixl,cuda --test gpu --no-run --message-format=json)"
     tests_exe="$(printf '%s\n' "${json}" | grep '"name":"gpu"' | grep -o '"executable":"[^"]*"' |
         tail -n1 | sed 's/^"executable":"//; s/"$//')"
     [[ -n "${tests_exe}" && -x "${tests_exe}" ]] || die "cargo did not report the gpu test executable"
@@ -69,7 +108,7 @@ pack() {
 
     rm -rf "${dest}"
     mkdir -p "${dest}/bin"
-    cp "${target}/release/kvgeom" "${dest}/bin/kvgeom"
+    cp "${target}/${profile_dir}/kvgeom" "${dest}/bin/kvgeom"
     cp "${tests_exe}" "${dest}/bin/gpu-tests"
     if command -v strip >/dev/null; then
         strip "${dest}/bin/kvgeom" "${dest}/bin/gpu-tests"
@@ -77,11 +116,12 @@ pack() {
     cp -r "${root}/geometries" "${root}/bench" "${dest}/"
     cp "${root}/scripts/gpu-check.sh" "${dest}/gpu-check.sh"
     note "packing the NIXL runtime (tar.xz)"
-    tar -C "${root}" --exclude=.nixl-runtime/env.sh -cJf "${dest}/nixl-runtime.tar.xz" .nixl-runtime
+    tar -C "${root}" --exclude=.nixl-runtime/env.sh --exclude=.nixl-runtime/env-gpu.sh \
+        -cJf "${dest}/nixl-runtime.tar.xz" .nixl-runtime
     {
         echo "kvgeom device check pack"
         echo "commit: $(git -C "${root}" rev-parse HEAD 2>/dev/null || echo unknown)"
-        echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -srm)"
+        echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -srm), profile ${profile}"
         echo "rustc: $(rustc --version 2>/dev/null || echo unknown)"
         echo "nixl runtime: $(cat "${root}/.nixl-runtime/.installed")"
     } >"${dest}/MANIFEST"
@@ -95,7 +135,17 @@ pack() {
     echo "${dest}"
 }
 
-# ---------------------------------------------------------------- run
+# ---------------------------------------------------------------- run: helpers
+
+now_ms() {
+    local t="${EPOCHREALTIME//[.,]/}"
+    echo $((t / 1000))
+}
+
+# Seconds with one decimal from milliseconds.
+secs() {
+    printf '%d.%d' $(($1 / 1000)) $((($1 % 1000) / 100))
+}
 
 # The folder holding libcudart.so.13, or nothing.
 find_cudart() {
@@ -111,30 +161,201 @@ find_cudart() {
     done
 }
 
-declare -a SUMMARY=()
-FAILED=0
-
-# record NAME STATUS DETAIL
-record() {
-    SUMMARY+=("$(printf '%-34s %-8s %s' "$1" "$2" "$3")")
-    if [[ "$2" == "FAILED" ]]; then
-        FAILED=1
+# The file the dynamic loader finds for library NAME: LD_LIBRARY_PATH first,
+# then the loader cache; nothing when none.
+resolve_lib() {
+    local name="$1" d found
+    local IFS=:
+    for d in ${LD_LIBRARY_PATH:-}; do
+        if [[ -n "${d}" && -e "${d}/${name}" ]]; then
+            readlink -f "${d}/${name}"
+            return
+        fi
+    done
+    found="$(ldconfig -p 2>/dev/null | awk -v n="${name}" '$1 == n { print $NF; exit }')"
+    if [[ -n "${found}" ]]; then
+        readlink -f "${found}"
     fi
 }
 
-# step NAME LOG -- COMMAND...: run with a timeout, log stdout+stderr, return its status.
-step() {
-    local name="$1" log="$2" status
-    shift 3
-    note "${name}: $* (log: ${log})"
-    set +e
-    timeout "${STEP_TIMEOUT}" "$@" >"${log}" 2>&1
-    status=$?
-    set -e
-    if ((status == 124)); then
-        echo "gpu-check: ${name} timed out after ${STEP_TIMEOUT} s" >>"${log}"
+# A JSON number, or the text as a string when it is not one ("inf").
+json_num() {
+    if [[ "$1" =~ ^-?[0-9]+(\.[0-9]+)?$ ]]; then
+        printf '%s' "$1"
+    else
+        json_str "$1"
     fi
-    return "${status}"
+}
+
+json_str() {
+    local s="$1"
+    s="${s//\\/\\\\}"
+    s="${s//\"/\\\"}"
+    s="$(printf '%s' "${s}" | tr -d '\000-\010\013-\037' | tr '\t\n\r' '   ')"
+    printf '"%s"' "${s}"
+}
+
+# ---------------------------------------------------------------- run: steps
+
+# The planned steps, in order: name, own limit (s), weight in the share of
+# the time left, what it proves.
+STEPS=(machine device vram-loopback-sweep nixl-canary bench-in-process
+    bench-peer-write bench-peer-read nixl-sweep gpu-tests-rest extra-vllm-agents extra-get-zcopy)
+declare -A LIMIT=([machine]=30 [device]=60 [vram-loopback-sweep]=150 [nixl-canary]=90
+    [bench-in-process]=120 [bench-peer-write]=90 [bench-peer-read]=90 [nixl-sweep]=150
+    [gpu-tests-rest]=600 [extra-vllm-agents]=90 [extra-get-zcopy]=90)
+# With --extras the last two share the time left with the GPU tests;
+# without, they are skipped and take nothing.
+declare -A WEIGHT=([machine]=30 [device]=60 [vram-loopback-sweep]=150 [nixl-canary]=90
+    [bench-in-process]=120 [bench-peer-write]=90 [bench-peer-read]=90 [nixl-sweep]=150
+    [gpu-tests-rest]=90 [extra-vllm-agents]=45 [extra-get-zcopy]=45)
+declare -A ABOUT=(
+    [machine]="GPU, driver, inherited UCX/CUDA settings, libraries UCX's CUDA modules load"
+    [device]="device buffers, post-process and loopback on device memory (GPU tests)"
+    [vram-loopback-sweep]="every default case on device memory over loopback, against the host"
+    [nixl-canary]="4 real-NIXL cases on device memory, against the host"
+    [bench-in-process]="benchmark in one process: copy, copy per pair, loopback, NIXL"
+    [bench-peer-write]="benchmark, prefill in a peer process: WRITE (ucp_put)"
+    [bench-peer-read]="benchmark, prefill in a peer process: READ (ucp_get)"
+    [nixl-sweep]="a seeded random subset of the real-NIXL sweep on device memory, sized to fit"
+    [gpu-tests-rest]="the remaining GPU tests (benchmark bytes, sweeps against the host)"
+    [extra-vllm-agents]="in-process NIXL benchmark with vLLM's agent settings (--extras)"
+    [extra-get-zcopy]="peer READ with UCX_CUDA_IPC_ENABLE_GET_ZCOPY=on (--extras)")
+declare -A STATUS=() DETAIL=() TOOK=() ALLOT=()
+RESULT_WRITTEN=0
+CHILD=""
+CURRENT=""
+SIGNALLED=""
+
+# record NAME STATUS DETAIL [MS]: one step's outcome, written out at once.
+record() {
+    CURRENT=""
+    STATUS[$1]="$2"
+    DETAIL[$1]="$3"
+    TOOK[$1]="${4:-0}"
+    local line
+    line="$(summary_line "$1")"
+    echo "${line}" >>"${RESULTS}/summary.txt"
+    echo "${line}" >&2
+    pack_logs
+}
+
+summary_line() {
+    local took="-"
+    if [[ -n "${TOOK[$1]:-}" && "${TOOK[$1]}" != 0 ]]; then
+        took="$(secs "${TOOK[$1]}") s"
+    fi
+    printf '%-20s %-8s %8s  %s' "$1" "${STATUS[$1]:-NOT RUN}" "${took}" "${DETAIL[$1]:-not reached}"
+}
+
+left_ms() {
+    echo $((DEADLINE_MS - $(now_ms)))
+}
+
+# Whether step NAME can still run: not decided yet, and neither asked off
+# (--extras) nor waiting for a step that already failed.
+applicable() {
+    [[ -z "${STATUS[$1]:-}" ]] || return 1
+    case "$1" in
+    extra-*) ((EXTRAS)) || return 1 ;;
+    esac
+    case "$1" in
+    machine | device) ;;
+    *) [[ "${MEMORY}" == host || -z "${STATUS[device]:-}" ]] || ((DEVICE_OK)) || return 1 ;;
+    esac
+    case "$1" in
+    bench-peer-* | nixl-sweep | extra-*) [[ -z "${STATUS[nixl-canary]:-}" ]] || ((NIXL_OK)) || return 1 ;;
+    esac
+    return 0
+}
+
+# The time step NAME may take: its own limit, or its share of the time left
+# by weight among the steps that can still run if that is smaller, but at
+# least STEP_FLOOR_MS while the time lasts; the last step gets all that is
+# left.
+allot_ms() {
+    local name="$1" s sum=0 after=0 left own share
+    left="$(left_ms)"
+    for s in "${STEPS[@]}"; do
+        if [[ "${s}" == "${name}" ]]; then
+            after=1
+        fi
+        if ((after)) && applicable "${s}"; then
+            sum=$((sum + WEIGHT[$s]))
+        fi
+    done
+    own=$((LIMIT[$name] * 1000))
+    if ((sum <= WEIGHT[$name])); then
+        share="${left}"
+    else
+        share=$((left * WEIGHT[$name] / sum))
+        ((share >= STEP_FLOOR_MS)) || share=$((left < STEP_FLOOR_MS ? left : STEP_FLOOR_MS))
+    fi
+    ((share < own)) && own="${share}"
+    echo "${own}"
+}
+
+# exec_step NAME MS LOG COMMAND...: run COMMAND under `timeout -k` for MS
+# milliseconds, stdout and stderr to LOG; sets STEP_RC and STEP_MS.
+exec_step() {
+    local name="$1" ms="$2" log="$3" start
+    shift 3
+    local limit_s
+    limit_s="$(secs "${ms}")"
+    start="$(now_ms)"
+    {
+        echo "# step ${name}: $*"
+        echo "# limit ${limit_s} s; started $(date -u +%H:%M:%S)"
+    } >>"${log}"
+    note "${name}: $* (limit ${limit_s} s, log ${log#"${RESULTS}/"})"
+    set +e
+    timeout -k "${KILL_GRACE_S}" "${limit_s}" "$@" </dev/null >>"${log}" 2>&1 &
+    CHILD=$!
+    wait "${CHILD}"
+    STEP_RC=$?
+    CHILD=""
+    set -e
+    STEP_MS=$(($(now_ms) - start))
+    echo "# exit ${STEP_RC} after $(secs "${STEP_MS}") s" >>"${log}"
+    if [[ -n "${SIGNALLED}" ]]; then
+        exit 1
+    fi
+}
+
+# How a step that timed out reads: cut by the budget or over its own limit.
+timed_out() {
+    local name="$1" ms="$2" log="$3"
+    if ((ms < LIMIT[$name] * 1000)); then
+        echo "cut at $(secs "${ms}") s by the budget (own limit ${LIMIT[$name]} s); partial log in logs/${log##*/}"
+    else
+        echo "timed out after its own limit of ${LIMIT[$name]} s; see logs/${log##*/}"
+    fi
+}
+
+# begin NAME: sets MS to the time allotted; false (and NAME recorded NOT
+# RUN) when that is too little to start.
+begin() {
+    MS="$(allot_ms "$1")"
+    ALLOT[$1]="${MS}"
+    CURRENT="$1"
+    if ((MS < MIN_STEP_MS)); then
+        record "$1" "NOT RUN" "no time left ($(secs "$(left_ms)") s of the budget left)"
+        return 1
+    fi
+}
+
+skip() {
+    record "$1" "SKIPPED" "$2"
+}
+
+# The first line of LOG that says what went wrong.
+first_error() {
+    local line
+    line="$(grep -m1 -E 'FAILED|^error|[Ee]rror:|hung|differ|cases failed|panicked|not found' "$1" 2>/dev/null || true)"
+    if [[ -z "${line}" ]]; then
+        line="$(grep -v '^#' "$1" 2>/dev/null | tail -n1 || true)"
+    fi
+    echo "${line:0:200}"
 }
 
 # "N cases, N passed, N failed" from a sweep's JSON report.
@@ -146,37 +367,361 @@ counts() {
     echo "${parts[0]}, ${parts[1]}, ${parts[2]}"
 }
 
-# sweep NAME OUT ARGS...: a default sweep with its JSON report in RESULTS/OUT.json.
-sweep() {
-    local name="$1" out="$2"
-    shift 2
-    if step "${name}" "${RESULTS}/${out}.txt" -- "${KVGEOM}" sweep geometries --no-shrink \
-        --format json --out "${RESULTS}/${out}.json" "$@"; then
-        record "${name}" "ok" "$(counts "${RESULTS}/${out}.json")$(grep -q 'all .* cases give the same' "${RESULTS}/${out}.txt" && echo '; same as host')"
+# ucx_env STEP: the environment that gives a step's processes their own UCX
+# log files (info level, module loading included, size-capped).
+ucx_env() {
+    printf '%s\n' "UCX_LOG_LEVEL=info" "UCX_MODULE_LOG_LEVEL=info" \
+        "UCX_LOG_FILE=${LOGS}/ucx-$1.%p.log" "UCX_LOG_FILE_SIZE=4194304" "UCX_LOG_FILE_ROTATE=1"
+}
+
+# A sweep: STEP PART LIMIT_MS ENV... -- ARGS... (log and JSON report
+# named PART); sets SWEEP_DETAIL; 0 passed, 124 cut or timed out, 1 failed.
+run_sweep() {
+    local name="$1" ms="$3" report="${LOGS}/$2.json" log="${LOGS}/$2.log"
+    shift 3
+    local envs=()
+    while [[ "$1" != "--" ]]; do
+        envs+=("$1")
+        shift
+    done
+    shift
+    exec_step "${name}" "${ms}" "${log}" env "${envs[@]}" "${KVGEOM}" sweep --no-shrink \
+        --format json --out "${report}" "$@"
+    if ((STEP_RC == 0)); then
+        SWEEP_DETAIL="$(counts "${report}")$(grep -q 'give the same results' "${log}" && echo '; same as host')"
+        return 0
+    elif ((STEP_RC == 124 || STEP_RC == 137)); then
+        SWEEP_DETAIL="$(timed_out "${name}" "${ms}" "${log}")"
+        return 124
+    fi
+    SWEEP_DETAIL="exit ${STEP_RC}: $(first_error "${log}")"
+    return 1
+}
+
+# ---------------------------------------------------------------- run: the steps
+
+step_machine() {
+    local log="${LOGS}/machine.log" problems=() notes=()
+    begin machine || return 0
+    local start
+    start="$(now_ms)"
+    {
+        echo "== machine facts, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+        echo "pack: $(tr '\n' ';' <"${DIR}/MANIFEST" 2>/dev/null || echo 'no MANIFEST')"
+        echo "host: $(uname -srm); $(nproc 2>/dev/null || echo '?') CPUs"
+        echo
+        echo "== inherited environment (before this script changed anything)"
+        printf '%s\n' "${INHERITED_ENV}"
+        echo
+        echo "== environment for the run"
+        env | grep -E '^(UCX_|NIXL_|KVGEOM_|LD_LIBRARY_PATH=)' | sort
+        echo
+        echo "== nvidia-smi"
+    } >>"${log}"
+    if command -v nvidia-smi >/dev/null; then
+        timeout -k 2 20 nvidia-smi >>"${log}" 2>&1 || echo "nvidia-smi failed" >>"${log}"
+        GPU_LINE="$(timeout -k 2 20 nvidia-smi --query-gpu=name,driver_version,memory.total \
+            --format=csv,noheader 2>/dev/null | head -n1 || true)"
     else
-        record "${name}" "FAILED" "$(grep -m1 -E 'error|differences|cases failed|timed out' "${RESULTS}/${out}.txt" || counts "${RESULTS}/${out}.json")"
+        echo "nvidia-smi: not found" >>"${log}"
+        GPU_LINE="no nvidia-smi"
+    fi
+    # The driver: what cudarc loads (libcuda.so first, libcuda.so.1 last)
+    # against what UCX's CUDA modules link (libcuda.so.1).
+    local name f first="" soname
+    soname="$(resolve_lib libcuda.so.1)"
+    {
+        echo
+        echo "== CUDA driver libraries (cudarc tries libcuda.so first, libcuda.so.1 last; UCX links libcuda.so.1)"
+    } >>"${log}"
+    for name in libcuda.so libcuda.so.13 libcuda.so.12 libcuda.so.1; do
+        f="$(resolve_lib "${name}")"
+        echo "${name} -> ${f:-not found}" >>"${log}"
+        if [[ -n "${f}" && -z "${first}" ]]; then
+            first="${f}"
+        fi
+    done
+    DRIVER_LINE="${first:-none}"
+    if [[ -z "${first}" ]]; then
+        [[ "${MEMORY}" == vram ]] && problems+=("no libcuda (the NVIDIA driver) on the library path")
+    else
+        if [[ "${first}" == */stubs/* ]]; then
+            problems+=("cudarc would load the stub ${first}")
+        elif [[ -n "${soname}" && "${first}" != "${soname}" ]]; then
+            problems+=("cudarc would load ${first}, UCX links ${soname}")
+        fi
+        if grep -q 'kvgeom stand-in' "${first}" 2>/dev/null; then
+            DRIVER_LINE="${first} (the kvgeom stand-in driver: host memory, not a GPU)"
+        fi
+    fi
+    echo "libcudart.so.13 -> ${CUDART:-not found}" >>"${log}"
+    # Every library UCX's CUDA modules need, with the final library path.
+    local mod missing
+    {
+        echo
+        echo "== ldd of the binaries and of UCX's CUDA modules (LD_LIBRARY_PATH=${LD_LIBRARY_PATH})"
+    } >>"${log}"
+    for mod in "${KVGEOM}" "${DIR}/bin/gpu-tests" "${UCX_MODULES}"/libuct_cuda*.so* "${UCX_MODULES}"/libucm_cuda*.so*; do
+        [[ -e "${mod}" ]] || continue
+        echo "-- ${mod}" >>"${log}"
+        ldd "${mod}" >>"${log}" 2>&1 || true
+        missing="$(ldd "${mod}" 2>&1 | awk '/not found/ { print $1 }' | sort -u | tr '\n' ' ')"
+        missing="${missing% }"
+        [[ -n "${missing}" ]] || continue
+        # The CUDA transports (libuct_cuda) need the driver's libcuda.so.1 and
+        # libnvidia-ml.so.1; libcudart.so.13 feeds only UCX's memory hooks
+        # (libucm_cuda).
+        if [[ "${MEMORY}" == vram && "${mod##*/}" != libucm_cuda* && "${mod}" == "${UCX_MODULES}"/* ]]; then
+            problems+=("${mod##*/} needs ${missing}")
+        else
+            notes+=("${mod##*/} needs ${missing}")
+        fi
+    done
+    [[ -n "${CUDART}" ]] || notes+=("no libcudart.so.13 (UCX's CUDA memory hooks stay off; set CUDA_HOME)")
+    local took=$(($(now_ms) - start))
+    local detail="${GPU_LINE}; driver ${DRIVER_LINE}"
+    if ((${#notes[@]})); then
+        detail+="; $(printf '%s; ' "${notes[@]}")"
+        detail="${detail%; }"
+    fi
+    if ((${#problems[@]})); then
+        printf 'problem: %s\n' "${problems[@]}" >>"${log}"
+        record machine "FAILED" "$(printf '%s; ' "${problems[@]}")${detail}" "${took}"
+    else
+        record machine "ok" "${detail}" "${took}"
     fi
 }
 
-# bench NAME OUT COMMAND...: one benchmark run, UCX telling its protocol
-# choices in RESULTS/ucx-OUT.<pid>.log (one per process).
-bench() {
-    local name="$1" out="$2"
-    shift 2
-    if step "${name}" "${RESULTS}/${out}.txt" -- env UCX_PROTO_INFO=y \
-        UCX_LOG_FILE="${RESULTS}/ucx-${out}.%p.log" "$@"; then
-        record "${name}" "ok" "see ${out}.txt"
+DEVICE_TESTS=(driver_missing_is_a_typed_error device_buffers_round_trip
+    post_process_on_device_matches_host loopback_moves_device_bytes)
+
+step_device() {
+    local ms log="${LOGS}/device.log"
+    begin device || return 0
+    ms="${MS}"
+    exec_step device "${ms}" "${log}" env KVGEOM_ROOT="${DIR}" "${DIR}/bin/gpu-tests" "${DEVICE_TESTS[@]}"
+    if grep -q '^test device_buffers_round_trip \.\.\. ok' "${log}"; then
+        DEVICE_OK=1
+    fi
+    local tally
+    tally="$(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped' "${log}" | tail -n1 || true)"
+    if ((STEP_RC == 0)); then
+        record device "ok" "${tally}" "${STEP_MS}"
+    elif ((STEP_RC == 124 || STEP_RC == 137)); then
+        record device "CUT" "$(timed_out device "${ms}" "${log}")" "${STEP_MS}"
     else
-        record "${name}" "FAILED" "$(grep -m1 -E '^error|timed out' "${RESULTS}/${out}.txt" || echo "see ${out}.txt")"
+        record device "FAILED" "${tally:+${tally}; }$(first_error "${log}")" "${STEP_MS}"
     fi
 }
 
-# protocols OUT: the RMA protocols UCX chose in a benchmark's processes
+# needs_device NAME: whether NAME can run (else it is recorded SKIPPED).
+needs_device() {
+    if [[ "${MEMORY}" == host ]] || ((DEVICE_OK)); then
+        return 0
+    fi
+    skip "$1" "skipped: needs a working device (step device: ${STATUS[device]:-NOT RUN})"
+    return 1
+}
+
+needs_nixl() {
+    if ((NIXL_OK)); then
+        return 0
+    fi
+    skip "$1" "skipped: needs real NIXL on ${MEMORY} memory (step nixl-canary: ${STATUS[nixl-canary]:-NOT RUN})"
+    return 1
+}
+
+step_vram_loopback_sweep() {
+    local ms
+    needs_device vram-loopback-sweep || return 0
+    begin vram-loopback-sweep || return 0
+    ms="${MS}"
+    local rc=0
+    run_sweep vram-loopback-sweep vram-loopback-sweep "${ms}" -- \
+        geometries --memory "${MEMORY}" --transport loopback --compare-host || rc=$?
+    case "${rc}" in
+    0) record vram-loopback-sweep "ok" "${SWEEP_DETAIL}" "${STEP_MS}" ;;
+    124) record vram-loopback-sweep "CUT" "${SWEEP_DETAIL}" "${STEP_MS}" ;;
+    *) record vram-loopback-sweep "FAILED" "${SWEEP_DETAIL}" "${STEP_MS}" ;;
+    esac
+}
+
+CANARY_ARGS=(geometries/g1-mla-kda-ppl3-vs-2.toml --prompts "5,29" --alloc mainline)
+
+step_nixl_canary() {
+    local ms
+    needs_device nixl-canary || return 0
+    begin nixl-canary || return 0
+    ms="${MS}"
+    # Three set-ups, each with a third of the time: the script's, with UCX's
+    # memory-type cache off, with UCX's own defaults (no UCX_TLS at all).
+    local labels=("UCX_TLS=${UCX_TLS}" "UCX_TLS=${UCX_TLS} UCX_MEMTYPE_CACHE=n" "UCX defaults (UCX_TLS, UCX_NET_DEVICES unset)")
+    local setups=("" "UCX_MEMTYPE_CACHE=n" "-u UCX_TLS -u UCX_NET_DEVICES")
+    local i rc took=0 tried=() each last_detail=""
+    for i in 0 1 2; do
+        # What is left of the step, shared by the attempts still to come.
+        each=$(((ms - took) / (3 - i)))
+        local envs=()
+        read -r -a envs <<<"${setups[i]}"
+        local ucx
+        mapfile -t ucx < <(ucx_env "nixl-canary-${i}")
+        rc=0
+        run_sweep nixl-canary "nixl-canary-${i}" "${each}" \
+            "${envs[@]}" "${ucx[@]}" -- "${CANARY_ARGS[@]}" --memory "${MEMORY}" \
+            --transport nixl --compare-host || rc=$?
+        took=$((took + STEP_MS))
+        if ((rc == 0)); then
+            NIXL_OK=1
+            NIXL_ENV=("${envs[@]}")
+            NIXL_SETUP="${labels[i]}"
+            CANARY_MS_PER_CASE=$((STEP_MS / 4))
+            record nixl-canary "ok" "${SWEEP_DETAIL}; with ${labels[i]}${tried:+; before: $(printf '%s; ' "${tried[@]}")}" "${took}"
+            return 0
+        fi
+        if ((i > 0)) && [[ "${SWEEP_DETAIL}" == "${last_detail}" ]]; then
+            tried+=("${labels[i]}: the same")
+        else
+            tried+=("${labels[i]}: ${SWEEP_DETAIL}")
+        fi
+        last_detail="${SWEEP_DETAIL}"
+        if (($(left_ms) < MIN_STEP_MS || ms - took < MIN_STEP_MS)); then
+            tried+=("no time left for the other set-ups")
+            break
+        fi
+    done
+    local detail
+    detail="$(printf '%s; ' "${tried[@]}")"
+    record nixl-canary "FAILED" "${detail%; }" "${took}"
+}
+
+# Benchmark tables and UCX's protocol choices, kept for the summary.
+BENCH_STEPS=()
+
+# A benchmark step: NAME NEEDS(device|nixl) ENV... -- ARGS...
+run_bench() {
+    local name="$1" ms log="${LOGS}/$1.log"
+    shift
+    local envs=()
+    while [[ "$1" != "--" ]]; do
+        envs+=("$1")
+        shift
+    done
+    shift
+    begin "${name}" || return 0
+    ms="${MS}"
+    local ucx
+    mapfile -t ucx < <(ucx_env "${name}")
+    exec_step "${name}" "${ms}" "${log}" env "${envs[@]}" "${ucx[@]}" UCX_PROTO_INFO=y \
+        "${KVGEOM}" bench vram --memory "${MEMORY}" --geometry "${BENCH_GEOMETRY}" \
+        --prompt "${BENCH_PROMPT}" "$@"
+    BENCH_STEPS+=("${name}")
+    local figures
+    figures="$(awk '$1 ~ /^(copy|copy-per-pair|loopback|nixl|nixl-peer)$/ && NF == 6 { printf "%s %s GB/s, ", $1, $4 }' "${log}")"
+    figures="${figures%, }"
+    if ((STEP_RC == 0)); then
+        record "${name}" "ok" "${figures:-no figures}$(grep -m1 -o 'skipped: .*' "${log}" | sed 's/^/; /' || true)" "${STEP_MS}"
+    elif ((STEP_RC == 124 || STEP_RC == 137)); then
+        record "${name}" "CUT" "$(timed_out "${name}" "${ms}" "${log}")" "${STEP_MS}"
+    else
+        record "${name}" "FAILED" "exit ${STEP_RC}: $(first_error "${log}")" "${STEP_MS}"
+    fi
+}
+
+step_bench_in_process() {
+    needs_device bench-in-process || return 0
+    local paths="copy,copy-per-pair,loopback"
+    if ((NIXL_OK)); then
+        paths+=",nixl"
+        run_bench bench-in-process "${NIXL_ENV[@]}" -- --paths "${paths}"
+    else
+        run_bench bench-in-process -- --paths "${paths}"
+        if [[ "${STATUS[bench-in-process]:-}" == ok ]]; then
+            DETAIL[bench-in-process]+="; nixl left out (step nixl-canary: ${STATUS[nixl-canary]:-NOT RUN})"
+        fi
+    fi
+}
+
+step_bench_peer() {
+    local name="$1" op="$2"
+    needs_device "${name}" || return 0
+    needs_nixl "${name}" || return 0
+    run_bench "${name}" "${NIXL_ENV[@]}" -- --peer-process --op "${op}" --paths nixl-peer
+}
+
+step_nixl_sweep() {
+    local ms
+    needs_device nixl-sweep || return 0
+    needs_nixl nixl-sweep || return 0
+    begin nixl-sweep || return 0
+    ms="${MS}"
+    # As many cases as 60% of the time allows at the canary's pace.
+    local per_case=$((CANARY_MS_PER_CASE > 50 ? CANARY_MS_PER_CASE : 50))
+    local n=$((ms * 6 / 10 / per_case))
+    ((n < 4)) && n=4
+    local ucx rc=0
+    mapfile -t ucx < <(ucx_env nixl-sweep)
+    run_sweep nixl-sweep nixl-sweep "${ms}" "${NIXL_ENV[@]}" "${ucx[@]}" -- \
+        geometries --random "${n}" --seed 17 --memory "${MEMORY}" --transport nixl --compare-host || rc=$?
+    case "${rc}" in
+    0) record nixl-sweep "ok" "${SWEEP_DETAIL} (--random ${n} --seed 17, at $(secs "${per_case}") s a case)" "${STEP_MS}" ;;
+    124) record nixl-sweep "CUT" "${SWEEP_DETAIL}" "${STEP_MS}" ;;
+    *) record nixl-sweep "FAILED" "${SWEEP_DETAIL}" "${STEP_MS}" ;;
+    esac
+}
+
+step_gpu_tests_rest() {
+    local ms log="${LOGS}/gpu-tests-rest.log"
+    needs_device gpu-tests-rest || return 0
+    begin gpu-tests-rest || return 0
+    ms="${MS}"
+    local skips=() t left_out=""
+    for t in "${DEVICE_TESTS[@]}"; do
+        skips+=(--skip "${t}")
+    done
+    # The real-NIXL tests need what the canary showed.
+    if ((!NIXL_OK)); then
+        skips+=(--skip nixl)
+        left_out="; the real-NIXL tests left out (step nixl-canary: ${STATUS[nixl-canary]:-NOT RUN})"
+    fi
+    local ucx
+    mapfile -t ucx < <(ucx_env gpu-tests-rest)
+    exec_step gpu-tests-rest "${ms}" "${log}" env "${NIXL_ENV[@]}" "${ucx[@]}" KVGEOM_ROOT="${DIR}" \
+        "${DIR}/bin/gpu-tests" "${skips[@]}"
+    local tally done_tests
+    tally="$(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped' "${log}" | tail -n1 || true)"
+    done_tests="$(grep -cE '^test .* \.\.\. ' "${log}" || true)"
+    if ((STEP_RC == 0)); then
+        record gpu-tests-rest "ok" "${tally}${left_out}" "${STEP_MS}"
+    elif ((STEP_RC == 124 || STEP_RC == 137)); then
+        record gpu-tests-rest "CUT" "$(timed_out gpu-tests-rest "${ms}" "${log}"); ${done_tests} tests finished${left_out}" "${STEP_MS}"
+    else
+        record gpu-tests-rest "FAILED" "${tally:+${tally}; }$(first_error "${log}")${left_out}" "${STEP_MS}"
+    fi
+}
+
+# The optional benchmark set-ups (--extras), after everything else.
+# UCX_CUDA_IPC_ENABLE_SAME_PROCESS=y is never tried: UCX means it for its
+# own tests, and a related same-process selection exhausted GPU memory in
+# UCX 1.21 (openucx/ucx#11854).
+step_extra() {
+    local name="$1"
+    shift
+    if ((!EXTRAS)); then
+        skip "${name}" "skipped: not asked for (--extras)"
+        return 0
+    fi
+    needs_device "${name}" || return 0
+    needs_nixl "${name}" || return 0
+    run_bench "${name}" "${NIXL_ENV[@]}" "$@"
+}
+
+# ---------------------------------------------------------------- run: the report
+
+# The RMA protocols UCX chose in a step's processes
 # ("<operation> => <size range> | <protocol> | <transport>").
 protocols() {
-    local logs=("${RESULTS}/ucx-$1".*.log)
+    local logs=("${LOGS}/ucx-$1".*.log*)
     [[ -e "${logs[0]}" ]] || return 0
-    echo "   UCX protocols (UCX_PROTO_INFO):"
     awk '
         { sub(/^\[[^]]*\] \[[^]]*\] +/, "") }
         /remote memory (read|write) by ucp_/ { hdr = $0; gsub(/^\| *| *\|$/, "", hdr); next }
@@ -186,20 +731,260 @@ protocols() {
             print hdr " => " row
         }
         /by ucp_am/ { hdr = "" }
-    ' "${logs[@]}" | sort -u | head -n 24 | sed 's/^/     /'
+    ' "${logs[@]}" 2>/dev/null | sort -u | head -n 24
+}
+
+# UCX's lines about its CUDA modules and transports in a step's logs.
+ucx_cuda_lines() {
+    local logs=("${LOGS}/ucx-$1".*.log*)
+    [[ -e "${logs[0]}" ]] || return 0
+    # Module loading is in the summary's "UCX and CUDA" section already.
+    grep -hiE 'cuda|memtype|nvlink' "${logs[@]}" 2>/dev/null | grep -v 'module\.c:' |
+        sed 's/^\[[^]]*\] \[[^]]*\] *//' | cut -c1-220 | sort | uniq -c | sort -rn | head -n 8
+}
+
+write_figures() {
+    local out="${RESULTS}/figures.json" s first=1 line
+    {
+        printf '{"budget_s": %s, "elapsed_s": %s, "memory": %s, "result": %s,\n' \
+            "${BUDGET}" "$(secs $(($(now_ms) - START_MS)))" "$(json_str "${MEMORY}")" "$(json_str "${RESULT_LINE}")"
+        printf ' "machine": {"gpu": %s, "driver": %s, "ucx_tls": %s, "inherited_ucx_tls": %s, "nixl_setup": %s},\n' \
+            "$(json_str "${GPU_LINE}")" "$(json_str "${DRIVER_LINE}")" "$(json_str "${UCX_TLS}")" \
+            "$(json_str "${INHERITED_TLS}")" "$(json_str "${NIXL_SETUP}")"
+        printf ' "steps": ['
+        for s in "${STEPS[@]}"; do
+            ((first)) || printf ','
+            first=0
+            printf '\n  {"name": %s, "status": %s, "seconds": %s, "allotted_s": %s, "detail": %s, "proves": %s}' \
+                "$(json_str "${s}")" "$(json_str "${STATUS[$s]:-NOT RUN}")" "$(secs "${TOOK[$s]:-0}")" \
+                "$(secs "${ALLOT[$s]:-0}")" "$(json_str "${DETAIL[$s]:-not reached}")" "$(json_str "${ABOUT[$s]}")"
+        done
+        printf '],\n "bench": ['
+        first=1
+        for s in "${BENCH_STEPS[@]}"; do
+            local log="${LOGS}/${s}.log" header protos=() p pfirst=1
+            [[ -f "${log}" ]] || continue
+            header="$(grep -m1 -E '^(READ|WRITE) of' "${log}" || true)"
+            mapfile -t protos < <(protocols "${s}")
+            while read -r line; do
+                [[ -n "${line}" ]] || continue
+                local f=()
+                read -r -a f <<<"${line}"
+                ((first)) || printf ','
+                first=0
+                printf '\n  {"step": %s, "op": %s, "path": %s, "best_s": %s, "mean_s": %s, "gb_per_s": %s, "pairs_per_s": %s, "request": %s, "ucx_protocols": [' \
+                    "$(json_str "${s}")" "$(json_str "${header%% *}")" "$(json_str "${f[0]}")" \
+                    "$(json_num "${f[1]}")" "$(json_num "${f[2]}")" "$(json_num "${f[3]}")" \
+                    "$(json_num "${f[4]}")" "$(json_str "${header}")"
+                pfirst=1
+                # UCX's protocols belong to the NIXL paths only.
+                if [[ "${f[0]}" == nixl* ]]; then
+                    for p in "${protos[@]}"; do
+                        ((pfirst)) || printf ', '
+                        pfirst=0
+                        json_str "${p}"
+                    done
+                fi
+                printf ']}'
+            done < <(awk '$1 ~ /^(copy|copy-per-pair|loopback|nixl|nixl-peer)$/ && NF == 6 && $2 ~ /^[0-9.]+$/' "${log}")
+        done
+        printf ']}\n'
+    } >"${out}"
+}
+
+full_summary() {
+    local s
+    echo "== kvgeom GPU check: ${DIR} (budget ${BUDGET} s, $(secs $(($(now_ms) - START_MS))) s used, ${MEMORY} memory)"
+    echo "gpu: ${GPU_LINE}"
+    echo "driver: ${DRIVER_LINE}"
+    echo "UCX_TLS: ${UCX_TLS} (inherited: ${INHERITED_TLS}); real NIXL ran with: ${NIXL_SETUP}"
+    echo
+    printf '%-20s %-8s %8s  %s\n' step status took detail
+    for s in "${STEPS[@]}"; do
+        summary_line "${s}"
+        echo
+    done
+    echo
+    echo "== what each step proves"
+    for s in "${STEPS[@]}"; do
+        printf '%-20s %s\n' "${s}" "${ABOUT[$s]}"
+    done
+    local first_ucx
+    first_ucx="$(find "${LOGS}" -maxdepth 1 -name 'ucx-nixl-canary-*.log*' -print 2>/dev/null | sort | head -n1)"
+    if [[ -z "${first_ucx}" ]]; then
+        first_ucx="$(find "${LOGS}" -maxdepth 1 -name 'ucx-*.log*' -print 2>/dev/null | sort | head -n1)"
+    fi
+    if [[ -n "${first_ucx}" ]]; then
+        echo
+        echo "== UCX and CUDA (${first_ucx##*/}: did UCX's CUDA module load?)"
+        grep -hE "libuct_cuda|libucm_cuda|module 'cuda'|cuda_copy|cuda_ipc|detected as host|CUDA support|Version [0-9]" \
+            "${first_ucx}" 2>/dev/null | sed 's/^\[[^]]*\] \[[^]]*\] *//' | cut -c1-220 | sort -u | head -n 12 || true
+    fi
+    local printed=0
+    for s in "${BENCH_STEPS[@]}"; do
+        local log="${LOGS}/${s}.log"
+        [[ -f "${log}" ]] || continue
+        if ((!printed)); then
+            echo
+            echo "== bandwidth (GB/s: decimal payload bytes per second; never compare figures without UCX's protocol)"
+            printed=1
+        fi
+        echo "-- ${s}"
+        grep -E '^(READ|WRITE) of|^UCX settings|^NIXL agents|^path |^(copy|copy-per-pair|loopback|nixl|nixl-peer) |skipped:' "${log}" ||
+            echo "(no table; see logs/${s}.log)"
+        local protos
+        protos="$(protocols "${s}")"
+        if [[ -n "${protos}" ]]; then
+            echo "   UCX protocols (UCX_PROTO_INFO):"
+            printf '%s\n' "${protos}" | sed 's/^/     /'
+        elif grep -q '^nixl' "${log}"; then
+            echo "   UCX protocols: none logged (see logs/ucx-${s}.*.log)"
+        fi
+        local cuda
+        cuda="$(ucx_cuda_lines "${s}")"
+        if [[ -n "${cuda}" ]]; then
+            echo "   UCX on CUDA (count, line):"
+            printf '%s\n' "${cuda}" | sed 's/^/     /'
+        fi
+    done
+    echo
+    echo "${RESULT_LINE}"
+}
+
+# Cap every log (head and tail) and pack them into logs.tar.gz.
+pack_logs() {
+    [[ -d "${LOGS}" ]] || return 0
+    local f size cap="${LOG_CAP_BYTES}"
+    while :; do
+        for f in "${LOGS}"/*; do
+            [[ -f "${f}" ]] || continue
+            size="$(stat -c %s "${f}")"
+            if ((size > cap)); then
+                {
+                    head -c $((cap / 2)) "${f}"
+                    printf '\n[... %d bytes cut by gpu-check ...]\n' $((size - cap))
+                    tail -c $((cap / 2)) "${f}"
+                } >"${f}.cap" && mv "${f}.cap" "${f}"
+            fi
+        done
+        tar -C "${RESULTS}" -czf "${RESULTS}/logs.tar.gz.new" logs 2>/dev/null || true
+        mv -f "${RESULTS}/logs.tar.gz.new" "${RESULTS}/logs.tar.gz" 2>/dev/null || true
+        size="$(stat -c %s "${RESULTS}/logs.tar.gz" 2>/dev/null || echo 0)"
+        if ((size <= RESULT_FILE_LIMIT || cap <= 65536)); then
+            break
+        fi
+        cap=$((cap / 4))
+    done
+}
+
+finish() {
+    local rc=$?
+    trap - EXIT INT TERM
+    if [[ -n "${CHILD}" ]]; then
+        kill -TERM "${CHILD}" 2>/dev/null || true
+        wait "${CHILD}" 2>/dev/null || true
+    fi
+    if ((RESULT_WRITTEN)); then
+        exit "${rc}"
+    fi
+    RESULT_WRITTEN=1
+    local failed=0 s
+    for s in "${STEPS[@]}"; do
+        case "${STATUS[$s]:-}" in
+        FAILED | CUT) failed=1 ;;
+        "")
+            STATUS[$s]="NOT RUN"
+            if [[ "${s}" == "${CURRENT}" ]]; then
+                STATUS[$s]="CUT"
+                local why="exit ${rc}"
+                [[ -z "${SIGNALLED}" ]] || why="SIG${SIGNALLED}"
+                DETAIL[$s]="interrupted while running (${why}); partial logs in logs/"
+                failed=1
+                continue
+            fi
+            if [[ -n "${SIGNALLED}" ]]; then
+                DETAIL[$s]="not reached: the run was interrupted (SIG${SIGNALLED})"
+            else
+                DETAIL[$s]="not reached: the run stopped early (exit ${rc})"
+            fi
+            ;;
+        esac
+    done
+    if [[ -n "${SIGNALLED}" ]]; then
+        RESULT_LINE="RESULT: INTERRUPTED by SIG${SIGNALLED}; steps not reached are listed as NOT RUN (results in ${RESULTS})"
+        failed=1
+    elif ((rc == 2)); then
+        RESULT_LINE="RESULT: stopped by an error (exit 2, see above; results in ${RESULTS})"
+        failed=1
+    elif ((failed)); then
+        RESULT_LINE="RESULT: FAILED or CUT steps above (results in ${RESULTS})"
+    else
+        RESULT_LINE="RESULT: every step that ran passed (results in ${RESULTS})"
+    fi
+    full_summary >"${RESULTS}/summary.txt.new" 2>&1 || true
+    mv -f "${RESULTS}/summary.txt.new" "${RESULTS}/summary.txt"
+    write_figures 2>/dev/null || echo '{"error": "figures could not be written"}' >"${RESULTS}/figures.json"
+    pack_logs
+    rm -rf "${LOGS}"
+    cat "${RESULTS}/summary.txt"
+    if ((rc == 2)); then
+        exit 2
+    elif ((failed)); then
+        exit 1
+    fi
+    exit 0
+}
+
+on_signal() {
+    SIGNALLED="$1"
+    if [[ -n "${CHILD}" ]]; then
+        kill -TERM "${CHILD}" 2>/dev/null || true
+    fi
+    exit 1
 }
 
 run_checks() {
-    local quick=0 dir="" memory=vram
+    local dir="" budget="${DEFAULT_BUDGET}" results=""
+    MEMORY=vram
+    BENCH_PROMPT=16384
+    BENCH_GEOMETRY=bench/kimi-linear-vram.toml
+    EXTRAS=0
     while (($#)); do
         case "$1" in
-        --quick) quick=1 ;;
-        --host-memory) memory=host ;;
+        --budget)
+            budget="${2:-}"
+            shift
+            ;;
+        --results)
+            results="${2:-}"
+            shift
+            ;;
+        --bench-prompt)
+            BENCH_PROMPT="${2:-}"
+            shift
+            ;;
+        --bench-geometry)
+            BENCH_GEOMETRY="${2:-}"
+            shift
+            ;;
+        --host-memory) MEMORY=host ;;
+        --extras) EXTRAS=1 ;;
+        --quick) die "--quick is gone: every run is budgeted (--budget SECONDS)" ;;
         -h | --help) usage ;;
+        -*) die "run: unknown option $1" ;;
         *) dir="$1" ;;
         esac
         shift
     done
+    if [[ ! "${budget}" =~ ^[0-9]+$ ]] || ((budget < 20)); then
+        die "--budget takes whole seconds, at least 20 (got '${budget}')"
+    fi
+    if [[ ! "${BENCH_PROMPT}" =~ ^[0-9]+$ ]] || ((BENCH_PROMPT == 0)); then
+        die "--bench-prompt takes a positive token count (got '${BENCH_PROMPT}')"
+    fi
+    BUDGET="${budget}"
+    START_MS="$(now_ms)"
+    DEADLINE_MS=$((START_MS + budget * 1000 - PACK_RESERVE_MS))
     if [[ -z "${dir}" ]]; then
         if [[ -x "${SCRIPT_DIR}/bin/kvgeom" ]]; then
             dir="${SCRIPT_DIR}"
@@ -208,107 +993,75 @@ run_checks() {
         fi
     fi
     [[ -x "${dir}/bin/kvgeom" ]] || die "no packed kvgeom in ${dir}/bin (run \`scripts/gpu-check.sh pack\` first)"
-    dir="$(cd "${dir}" && pwd)"
-    cd "${dir}"
-    RESULTS="${dir}/results"
-    KVGEOM="${dir}/bin/kvgeom"
+    DIR="$(cd "${dir}" && pwd)"
+    RESULTS="${results:-${DIR}/results}"
     mkdir -p "${RESULTS}"
-
-    # NIXL runtime, unpacked next to the binaries.
-    if [[ ! -f "${dir}/.nixl-runtime/.installed" ]]; then
-        [[ -f "${dir}/nixl-runtime.tar.xz" ]] || die "no nixl-runtime.tar.xz in ${dir}"
-        tar -C "${dir}" -xJf "${dir}/nixl-runtime.tar.xz"
-    fi
-    local libs="${dir}/.nixl-runtime/.nixl_cu13.mesonpy.libs"
-    local cudart
-    cudart="$(find_cudart)"
-    export LD_LIBRARY_PATH="${libs}${cudart:+:${cudart}}${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
-    export NIXL_PLUGIN_DIR="${libs}/plugins"
-    export KVGEOM_ROOT="${dir}"
-    # In-process and same-node agents: loopback TCP and shared memory for
-    # control, the CUDA transports for device memory.
-    export UCX_TLS="${UCX_TLS:-tcp,sm,self,cuda_copy,cuda_ipc}"
-    export UCX_NET_DEVICES="${UCX_NET_DEVICES:-lo}"
-
+    RESULTS="$(cd "${RESULTS}" && pwd)"
+    LOGS="${RESULTS}/logs"
+    rm -rf "${LOGS}" "${RESULTS}/summary.txt" "${RESULTS}/figures.json" "${RESULTS}/logs.tar.gz"
+    mkdir -p "${LOGS}"
+    cd "${DIR}"
+    [[ -f "${BENCH_GEOMETRY}" ]] || die "--bench-geometry: no file ${BENCH_GEOMETRY} in ${DIR}"
+    KVGEOM="${DIR}/bin/kvgeom"
+    GPU_LINE="not checked"
+    DRIVER_LINE="not checked"
+    NIXL_SETUP="none (no canary passed)"
+    NIXL_OK=0
+    NIXL_ENV=()
+    DEVICE_OK=0
+    CANARY_MS_PER_CASE=1000
+    RESULT_LINE="RESULT: not finished"
+    INHERITED_ENV="$(env | grep -E '^(UCX_|CUDA_|NVIDIA_|NIXL_|KVGEOM_|LD_LIBRARY_PATH=|LD_PRELOAD=)' | sort || true)"
+    INHERITED_ENV="${INHERITED_ENV:-(none of UCX_*, CUDA_*, NVIDIA_*, NIXL_*, KVGEOM_*, LD_LIBRARY_PATH, LD_PRELOAD)}"
+    INHERITED_TLS="${UCX_TLS-unset}"
+    trap finish EXIT
+    trap 'on_signal TERM' TERM
+    trap 'on_signal INT' INT
     {
-        echo "pack: $(head -n2 "${dir}/MANIFEST" 2>/dev/null | tail -n1)"
-        echo "host: $(uname -srm)"
-        if command -v nvidia-smi >/dev/null; then
-            nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || true
-        else
-            echo "nvidia-smi: not found"
-        fi
-        echo "libcudart.so.13: ${cudart:-not found (the CUDA transports of UCX will not load)}"
-        echo "UCX_TLS=${UCX_TLS} UCX_NET_DEVICES=${UCX_NET_DEVICES}"
-    } | tee "${RESULTS}/machine.txt" >&2
-    if [[ -z "${cudart}" ]]; then
-        record "CUDA 13 runtime" "WARN" "libcudart.so.13 not found; set CUDA_HOME"
-    fi
+        echo "== kvgeom GPU check: ${DIR}, budget ${budget} s, ${MEMORY} memory, started $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+        printf '%-20s %-8s %8s  %s\n' step status took detail
+    } >"${RESULTS}/summary.txt"
 
-    # 1. GPU tests.
-    if step "gpu tests" "${RESULTS}/gpu-tests.txt" -- "${dir}/bin/gpu-tests"; then
-        record "gpu tests" "ok" "$(tail -n1 "${RESULTS}/gpu-tests.txt")"
+    # The NIXL runtime, unpacked next to the binaries (within the budget).
+    if [[ ! -f "${DIR}/.nixl-runtime/.installed" ]]; then
+        [[ -f "${DIR}/nixl-runtime.tar.xz" ]] || die "no nixl-runtime.tar.xz in ${DIR}"
+        timeout -k 5 120 tar -C "${DIR}" -xJf "${DIR}/nixl-runtime.tar.xz" >"${LOGS}/unpack.log" 2>&1 ||
+            die "could not unpack nixl-runtime.tar.xz (see ${LOGS}/unpack.log)"
+    fi
+    local libs="${DIR}/.nixl-runtime/.nixl_cu13.mesonpy.libs"
+    UCX_MODULES="${DIR}/.nixl-runtime/nixl_cu13.libs/ucx"
+    CUDART="$(find_cudart)"
+    export LD_LIBRARY_PATH="${libs}${CUDART:+:${CUDART}}${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
+    export NIXL_PLUGIN_DIR="${libs}/plugins"
+    export KVGEOM_ROOT="${DIR}"
+    # UCX_TLS is an allow-list: device memory needs the CUDA transports in it
+    # (without cuda_copy UCX takes VRAM for host memory). Whatever was
+    # inherited is recorded above and replaced.
+    if [[ "${MEMORY}" == vram ]]; then
+        export UCX_TLS="${VRAM_TLS}"
     else
-        record "gpu tests" "FAILED" "$(grep -m1 -E 'FAILED|timed out' "${RESULTS}/gpu-tests.txt" || tail -n1 "${RESULTS}/gpu-tests.txt")"
+        export UCX_TLS="${HOST_TLS}"
     fi
-    if grep -q 'skipped' "${RESULTS}/gpu-tests.txt"; then
-        record "gpu tests: skipped cases" "WARN" "$(grep -c '\.\.\. skipped' "${RESULTS}/gpu-tests.txt") skipped, see gpu-tests.txt"
-    fi
+    export UCX_NET_DEVICES=lo
+    note "UCX_TLS=${UCX_TLS} (inherited: ${INHERITED_TLS})"
+    # No wait inside a step may outlast the step.
+    export KVGEOM_COMPLETION_LIMIT_S="${KVGEOM_COMPLETION_LIMIT_S:-20}"
+    export KVGEOM_BENCH_STALL_LIMIT_S="${KVGEOM_BENCH_STALL_LIMIT_S:-60}"
+    export KVGEOM_PEER_TIMEOUT_S="${KVGEOM_PEER_TIMEOUT_S:-60}"
 
-    # 2. The default sweep on host memory (the reference), then on VRAM.
-    sweep "host sweep (loopback)" reference-host
-    sweep "${memory} sweep (loopback) vs host" "${memory}-loopback" --memory "${memory}" \
-        --transport loopback --compare-host
-    if ((quick)); then
-        sweep "${memory} sweep (nixl, quick) vs host" "${memory}-nixl" --memory "${memory}" \
-            --transport nixl --compare-host --prompts 2,5,13,29,64,769
-    else
-        sweep "${memory} sweep (nixl) vs host" "${memory}-nixl" --memory "${memory}" \
-            --transport nixl --compare-host
-    fi
-
-    # 3. Bandwidth: one KimiLinear-scale request, several UCX set-ups.
-    bench "bench: copies, loopback, nixl" bench-in-process \
-        "${KVGEOM}" bench vram --memory "${memory}" --paths copy,copy-per-pair,loopback,nixl
-    bench "bench: nixl, peer process (READ)" bench-peer-read \
-        "${KVGEOM}" bench vram --memory "${memory}" --peer-process --paths nixl-peer
-    bench "bench: nixl, peer process (WRITE)" bench-peer-write \
-        "${KVGEOM}" bench vram --memory "${memory}" --peer-process --op write --paths nixl-peer
-    # vLLM 0.33.0's agent settings (spinning progress threads, 4 UCX
-    # threads) against kvgeom's (10 us progress delay, UCX's default).
-    bench "bench: nixl, vLLM agent settings" bench-vllm-agents \
-        env KVGEOM_NIXL_PROGRESS_DELAY_US=0 KVGEOM_NIXL_UCX_THREADS=4 \
-        "${KVGEOM}" bench vram --memory "${memory}" --paths nixl
-    if ((!quick)); then
-        bench "bench: nixl, peer, vLLM agent settings" bench-peer-read-vllm-agents \
-            env KVGEOM_NIXL_PROGRESS_DELAY_US=0 KVGEOM_NIXL_UCX_THREADS=4 \
-            "${KVGEOM}" bench vram --memory "${memory}" --peer-process --paths nixl-peer
-        bench "bench: nixl, same-process cuda_ipc" bench-same-process-ipc \
-            env UCX_CUDA_IPC_ENABLE_SAME_PROCESS=y "${KVGEOM}" bench vram --memory "${memory}" --paths nixl
-        bench "bench: nixl, peer, GET zcopy on" bench-peer-read-get-zcopy \
-            env UCX_CUDA_IPC_ENABLE_GET_ZCOPY=on "${KVGEOM}" bench vram --memory "${memory}" --peer-process --paths nixl-peer
-    fi
-
-    echo
-    echo "== kvgeom GPU check: ${dir}"
-    cat "${RESULTS}/machine.txt"
-    echo
-    printf '%s\n' "${SUMMARY[@]}"
-    echo
-    echo "== bandwidth (GB/s are decimal payload bytes per second; see each log for UCX's protocol choice)"
-    local f
-    for f in "${RESULTS}"/bench-*.txt; do
-        [[ -e "${f}" ]] || continue
-        echo "-- $(basename "${f}" .txt)"
-        grep -E '^(READ|WRITE) of|^UCX settings|^NIXL agents|^(copy|copy-per-pair|loopback|nixl|nixl-peer) |skipped:' "${f}" || echo "(no table; see the log)"
-        protocols "$(basename "${f}" .txt)"
-    done
-    echo
-    if ((FAILED)); then
-        echo "RESULT: FAILED (logs in ${RESULTS})"
-        return 1
-    fi
-    echo "RESULT: all checks passed (logs in ${RESULTS})"
+    step_machine
+    step_device
+    step_vram_loopback_sweep
+    step_nixl_canary
+    step_bench_in_process
+    step_bench_peer bench-peer-write write
+    step_bench_peer bench-peer-read read
+    step_nixl_sweep
+    step_gpu_tests_rest
+    # vLLM 0.33.0's agents: spinning progress threads, 4 UCX threads.
+    step_extra extra-vllm-agents KVGEOM_NIXL_PROGRESS_DELAY_US=0 KVGEOM_NIXL_UCX_THREADS=4 -- \
+        --paths nixl
+    step_extra extra-get-zcopy UCX_CUDA_IPC_ENABLE_GET_ZCOPY=on -- --peer-process --paths nixl-peer
 }
 
 case "${1:-}" in

@@ -47,22 +47,51 @@ check_resolves() {
     done
 }
 
+# env.sh: host memory. env-gpu.sh: the same plus UCX's CUDA transports and
+# the CUDA 13 runtime's folder, for device memory (VRAM).
 write_env() {
     local dir="$1"
     cat >"${dir}/env.sh" <<ENV
-# NIXL runtime for kvgeom (${STAMP_TEXT}); source this file.
+# shellcheck shell=sh
+# NIXL runtime for kvgeom (${STAMP_TEXT}), host memory; source this file.
+# For device memory (VRAM) source env-gpu.sh instead.
 export LD_LIBRARY_PATH="${DEST}/${LIBS_DIR_NAME}\${LD_LIBRARY_PATH:+:\${LD_LIBRARY_PATH}}"
 export NIXL_PLUGIN_DIR="${DEST}/${LIBS_DIR_NAME}/plugins"
 # In-process agents talk over loopback TCP and shared memory.
 export UCX_TLS=tcp,sm,self
 export UCX_NET_DEVICES=lo
 ENV
+    cat >"${dir}/env-gpu.sh" <<'ENV'
+# shellcheck shell=sh
+# NIXL runtime for kvgeom on device memory (VRAM); source this file.
+# UCX_TLS is an allow-list: without cuda_copy UCX takes device memory for
+# host memory and NIXL refuses to register it ("VRAM memory is detected as
+# host by UCX"); cuda_ipc moves it between processes. UCX's CUDA modules
+# need libcuda.so.1 and libnvidia-ml.so.1 (driver) and libcudart.so.13
+# (CUDA 13 runtime, added below from CUDA_HOME or /usr/local/cuda-13*).
+ENV
+    cat >>"${dir}/env-gpu.sh" <<ENV
+# shellcheck source=/dev/null
+. "${DEST}/env.sh"
+ENV
+    cat >>"${dir}/env-gpu.sh" <<'ENV'
+export UCX_TLS=tcp,sm,self,cuda_copy,cuda_ipc
+for kvgeom_cudart in ${CUDA_HOME:+"${CUDA_HOME}/targets/x86_64-linux/lib" "${CUDA_HOME}/lib64"} \
+    /usr/local/cuda-13*/targets/x86_64-linux/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+    if [ -e "${kvgeom_cudart}/libcudart.so.13" ]; then
+        export LD_LIBRARY_PATH="${LD_LIBRARY_PATH}:${kvgeom_cudart}"
+        break
+    fi
+done
+unset kvgeom_cudart
+ENV
 }
 
 print_env() {
     echo "NIXL runtime ready in ${DEST}; to use it:"
-    echo "  source ${DEST}/env.sh"
-    echo "which sets:"
+    echo "  source ${DEST}/env.sh       # host memory"
+    echo "  source ${DEST}/env-gpu.sh   # device memory (VRAM): also UCX's CUDA transports"
+    echo "env.sh sets:"
     sed -n 's/^export /  /p' "${DEST}/env.sh"
 }
 
@@ -114,7 +143,7 @@ else
         --platform manylinux_2_28_x86_64 --python-version 3.11 \
         "${STAMP_TEXT}" -d "${WORK}/download" >&2 ||
         die "pip download of ${STAMP_TEXT} failed (no network or no package index?)"
-    WHEEL="$(ls "${WORK}"/download/nixl_cu13-"${NIXL_WHEEL_VERSION}"-*.whl 2>/dev/null | head -n1)"
+    WHEEL="$(find "${WORK}/download" -maxdepth 1 -name "nixl_cu13-${NIXL_WHEEL_VERSION}-*.whl" | head -n1)"
     [[ -n "${WHEEL}" ]] || die "pip download finished but left no nixl_cu13 wheel in ${WORK}/download"
 fi
 

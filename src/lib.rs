@@ -24,5 +24,6 @@ pub mod report;
 pub mod scenario;
 pub mod scheduler;
 pub mod sweep;
+pub mod time_limits;
 pub mod trace;
 pub mod variant;

@@ -45,6 +45,7 @@ const LAYERS: &[(&str, Layer)] = &[
     ("memory", Layer::Leaf),
     ("geometry", Layer::Leaf),
     ("limits", Layer::Base),
+    ("time_limits", Layer::Base),
     ("nixl", Layer::Nixl),
     ("connector", Layer::Connector),
     ("layout", Layer::Harness),

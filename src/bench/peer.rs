@@ -24,11 +24,16 @@
 //! parent: quit                  -> bye
 //! ```
 //! Any failure answers `error <text>`. The peer's stderr is the parent's.
+//!
+//! The parent waits at most the peer time-out ([`crate::time_limits::peer_timeout`])
+//! for each line; a peer that says nothing for that long is killed and the
+//! wait reported with what it was waiting for.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::time::Duration;
 
 use crate::geometry::load_geometry;
 use crate::layout::Side;
@@ -187,6 +192,8 @@ pub struct Peer {
     stdin: ChildStdin,
     /// The peer's protocol lines, tag removed; closed when its stdout ends.
     lines: Receiver<String>,
+    /// How long to wait for each line.
+    timeout: Duration,
     /// Address of each prefill buffer in the peer, by plan number.
     pub addresses: Vec<(usize, u64)>,
     /// Metadata of each prefill agent, by rank.
@@ -194,8 +201,20 @@ pub struct Peer {
 }
 
 impl Peer {
-    /// Start `exe bench-peer ...` and read its buffers and agents.
+    /// Start `exe bench-peer ...` and read its buffers and agents, waiting
+    /// at most the peer time-out for each line.
     pub fn spawn(exe: &Path, args: &PeerArgs, plan: &RequestPlan) -> Result<Self, String> {
+        let timeout = crate::time_limits::peer_timeout()?;
+        Self::spawn_within(exe, args, plan, timeout)
+    }
+
+    /// As [`Self::spawn`], with an explicit time-out per line.
+    pub fn spawn_within(
+        exe: &Path,
+        args: &PeerArgs,
+        plan: &RequestPlan,
+        timeout: Duration,
+    ) -> Result<Self, String> {
         let mut child = Command::new(exe)
             .args(args.command_line())
             .stdin(Stdio::piped())
@@ -230,11 +249,12 @@ impl Peer {
             child,
             stdin,
             lines,
+            timeout,
             addresses: Vec::new(),
             metadata: Vec::new(),
         };
         let expected = plan_line(plan);
-        let first = peer.line()?;
+        let first = peer.line("its plan")?;
         if first != expected {
             peer.stop();
             return Err(format!(
@@ -242,7 +262,7 @@ impl Peer {
             ));
         }
         loop {
-            let line = peer.line()?;
+            let line = peer.line("its buffers and agents")?;
             let words: Vec<&str> = line.split(' ').collect();
             match words.as_slice() {
                 ["ready"] => return Ok(peer),
@@ -262,12 +282,28 @@ impl Peer {
         }
     }
 
-    fn line(&mut self) -> Result<String, String> {
-        match self.lines.recv() {
+    /// The next protocol line, waiting at most the time-out; `waiting_for`
+    /// says what the line should bring, for the error.
+    fn line(&mut self, waiting_for: &str) -> Result<String, String> {
+        match self.lines.recv_timeout(self.timeout) {
             Ok(line) => Ok(line.trim_end().to_string()),
-            Err(_) => {
+            Err(RecvTimeoutError::Disconnected) => {
                 let status = self.child.wait().map(|s| s.to_string()).unwrap_or_default();
-                Err(format!("the peer process ended ({status})"))
+                Err(format!(
+                    "the peer process ended ({status}) while the parent waited for {waiting_for}"
+                ))
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                // A peer stuck in NIXL or UCX would never read `quit`.
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                Err(format!(
+                    "hung: the peer process said nothing for {} while the parent waited for \
+                     {waiting_for} (killed; limit {}={})",
+                    crate::time_limits::seconds_text(self.timeout),
+                    crate::time_limits::PEER_TIMEOUT_VAR,
+                    self.timeout.as_secs_f64()
+                ))
             }
         }
     }
@@ -277,18 +313,29 @@ impl Peer {
         writeln!(self.stdin, "{command}")
             .and_then(|()| self.stdin.flush())
             .map_err(|e| format!("writing to the peer: {e}"))?;
-        match self.line()?.as_str() {
+        let verb = command.split(' ').next().unwrap_or_default();
+        match self.line(&format!("the answer to {verb:?}"))?.as_str() {
             "ok" => Ok(()),
-            other => Err(format!(
-                "the peer answered {other:?} to {:?}",
-                command.split(' ').next().unwrap_or_default()
-            )),
+            other => Err(format!("the peer answered {other:?} to {verb:?}")),
         }
     }
 
-    /// Tell the peer to quit and wait for it.
+    /// Tell the peer to quit and wait for its `bye` (at most the time-out),
+    /// then for the process; a peer that does not answer is killed.
     pub fn stop(&mut self) {
-        let _ = writeln!(self.stdin, "quit").and_then(|()| self.stdin.flush());
+        let asked = writeln!(self.stdin, "quit").and_then(|()| self.stdin.flush());
+        let answered = asked.is_ok()
+            && loop {
+                match self.lines.recv_timeout(self.timeout) {
+                    Ok(line) if line.trim_end() == "bye" => break true,
+                    Ok(_) => continue,
+                    Err(RecvTimeoutError::Disconnected) => break true,
+                    Err(RecvTimeoutError::Timeout) => break false,
+                }
+            };
+        if !answered {
+            let _ = self.child.kill();
+        }
         let _ = self.child.wait();
     }
 }
@@ -313,5 +360,75 @@ mod tests {
         assert_eq!(unhex("0g"), None);
         assert_eq!(unhex("abc"), None);
         assert_eq!(unhex(""), Some(Vec::new()));
+    }
+
+    fn plan() -> RequestPlan {
+        let geometry = load_geometry(Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/geometries/g6-kimi-linear-scale.toml"
+        )))
+        .unwrap();
+        plan_request(&geometry, 1537).unwrap()
+    }
+
+    /// A stand-in peer: a shell script that ignores its arguments.
+    fn fake_peer(name: &str, body: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("kvgeom-peer-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let exe = dir.join(name);
+        std::fs::write(&exe, format!("#!/bin/sh\n{body}\n")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        exe
+    }
+
+    fn args() -> PeerArgs {
+        PeerArgs {
+            geometry: PathBuf::from("unused.toml"),
+            prompt_len: 1537,
+            memory: MemoryKind::Host,
+        }
+    }
+
+    #[test]
+    fn a_silent_peer_is_killed_and_reported_hung_with_what_was_awaited() {
+        let exe = fake_peer("silent", "exec sleep 600");
+        let e = Peer::spawn_within(&exe, &args(), &plan(), Duration::from_millis(200))
+            .err()
+            .expect("a silent peer must not be accepted");
+        assert_eq!(
+            e,
+            "hung: the peer process said nothing for 0.200 s while the parent waited for its \
+             plan (killed; limit KVGEOM_PEER_TIMEOUT_S=0.2)"
+        );
+    }
+
+    #[test]
+    fn a_peer_that_ends_early_says_what_the_parent_waited_for() {
+        let exe = fake_peer("quitter", "exit 3");
+        let e = Peer::spawn_within(&exe, &args(), &plan(), Duration::from_secs(60))
+            .err()
+            .expect("a peer that exits must not be accepted");
+        assert_eq!(
+            e,
+            "the peer process ended (exit status: 3) while the parent waited for its plan"
+        );
+    }
+
+    #[test]
+    fn a_peer_that_stops_answering_after_its_plan_is_reported_hung() {
+        let expected = plan_line(&plan());
+        let exe = fake_peer(
+            "stuck",
+            &format!("echo '{TAG}{expected}'; echo '{TAG}ready'; exec sleep 600"),
+        );
+        let mut peer = Peer::spawn_within(&exe, &args(), &plan(), Duration::from_millis(200))
+            .expect("the peer sent its plan and ready");
+        let e = peer.ask("clear").unwrap_err();
+        assert_eq!(
+            e,
+            "hung: the peer process said nothing for 0.200 s while the parent waited for the \
+             answer to \"clear\" (killed; limit KVGEOM_PEER_TIMEOUT_S=0.2)"
+        );
     }
 }

@@ -17,16 +17,26 @@ use crate::nixl::{
 use super::buffers::BenchMemory;
 use super::request_plan::{RequestPlan, Row};
 
-/// Give up on a replay that takes longer than this.
-pub const STALL_LIMIT: Duration = Duration::from_secs(300);
-
 /// Why a replay failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ReplayError {
     #[error("{0}")]
     Nixl(#[from] NixlError),
-    #[error("transfers not done after {} s", STALL_LIMIT.as_secs())]
-    Stalled,
+    /// An iteration waited longer than its stall limit
+    /// ([`crate::time_limits::stall_limit`]).
+    #[error(
+        "hung: {pending} of {total} transfers still in progress after {} (iteration {iteration}; \
+         limit {}={})",
+        crate::time_limits::seconds_text(*limit),
+        crate::time_limits::STALL_LIMIT_VAR,
+        limit.as_secs_f64()
+    )]
+    Stalled {
+        iteration: u32,
+        pending: usize,
+        total: usize,
+        limit: Duration,
+    },
     #[error("{0}")]
     Setup(String),
 }
@@ -136,15 +146,29 @@ pub fn prepare_transfers<T: Nixl + ?Sized>(
 }
 
 /// Post every transfer, then wait for all; `iterations` times, calling
-/// `before_each` (untimed) first. Returns each iteration's wall time.
+/// `before_each` (untimed) first. Returns each iteration's wall time. An
+/// iteration that takes longer than the stall limit
+/// ([`crate::time_limits::stall_limit`]) fails with [`ReplayError::Stalled`].
 pub fn time_transfers<T: Nixl + ?Sized>(
     t: &mut T,
     xfers: &[(AgentId, XferHandle)],
     iterations: u32,
     before_each: &mut dyn FnMut() -> Result<(), String>,
 ) -> Result<Vec<Duration>, ReplayError> {
+    let limit = crate::time_limits::stall_limit().map_err(ReplayError::Setup)?;
+    time_transfers_within(t, xfers, iterations, limit, before_each)
+}
+
+/// As [`time_transfers`], with an explicit stall limit.
+pub fn time_transfers_within<T: Nixl + ?Sized>(
+    t: &mut T,
+    xfers: &[(AgentId, XferHandle)],
+    iterations: u32,
+    limit: Duration,
+    before_each: &mut dyn FnMut() -> Result<(), String>,
+) -> Result<Vec<Duration>, ReplayError> {
     let mut times = Vec::with_capacity(iterations as usize);
-    for _ in 0..iterations {
+    for iteration in 1..=iterations {
         before_each().map_err(ReplayError::Setup)?;
         let start = Instant::now();
         let mut pending = Vec::new();
@@ -154,8 +178,13 @@ pub fn time_transfers<T: Nixl + ?Sized>(
             }
         }
         while !pending.is_empty() {
-            if start.elapsed() > STALL_LIMIT {
-                return Err(ReplayError::Stalled);
+            if start.elapsed() > limit {
+                return Err(ReplayError::Stalled {
+                    iteration,
+                    pending: pending.len(),
+                    total: xfers.len(),
+                    limit,
+                });
             }
             let mut still = Vec::with_capacity(pending.len());
             for (agent, xfer) in pending {

@@ -241,7 +241,11 @@ fn device_name(kind: MemoryKind) -> Result<String, VramBenchError> {
             let d = crate::memory::CudaDevice::open(crate::scenario::vram::DEVICE_ORDINAL)
                 .map_err(|e| VramBenchError::Setup(e.to_string()))?;
             let name = d.name().map_err(|e| VramBenchError::Setup(e.to_string()))?;
-            Ok(format!("CUDA device {} ({name})", d.ordinal()))
+            Ok(format!(
+                "CUDA device {} ({name}; driver {})",
+                d.ordinal(),
+                crate::memory::cuda_driver::loaded_library_text()
+            ))
         }
     }
 }

@@ -7,13 +7,16 @@ use std::path::{Path, PathBuf};
 use super::error::GeometryError;
 use super::file::parse_geometry;
 use super::pair::Geometry;
-use crate::limits::{read_capped, MAX_INPUT_BYTES};
+use crate::limits::{read_capped, InputError, MAX_INPUT_BYTES};
 
 /// Read, parse and validate one geometry file (a regular file of at most
 /// [`MAX_INPUT_BYTES`]).
 pub fn load_geometry(path: impl AsRef<Path>) -> Result<Geometry, GeometryError> {
     let path = path.as_ref();
-    let bytes = read_capped(path, MAX_INPUT_BYTES)?;
+    let bytes = read_capped(path, MAX_INPUT_BYTES).map_err(|e| match e {
+        InputError::Io { path, source } => GeometryError::Read { path, source },
+        other => GeometryError::Input(other),
+    })?;
     let text = String::from_utf8(bytes).map_err(|e| GeometryError::Read {
         path: path.to_path_buf(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
@@ -60,10 +63,10 @@ pub fn toml_files_in(dir: &Path) -> Result<Vec<PathBuf>, GeometryError> {
     let mut files = Vec::new();
     for entry in fs::read_dir(dir).map_err(read_error)? {
         let path = entry.map_err(read_error)?.path();
-        // Every `*.toml` entry counts: one that is not a regular file (a
-        // folder, a device, a dangling or looping link) is then reported by
-        // name instead of being skipped in silence.
-        if path.extension().is_some_and(|ext| ext == "toml") {
+        // Every `*.toml` entry but a folder counts: one that is not a
+        // regular file (a device, a FIFO, a dangling or looping link) is then
+        // reported by name instead of being skipped in silence.
+        if path.extension().is_some_and(|ext| ext == "toml") && !path.is_dir() {
             files.push(path);
         }
     }

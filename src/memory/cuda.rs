@@ -19,7 +19,8 @@ use cudarc::driver::CudaContext;
 
 use super::region::{MemKind, MemRegion};
 
-/// The driver library cudarc loads; named in every "no driver" message.
+/// The driver library's soname, the one UCX's CUDA modules link; cudarc
+/// tries it last ([`super::cuda_driver::candidates`]).
 pub const DRIVER_LIBRARY: &str = "libcuda.so.1";
 
 /// `CU_STREAM_PER_THREAD`: each host thread's own default stream, so that
@@ -32,10 +33,19 @@ fn per_thread_stream() -> CUstream {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CudaError {
     #[error(
-        "no CUDA driver: {DRIVER_LIBRARY} could not be loaded (install the NVIDIA driver, or run \
-         on a machine with a GPU)"
+        "no CUDA driver: none of the libraries cudarc tries could be loaded ({}); install the \
+         NVIDIA driver (it provides {DRIVER_LIBRARY}), or run on a machine with a GPU",
+        super::cuda_driver::candidates_text()
     )]
     DriverMissing,
+    /// cuInit answered CUDA_ERROR_STUB_LIBRARY: the library loaded is the
+    /// toolkit's link-time stub, not the driver.
+    #[error(
+        "the CUDA library loaded is a stub, not the driver: {library} (cuInit: \
+         CUDA_ERROR_STUB_LIBRARY); cudarc tries libcuda.so before {DRIVER_LIBRARY}, so take the \
+         stub's folder off LD_LIBRARY_PATH or install the NVIDIA driver"
+    )]
+    StubDriver { library: String },
     #[error("CUDA device {ordinal} does not exist: the driver sees {count} device(s)")]
     NoDevice { ordinal: u32, count: i32 },
     #[error("CUDA {what} failed: {message}")]
@@ -105,7 +115,15 @@ impl CudaDevice {
         if !driver_present() {
             return Err(CudaError::DriverMissing);
         }
-        let count = CudaContext::device_count().map_err(driver("initialising the driver"))?;
+        let count = CudaContext::device_count().map_err(|e| {
+            if e.0 == sys::cudaError_enum::CUDA_ERROR_STUB_LIBRARY {
+                CudaError::StubDriver {
+                    library: super::cuda_driver::loaded_library_text(),
+                }
+            } else {
+                driver("initialising the driver")(e)
+            }
+        })?;
         if i64::from(ordinal) >= i64::from(count) {
             return Err(CudaError::NoDevice { ordinal, count });
         }
@@ -439,10 +457,12 @@ mod tests {
         }
         let e = CudaDevice::open(0).unwrap_err();
         assert_eq!(e, CudaError::DriverMissing);
-        assert_eq!(
-            e.to_string(),
-            "no CUDA driver: libcuda.so.1 could not be loaded (install the NVIDIA driver, or run \
-             on a machine with a GPU)"
+        let text = e.to_string();
+        assert!(
+            text.starts_with(
+                "no CUDA driver: none of the libraries cudarc tries could be loaded (libcuda.so, "
+            ) && text.contains("libcuda.so.1, then the same names for nvcuda); install the NVIDIA"),
+            "{text}"
         );
     }
 }

@@ -4,6 +4,8 @@
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
+#[cfg(feature = "cuda")]
+pub mod cuda_driver;
 pub mod host;
 pub mod region;
 

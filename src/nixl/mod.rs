@@ -14,6 +14,7 @@ mod loopback_device;
 #[cfg(feature = "nixl")]
 pub mod real;
 pub mod recording;
+pub mod ucx_hints;
 
 pub use crate::memory::{MemKind, MemRegion};
 pub use agent_options::NixlAgentOptions;

@@ -28,6 +28,7 @@ use nixl_sys as sys;
 
 use super::agent_table::{AgentTable, NamedAgent};
 use super::handle_table::HandleTable;
+use super::ucx_hints;
 use super::{
     AgentId, DescList, DlistHandle, DlistTarget, MemKind, MemRegion, Nixl, NixlAgentOptions,
     NixlError, NixlResult, XferHandle, XferOp, XferState,
@@ -40,7 +41,9 @@ const BACKEND: &str = "UCX";
 /// How to get the runtime, for error messages.
 const INSTALL_HINT: &str = "install it with `scripts/install-nixl-runtime.sh`, then \
                             `source .nixl-runtime/env.sh` (sets LD_LIBRARY_PATH, NIXL_PLUGIN_DIR \
-                            and the UCX loopback settings)";
+                            and the UCX loopback settings for host memory; \
+                            .nixl-runtime/env-gpu.sh also allows UCX's CUDA transports for \
+                            device memory)";
 
 /// Real NIXL agents in this process.
 pub struct RealNixl {
@@ -292,9 +295,15 @@ impl Nixl for RealNixl {
                 })?;
         }
         agent.create_backend(BACKEND, &params).map_err(|e| {
+            // The hint by the memory this transport will register.
+            let mem = if self.device_memory.is_empty() {
+                MemKind::Dram
+            } else {
+                MemKind::Vram
+            };
             NixlError::Backend(format!(
-                "the {BACKEND} backend of agent '{name}' did not start ({e}); for in-process \
-                 agents set UCX_TLS=tcp,sm,self and UCX_NET_DEVICES=lo (.nixl-runtime/env.sh does)"
+                "the {BACKEND} backend of agent '{name}' did not start ({e}); {}",
+                ucx_hints::backend_hint(mem, std::env::var("UCX_TLS").ok().as_deref())
             ))
         })?;
         self.agents.add(RealAgent {
@@ -333,10 +342,13 @@ impl Nixl for RealNixl {
         let mut added = Vec::with_capacity(regions.len());
         for (region, memory) in regions.iter().zip(&raw) {
             // On failure `added` drops, deregistering this call's regions.
-            let handle = a
-                .agent
-                .register_memory(memory, None)
-                .map_err(|e| nixl_error(format!("registering {region}"), e))?;
+            let handle = a.agent.register_memory(memory, None).map_err(|e| {
+                let hint = ucx_hints::registration_hint(
+                    region.mem,
+                    std::env::var("UCX_TLS").ok().as_deref(),
+                );
+                nixl_error(format!("registering {region} ({hint})"), e)
+            })?;
             added.push((*region, handle));
         }
         a.registrations.extend(added);

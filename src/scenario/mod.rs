@@ -10,6 +10,7 @@ pub mod memory_estimate;
 pub mod placement;
 pub mod run;
 pub mod vram;
+pub mod wait;
 
 pub use case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
 #[cfg(feature = "cuda")]

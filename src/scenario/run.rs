@@ -18,14 +18,10 @@ use super::case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
 use super::engines::{allocate_ranks, register_side_on, Engines, RankTensors};
 use super::placement::{place, Placement};
 use super::vram::{self, CaseDevices};
+use super::wait::{self, POLL_INTERVAL};
 
 /// Both engines' tensors, rank by rank: prefill, then decode.
 type SideTensors = [Vec<RankTensors>; 2];
-
-/// How long a case waits for transfers to complete (real NIXL moves bytes
-/// in the background) before calling the request hung.
-const COMPLETION_LIMIT: Duration = Duration::from_secs(60);
-const POLL_INTERVAL: Duration = Duration::from_millis(1);
 
 /// How cases run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -526,6 +522,7 @@ fn pull(
     run: &mut CaseRun,
     patient: bool,
 ) -> Result<(), Outcome> {
+    let limit = completion_limit(patient)?;
     for (d, rank) in engines.decode.iter_mut().enumerate() {
         let req = ReadRequest {
             request_id: "req-d".into(),
@@ -548,9 +545,14 @@ fn pull(
             .reads_done(nixl, &recv)
             .map_err(|e| crashed(Side::Decode, e))?
         {
-            if !patient || started.elapsed() > COMPLETION_LIMIT {
+            if !patient || started.elapsed() > limit {
+                let pending = wait::pending_reads(nixl, rank.worker.agent(), &recv.reads);
                 return Err(Outcome::Hung {
-                    message: format!("decode rank {d}: READs still in progress"),
+                    message: format!(
+                        "decode rank {d}: READs still in progress {}{}",
+                        wait::waited(patient, limit),
+                        wait::pending_text(&pending)
+                    ),
                 });
             }
             std::thread::sleep(POLL_INTERVAL);
@@ -576,6 +578,7 @@ fn push(
     run: &mut CaseRun,
     patient: bool,
 ) -> Result<(), Outcome> {
+    let limit = completion_limit(patient)?;
     // Prefill's posted WRITEs, polled while decode waits (as a sender
     // checks its sends; real NIXL progresses them in the meantime).
     let mut writes = Vec::new();
@@ -627,7 +630,7 @@ fn push(
             }
             // In-process transports deliver at once; real NIXL delivers
             // once the WRITEs have landed.
-            if progress.complete() || !patient || started.elapsed() > COMPLETION_LIMIT {
+            if progress.complete() || !patient || started.elapsed() > limit {
                 break;
             }
             for &(agent, xfer) in &writes {
@@ -639,9 +642,12 @@ fn push(
             std::thread::sleep(POLL_INTERVAL);
         }
         if let Some(missing) = progress.missing() {
+            let pending = wait::pending_writes(nixl, &writes);
             return Err(Outcome::Hung {
                 message: format!(
-                    "decode rank {d} never got the completion notification of {missing}"
+                    "decode rank {d} never got the completion notification of {missing} {}{}",
+                    wait::waited(patient, limit),
+                    wait::pending_text(&pending)
                 ),
             });
         }
@@ -660,4 +666,13 @@ fn push(
         run.post_process.push((d as u32, plans));
     }
     Ok(())
+}
+
+/// The completion limit of a case that waits for real NIXL; an unusable
+/// setting is the harness's error, not the connector's.
+fn completion_limit(patient: bool) -> Result<Duration, Outcome> {
+    if !patient {
+        return Ok(Duration::ZERO);
+    }
+    wait::completion_limit().map_err(|message| Outcome::Error { message })
 }

@@ -37,8 +37,10 @@ pub struct TraceFile {
 
 /// Read and parse a `.jsonl` or `.jsonl.gz` trace.
 pub fn read_trace(path: &Path) -> Result<TraceFile, TraceError> {
-    let bytes = read_capped(path, MAX_INPUT_BYTES)
-        .map_err(|e| TraceError::new(path, None, TraceErrorKind::Input(e)))?;
+    let bytes = read_capped(path, MAX_INPUT_BYTES).map_err(|e| match e {
+        InputError::Io { source, .. } => TraceError::new(path, None, TraceErrorKind::Read(source)),
+        other => TraceError::new(path, None, TraceErrorKind::Input(other)),
+    })?;
     let lines = parse_trace(path, &bytes)?;
     Ok(TraceFile {
         path: path.to_path_buf(),

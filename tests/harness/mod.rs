@@ -1,7 +1,8 @@
 //! A small stand-in for libtest, for the test files that need their own
 //! `main` (`harness = false`): cases run one after another on the main
 //! thread, plain arguments select cases by substring as with libtest
-//! (flags such as `--nocapture` change nothing), and a case may report
+//! (flags such as `--nocapture` change nothing; `--skip NAME` leaves out
+//! the cases whose names contain NAME), and a case may report
 //! itself skipped with its reason. The last line is the tally
 //! `N passed, N failed, N skipped`, which `.ci/run` reads.
 
@@ -21,13 +22,13 @@ pub type NamedCase<'a> = (String, Box<dyn FnOnce() -> Verdict + 'a>);
 /// Run the selected cases in order, print a line for each and the tally;
 /// fail when any case failed.
 pub fn run(cases: Vec<NamedCase<'_>>) -> ExitCode {
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
+    let (filters, skips) = selection(std::env::args().skip(1));
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
     for (name, case) in cases {
         if !filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())) {
+            continue;
+        }
+        if skips.iter().any(|f| name.contains(f.as_str())) {
             continue;
         }
         match case() {
@@ -51,4 +52,20 @@ pub fn run(cases: Vec<NamedCase<'_>>) -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// The name filters and the `--skip` filters of a command line.
+fn selection(args: impl Iterator<Item = String>) -> (Vec<String>, Vec<String>) {
+    let (mut filters, mut skips) = (Vec::new(), Vec::new());
+    let mut args = args.peekable();
+    while let Some(arg) = args.next() {
+        if arg == "--skip" {
+            skips.extend(args.next());
+        } else if let Some(name) = arg.strip_prefix("--skip=") {
+            skips.push(name.to_string());
+        } else if !arg.starts_with('-') {
+            filters.push(arg);
+        }
+    }
+    (filters, skips)
 }
