@@ -136,6 +136,9 @@ enum Command {
         #[arg(long, value_enum, default_value = "pull")]
         mode: ModeArg,
     },
+    /// Derive one engine's geometry (or a P/D pair's geometry file) from a
+    /// model's HF config, TP and attention backend, as vLLM 0.33.0 runs it.
+    Derive(Box<cli::DeriveArgs>),
     /// Run the descriptor-level oracles on traces recorded from vLLM.
     CheckTrace { files: Vec<PathBuf> },
     /// Rebuild traced vLLM cases with kvgeom's connector and compare lists and transfers.
@@ -225,6 +228,7 @@ fn main() -> ExitCode {
             svg,
         }),
         Command::Layout { geometry, mode } => cli::layout(&geometry, mode.modes()[0]),
+        Command::Derive(args) => cli::derive(&args),
         Command::CheckTrace { files } => cli::check_trace(&files),
         Command::DiffTrace { files } => cli::diff_trace(&files),
         Command::Defects => cli::defects(),
