@@ -24,8 +24,13 @@ LIGHT_DEPS=(
     "orjson>=3.11.6" partial-json-parser jsonschema watchfiles tiktoken
     "oss-harmony>=0.0.11" "mcp>=2.2.0,<3.0.0" "anthropic>=0.71.0" uvloop
     "xgrammar==0.2.8" "llguidance>=1.7.0,<1.8.0"
+    # Imported by the model registry and the FlashInfer backend module.
+    loguru nvidia-ml-py
 )
-STAMP_TEXT="torch==${TORCH_VERSION} vllm==${VLLM_VERSION} deps=$(printf '%s ' "${LIGHT_DEPS[@]}" | cksum | cut -d' ' -f1)"
+# vLLM's own pins of packages whose modules it imports when resolving model
+# classes and attention backends; their heavy dependencies are not needed.
+NO_DEPS=("compressed-tensors==0.17.0" "flashinfer-python==0.7.2.post1")
+STAMP_TEXT="torch==${TORCH_VERSION} vllm==${VLLM_VERSION} deps=$(printf '%s ' "${LIGHT_DEPS[@]}" "${NO_DEPS[@]}" | cksum | cut -d' ' -f1)"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${ROOT}/.vllm-venv"
@@ -75,10 +80,15 @@ trap 'rm -rf "${WHEELS}"' EXIT
 "${PIP[@]}" install -q --no-deps "${WHEELS}"/vllm-*.whl || die "pip could not install the vllm wheel"
 
 note "installing the light dependencies (${#LIGHT_DEPS[@]} packages)"
-"${PIP[@]}" install -q "${LIGHT_DEPS[@]}" || die "pip could not install the light dependencies"
+# --no-deps above leaves vLLM's full requirement list unmet on purpose; pip's
+# resolver warning about it is filtered out.
+"${PIP[@]}" install -q "${LIGHT_DEPS[@]}" 2>&1 | grep -v -e "^vllm ${VLLM_VERSION} requires" -e "dependency resolver does not currently" -e "^flashinfer-python .* requires" >&2 || true
+"${PIP[@]}" show -q "${LIGHT_DEPS[@]%%[<>=]*}" >/dev/null 2>&1 || die "pip could not install the light dependencies"
+note "installing ${NO_DEPS[*]} without their dependencies"
+"${PIP[@]}" install -q --no-deps "${NO_DEPS[@]}" || die "pip could not install ${NO_DEPS[*]}"
 
 note "checking that vLLM's config and KV-cache modules import"
-"${VENV}/bin/python" -c 'import vllm.v1.kv_cache_interface, vllm.model_executor.layers.mamba.mamba_utils' 2>/dev/null ||
+"${VENV}/bin/python" -c 'import vllm.v1.kv_cache_interface, vllm.model_executor.layers.mamba.mamba_utils, flashinfer, compressed_tensors, loguru' 2>/dev/null ||
     die "vllm ${VLLM_VERSION} was installed but does not import; see: ${VENV}/bin/python -c 'import vllm.v1.kv_cache_interface'"
 
 echo "${STAMP_TEXT}" >"${STAMP}"
