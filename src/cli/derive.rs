@@ -74,9 +74,15 @@ pub struct DeriveArgs {
     /// A pair: layer slots to model (default: vLLM's KV-cache group size).
     #[arg(long)]
     pub layer_slots: Option<u32>,
-    /// A pair: prompt lengths for the file, e.g. `1..=40,543,544,545`.
+    /// A pair: prompt lengths for the file, e.g. `1..=40,543,544,545`, or
+    /// `boundaries`: lengths around every kernel and logical block boundary
+    /// of both engines (a short list even for thousand-token blocks).
     #[arg(long)]
     pub prompts: Option<String>,
+    /// A pair: the text the connector's handshake error must contain, for a
+    /// pair vLLM refuses.
+    #[arg(long)]
+    pub expect_rejection: Option<String>,
     /// A pair: the geometry name (default: the --out file stem).
     #[arg(long)]
     pub name: Option<String>,
@@ -302,6 +308,7 @@ fn geometry_file(
         .unwrap_or_else(|| format!("{}-derived", p.model_type.replace('_', "-")));
     let mut geometry = pair.geometry.clone();
     geometry.name = name;
+    geometry.expect_rejection = args.expect_rejection.clone();
     geometry.description = format!(
         "{} from {}: P TP{} {} {}/{} (ppl {}) -> D TP{} {} {}/{} (ppl {})",
         model.family.models(),
@@ -318,7 +325,15 @@ fn geometry_file(
         d.ppl
     );
     let body = to_toml(&geometry);
-    let mut body = match &args.prompts {
+    let boundaries;
+    let prompts = match args.prompts.as_deref() {
+        Some("boundaries") => {
+            boundaries = boundary_prompts(pair);
+            Some(boundaries.as_str())
+        }
+        other => other,
+    };
+    let mut body = match prompts {
         None => body,
         Some(list) => {
             let entries: Vec<String> = list
@@ -373,6 +388,29 @@ fn geometry_file(
         DeriveError::Unsupported(format!("the derived geometry does not load: {e}"))
     })?;
     Ok(text)
+}
+
+/// Lengths around each block boundary of both engines: one block of each
+/// size, one past it and one short, twice the larger logical block, and the
+/// shortest prompts. A hybrid transfers N - 1 tokens, so N = B + 1 fills a
+/// block of B exactly.
+fn boundary_prompts(pair: &PairDerivation) -> String {
+    let (p, d) = (&pair.prefill, &pair.decode);
+    let mut lengths = vec![1u64, 2, 3];
+    let largest = p.logical_block.max(d.logical_block);
+    for b in [
+        p.kernel_block,
+        d.kernel_block,
+        p.logical_block,
+        d.logical_block,
+        2 * largest,
+    ] {
+        lengths.extend([b - 1, b, b + 1, b + 2]);
+    }
+    lengths.sort_unstable();
+    lengths.dedup();
+    let items: Vec<String> = lengths.iter().map(ToString::to_string).collect();
+    items.join(",")
 }
 
 fn name_for_check(args: &DeriveArgs) -> String {

@@ -9,6 +9,7 @@
 //! - [`block_size`]: the hybrid alignment of the logical block
 //! - [`engine`]: one engine end to end
 //! - [`pair`]: a P/D pair as a geometry file
+//! - [`geometry_file`]: geometry files that name `model.hf_config`
 
 pub mod attention;
 pub mod backend;
@@ -17,6 +18,7 @@ pub mod dtype;
 pub mod engine;
 pub mod error;
 pub mod families;
+pub mod geometry_file;
 pub mod hf_config;
 pub mod mamba_state;
 pub mod pair;

@@ -22,6 +22,15 @@ use super::validate::{validate, MAX_PROMPTS};
 /// Parse and validate one geometry. `source` is the file path or another name
 /// used in messages; its file stem is the default geometry name.
 pub fn parse_geometry(source: &str, text: &str) -> Result<Geometry, GeometryError> {
+    // `[model] hf_config = "..."`: derived from the model's config first.
+    if let Some(derived) = crate::derive::geometry_file::parse_if_derived(source, text, parse_plain)
+    {
+        return derived;
+    }
+    parse_plain(source, text)
+}
+
+fn parse_plain(source: &str, text: &str) -> Result<Geometry, GeometryError> {
     let file: GeometryFile = toml::from_str(text).map_err(|e| syntax_error(source, text, &e))?;
     let geometry = file
         .into_geometry(&default_name(source))
