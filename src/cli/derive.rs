@@ -255,7 +255,7 @@ fn engine_table(model: &ModelArch, e: &EngineDerivation) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "# {} ({}), derived by kvgeom derive {} as vLLM 0.33.0 runs it:",
+        "# {}, {}: derived by kvgeom derive {} as vLLM 0.33.0 runs it",
         e.model_type,
         model.family.models(),
         options_line(e)
