@@ -554,7 +554,7 @@ fn jamba(config: &HfConfig, dtype: Dtype) -> Result<ModelArch, DeriveError> {
 /// Zamba2: transformers' `Zamba2Config` computes `attention_head_dim = 2 *
 /// hidden / heads` and `mamba_headdim = expand * hidden / mamba heads`;
 /// every "hybrid" layer runs the shared attention block (its own KV cache)
-/// before its Mamba2 mixer.
+/// before its Mamba2 mixer; all layers have Mamba2 state.
 fn zamba2(config: &HfConfig, dtype: Dtype) -> Result<ModelArch, DeriveError> {
     let hidden = config.positive("hidden_size", HIDDEN_WHY)?;
     let heads = config.opt_positive("num_attention_heads")?.unwrap_or(32);
@@ -589,7 +589,9 @@ fn zamba2(config: &HfConfig, dtype: Dtype) -> Result<ModelArch, DeriveError> {
         }),
         attention_layers,
         mamba_layers: types.len() as u64,
-        mamba_first: types.first().is_some_and(|t| t.as_str() != "hybrid"),
+        // vLLM builds the shared attention blocks (with every hybrid layer's
+        // attention) before the layers, so the attention layers come first.
+        mamba_first: false,
         ssm_dtype_on_auto: None,
     })
 }

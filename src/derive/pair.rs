@@ -208,3 +208,38 @@ pub fn derive_pair(
         geometry,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::derive::HfConfig;
+
+    fn groups_of(file: &str) -> LayerGroups {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/models")
+            .join(file);
+        layer_groups(
+            &ModelArch::from_config(&HfConfig::load(&path).expect("loads")).expect("model"),
+        )
+    }
+
+    #[test]
+    fn kv_cache_groups_follow_vllm_grouping() {
+        use GroupKind::{Attention as A, Mamba as M};
+        // 12 full attention + 36 GDN layers: groups of 12, GDN first.
+        let q = groups_of("qwen3-next-80b-a3b.json");
+        assert_eq!((q.group_size, q.groups), (12, vec![M, M, M, A]));
+        // 4 attention + 28 Mamba1 layers: groups of 4.
+        let j = groups_of("jamba-1.5-mini.json");
+        assert_eq!((j.group_size, j.groups.len()), (4, 8));
+        // 7 MLA + 20 KDA layers: groups of 7, the last KDA group partly filled.
+        let k = groups_of("kimi-linear-48b-a3b.json");
+        assert_eq!((k.group_size, k.groups), (7, vec![M, M, M, A]));
+        // Attention and Mamba2 in every layer: one group each, attention first.
+        let f = groups_of("falcon-h1-7b.json");
+        assert_eq!((f.group_size, f.groups), (44, vec![A, M]));
+        // Pure MLA: one group of all layers.
+        let d = groups_of("deepseek-v3.json");
+        assert_eq!((d.group_size, d.groups), (61, vec![A]));
+    }
+}
