@@ -457,3 +457,36 @@ fn a_pair_file_loads_and_says_how_it_was_derived() {
         "{err}"
     );
 }
+
+#[test]
+fn derived_pairs_sweep_green_or_refused_where_vllm_refuses() {
+    // D's FlashInfer kernel drops to 16 at TP4 while P's is 32: refused.
+    let (code, out, err) = kvgeom(&[
+        "sweep",
+        "geometries/models/reject-qwen3-next-p2-d4-flashinfer.toml",
+        "--prompts",
+        "2,545",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let report: Value = serde_json::from_str(&out).expect("JSON report");
+    let cases = report["cases"].as_array().expect("cases");
+    assert!(!cases.is_empty());
+    assert!(cases
+        .iter()
+        .all(|c| c["outcome"]["kind"] == "expected_rejection"));
+    // With --block-size 64 both kernels are 64: accepted, every byte checked.
+    let (code, out, err) = kvgeom(&[
+        "sweep",
+        "geometries/models/qwen3-next-p2-d4-flashinfer-block-size-64.toml",
+        "--prompts",
+        "2,321",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let report: Value = serde_json::from_str(&out).expect("JSON report");
+    assert_eq!(report["summary"]["failed"], 0);
+    assert!(report["summary"]["passed"].as_u64() > Some(0));
+}
