@@ -11,6 +11,7 @@ pub mod bench;
 pub mod cli;
 pub mod connector;
 pub mod defects;
+pub mod derive;
 #[cfg(feature = "arbitrary")]
 pub mod generate;
 pub mod geometry;

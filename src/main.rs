@@ -172,6 +172,9 @@ enum Command {
         #[command(flatten)]
         variant: cli::VariantArgs,
     },
+    /// Derive one engine's geometry (or a P/D pair's geometry file) from a
+    /// model's HF config, TP and attention backend, as vLLM 0.33.0 runs it.
+    Derive(Box<cli::DeriveArgs>),
     /// Run the descriptor-level oracles on traces recorded from vLLM.
     CheckTrace { files: Vec<PathBuf> },
     /// Rebuild traced vLLM cases with kvgeom's connector and compare lists and transfers.
@@ -273,6 +276,7 @@ fn main() -> ExitCode {
             mode,
             variant,
         } => cli::layout(&geometry, &mode.modes(), &variant),
+        Command::Derive(args) => cli::derive(&args),
         Command::CheckTrace { files } => cli::check_trace(&files),
         Command::DiffTrace { files, variant } => cli::diff_trace(&files, &variant),
         Command::Defects => cli::defects(),

@@ -165,8 +165,15 @@ fn shipped_geometries_round_trip_through_to_toml() {
 
 #[test]
 fn shipped_files_start_with_a_comment_and_have_a_description() {
-    for entry in fs::read_dir(geometries_dir()).unwrap() {
+    let models = geometries_dir().join("models");
+    let entries = fs::read_dir(geometries_dir())
+        .unwrap()
+        .chain(fs::read_dir(&models).unwrap());
+    for entry in entries {
         let path = entry.unwrap().path();
+        if path.is_dir() {
+            continue;
+        }
         let text = fs::read_to_string(&path).unwrap();
         assert!(
             text.starts_with("# "),

@@ -35,7 +35,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::time::Duration;
 
-use crate::geometry::load_geometry;
+use crate::derive::load_geometry_file as load_geometry;
 use crate::layout::Side;
 use crate::nixl::real::RealNixl;
 use crate::nixl::{Nixl, XferOp};

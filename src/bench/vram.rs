@@ -20,7 +20,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::geometry::load_geometry;
+use crate::derive::load_geometry_file as load_geometry;
 use crate::layout::Side;
 use crate::nixl::{Loopback, MemKind, Nixl, NixlAgentOptions, XferOp};
 use crate::scenario::MemoryKind;

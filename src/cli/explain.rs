@@ -4,7 +4,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::{VariantArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
-use crate::geometry::{load_geometry, Mode};
+use crate::derive::load_geometry_file;
+use crate::geometry::Mode;
 use crate::report::explain::{explain_text, svg};
 use crate::scenario::{run_case_detailed, Case, Outcome, RunOptions, TransportKind};
 use crate::scheduler::DecodeAllocation;
@@ -26,7 +27,7 @@ pub fn explain(args: ExplainArgs) -> u8 {
         Ok(v) => v,
         Err(code) => return code,
     };
-    let geometry = match load_geometry(&args.geometry) {
+    let geometry = match load_geometry_file(&args.geometry) {
         Ok(g) => g,
         Err(e) => {
             eprintln!("error: {e}");

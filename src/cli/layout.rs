@@ -3,7 +3,8 @@
 use std::path::Path;
 
 use super::{VariantArgs, EXIT_BAD_INPUT, EXIT_OK};
-use crate::geometry::{load_geometry, Mode};
+use crate::derive::load_geometry_file;
+use crate::geometry::Mode;
 use crate::report::layout_tables::layout_tables;
 
 /// Print `path`'s descriptor tables in each of `modes` under the chosen
@@ -13,7 +14,7 @@ pub fn layout(path: &Path, modes: &[Mode], variant: &VariantArgs) -> u8 {
         Ok(v) => v.policy(),
         Err(code) => return code,
     };
-    match load_geometry(path) {
+    match load_geometry_file(path) {
         Ok(g) => {
             for (i, &mode) in modes.iter().enumerate() {
                 if i > 0 {

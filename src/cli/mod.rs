@@ -3,6 +3,7 @@
 //! defect is missed, or a trace differs), 2 on bad input.
 
 mod bench;
+mod derive;
 mod explain;
 mod layout;
 mod mutants;
@@ -10,6 +11,7 @@ mod sweep;
 mod traces;
 
 pub use bench::{bench, bench_peer, bench_vram, BenchKind, OpArg, VramArgs};
+pub use derive::{derive, DeriveArgs, DeriveFormat};
 pub use explain::{explain, ExplainArgs};
 pub use layout::layout;
 pub use mutants::{defects, mutants};

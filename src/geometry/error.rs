@@ -127,6 +127,9 @@ impl fmt::Display for Engine {
 pub enum Rule {
     #[error("must not be empty")]
     Empty,
+    /// A file naming `model.hf_config`: what derivation found wrong.
+    #[error("{0}")]
+    Derived(String),
     #[error("must be one line")]
     MultiLine,
     #[error(

@@ -21,6 +21,8 @@ use super::validate::{validate, MAX_PROMPTS};
 
 /// Parse and validate one geometry. `source` is the file path or another name
 /// used in messages; its file stem is the default geometry name.
+/// Files that name a model config (`[model] hf_config`) are read by
+/// `derive::load_geometry_file`, which writes them in this plain format.
 pub fn parse_geometry(source: &str, text: &str) -> Result<Geometry, GeometryError> {
     let file: GeometryFile = toml::from_str(text).map_err(|e| syntax_error(source, text, &e))?;
     let geometry = file

@@ -9,10 +9,18 @@ use super::file::parse_geometry;
 use super::pair::Geometry;
 use crate::limits::{read_capped, InputError, MAX_INPUT_BYTES};
 
-/// Read, parse and validate one geometry file (a regular file of at most
-/// [`MAX_INPUT_BYTES`]).
+/// Read, parse and validate one plain geometry file (a regular file of at
+/// most [`MAX_INPUT_BYTES`]).
 pub fn load_geometry(path: impl AsRef<Path>) -> Result<Geometry, GeometryError> {
-    let path = path.as_ref();
+    load_geometry_with(path.as_ref(), parse_geometry)
+}
+
+/// [`load_geometry`] with another parser of the file's text (e.g. one that
+/// also reads config-named files).
+pub fn load_geometry_with(
+    path: &Path,
+    parse: impl Fn(&str, &str) -> Result<Geometry, GeometryError>,
+) -> Result<Geometry, GeometryError> {
     let bytes = read_capped(path, MAX_INPUT_BYTES).map_err(|e| match e {
         InputError::Io { path, source } => GeometryError::Read { path, source },
         other => GeometryError::Input(other),
@@ -21,7 +29,7 @@ pub fn load_geometry(path: impl AsRef<Path>) -> Result<Geometry, GeometryError> 
         path: path.to_path_buf(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
     })?;
-    parse_geometry(&path.display().to_string(), &text)
+    parse(&path.display().to_string(), &text)
 }
 
 /// Load files and folders in the order given; a folder contributes its

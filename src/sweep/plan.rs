@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::geometry::{load_geometry, toml_files_in, Geometry, GeometryError, Mode};
+use crate::derive::load_geometry_file;
+use crate::geometry::{toml_files_in, Geometry, GeometryError, Mode};
 use crate::scenario::placement::SplitMix;
 use crate::scenario::Case;
 use crate::scheduler::DecodeAllocation;
@@ -29,7 +30,7 @@ pub fn load_sources(paths: &[PathBuf]) -> Result<Vec<SourcedGeometry>, GeometryE
             vec![path.clone()]
         };
         for file in files {
-            let geometry = load_geometry(&file)?;
+            let geometry = load_geometry_file(&file)?;
             if let Some(first) = out
                 .iter()
                 .find(|s: &&SourcedGeometry| s.geometry.name == geometry.name)

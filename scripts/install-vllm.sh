@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Installs vLLM 0.33.0 (CPU-only use: its Python functions, no kernels) into
+# .vllm-venv/ at the project root, for scripts/vllm-derive-reference.py and the
+# reference test in tests/derive.rs.
+#
+# Usage: scripts/install-vllm.sh
+#
+# Pinned: torch==2.14.0, the vllm==0.33.0 wheel installed with --no-deps, and
+# the light dependencies vLLM's config and KV-cache code imports. Downloads a
+# few GB the first time (PyPI); a second run finds the stamp and returns in
+# seconds. Nothing is fetched when vLLM's functions are run afterwards.
+set -euo pipefail
+
+TORCH_VERSION="2.14.0"
+VLLM_VERSION="0.33.0"
+LIGHT_DEPS=(
+    pytest msgspec pyzmq numpy "transformers>=5.16.1,<5.21.0"
+    "huggingface_hub>=1.31.0" "tokenizers>=0.23.2" "safetensors>=0.6.2"
+    "pydantic>=2.12.0" cachetools psutil regex blake3 py-cpuinfo cloudpickle
+    pyyaml einops sentencepiece "requests>=2.33.0" tqdm protobuf packaging
+    filelock typing_extensions pillow "prometheus_client>=0.18.0" cbor2
+    pybase64 setproctitle ijson python-json-logger "openai>=2.25.0"
+    "fastapi>=0.133.0,<0.137.0" "starlette>=1.0.1" "aiohttp>=3.14.4"
+    "orjson>=3.11.6" partial-json-parser jsonschema watchfiles tiktoken
+    "oss-harmony>=0.0.11" "mcp>=2.2.0,<3.0.0" "anthropic>=0.71.0" uvloop
+    "xgrammar==0.2.8" "llguidance>=1.7.0,<1.8.0"
+    # Imported by the model registry and the FlashInfer backend module.
+    loguru nvidia-ml-py
+)
+# vLLM's own pins of packages whose modules it imports when resolving model
+# classes and attention backends; their heavy dependencies are not needed.
+NO_DEPS=("compressed-tensors==0.17.0" "flashinfer-python==0.7.2.post1")
+STAMP_TEXT="torch==${TORCH_VERSION} vllm==${VLLM_VERSION} deps=$(printf '%s ' "${LIGHT_DEPS[@]}" "${NO_DEPS[@]}" | cksum | cut -d' ' -f1)"
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${ROOT}/.vllm-venv"
+STAMP="${VENV}/.kvgeom-stamp"
+START=$(date +%s)
+
+die() {
+    echo "install-vllm: error: $*" >&2
+    exit 1
+}
+
+note() {
+    echo "install-vllm: $*" >&2
+}
+
+elapsed() {
+    echo "$(($(date +%s) - START)) s"
+}
+
+PYTHON="${PYTHON:-python3}"
+command -v "${PYTHON}" >/dev/null ||
+    die "${PYTHON} not found; install Python 3.10-3.13 (or set PYTHON=/path/to/python3)"
+"${PYTHON}" -c 'import venv, ensurepip' 2>/dev/null ||
+    die "${PYTHON} lacks the venv/ensurepip modules (Debian/Ubuntu: apt-get install python3-venv)"
+
+if [[ -f "${STAMP}" && "$(cat "${STAMP}")" == "${STAMP_TEXT}" ]] &&
+    "${VENV}/bin/python" -c 'import importlib.metadata as m; assert m.version("vllm") == "'"${VLLM_VERSION}"'"' 2>/dev/null; then
+    note "already installed in ${VENV} (${STAMP_TEXT%% deps=*}); nothing to do ($(elapsed))"
+    exit 0
+fi
+
+if [[ ! -x "${VENV}/bin/python" ]]; then
+    note "creating the virtual environment ${VENV}"
+    "${PYTHON}" -m venv "${VENV}"
+fi
+PIP=("${VENV}/bin/python" -m pip --disable-pip-version-check)
+"${PIP[@]}" --version >/dev/null 2>&1 || die "pip does not run in ${VENV}; remove it and retry"
+
+note "installing torch==${TORCH_VERSION} (the PyPI build, ~5 GB with its nvidia-* wheels)"
+"${PIP[@]}" install -q "torch==${TORCH_VERSION}" || die "pip could not install torch==${TORCH_VERSION}"
+
+note "installing vllm==${VLLM_VERSION} without its dependencies"
+WHEELS="$(mktemp -d)"
+trap 'rm -rf "${WHEELS}"' EXIT
+"${PIP[@]}" download -q --no-deps -d "${WHEELS}" "vllm==${VLLM_VERSION}" ||
+    die "pip could not download vllm==${VLLM_VERSION}"
+"${PIP[@]}" install -q --no-deps "${WHEELS}"/vllm-*.whl || die "pip could not install the vllm wheel"
+
+note "installing the light dependencies (${#LIGHT_DEPS[@]} packages)"
+# --no-deps above leaves vLLM's full requirement list unmet on purpose; pip's
+# resolver warning about it is filtered out.
+"${PIP[@]}" install -q "${LIGHT_DEPS[@]}" 2>&1 | grep -v -e "^vllm ${VLLM_VERSION} requires" -e "dependency resolver does not currently" -e "^flashinfer-python .* requires" >&2 || true
+"${PIP[@]}" show -q "${LIGHT_DEPS[@]%%[<>=]*}" >/dev/null 2>&1 || die "pip could not install the light dependencies"
+note "installing ${NO_DEPS[*]} without their dependencies"
+"${PIP[@]}" install -q --no-deps "${NO_DEPS[@]}" || die "pip could not install ${NO_DEPS[*]}"
+
+note "checking that vLLM's config and KV-cache modules import"
+"${VENV}/bin/python" -c 'import vllm.v1.kv_cache_interface, vllm.model_executor.layers.mamba.mamba_utils, flashinfer, compressed_tensors, loguru' 2>/dev/null ||
+    die "vllm ${VLLM_VERSION} was installed but does not import; see: ${VENV}/bin/python -c 'import vllm.v1.kv_cache_interface'"
+
+echo "${STAMP_TEXT}" >"${STAMP}"
+note "installed torch==${TORCH_VERSION}, vllm==${VLLM_VERSION} and ${#LIGHT_DEPS[@]} light dependencies in ${VENV} ($(du -sh "${VENV}" | cut -f1), $(elapsed))"
+note "then: scripts/vllm-derive-reference.py --help, or cargo test --test derive"

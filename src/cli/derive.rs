@@ -1,0 +1,420 @@
+//! `kvgeom derive`: one engine, or a P/D pair as a geometry file, from a
+//! model's HF config as vLLM 0.33.0 would run it.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::derive::{
+    derive_engine, derive_pair, load_model, Backend, CacheDtype, DeriveError, EngineDerivation,
+    EngineOptions, Gpu, MambaDtype, ModelArch, PairDerivation, PairOptions,
+};
+use crate::geometry::{parse_geometry, to_toml};
+
+use super::{EXIT_BAD_INPUT, EXIT_OK};
+
+/// `--format` of a single-engine derivation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DeriveFormat {
+    Json,
+    Toml,
+}
+
+/// The command line of `kvgeom derive`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct DeriveArgs {
+    /// The model's HF `config.json`.
+    pub config: PathBuf,
+    /// One engine: its TP size.
+    #[arg(long)]
+    pub tp: Option<u64>,
+    /// One engine: its attention backend (FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLASHMLA, CUTLASS_MLA, FLASHINFER_MLA, FLASH_ATTN_MLA).
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// A pair: the prefill engine's TP size.
+    #[arg(long)]
+    pub prefill_tp: Option<u64>,
+    #[arg(long)]
+    pub prefill_backend: Option<String>,
+    /// A pair: the decode engine's TP size.
+    #[arg(long)]
+    pub decode_tp: Option<u64>,
+    #[arg(long)]
+    pub decode_backend: Option<String>,
+    /// GPU generation: sm90 (default) or sm100.
+    #[arg(long, default_value = "sm90")]
+    pub gpu: String,
+    /// A pair: the prefill engine's GPU (default: --gpu).
+    #[arg(long)]
+    pub prefill_gpu: Option<String>,
+    /// A pair: the decode engine's GPU (default: --gpu).
+    #[arg(long)]
+    pub decode_gpu: Option<String>,
+    /// vLLM's --block-size (default: the backend's choice).
+    #[arg(long)]
+    pub block_size: Option<u64>,
+    #[arg(long)]
+    pub prefill_block_size: Option<u64>,
+    #[arg(long)]
+    pub decode_block_size: Option<u64>,
+    /// vLLM's --kv-cache-dtype: auto, bf16, fp16 or fp8.
+    #[arg(long, default_value = "auto")]
+    pub cache_dtype: String,
+    /// vLLM's --mamba-cache-dtype: auto, float32, float16 or bfloat16.
+    #[arg(long, default_value = "auto")]
+    pub mamba_cache_dtype: String,
+    /// vLLM's --mamba-ssm-cache-dtype: auto, float32, float16 or bfloat16.
+    #[arg(long, default_value = "auto")]
+    pub mamba_ssm_cache_dtype: String,
+    /// One engine: json (default) or toml (the engine table of a geometry file).
+    #[arg(long, value_enum, default_value = "json")]
+    pub format: DeriveFormat,
+    /// A pair: write the geometry file here (default: stdout).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// A pair: layer slots to model (default: vLLM's KV-cache group size).
+    #[arg(long)]
+    pub layer_slots: Option<u32>,
+    /// A pair: prompt lengths for the file, e.g. `1..=40,543,544,545`, or
+    /// `boundaries`: lengths around every kernel and logical block boundary
+    /// of both engines (a short list even for thousand-token blocks).
+    #[arg(long)]
+    pub prompts: Option<String>,
+    /// A pair: the text the connector's handshake error must contain, for a
+    /// pair vLLM refuses.
+    #[arg(long)]
+    pub expect_rejection: Option<String>,
+    /// A pair: the geometry name (default: the --out file stem).
+    #[arg(long)]
+    pub name: Option<String>,
+}
+
+/// Which command-line shape was used.
+enum Request {
+    Single(EngineOptions),
+    Pair(PairOptions),
+}
+
+fn usage(message: &str) -> DeriveError {
+    DeriveError::Unsupported(format!(
+        "{message}; use `--tp N --backend NAME` for one engine, or `--prefill-tp N --prefill-backend A --decode-tp M --decode-backend B` for a pair"
+    ))
+}
+
+fn engine_options(
+    args: &DeriveArgs,
+    tp: u64,
+    backend: &str,
+    gpu: Option<&str>,
+    block: Option<u64>,
+) -> Result<EngineOptions, DeriveError> {
+    Ok(EngineOptions {
+        tp,
+        backend: Backend::parse(backend)?,
+        gpu: Gpu::parse(gpu.unwrap_or(&args.gpu))?,
+        block_size: block.or(args.block_size),
+        cache_dtype: CacheDtype::parse(&args.cache_dtype)?,
+        mamba_cache_dtype: MambaDtype::parse("--mamba-cache-dtype", &args.mamba_cache_dtype)?,
+        mamba_ssm_cache_dtype: MambaDtype::parse(
+            "--mamba-ssm-cache-dtype",
+            &args.mamba_ssm_cache_dtype,
+        )?,
+    })
+}
+
+fn request(args: &DeriveArgs) -> Result<Request, DeriveError> {
+    let single = args.tp.is_some() || args.backend.is_some();
+    let pair = args.prefill_tp.is_some()
+        || args.prefill_backend.is_some()
+        || args.decode_tp.is_some()
+        || args.decode_backend.is_some();
+    match (single, pair) {
+        (true, true) => Err(usage(
+            "--tp/--backend and --prefill-*/--decode-* do not go together",
+        )),
+        (false, false) => Err(usage("no engine given")),
+        (true, false) => {
+            let tp = args.tp.ok_or_else(|| usage("--backend needs --tp"))?;
+            let backend = args
+                .backend
+                .as_deref()
+                .ok_or_else(|| usage("--tp needs --backend"))?;
+            Ok(Request::Single(engine_options(
+                args, tp, backend, None, None,
+            )?))
+        }
+        (false, true) => {
+            let missing = |what| usage(&format!("a pair needs {what}"));
+            let prefill = engine_options(
+                args,
+                args.prefill_tp.ok_or_else(|| missing("--prefill-tp"))?,
+                args.prefill_backend
+                    .as_deref()
+                    .ok_or_else(|| missing("--prefill-backend"))?,
+                args.prefill_gpu.as_deref(),
+                args.prefill_block_size,
+            )?;
+            let decode = engine_options(
+                args,
+                args.decode_tp.ok_or_else(|| missing("--decode-tp"))?,
+                args.decode_backend
+                    .as_deref()
+                    .ok_or_else(|| missing("--decode-backend"))?,
+                args.decode_gpu.as_deref(),
+                args.decode_block_size,
+            )?;
+            Ok(Request::Pair(PairOptions {
+                prefill,
+                decode,
+                layer_slots: args.layer_slots,
+            }))
+        }
+    }
+}
+
+/// Run `kvgeom derive`.
+pub fn derive(args: &DeriveArgs) -> u8 {
+    match run(args) {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            eprintln!("error: {e}");
+            EXIT_BAD_INPUT
+        }
+    }
+}
+
+fn run(args: &DeriveArgs) -> Result<(), DeriveError> {
+    let request = request(args)?;
+    let model = load_model(&args.config)?;
+    match request {
+        Request::Single(options) => {
+            let engine = derive_engine(&model, &options)?;
+            match args.format {
+                DeriveFormat::Json => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&engine).expect("a derivation serializes")
+                ),
+                DeriveFormat::Toml => print!("{}", engine_table(&model, &engine)),
+            }
+            Ok(())
+        }
+        Request::Pair(options) => {
+            let pair = derive_pair(&model, &options)?;
+            let text = geometry_file(args, &model, &pair)?;
+            match &args.out {
+                Some(path) => {
+                    std::fs::write(path, &text).map_err(|e| {
+                        DeriveError::Unsupported(format!("cannot write {}: {e}", path.display()))
+                    })?;
+                    eprintln!("wrote {}", path.display());
+                    eprintln!("{}", pair_summary(&pair));
+                }
+                None => print!("{text}"),
+            }
+            Ok(())
+        }
+    }
+}
+
+fn engine_line(e: &EngineDerivation) -> String {
+    format!(
+        "TP{} {} on {}: logical {} / kernel {} (ppl {}), {} attention bytes per token per rank{}, page {} bytes",
+        e.tp,
+        e.backend,
+        e.gpu,
+        e.logical_block,
+        e.kernel_block,
+        e.ppl,
+        e.attention_bytes_per_token,
+        e.mamba_state_bytes
+            .map_or(String::new(), |m| format!(", mamba state {m} bytes per rank")),
+        e.page_bytes
+    )
+}
+
+fn pair_summary(pair: &PairDerivation) -> String {
+    format!(
+        "prefill {}\ndecode  {}",
+        engine_line(&pair.prefill),
+        engine_line(&pair.decode)
+    )
+}
+
+/// `# ...` lines saying how an engine was derived.
+fn options_line(e: &EngineDerivation) -> String {
+    let mut line = format!("--tp {} --backend {} --gpu {}", e.tp, e.backend, e.gpu);
+    if let Some(b) = e.block_size_option {
+        let _ = write!(line, " --block-size {b}");
+    }
+    if e.cache_dtype != "auto" {
+        let _ = write!(line, " --cache-dtype {}", e.cache_dtype);
+    }
+    line
+}
+
+fn engine_table(model: &ModelArch, e: &EngineDerivation) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# {}, {}: derived by kvgeom derive {} as vLLM 0.33.0 runs it",
+        e.model_type,
+        model.family.models(),
+        options_line(e)
+    );
+    let _ = writeln!(out, "# {}", engine_line(e));
+    if let Some(m) = &e.mamba {
+        let _ = writeln!(
+            out,
+            "# mamba ({}) per rank: conv {}x{} {} ({} bytes, split {:?}) + SSM {:?} {} ({} bytes)",
+            m.kind,
+            m.conv_shape[0],
+            m.conv_shape[1],
+            m.conv_dtype,
+            m.conv_bytes,
+            m.conv_split,
+            m.ssm_shape,
+            m.ssm_dtype,
+            m.ssm_bytes
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# Use it as the [prefill] or [decode] table of a geometry file."
+    );
+    let _ = writeln!(out, "[prefill]");
+    let _ = writeln!(out, "tp_size = {}", e.tp);
+    let _ = writeln!(out, "kernel_block = {}", e.kernel_block);
+    let _ = writeln!(out, "logical_block = {}", e.logical_block);
+    if e.attention.kind != "mla" {
+        let _ = writeln!(out, "layout = \"HND\"");
+    }
+    out
+}
+
+fn geometry_file(
+    args: &DeriveArgs,
+    model: &ModelArch,
+    pair: &PairDerivation,
+) -> Result<String, DeriveError> {
+    let (p, d) = (&pair.prefill, &pair.decode);
+    let name = args
+        .name
+        .clone()
+        .or_else(|| {
+            args.out
+                .as_deref()
+                .and_then(Path::file_stem)
+                .map(|s| s.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| format!("{}-derived", p.model_type.replace('_', "-")));
+    let mut geometry = pair.geometry.clone();
+    geometry.name = name;
+    geometry.expect_rejection = args.expect_rejection.clone();
+    geometry.description = format!(
+        "{} from {}: P TP{} {} {}/{} (ppl {}) -> D TP{} {} {}/{} (ppl {})",
+        model.family.models(),
+        args.config.display(),
+        p.tp,
+        p.backend,
+        p.logical_block,
+        p.kernel_block,
+        p.ppl,
+        d.tp,
+        d.backend,
+        d.logical_block,
+        d.kernel_block,
+        d.ppl
+    );
+    let body = to_toml(&geometry);
+    let boundaries;
+    let prompts = match args.prompts.as_deref() {
+        Some("boundaries") => {
+            boundaries = boundary_prompts(pair);
+            Some(boundaries.as_str())
+        }
+        other => other,
+    };
+    let mut body = match prompts {
+        None => body,
+        Some(list) => {
+            let entries: Vec<String> = list
+                .split(',')
+                .map(|e| {
+                    let e = e.trim();
+                    if e.contains("..=") {
+                        format!("\"{e}\"")
+                    } else {
+                        e.to_string()
+                    }
+                })
+                .collect();
+            body.replacen(
+                "\n[model]",
+                &format!("prompts = [{}]\n\n[model]", entries.join(", ")),
+                1,
+            )
+        }
+    };
+    if !body.ends_with('\n') {
+        body.push('\n');
+    }
+    let g = &pair.groups;
+    let mut head = String::new();
+    let _ = writeln!(
+        head,
+        "# Derived by `kvgeom derive {}` from a {} config, as vLLM 0.33.0 runs it:",
+        args.config.display(),
+        p.model_type
+    );
+    let _ = writeln!(head, "#   prefill {}", options_line(p));
+    let _ = writeln!(head, "#   decode  {}", options_line(d));
+    let _ = writeln!(head, "# prefill {}", engine_line(p));
+    let _ = writeln!(head, "# decode  {}", engine_line(d));
+    let _ = writeln!(
+        head,
+        "# KV-cache groups: {} attention + {} mamba layers in groups of {}; layer_slots = {}{}",
+        g.attention_layers,
+        g.mamba_layers,
+        g.group_size,
+        geometry.model.layer_slots,
+        if u64::from(geometry.model.layer_slots) == g.group_size {
+            ""
+        } else {
+            " (fewer slots than vLLM's group size, to keep the sweep small)"
+        }
+    );
+    let text = format!("{head}{body}");
+    // What is written must load as it stands.
+    parse_geometry(&name_for_check(args), &text).map_err(|e| {
+        DeriveError::Unsupported(format!("the derived geometry does not load: {e}"))
+    })?;
+    Ok(text)
+}
+
+/// Lengths around each block boundary of both engines: one block of each
+/// size, one past it and one short, twice the larger logical block, and the
+/// shortest prompts. A hybrid transfers N - 1 tokens, so N = B + 1 fills a
+/// block of B exactly.
+fn boundary_prompts(pair: &PairDerivation) -> String {
+    let (p, d) = (&pair.prefill, &pair.decode);
+    let mut lengths = vec![1u64, 2, 3];
+    let largest = p.logical_block.max(d.logical_block);
+    for b in [
+        p.kernel_block,
+        d.kernel_block,
+        p.logical_block,
+        d.logical_block,
+        2 * largest,
+    ] {
+        lengths.extend([b - 1, b, b + 1, b + 2]);
+    }
+    lengths.sort_unstable();
+    lengths.dedup();
+    let items: Vec<String> = lengths.iter().map(ToString::to_string).collect();
+    items.join(",")
+}
+
+fn name_for_check(args: &DeriveArgs) -> String {
+    args.out
+        .as_ref()
+        .map_or_else(|| "derived.toml".to_string(), |p| p.display().to_string())
+}

@@ -1,0 +1,113 @@
+//! The logical (scheduler) block size: the backend's preferred size, or
+//! `--block-size`, raised for a hybrid model until one attention page holds
+//! a rank's mamba state (vLLM 0.33.0's `update_block_size_for_backend` and
+//! `_align_hybrid_block_size`, prefix caching off).
+
+use super::backend::{preferred_block_size, smallest_kernel_size, KernelSize};
+
+/// vLLM's `CacheConfig.DEFAULT_BLOCK_SIZE`.
+pub const DEFAULT_BLOCK_SIZE: u64 = 16;
+
+/// The MLA-hybrid alignment: TRTLLM/FlashInfer MLA decode kernels want the
+/// manager block to be a multiple of 128 tokens.
+pub const MLA_HYBRID_ALIGNMENT: u64 = 128;
+
+/// What the alignment looks at.
+#[derive(Clone, Copy, Debug)]
+pub struct BlockInputs<'a> {
+    pub kernel_sizes: &'a [KernelSize],
+    pub user_block: Option<u64>,
+    pub is_mla: bool,
+    pub attention_bytes_per_token: u64,
+    /// One rank's mamba state of one layer; `None` for a model without mamba.
+    pub mamba_state_bytes: Option<u64>,
+}
+
+/// The block before alignment and the logical block after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockChoice {
+    pub preferred: u64,
+    pub logical: u64,
+}
+
+pub fn logical_block(inputs: &BlockInputs) -> BlockChoice {
+    let sizes = inputs.kernel_sizes;
+    let block = inputs
+        .user_block
+        .unwrap_or_else(|| preferred_block_size(sizes, DEFAULT_BLOCK_SIZE));
+    let Some(mamba) = inputs.mamba_state_bytes.filter(|m| *m > 0) else {
+        return BlockChoice {
+            preferred: block,
+            logical: block,
+        };
+    };
+    let smallest = smallest_kernel_size(sizes);
+    let mut alignment = smallest.max(block);
+    if inputs.is_mla {
+        alignment = alignment.max(MLA_HYBRID_ALIGNMENT);
+    }
+    let per_token = inputs.attention_bytes_per_token.max(1);
+    let aligned = alignment * mamba.div_ceil(alignment * per_token);
+    // A multiple of every backend's smallest kernel block (one backend here).
+    let aligned = smallest * aligned.div_ceil(smallest);
+    BlockChoice {
+        preferred: block,
+        logical: block.max(aligned),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use KernelSize::{Exact, MultipleOf};
+
+    fn hybrid(sizes: &[KernelSize], user: Option<u64>, mla: bool, bpt: u64, mamba: u64) -> u64 {
+        logical_block(&BlockInputs {
+            kernel_sizes: sizes,
+            user_block: user,
+            is_mla: mla,
+            attention_bytes_per_token: bpt,
+            mamba_state_bytes: Some(mamba),
+        })
+        .logical
+    }
+
+    #[test]
+    fn worked_values_of_the_rule() {
+        // vllm-block-size-rule.md section 6: Qwen3-Next TP1, Kimi-Linear TP1/TP2/TP8.
+        assert_eq!(hybrid(&[MultipleOf(16)], None, false, 2048, 1_097_728), 544);
+        assert_eq!(hybrid(&[Exact(64)], None, true, 1152, 2_170_880), 1920);
+        assert_eq!(hybrid(&[Exact(128)], None, true, 1152, 1_085_440), 1024);
+        assert_eq!(hybrid(&[Exact(64)], None, true, 1152, 271_360), 256);
+        // Qwen3-Next TP2 and TP4 with --block-size 64 on FlashInfer.
+        let fi = [Exact(16), Exact(32), Exact(64)];
+        assert_eq!(hybrid(&fi, Some(64), false, 1024, 548_864), 576);
+        assert_eq!(hybrid(&fi, Some(64), false, 1024, 274_432), 320);
+    }
+
+    #[test]
+    fn a_larger_user_block_is_kept() {
+        assert_eq!(
+            hybrid(&[MultipleOf(16)], Some(2048), false, 2048, 1_097_728),
+            2048
+        );
+    }
+
+    #[test]
+    fn without_mamba_the_preferred_size_stands() {
+        let choice = logical_block(&BlockInputs {
+            kernel_sizes: &[Exact(128)],
+            user_block: None,
+            is_mla: true,
+            attention_bytes_per_token: 1152,
+            mamba_state_bytes: None,
+        });
+        assert_eq!(
+            choice,
+            BlockChoice {
+                preferred: 128,
+                logical: 128
+            }
+        );
+    }
+}

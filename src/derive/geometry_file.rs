@@ -1,0 +1,274 @@
+//! Geometry files that name a model config instead of stating the geometry:
+//!
+//! ```toml
+//! description = "Qwen3-Next, P TP8 -> D TP2 on FlashInfer"
+//! [model]
+//! hf_config = "../../tests/fixtures/models/qwen3-next-80b-a3b.json"  # relative to this file
+//! layer_slots = 2                                                    # optional
+//! [prefill]
+//! tp_size = 8
+//! backend = "FLASHINFER"      # and optionally block_size, gpu, cache_dtype
+//! [decode]
+//! tp_size = 2
+//! backend = "FLASHINFER"
+//! ```
+//!
+//! The model tables and both engines' blocks are derived as `kvgeom derive`
+//! does; an engine may still state `kernel_block` / `logical_block`, which
+//! must then be what vLLM 0.33.0 would use. The result is written in the
+//! plain format and read by the ordinary parser, so every rule of the format
+//! applies.
+
+use std::path::Path;
+
+use toml::{Table, Value};
+
+use super::backend::{Backend, Gpu};
+use super::dtype::{CacheDtype, MambaDtype};
+use super::engine::EngineOptions;
+use super::load_model;
+use super::pair::{derive_pair, PairOptions};
+use crate::geometry::error::{GeometryError, Rule, Violation};
+use crate::geometry::{to_toml, Geometry};
+
+/// Keys an engine table of such a file may hold besides the plain format's.
+const ENGINE_DERIVE_KEYS: [&str; 6] = [
+    "backend",
+    "block_size",
+    "gpu",
+    "cache_dtype",
+    "mamba_cache_dtype",
+    "mamba_ssm_cache_dtype",
+];
+
+/// Parse a geometry file of either kind: one that names `model.hf_config`
+/// is derived and then read as a plain file; any other is a plain file.
+pub fn parse_geometry_file(source: &str, text: &str) -> Result<Geometry, GeometryError> {
+    parse_if_derived(source, text, crate::geometry::parse_geometry)
+        .unwrap_or_else(|| crate::geometry::parse_geometry(source, text))
+}
+
+/// Read, parse and validate a geometry file of either kind.
+pub fn load_geometry_file(path: impl AsRef<Path>) -> Result<Geometry, GeometryError> {
+    crate::geometry::load_geometry_with(path.as_ref(), parse_geometry_file)
+}
+
+/// `Some` when the file names `model.hf_config`; `None` leaves the file to
+/// the plain parser (which also reports syntax errors).
+pub(crate) fn parse_if_derived(
+    source: &str,
+    text: &str,
+    plain: impl Fn(&str, &str) -> Result<Geometry, GeometryError>,
+) -> Option<Result<Geometry, GeometryError>> {
+    let mut file: Table = toml::from_str(text).ok()?;
+    let hf_config = file
+        .get("model")?
+        .as_table()?
+        .get("hf_config")?
+        .as_str()?
+        .to_string();
+    Some(derived(source, &mut file, &hf_config).and_then(|text| plain(source, &text)))
+}
+
+fn invalid(source: &str, field: &str, detail: impl Into<String>) -> GeometryError {
+    Violation::new(field, Rule::Derived(detail.into())).in_file(source)
+}
+
+fn take_str(
+    source: &str,
+    table: &mut Table,
+    prefix: &str,
+    key: &str,
+) -> Result<Option<String>, GeometryError> {
+    match table.remove(key) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(v) => Err(invalid(
+            source,
+            &format!("{prefix}.{key}"),
+            format!("must be a string, found {v}"),
+        )),
+    }
+}
+
+fn take_int(
+    source: &str,
+    table: &mut Table,
+    prefix: &str,
+    key: &str,
+) -> Result<Option<u64>, GeometryError> {
+    match table.remove(key) {
+        None => Ok(None),
+        Some(Value::Integer(n)) if n > 0 => Ok(Some(n as u64)),
+        Some(v) => Err(invalid(
+            source,
+            &format!("{prefix}.{key}"),
+            format!("must be a positive integer, found {v}"),
+        )),
+    }
+}
+
+fn engine_options(
+    source: &str,
+    file: &mut Table,
+    name: &str,
+) -> Result<EngineOptions, GeometryError> {
+    let table = file
+        .get_mut(name)
+        .and_then(Value::as_table_mut)
+        .ok_or_else(|| invalid(source, name, "missing table"))?;
+    let bad =
+        |key: &str, e: super::DeriveError| invalid(source, &format!("{name}.{key}"), e.to_string());
+    let backend = take_str(source, table, name, "backend")?.ok_or_else(|| {
+        invalid(
+            source,
+            &format!("{name}.backend"),
+            "a file with model.hf_config names each engine's attention backend",
+        )
+    })?;
+    let tp = match table.get("tp_size") {
+        Some(Value::Integer(n)) if *n > 0 => *n as u64,
+        _ => {
+            return Err(invalid(
+                source,
+                &format!("{name}.tp_size"),
+                "must be a positive integer",
+            ))
+        }
+    };
+    let gpu = take_str(source, table, name, "gpu")?;
+    let cache = take_str(source, table, name, "cache_dtype")?;
+    let mamba = take_str(source, table, name, "mamba_cache_dtype")?;
+    let ssm = take_str(source, table, name, "mamba_ssm_cache_dtype")?;
+    Ok(EngineOptions {
+        tp,
+        backend: Backend::parse(&backend).map_err(|e| bad("backend", e))?,
+        gpu: gpu
+            .map_or(Ok(Gpu::Sm90), |g| Gpu::parse(&g))
+            .map_err(|e| bad("gpu", e))?,
+        block_size: take_int(source, table, name, "block_size")?,
+        cache_dtype: cache
+            .map_or(Ok(CacheDtype::Auto), |c| CacheDtype::parse(&c))
+            .map_err(|e| bad("cache_dtype", e))?,
+        mamba_cache_dtype: mamba
+            .map_or(Ok(MambaDtype::Auto), |m| {
+                MambaDtype::parse("mamba_cache_dtype", &m)
+            })
+            .map_err(|e| bad("mamba_cache_dtype", e))?,
+        mamba_ssm_cache_dtype: ssm
+            .map_or(Ok(MambaDtype::Auto), |m| {
+                MambaDtype::parse("mamba_ssm_cache_dtype", &m)
+            })
+            .map_err(|e| bad("mamba_ssm_cache_dtype", e))?,
+    })
+}
+
+/// The file in the plain format: model tables and engine blocks derived.
+fn derived(source: &str, file: &mut Table, hf_config: &str) -> Result<String, GeometryError> {
+    let base = Path::new(source).parent().unwrap_or(Path::new("."));
+    let config_path = base.join(hf_config);
+    let model_table = file
+        .get_mut("model")
+        .and_then(Value::as_table_mut)
+        .ok_or_else(|| invalid(source, "model", "missing table"))?;
+    for key in ["groups", "attention", "mamba"] {
+        if model_table.contains_key(key) {
+            return Err(invalid(
+                source,
+                &format!("model.{key}"),
+                "is derived from model.hf_config; leave it out",
+            ));
+        }
+    }
+    model_table.remove("hf_config");
+    let layer_slots = match model_table.remove("layer_slots") {
+        None => None,
+        Some(Value::Integer(n)) if n > 0 && n <= i64::from(u32::MAX) => Some(n as u32),
+        Some(v) => {
+            return Err(invalid(
+                source,
+                "model.layer_slots",
+                format!("must be a positive integer, found {v}"),
+            ))
+        }
+    };
+    if let Some(key) = model_table.keys().next() {
+        return Err(invalid(
+            source,
+            &format!("model.{key}"),
+            "unknown field next to model.hf_config",
+        ));
+    }
+    let model =
+        load_model(&config_path).map_err(|e| invalid(source, "model.hf_config", e.to_string()))?;
+    let prefill = engine_options(source, file, "prefill")?;
+    let decode = engine_options(source, file, "decode")?;
+    let pair = derive_pair(
+        &model,
+        &PairOptions {
+            prefill,
+            decode,
+            layer_slots,
+        },
+    )
+    .map_err(|e| invalid(source, "model.hf_config", e.to_string()))?;
+
+    // Stated blocks must be the ones vLLM uses.
+    for (name, engine, derived) in [
+        ("prefill", &pair.geometry.prefill, &pair.prefill),
+        ("decode", &pair.geometry.decode, &pair.decode),
+    ] {
+        let table = file
+            .get_mut(name)
+            .and_then(Value::as_table_mut)
+            .expect("checked above");
+        for (key, value, why) in [
+            (
+                "logical_block",
+                engine.logical_block,
+                format!(
+                    "vLLM 0.33.0 aligns the block of a hybrid to hold one rank's mamba state ({}) on {} at TP {}: {} tokens",
+                    derived
+                        .mamba_state_bytes
+                        .map_or("no mamba state".to_string(), |m| format!("{m} bytes")),
+                    derived.backend,
+                    derived.tp,
+                    derived.logical_block
+                ),
+            ),
+            (
+                "kernel_block",
+                engine.kernel_block,
+                format!(
+                    "{} selects the kernel block with select_common_block_size: {} for logical block {}",
+                    derived.backend, derived.kernel_block, derived.logical_block
+                ),
+            ),
+        ] {
+            match table.get(key) {
+                None => {
+                    table.insert(key.to_string(), Value::Integer(i64::from(value)));
+                }
+                Some(Value::Integer(n)) if *n == i64::from(value) => {}
+                Some(v) => {
+                    return Err(invalid(
+                        source,
+                        &format!("{name}.{key}"),
+                        format!("{v} is not what vLLM 0.33.0 would use; {why}"),
+                    ))
+                }
+            }
+        }
+        if !table.contains_key("layout") && engine.layout == crate::geometry::KvLayout::Hnd {
+            table.insert("layout".into(), Value::String("HND".into()));
+        }
+        for key in ENGINE_DERIVE_KEYS {
+            table.remove(key);
+        }
+    }
+    // The model tables as the plain format writes them.
+    let spec_text = to_toml(&pair.geometry);
+    let spec: Table = toml::from_str(&spec_text).expect("to_toml writes TOML");
+    file.insert("model".into(), spec["model"].clone());
+    Ok(toml::to_string(file).expect("a TOML table serializes"))
+}

@@ -1,0 +1,38 @@
+//! Deriving block geometry from a real deployment: a model's HF config, each
+//! engine's TP size and attention backend, and the cache options, as vLLM
+//! 0.33.0 computes them (`kvgeom derive`).
+//!
+//! - [`hf_config`]: reading `config.json`
+//! - [`families`]: what each supported model family's config says
+//! - [`attention`], [`mamba_state`]: one rank's sizes
+//! - [`backend`]: kernel block sizes, the selector's checks, `select_common_block_size`
+//! - [`block_size`]: the hybrid alignment of the logical block
+//! - [`engine`]: one engine end to end
+//! - [`pair`]: a P/D pair as a geometry file
+//! - [`geometry_file`]: geometry files that name `model.hf_config`
+
+pub mod attention;
+pub mod backend;
+pub mod block_size;
+pub mod dtype;
+pub mod engine;
+pub mod error;
+pub mod families;
+pub mod geometry_file;
+pub mod hf_config;
+pub mod mamba_state;
+pub mod pair;
+
+pub use backend::{Backend, Gpu};
+pub use dtype::{CacheDtype, Dtype, MambaDtype};
+pub use engine::{derive_engine, EngineDerivation, EngineOptions};
+pub use error::DeriveError;
+pub use families::{Family, ModelArch};
+pub use geometry_file::{load_geometry_file, parse_geometry_file};
+pub use hf_config::HfConfig;
+pub use pair::{derive_pair, PairDerivation, PairOptions};
+
+/// Read a config file and the model it describes.
+pub fn load_model(path: &std::path::Path) -> Result<ModelArch, DeriveError> {
+    ModelArch::from_config(&HfConfig::load(path)?)
+}
