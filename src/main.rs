@@ -91,6 +91,18 @@ impl AllocArg {
 }
 
 #[derive(Subcommand)]
+enum ReportCommand {
+    /// Join the JSON reports of every shard of one sweep (`sweep --shard K/N
+    /// --format json`) into the report, and exit status, of a single run.
+    Merge {
+        files: Vec<PathBuf>,
+        /// Write the merged report here instead of stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
 enum Command {
     /// Run every case of geometry files (or folders) through the connector and the oracles.
     Sweep {
@@ -139,6 +151,10 @@ enum Command {
         /// available). Cases run in parallel only as far as it allows.
         #[arg(long, value_name = "SIZE")]
         max_memory: Option<String>,
+        /// Run shard K of N (1-based) of the cases, e.g. `--shard 2/4` on the
+        /// second of four CI runners; `kvgeom report merge` joins the JSON reports.
+        #[arg(long, value_name = "K/N")]
+        shard: Option<String>,
     },
     /// Run one case and show the plan, every pair and, per local block, what was
     /// transferred, zeroed and left stale.
@@ -182,6 +198,11 @@ enum Command {
         files: Vec<PathBuf>,
         #[command(flatten)]
         variant: cli::VariantArgs,
+    },
+    /// Work with sweep reports.
+    Report {
+        #[command(subcommand)]
+        what: ReportCommand,
     },
     /// List the known connector defects.
     Defects,
@@ -232,6 +253,7 @@ fn main() -> ExitCode {
             compare_host,
             expect,
             max_memory,
+            shard,
         } => cli::sweep(cli::SweepArgs {
             paths,
             prompts,
@@ -249,6 +271,7 @@ fn main() -> ExitCode {
             compare_host,
             expect,
             max_memory,
+            shard,
         }),
         Command::Explain {
             geometry,
@@ -279,6 +302,9 @@ fn main() -> ExitCode {
         Command::Derive(args) => cli::derive(&args),
         Command::CheckTrace { files } => cli::check_trace(&files),
         Command::DiffTrace { files, variant } => cli::diff_trace(&files, &variant),
+        Command::Report {
+            what: ReportCommand::Merge { files, out },
+        } => cli::report_merge(&files, out.as_deref()),
         Command::Defects => cli::defects(),
         Command::Mutants { paths, threads } => cli::mutants(paths, threads),
         Command::Bench {

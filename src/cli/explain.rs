@@ -6,7 +6,10 @@ use std::sync::Arc;
 use super::{VariantArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::derive::load_geometry_file;
 use crate::geometry::Mode;
+use crate::limits::MAX_PROMPT_LEN;
 use crate::report::explain::{explain_text, svg};
+use crate::scenario::estimate_memory;
+use crate::scenario::memory_estimate::default_budget;
 use crate::scenario::{run_case_detailed, Case, Outcome, RunOptions, TransportKind};
 use crate::scheduler::DecodeAllocation;
 
@@ -34,8 +37,11 @@ pub fn explain(args: ExplainArgs) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
-    if args.prompt == 0 {
-        eprintln!("error: --prompt must be at least 1");
+    if args.prompt == 0 || args.prompt > MAX_PROMPT_LEN {
+        eprintln!(
+            "error: --prompt {}: a prompt length must be 1 to {MAX_PROMPT_LEN} tokens",
+            args.prompt
+        );
         return EXIT_BAD_INPUT;
     }
     let case = Case {
@@ -48,6 +54,12 @@ pub fn explain(args: ExplainArgs) -> u8 {
         seed: args.seed,
         variant,
     };
+    let budget = default_budget();
+    let need = estimate_memory(&case);
+    if need.peak_bytes > budget {
+        eprintln!("error: {}", need.refusal(&case, budget));
+        return EXIT_BAD_INPUT;
+    }
     let run = run_case_detailed(
         &case,
         &RunOptions {

@@ -7,6 +7,7 @@ mod derive;
 mod explain;
 mod layout;
 mod mutants;
+mod report_merge;
 mod sweep;
 mod traces;
 
@@ -15,6 +16,7 @@ pub use derive::{derive, DeriveArgs, DeriveFormat};
 pub use explain::{explain, ExplainArgs};
 pub use layout::layout;
 pub use mutants::{defects, mutants};
+pub use report_merge::{merge as merge_reports, report_merge, MergeError};
 pub use sweep::{sweep, SweepArgs};
 pub use traces::{check_trace, diff_trace};
 

@@ -12,6 +12,7 @@ use crate::scenario::{MemoryKind, RunOptions, TransportKind};
 use crate::scheduler::DecodeAllocation;
 use crate::sweep::budget::MemoryBudget;
 use crate::sweep::expectations::Expectations;
+use crate::sweep::shard::{self, parse_shard};
 use crate::sweep::{compare, execute, plan, prompts};
 
 pub struct SweepArgs {
@@ -36,6 +37,8 @@ pub struct SweepArgs {
     pub expect: Option<PathBuf>,
     /// `--max-memory SIZE`; `None`: half of the memory available.
     pub max_memory: Option<String>,
+    /// `--shard K/N`: run only that shard of the cases.
+    pub shard: Option<String>,
 }
 
 /// `--threads`: at least 1, and at most a few threads per core (more only
@@ -158,15 +161,76 @@ pub fn sweep(args: SweepArgs) -> u8 {
         variant,
         seed: args.seed,
     };
-    let cases = match args.random {
+    let shard_of = match args.shard.as_deref().map(parse_shard).transpose() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: --shard {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let all_cases = match args.random {
         Some(n) => plan::random(&sources, n, args.seed, &opts),
         None => plan::grid(&sources, &opts),
+    };
+    let (cases, shard) = match shard_of {
+        None => (all_cases, None),
+        Some((index, count)) => {
+            let mut parts: Vec<String> = sources
+                .iter()
+                .map(|s| {
+                    let file = s.file.as_ref().map(|f| f.display().to_string());
+                    format!("{file:?}\n{}", crate::geometry::to_toml(&s.geometry))
+                })
+                .collect();
+            parts.push(format!(
+                "{:?} {:?} {:?} {:?} {} {:?} {:?} {:?}",
+                opts.prompts,
+                opts.modes,
+                opts.allocations,
+                opts.variant,
+                opts.seed,
+                args.random,
+                args.transport,
+                args.memory
+            ));
+            let positions = shard::positions(all_cases.len(), index, count);
+            let info = shard::Shard {
+                index,
+                count,
+                total_cases: all_cases.len(),
+                fingerprint: shard::fingerprint(&parts),
+            };
+            eprintln!(
+                "shard {index}/{count}: {} of {} cases",
+                positions.len(),
+                all_cases.len()
+            );
+            let mine = positions.iter().map(|&i| all_cases[i].clone()).collect();
+            (mine, Some((info, positions)))
+        }
     };
     let run_opts = RunOptions {
         transport: args.transport,
         memory: args.memory,
     };
-    // A case that cannot fit alone is refused before anything is allocated.
+    // A case whose request cannot be placed, or that cannot fit alone in the
+    // budget, is refused before anything is allocated.
+    for case in &cases {
+        let shape = crate::scheduler::request_shape(
+            &case.geometry,
+            case.prompt_len,
+            case.prefix_hit,
+            case.allocation,
+        );
+        if let Err(e) = crate::scenario::placement::check_pools(&case.geometry, &shape) {
+            let file = case.file.as_ref().map_or_else(
+                || case.geometry_name().to_string(),
+                |f| f.display().to_string(),
+            );
+            eprintln!("error: {file}: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    }
     if let Some((case, need)) = cases
         .iter()
         .map(|c| (c, estimate_memory(c)))
@@ -186,7 +250,9 @@ pub fn sweep(args: SweepArgs) -> u8 {
     let reports = execute::run_all_within(&cases, &run_opts, threads, &budget);
     let text = match args.format {
         Format::Table => sweep_report::table(&reports),
-        Format::Json => sweep_report::json(&reports),
+        Format::Json => {
+            sweep_report::json_sharded(&reports, shard.as_ref().map(|(s, p)| (s, p.as_slice())))
+        }
         Format::Junit => sweep_report::junit(&reports),
     };
     match &args.out {

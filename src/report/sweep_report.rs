@@ -5,6 +5,7 @@ use std::fmt::Write;
 use serde::Serialize;
 
 use crate::scenario::CaseReport;
+use crate::sweep::shard::Shard;
 
 /// Output format of `kvgeom sweep`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -32,6 +33,9 @@ struct JsonViolation<'a> {
 
 #[derive(Serialize)]
 struct JsonCase<'a> {
+    /// Position in the whole sweep (sharded reports only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    index: Option<usize>,
     geometry: &'a str,
     file: Option<String>,
     prompt_len: u32,
@@ -53,6 +57,8 @@ pub const SWEEP_SCHEMA: &str = "kvgeom-sweep/1";
 #[derive(Serialize)]
 struct JsonReport<'a> {
     schema: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shard: Option<&'a Shard>,
     summary: Summary,
     cases: Vec<JsonCase<'a>>,
 }
@@ -68,9 +74,17 @@ fn summary(reports: &[CaseReport]) -> Summary {
 
 /// The JSON document of a sweep.
 pub fn json(reports: &[CaseReport]) -> String {
+    json_sharded(reports, None)
+}
+
+/// The JSON document of a sweep or of one shard of it (`positions` holds
+/// each report's position in the whole sweep).
+pub fn json_sharded(reports: &[CaseReport], shard: Option<(&Shard, &[usize])>) -> String {
     let cases = reports
         .iter()
-        .map(|r| JsonCase {
+        .enumerate()
+        .map(|(i, r)| JsonCase {
+            index: shard.and_then(|(_, positions)| positions.get(i).copied()),
             geometry: r.case.geometry_name(),
             file: r.case.file.as_ref().map(|f| f.display().to_string()),
             prompt_len: r.case.prompt_len,
@@ -98,6 +112,7 @@ pub fn json(reports: &[CaseReport]) -> String {
         .collect();
     serde_json::to_string_pretty(&JsonReport {
         schema: SWEEP_SCHEMA,
+        shard: shard.map(|(s, _)| s),
         summary: summary(reports),
         cases,
     })

@@ -15,8 +15,14 @@ pub struct Placement {
 
 /// Why the request does not fit.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{engine} pool of {pool} logical blocks cannot hold the request's {needed} blocks")]
+#[error(
+    "{engine}.num_logical_blocks = {pool} cannot hold the request's {needed} logical blocks at \
+     {prompt_len} tokens; raise {engine}.num_logical_blocks to at least {needed}, leave it out to \
+     size the pool from the request, or run shorter prompts"
+)]
 pub struct PlacementError {
+    /// The prompt length that does not fit.
+    pub prompt_len: u32,
     pub engine: &'static str,
     pub pool: u32,
     pub needed: u32,
@@ -69,6 +75,34 @@ fn split(ids: Vec<u32>, counts: &[u32]) -> Vec<Vec<u32>> {
         .collect()
 }
 
+/// Whether both engines' pools can hold the request (nothing allocated).
+pub fn check_pools(geometry: &Geometry, shape: &RequestShape) -> Result<(), PlacementError> {
+    let needed = |blocks: &[u32]| blocks.iter().fold(0u32, |a, &b| a.saturating_add(b));
+    for (engine, fixed, needed) in [
+        (
+            "decode",
+            geometry.decode.num_logical_blocks,
+            needed(&shape.decode_blocks),
+        ),
+        (
+            "prefill",
+            geometry.prefill.num_logical_blocks,
+            needed(&shape.prefill_blocks),
+        ),
+    ] {
+        let pool = pool_size(fixed, needed);
+        if needed > pool {
+            return Err(PlacementError {
+                prompt_len: shape.prompt_len,
+                engine,
+                pool,
+                needed,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Place the request's blocks on both engines.
 pub fn place(
     geometry: &Geometry,
@@ -82,6 +116,7 @@ pub fn place(
     let prefill_pool = pool_size(geometry.prefill.num_logical_blocks, p_needed);
     if d_needed > decode_pool {
         return Err(PlacementError {
+            prompt_len: shape.prompt_len,
             engine: "decode",
             pool: decode_pool,
             needed: d_needed,
@@ -89,6 +124,7 @@ pub fn place(
     }
     if p_needed > prefill_pool {
         return Err(PlacementError {
+            prompt_len: shape.prompt_len,
             engine: "prefill",
             pool: prefill_pool,
             needed: p_needed,

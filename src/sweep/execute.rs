@@ -59,8 +59,23 @@ pub fn run_all_within(
     reports
 }
 
-/// Shrink a failing case to the smallest prompt length, then the smallest
-/// prefix hit, that still fails the same way (same outcome kind).
+/// Prompt lengths a shrink tries at most: every length up to this many,
+/// then a geometric sample, so a long prompt shrinks in bounded time.
+const SHRINK_ALL_UP_TO: u32 = 256;
+
+/// The lengths below `prompt_len` a shrink tries, smallest first.
+fn shrink_candidates(prompt_len: u32) -> impl Iterator<Item = u32> {
+    let dense = 1..prompt_len.min(SHRINK_ALL_UP_TO + 1);
+    let sparse = std::iter::successors(Some(512u32), |&n| n.checked_mul(2))
+        .take_while(move |&n| n < prompt_len)
+        .flat_map(|n| [n - 1, n, n + 1])
+        .filter(move |&n| n > SHRINK_ALL_UP_TO && n < prompt_len);
+    dense.chain(sparse)
+}
+
+/// Shrink a failing case to the smallest prompt length (every length up to
+/// 256, then lengths around powers of two), then the smallest prefix hit,
+/// that still fails the same way (same outcome kind).
 pub fn shrink(case: &Case, opts: &RunOptions) -> Case {
     let failing = run_case(case, opts);
     if failing.passed() {
@@ -72,7 +87,7 @@ pub fn shrink(case: &Case, opts: &RunOptions) -> Case {
         !r.passed() && r.outcome.label() == label
     };
     let mut best = case.clone();
-    for prompt_len in 1..case.prompt_len {
+    for prompt_len in shrink_candidates(case.prompt_len) {
         let mut c = best.clone();
         c.prompt_len = prompt_len;
         if !prefix_hits(&c.geometry, prompt_len).contains(&c.prefix_hit) {
@@ -91,4 +106,18 @@ pub fn shrink(case: &Case, opts: &RunOptions) -> Case {
         }
     }
     best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shrinking_tries_a_bounded_number_of_lengths() {
+        assert_eq!(shrink_candidates(5).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
+        let long: Vec<u32> = shrink_candidates(u32::MAX).collect();
+        assert!(long.len() < 400, "{}", long.len());
+        assert!(long.windows(2).all(|w| w[0] < w[1]));
+        assert!(long.contains(&513) && long.contains(&1023));
+    }
 }

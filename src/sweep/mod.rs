@@ -9,3 +9,4 @@ pub mod expectations;
 pub mod mutants;
 pub mod plan;
 pub mod prompts;
+pub mod shard;
