@@ -1,14 +1,18 @@
 //! The input model: layer specs, engine geometry, P/D pairs, and loading
 //! geometry files.
 
-pub mod engine;
-pub mod error;
-pub mod file;
-pub mod fixtures;
-pub mod load;
-pub mod model;
-pub mod pair;
-pub mod validate;
+#[allow(missing_docs)]
+pub(crate) mod engine;
+#[allow(missing_docs)]
+pub(crate) mod error;
+pub(crate) mod file;
+pub(crate) mod fixtures;
+pub(crate) mod load;
+#[allow(missing_docs)]
+pub(crate) mod model;
+#[allow(missing_docs)]
+pub(crate) mod pair;
+pub(crate) mod validate;
 
 pub use engine::{block_size_ratio, tp_ratio, EngineGeometry};
 pub use error::{Engine, GeometryError, Rule, Violation};

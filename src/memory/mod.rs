@@ -3,9 +3,12 @@
 //! it imports no other kvgeom module.
 
 #[cfg(feature = "cuda")]
+#[allow(missing_docs)]
 pub mod cuda;
-pub mod host;
-pub mod region;
+#[allow(missing_docs)]
+pub(crate) mod host;
+#[allow(missing_docs)]
+pub(crate) mod region;
 
 #[cfg(feature = "cuda")]
 pub use cuda::{CudaDevice, CudaError, DeviceArena, DeviceQueue};

@@ -14,23 +14,32 @@
 //! hands [`OracleInput::new`] plus [`OracleInput::set_memory`] per rank to
 //! [`run_all`].
 
+#[allow(missing_docs)]
 pub mod containment;
+#[allow(missing_docs)]
 pub mod coverage;
-pub mod input;
+#[allow(missing_docs)]
+pub(crate) mod input;
 mod intervals;
 mod memory;
+#[allow(missing_docs)]
 pub mod neighbour_preservation;
+#[allow(missing_docs)]
 pub mod no_double_write;
+#[allow(missing_docs)]
 pub mod pairing;
-pub mod registry;
+#[allow(missing_docs)]
+pub(crate) mod registry;
+#[allow(missing_docs)]
 pub mod transferred_or_zeroed;
-pub mod violation;
+#[allow(missing_docs)]
+pub(crate) mod violation;
 
 #[cfg(test)]
 mod test_case;
 
 pub use input::{Endpoint, MemoryImages, OracleInput, OraclePair};
-pub use registry::{Oracle, OracleLevel, ORACLES};
+pub use registry::{by_name, Oracle, OracleLevel, ORACLES};
 pub use violation::{PairRef, Violation};
 
 /// Every oracle of the [`registry`].

@@ -2,13 +2,17 @@
 //! allocation + seed, run through the connector, the recording transport and
 //! the oracles.
 
-pub mod case;
+#[allow(missing_docs)]
+pub(crate) mod case;
 #[cfg(feature = "cuda")]
+#[allow(missing_docs)]
 pub mod device_tensors;
-pub mod engines;
-pub mod placement;
-pub mod run;
-pub mod vram;
+pub(crate) mod engines;
+#[allow(missing_docs)]
+pub(crate) mod placement;
+#[allow(missing_docs)]
+pub(crate) mod run;
+pub(crate) mod vram;
 
 pub use case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
 #[cfg(feature = "cuda")]

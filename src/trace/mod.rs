@@ -6,23 +6,33 @@
 //! [`reissue`](mod@reissue) replays a case's own calls through the dry-run
 //! transport.
 
-pub mod case;
-pub mod check;
-pub mod diff;
-pub mod error;
-pub mod fixture;
-pub mod format;
-pub mod normalize;
-pub mod reader;
-pub mod reissue;
-pub mod replay;
+#[allow(missing_docs)]
+pub(crate) mod case;
+pub(crate) mod check;
+#[allow(missing_docs)]
+pub(crate) mod diff;
+#[allow(missing_docs)]
+pub(crate) mod error;
+#[allow(missing_docs)]
+pub(crate) mod fixture;
+#[allow(missing_docs)]
+pub(crate) mod format;
+#[allow(missing_docs)]
+pub(crate) mod normalize;
+#[allow(missing_docs)]
+pub(crate) mod reader;
+#[allow(missing_docs)]
+pub(crate) mod reissue;
+#[allow(missing_docs)]
+pub(crate) mod replay;
 
 pub use case::{ExpectedDlist, ExpectedXfer, ListRole, RemoteRank, TraceCase};
+pub use check::check_case;
 pub use diff::{diff_block_ids, diff_run, ActualRun, DiffReport, Difference, Side};
 pub use error::{TraceError, TraceErrorKind};
 pub use fixture::{write_fixture, FixtureStats};
 pub use format::TraceEvent;
 pub use normalize::{Location, NormRow, Region, RegionMap};
-pub use reader::{parse_trace, read_trace, TraceFile, TraceLine};
+pub use reader::{decompress, parse_trace, read_trace, TraceFile, TraceLine};
 pub use reissue::{reissue, ReissueError, Relocation};
 pub use replay::{diff_against_connector, replay, Replay, ReplayError};
