@@ -16,28 +16,20 @@
 
 pub(crate) mod block_mapping;
 pub(crate) mod desc_ids;
-#[allow(missing_docs)]
 pub(crate) mod handshake;
 pub(crate) mod local_lists;
-#[allow(missing_docs)]
 pub(crate) mod metadata;
 pub(crate) mod planner;
-#[allow(missing_docs)]
 pub(crate) mod policy;
-#[allow(missing_docs)]
 pub mod post_process;
 pub(crate) mod post_process_lowering;
-#[allow(missing_docs)]
 pub(crate) mod pull;
-#[allow(missing_docs)]
 pub(crate) mod push;
-#[allow(missing_docs)]
 pub(crate) mod registration;
 pub(crate) mod remote_lists;
 pub(crate) mod role;
 pub(crate) mod split_lists;
 pub(crate) mod tp_mapping;
-#[allow(missing_docs)]
 pub(crate) mod worker;
 
 pub use block_mapping::BlockIds;

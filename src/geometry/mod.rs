@@ -1,16 +1,12 @@
 //! The input model: layer specs, engine geometry, P/D pairs, and loading
 //! geometry files.
 
-#[allow(missing_docs)]
 pub(crate) mod engine;
-#[allow(missing_docs)]
 pub(crate) mod error;
 pub(crate) mod file;
 pub(crate) mod fixtures;
 pub(crate) mod load;
-#[allow(missing_docs)]
 pub(crate) mod model;
-#[allow(missing_docs)]
 pub(crate) mod pair;
 pub(crate) mod validate;
 

@@ -5,9 +5,7 @@
 #[cfg(feature = "cuda")]
 #[allow(missing_docs)]
 pub mod cuda;
-#[allow(missing_docs)]
 pub(crate) mod host;
-#[allow(missing_docs)]
 pub(crate) mod region;
 
 #[cfg(feature = "cuda")]

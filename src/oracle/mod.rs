@@ -14,25 +14,16 @@
 //! hands [`OracleInput::new`] plus [`OracleInput::set_memory`] per rank to
 //! [`run_all`].
 
-#[allow(missing_docs)]
 pub mod containment;
-#[allow(missing_docs)]
 pub mod coverage;
-#[allow(missing_docs)]
 pub(crate) mod input;
 mod intervals;
 mod memory;
-#[allow(missing_docs)]
 pub mod neighbour_preservation;
-#[allow(missing_docs)]
 pub mod no_double_write;
-#[allow(missing_docs)]
 pub mod pairing;
-#[allow(missing_docs)]
 pub(crate) mod registry;
-#[allow(missing_docs)]
 pub mod transferred_or_zeroed;
-#[allow(missing_docs)]
 pub(crate) mod violation;
 
 #[cfg(test)]

@@ -5,10 +5,8 @@
 #[allow(missing_docs)]
 pub(crate) mod case;
 #[cfg(feature = "cuda")]
-#[allow(missing_docs)]
 pub mod device_tensors;
 pub(crate) mod engines;
-#[allow(missing_docs)]
 pub(crate) mod placement;
 #[allow(missing_docs)]
 pub(crate) mod run;

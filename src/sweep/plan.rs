@@ -15,7 +15,9 @@ use super::prompts::{default_prompts, prompts_for};
 /// A geometry and the file it came from.
 #[derive(Clone, Debug)]
 pub struct SourcedGeometry {
+    /// The loaded geometry, shared by every case drawn from it.
     pub geometry: Arc<Geometry>,
+    /// The file it came from (`None` for generated geometries).
     pub file: Option<PathBuf>,
 }
 
@@ -76,11 +78,13 @@ fn toml_files(dir: &Path) -> Result<Vec<PathBuf>, GeometryError> {
 pub struct PlanOptions {
     /// Overrides every geometry's own prompt list.
     pub prompts: Option<Vec<u32>>,
+    /// Modes to run; both by default.
     pub modes: Vec<Mode>,
     /// `None`: both allocations for hybrids, mainline otherwise.
     pub allocations: Option<Vec<DecodeAllocation>>,
     /// The connector variant every case runs.
     pub variant: Variant,
+    /// Seed of the placement (and of random draws).
     pub seed: u64,
 }
 
