@@ -53,6 +53,9 @@
 
 #[doc(hidden)]
 pub mod bench;
+// The subcommands' argument structs carry clap doc comments, which are the
+// `--help` text; the module is the binary's, not part of the API.
+#[allow(missing_docs)]
 pub(crate) mod cli;
 pub mod connector;
 pub mod defects;

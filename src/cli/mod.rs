@@ -2,16 +2,11 @@
 //! status: 0 when everything passed, 1 when an invariant is violated (or a
 //! defect is missed, or a trace differs), 2 on bad input.
 
-#[allow(missing_docs)]
 mod bench;
-#[allow(missing_docs)]
 mod explain;
 mod layout;
-#[allow(missing_docs)]
 mod mutants;
-#[allow(missing_docs)]
 mod sweep;
-#[allow(missing_docs)]
 mod traces;
 
 pub use bench::{bench, bench_peer, bench_vram, BenchKind, OpArg, VramArgs};

@@ -6,17 +6,13 @@
 pub(crate) mod agent_options;
 mod agent_table;
 mod checks;
-#[allow(missing_docs)]
 pub(crate) mod desc;
-#[allow(missing_docs)]
 pub(crate) mod dry_run;
 mod handle_table;
-#[allow(missing_docs)]
 pub(crate) mod loopback;
 mod loopback_device;
 #[cfg(feature = "nixl")]
 pub mod real;
-#[allow(missing_docs)]
 pub(crate) mod recording;
 
 pub use crate::memory::{MemKind, MemRegion};

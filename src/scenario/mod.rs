@@ -2,7 +2,6 @@
 //! allocation + seed, run through the connector, the recording transport and
 //! the oracles.
 
-#[allow(missing_docs)]
 pub(crate) mod case;
 #[cfg(feature = "cuda")]
 pub mod device_tensors;
