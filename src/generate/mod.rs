@@ -11,13 +11,9 @@
 //! the request planner. The fuzz targets in `fuzz/` and the replay test
 //! `tests/regressions.rs` are glue around [`targets`].
 
-#[allow(missing_docs)]
 mod case;
-#[allow(missing_docs)]
 mod draw;
-#[allow(missing_docs)]
 mod invalid;
-#[allow(missing_docs)]
 pub mod plan;
 #[cfg(feature = "proptest")]
 pub mod strategy;

@@ -7,15 +7,10 @@
 //! [`crate::nixl::recording::Classify`]). Every byte of a request block maps
 //! to a TP-independent [`Coordinate`], which the provenance pattern hashes.
 
-#[allow(missing_docs)]
 pub(crate) mod case;
-#[allow(missing_docs)]
 pub(crate) mod coordinate;
-#[allow(missing_docs)]
 pub(crate) mod engine;
-#[allow(missing_docs)]
 pub(crate) mod error;
-#[allow(missing_docs)]
 pub(crate) mod location;
 mod shape;
 
