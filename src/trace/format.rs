@@ -41,18 +41,31 @@ pub const EVENT_NAMES: [&str; 13] = [
 /// One event of a trace.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub enum TraceEvent {
+    /// `meta`: the test that recorded the trace.
     Meta(Meta),
+    /// `case`: the sweep helper's arguments.
     Case(CaseEvent),
+    /// `make_worker`: the local worker's configuration.
     MakeWorker(MakeWorker),
+    /// `nixl_agent`: a NIXL agent was created.
     NixlAgent(NixlAgent),
+    /// `register_memory`: the local worker registered its tensors.
     RegisterMemory(RegisterMemory),
+    /// `dlist`: a descriptor list was prepared.
     Dlist(DlistEvent),
+    /// `local_geometry`: what the local worker derived at registration.
     LocalGeometry(LocalGeometry),
+    /// `make_remote_meta`: the arguments of the synthetic remote engine.
     MakeRemoteMeta(MakeRemoteMeta),
+    /// `add_remote_agent`: one remote rank's handshake.
     AddRemoteAgent(AddRemoteAgent),
+    /// `request`: the request's block ids.
     Request(RequestEvent),
+    /// `xfer`: a transfer was made.
     Xfer(XferEvent),
+    /// `request_done`: the request's ids after the read.
     RequestDone(RequestDone),
+    /// `result`: how the test ended.
     Result(ResultEvent),
 }
 

@@ -6,24 +6,16 @@
 //! [`reissue`](mod@reissue) replays a case's own calls through the dry-run
 //! transport.
 
-#[allow(missing_docs)]
 pub(crate) mod case;
 pub(crate) mod check;
 #[allow(missing_docs)]
 pub(crate) mod diff;
-#[allow(missing_docs)]
 pub(crate) mod error;
-#[allow(missing_docs)]
 pub(crate) mod fixture;
-#[allow(missing_docs)]
 pub(crate) mod format;
-#[allow(missing_docs)]
 pub(crate) mod normalize;
-#[allow(missing_docs)]
 pub(crate) mod reader;
-#[allow(missing_docs)]
 pub(crate) mod reissue;
-#[allow(missing_docs)]
 pub(crate) mod replay;
 
 pub use case::{ExpectedDlist, ExpectedXfer, ListRole, RemoteRank, TraceCase};
