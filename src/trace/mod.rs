@@ -8,7 +8,6 @@
 
 pub(crate) mod case;
 pub(crate) mod check;
-#[allow(missing_docs)]
 pub(crate) mod diff;
 pub(crate) mod error;
 pub(crate) mod fixture;
