@@ -4,5 +4,4 @@
 pub mod descriptor_table;
 pub mod explain;
 pub mod layout_tables;
-#[allow(missing_docs)]
 pub mod sweep_report;

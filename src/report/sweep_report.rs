@@ -7,7 +7,10 @@ use serde::Serialize;
 use crate::scenario::CaseReport;
 
 /// Output format of `kvgeom sweep`.
+// The variants' doc comments would become `--help` text: a table on the
+// terminal, the JSON report, JUnit XML.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[allow(missing_docs)]
 pub enum Format {
     Table,
     Json,
