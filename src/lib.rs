@@ -33,7 +33,7 @@
 //!   the connector variant a case runs ([`variant::Variant`]: a policy or
 //!   one defect). [`scheduler`] models vLLM's scheduler (tokens moved,
 //!   blocks allocated, [`scheduler::DecodeAllocation`]).
-//! - [`generate`] (feature `arbitrary`): the case and geometry generator
+//! - `generate` (feature `arbitrary`): the case and geometry generator
 //!   shared by the fuzz targets and the property tests.
 //!
 //! # Internals

@@ -33,7 +33,7 @@ pub use input::{Endpoint, MemoryImages, OracleInput, OraclePair};
 pub use registry::{by_name, Oracle, OracleLevel, ORACLES};
 pub use violation::{PairRef, Violation};
 
-/// Every oracle of the [`registry`].
+/// Every oracle of [`ORACLES`].
 pub fn run_all(input: &OracleInput) -> Vec<Violation> {
     registry::run_where(input, |_| true)
 }

@@ -137,7 +137,7 @@ pub struct RemoteRank {
 impl RemoteRank {
     /// The rank's regions for normalisation: each `kv_caches_base_addr`
     /// extends up to the next higher base. The metadata's block counts and
-    /// strides ([`RemoteMeta::region_lens`]) are not a bound: vLLM's remote
+    /// strides (`RemoteMeta::region_lens`) are not a bound: vLLM's remote
     /// lists may end past them (its synthetic P in the (24, 4) sweep cases has
     /// a 56-byte mamba state in 48-byte blocks).
     pub fn region_map(&self) -> RegionMap {

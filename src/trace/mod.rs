@@ -1,10 +1,12 @@
 //! vLLM NIXL geometry traces (`vllm-nixl-geometry-trace/1`): reading them
-//! into typed events ([`reader`], [`format`](mod@format)), extracting one
-//! case ([`case`]), normalising addresses to (region, offset)
-//! ([`normalize`]), and diffing a recorded run against a case ([`diff`]).
-//! [`fixture`] writes the project's compact copies of the traces;
-//! [`reissue`](mod@reissue) replays a case's own calls through the dry-run
-//! transport.
+//! into typed events ([`read_trace`], [`TraceEvent`]), extracting one case
+//! ([`TraceCase`]), normalising addresses to (region, offset)
+//! ([`RegionMap`]), replaying a case through kvgeom's connector
+//! ([`replay`], [`diff_against_connector`]), diffing a recorded run against
+//! a case ([`diff_run`]) and checking vLLM's own transfers with the
+//! descriptor-level oracles ([`check_case`]). [`write_fixture`] writes the
+//! project's compact copies of the traces; [`reissue()`] replays a case's own
+//! calls through the dry-run transport.
 
 pub(crate) mod case;
 pub(crate) mod check;
