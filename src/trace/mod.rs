@@ -1,5 +1,6 @@
 //! vLLM NIXL geometry traces (`vllm-nixl-geometry-trace/1`): reading them
-//! into typed events ([`read_trace`], [`TraceEvent`]), extracting one case
+//! into typed events ([`read_trace`], [`TraceEvent`]; [`format`](mod@format)
+//! documents every event and field), extracting one case
 //! ([`TraceCase`]), normalising addresses to (region, offset)
 //! ([`RegionMap`]), replaying a case through kvgeom's connector
 //! ([`replay`], [`diff_against_connector`]), diffing a recorded run against
@@ -13,7 +14,7 @@ pub(crate) mod check;
 pub(crate) mod diff;
 pub(crate) mod error;
 pub(crate) mod fixture;
-pub(crate) mod format;
+pub mod format;
 pub(crate) mod normalize;
 pub(crate) mod reader;
 pub(crate) mod reissue;
