@@ -15,27 +15,50 @@ use crate::connector::policy::{
 /// One real defect of vLLM's NIXL connector in the heterogeneous-geometry code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+///
+/// Each variant's `bug` and `symptom` are in its [`DefectInfo`] row
+/// ([`Defect::info`]); the policy it selects is [`Defect::policy`].
 pub enum Defect {
+    /// The prefix-cache count check bounds by `max(local ppl, remote ppl)`.
     StrictPrefixTolerance,
+    /// The clipped tail of a block is never zeroed (equal kernel pages,
+    /// different logical blocks).
     NoClippedBlockZeroing,
+    /// The older split zeroing: a ratio tail path and a whole-kernel-block path.
     TwoPathZeroing,
+    /// The post-process's block ids are computed but dropped: nothing is zeroed.
     DiscardedBlockIds,
+    /// Sub-block addresses as `index x stride / ratio`.
     PaddedSubblockAddress,
+    /// Remote logical ids expanded with the local ppl instead of the remote one.
     RemoteIdsLocalPpl,
+    /// Mamba state descriptors expanded by the block-size ratio like attention.
     MambaRatioExpanded,
+    /// The handshake accepts host-buffer mode with a block-size ratio.
     HostBufferRatioAccepted,
+    /// Split lists keyed by the TP ratio alone and built at local granularity.
     SplitHandleKeyRatioOnly,
+    /// vLLM 0.33.0 push: D keeps an empty remote block list.
     PushEmptyRemoteIds,
+    /// vLLM 0.33.0 push: P and D compute the block-size ratio in opposite directions.
     PushOneWayRatio,
+    /// vLLM 0.33.0 push with `P_TP > D_TP`: every prefill rank writes the
+    /// replicated MLA pages.
     PushReplicatedDoubleWrite,
+    /// vLLM 0.33.0's prefix alignment: P's list end-aligned to D's.
     EndTrimAlignment,
+    /// vLLM 0.33.0's handshake accepts NHD pages when heads are gathered from
+    /// prefill ranks that replicate them.
     ReplicatedHeadsNhdAccepted,
+    /// The post-process zeroes through an inclusive end, one kernel block
+    /// past the request's last.
     ZeroingOnePastEnd,
 }
 
 /// One row of the defect table.
 #[derive(Clone, Copy, Debug)]
 pub struct DefectInfo {
+    /// The defect this row describes.
     pub defect: Defect,
     /// The name used on the command line.
     pub name: &'static str,
@@ -212,6 +235,7 @@ impl Defect {
         self.info().name
     }
 
+    /// The defect whose command-line name is `name`, if any.
     pub fn from_name(name: &str) -> Option<Defect> {
         DEFECTS
             .iter()

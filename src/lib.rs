@@ -6,9 +6,57 @@
 //! block geometry. It talks to NIXL only through the [`nixl::Nixl`] trait;
 //! the [`nixl::Recording`] wrapper resolves every descriptor to byte ranges
 //! and the oracles check them against the memory the scenario allocated.
+//!
+//! # The API
+//!
+//! - [`geometry`]: the input model ([`geometry::Geometry`], a P/D pair of
+//!   [`geometry::EngineGeometry`] over one [`geometry::ModelSpec`]), TOML
+//!   loading ([`geometry::load_geometry`]) and validation.
+//! - [`connector`]: the system under test. [`connector::Worker`] is one
+//!   engine rank's connector; [`connector::Policy`] names every decision
+//!   point where connectors differ (`Policy::default()` is kvgeom's correct
+//!   connector, [`connector::NamedPolicy`] selects vLLM 0.33.0 as released).
+//! - [`nixl`]: the [`nixl::Nixl`] trait the connector talks through and its
+//!   transports: [`nixl::Loopback`] (in-process), [`nixl::DryRun`] (records
+//!   only), `nixl::RealNixl` (feature `nixl`) and the [`nixl::Recording`]
+//!   wrapper. [`memory`] holds the host and CUDA arenas they move bytes in.
+//! - [`scenario`]: one case end to end ([`scenario::run_case`] on a
+//!   [`scenario::Case`]); [`sweep`]: many cases (`sweep::plan` enumerates
+//!   them, `sweep::execute` runs them, `sweep::mutants` runs them per
+//!   defect, `sweep::expectations` compares a run with an expectation file).
+//! - [`oracle`]: the invariants, one table ([`oracle::ORACLES`]) used by
+//!   scenarios and traces; [`layout`] and [`pattern`] are the harness's own
+//!   model of where every byte belongs and which byte it must hold.
+//! - [`trace`]: vLLM's geometry traces: reading, replaying through the
+//!   connector, diffing and checking.
+//! - [`defects`] and [`variant`]: the known historical connector defects and
+//!   the connector variant a case runs ([`variant::Variant`]: a policy or
+//!   one defect). [`scheduler`] models vLLM's scheduler (tokens moved,
+//!   blocks allocated, [`scheduler::DecodeAllocation`]).
+//! - `generate` (feature `arbitrary`): the case and geometry generator
+//!   shared by the fuzz targets and the property tests.
+//!
+//! # Internals
+//!
+//! Everything else is crate-private (`pub(crate)`): the connector's
+//! planning steps, the transports' tables, the trace format's parsing
+//! stages. What the `kvgeom` binary, the integration tests and the
+//! examples need beyond the API is re-exported by one hidden module,
+//! [`internals`]: the subcommands (`internals::cli`), the report formats
+//! and the test fixtures. It is not part of the API and may change with any
+//! commit. (A `pub(crate)` module cannot be re-exported as `pub`, so
+//! `internals` re-exports items, and whole modules by glob.) The [`bench`]
+//! module is public but hidden for the same reason: the GPU test reaches
+//! `bench::vram` by that path.
 
+#![warn(missing_docs)]
+
+#[doc(hidden)]
 pub mod bench;
-pub mod cli;
+// The subcommands' argument structs carry clap doc comments, which are the
+// `--help` text; the module is the binary's, not part of the API.
+#[allow(missing_docs)]
+pub(crate) mod cli;
 pub mod connector;
 pub mod defects;
 pub mod derive;
@@ -21,10 +69,27 @@ pub mod memory;
 pub mod nixl;
 pub mod oracle;
 pub mod pattern;
-pub mod report;
+pub(crate) mod report;
 pub mod scenario;
 pub mod scheduler;
 pub mod sweep;
 pub mod time_limits;
 pub mod trace;
 pub mod variant;
+
+/// What the `kvgeom` binary, the integration tests and the examples use
+/// beyond the API: not part of it, and free to change with any commit.
+#[doc(hidden)]
+pub mod internals {
+    /// The `kvgeom` subcommands; `src/main.rs` parses arguments and calls them.
+    pub mod cli {
+        pub use crate::cli::*;
+    }
+    /// Shared geometry fixtures for tests (a hybrid MLA + KDA pair).
+    pub mod fixtures {
+        pub use crate::geometry::fixtures::*;
+    }
+    pub use crate::report::layout_tables::layout_tables;
+    pub use crate::report::sweep_report::Format;
+    pub use crate::scenario::placement::SplitMix;
+}

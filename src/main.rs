@@ -5,9 +5,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use kvgeom::cli;
 use kvgeom::geometry::Mode;
-use kvgeom::report::sweep_report::Format;
+use kvgeom::internals::cli;
+use kvgeom::internals::Format;
 use kvgeom::scenario::{MemoryKind, TransportKind};
 use kvgeom::scheduler::DecodeAllocation;
 

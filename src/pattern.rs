@@ -170,25 +170,50 @@ pub enum DecodeFill {
 /// Why a memory image cannot be filled.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FillError {
+    /// The layout has no such rank on that side.
     #[error("{side} rank {rank} does not exist in this case")]
-    UnknownRank { side: Side, rank: u32 },
+    UnknownRank {
+        /// The engine.
+        side: Side,
+        /// The TP rank asked for.
+        rank: u32,
+    },
+    /// The rank has no such region (layer slot).
     #[error("{side} rank {rank} region {region} does not exist")]
-    UnknownRegion { side: Side, rank: u32, region: u32 },
+    UnknownRegion {
+        /// The engine.
+        side: Side,
+        /// The TP rank.
+        rank: u32,
+        /// The region index asked for.
+        region: u32,
+    },
+    /// A region's image is not the length the layout gives it.
     #[error(
         "{side} rank {rank} region {region} image has {got} bytes, the layout needs {expected}"
     )]
     ImageSize {
+        /// The engine.
         side: Side,
+        /// The TP rank.
         rank: u32,
+        /// The region index.
         region: u32,
+        /// The image's length in bytes.
         got: u64,
+        /// The region's length in the layout, in bytes.
         expected: u64,
     },
+    /// A rank has a different number of region images than the layout has regions.
     #[error("{side} rank {rank} has {got} region images, the layout has {expected} regions")]
     RegionCount {
+        /// The engine.
         side: Side,
+        /// The TP rank.
         rank: u32,
+        /// Region images given.
         got: usize,
+        /// Regions in the layout.
         expected: u32,
     },
 }

@@ -21,6 +21,7 @@ pub enum DecodeAllocation {
 }
 
 impl DecodeAllocation {
+    /// `mainline` or `with-last-token`, as the command line spells it.
     pub fn as_str(self) -> &'static str {
         match self {
             DecodeAllocation::Mainline => "mainline",
@@ -32,6 +33,7 @@ impl DecodeAllocation {
 /// Block counts of one request on both engines.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct RequestShape {
+    /// The prompt length N, in tokens.
     pub prompt_len: u32,
     /// Tokens whose KV is transferred (M).
     pub transferred_tokens: u32,

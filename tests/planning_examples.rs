@@ -10,7 +10,7 @@ use kvgeom::geometry::{EngineGeometry, Mode, ModelSpec};
 use kvgeom::memory::{HostArena, HostTensors};
 use kvgeom::nixl::{DryRun, MemKind, Recording};
 
-use kvgeom::geometry::fixtures::mla_kda;
+use kvgeom::internals::fixtures::mla_kda;
 
 fn engine(tp: u32, kernel: u32, logical: u32) -> EngineGeometry {
     EngineGeometry::new(tp, kernel, logical)

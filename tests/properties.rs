@@ -215,7 +215,7 @@ fn a_defect_shrinks_to_a_readable_minimal_case() {
 fn the_generator_reaches_every_promised_shape() {
     use kvgeom::generate::Refusal;
     use kvgeom::geometry::MambaKind;
-    use kvgeom::scenario::placement::SplitMix;
+    use kvgeom::internals::SplitMix;
     use std::collections::BTreeSet;
 
     let mut rng = SplitMix::new(7);

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use kvgeom::connector::Policy;
 use kvgeom::geometry::{load_geometry, Mode};
-use kvgeom::report::layout_tables::layout_tables;
+use kvgeom::internals::layout_tables;
 
 #[test]
 fn descriptor_layouts_of_every_geometry() {

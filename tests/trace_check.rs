@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use kvgeom::trace::check::check_case;
+use kvgeom::trace::check_case;
 use kvgeom::trace::TraceCase;
 
 fn fixture(name: &str) -> PathBuf {

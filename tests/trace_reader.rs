@@ -4,8 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use kvgeom::nixl::recording::Event;
-use kvgeom::nixl::{DescList, DescRow, DlistTarget, DryRun, MemKind, Recording, XferOp};
+use kvgeom::nixl::{DescList, DescRow, DlistTarget, DryRun, Event, MemKind, Recording, XferOp};
 use kvgeom::trace::{
     diff_block_ids, diff_run, parse_trace, read_trace, reissue, write_fixture, ActualRun,
     DiffReport, Difference, ListRole, Location, Relocation, Side, TraceCase, TraceErrorKind,
@@ -532,7 +531,7 @@ fn missing_or_mismatched_bases_are_reported() {
 fn fixture_text(name: &str) -> Vec<String> {
     let file = read_trace(&fixture(name)).unwrap();
     let bytes = std::fs::read(&file.path).unwrap();
-    let text = kvgeom::trace::reader::decompress(&file.path, &bytes).unwrap();
+    let text = kvgeom::trace::decompress(&file.path, &bytes).unwrap();
     String::from_utf8(text)
         .unwrap()
         .lines()

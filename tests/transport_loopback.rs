@@ -6,10 +6,9 @@ mod common;
 
 use common::*;
 use kvgeom::memory::HostArena;
-use kvgeom::nixl::recording::Classify;
 use kvgeom::nixl::{
-    AgentId, DescList, DescRow, DlistTarget, Loopback, MemKind, MemRegion, Nixl, NixlError,
-    Recording, XferOp, XferState,
+    AgentId, Classify, DescList, DescRow, DlistTarget, Loopback, MemKind, MemRegion, Nixl,
+    NixlError, Recording, XferOp, XferState,
 };
 
 impl<T: HostTransport> HostTransport for Recording<T> {

@@ -12,6 +12,31 @@ use crate::scenario::MemoryKind;
 
 use super::request_plan::{RequestPlan, Row};
 
+/// Why a benchmark buffer could not be allocated, written, read or copied.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BufferError {
+    /// A host write past the end of its buffer.
+    #[error("{len} bytes at {offset} overrun a {buffer_len}-byte buffer")]
+    Overrun {
+        /// Bytes written.
+        len: usize,
+        /// Byte offset of the write in the buffer.
+        offset: u64,
+        /// The buffer's length in bytes.
+        buffer_len: u64,
+    },
+    /// Device memory was asked of a build without the `cuda` feature.
+    #[error("VRAM needs kvgeom built with `--features cuda`")]
+    VramNeedsCuda,
+    /// A copy between host and device memory (only same-kind copies are timed).
+    #[error("source and destination are different kinds of memory")]
+    MixedKinds,
+    /// The CUDA driver refused an allocation, copy or fill.
+    #[cfg(feature = "cuda")]
+    #[error(transparent)]
+    Cuda(#[from] crate::memory::CudaError),
+}
+
 /// One buffer this process owns.
 #[derive(Clone, Debug)]
 pub enum Buffer {
@@ -71,7 +96,7 @@ impl Buffer {
         }
     }
 
-    pub fn write(&self, offset: u64, bytes: &[u8]) -> Result<(), String> {
+    pub fn write(&self, offset: u64, bytes: &[u8]) -> Result<(), BufferError> {
         match self {
             Buffer::Host(a) => {
                 let mut dst = a.write();
@@ -81,50 +106,51 @@ impl Buffer {
                         dst.copy_from_slice(bytes);
                         Ok(())
                     }
-                    None => Err(format!(
-                        "{} bytes at {offset} overrun a {}-byte buffer",
-                        bytes.len(),
-                        a.len()
-                    )),
+                    None => Err(BufferError::Overrun {
+                        len: bytes.len(),
+                        offset,
+                        buffer_len: a.len(),
+                    }),
                 }
             }
             #[cfg(feature = "cuda")]
-            Buffer::Device(a) => a.write(offset, bytes).map_err(|e| e.to_string()),
+            Buffer::Device(a) => Ok(a.write(offset, bytes)?),
         }
     }
 
     /// The whole content, on the host.
-    pub fn snapshot(&self) -> Result<Vec<u8>, String> {
+    pub fn snapshot(&self) -> Result<Vec<u8>, BufferError> {
         match self {
             Buffer::Host(a) => Ok(a.snapshot()),
             #[cfg(feature = "cuda")]
-            Buffer::Device(a) => a.snapshot().map_err(|e| e.to_string()),
+            Buffer::Device(a) => Ok(a.snapshot()?),
         }
     }
 
-    pub fn clear(&self) -> Result<(), String> {
+    pub fn clear(&self) -> Result<(), BufferError> {
         match self {
             Buffer::Host(a) => {
                 a.write().fill(0);
                 Ok(())
             }
             #[cfg(feature = "cuda")]
-            Buffer::Device(a) => a.fill(0, a.len(), 0).map_err(|e| e.to_string()),
+            Buffer::Device(a) => Ok(a.fill(0, a.len(), 0)?),
         }
     }
 }
 
 /// A new buffer of `len` bytes of the given kind.
-pub fn allocate(kind: MemoryKind, len: u64) -> Result<Buffer, String> {
+pub fn allocate(kind: MemoryKind, len: u64) -> Result<Buffer, BufferError> {
     match kind {
         MemoryKind::Host => Ok(Buffer::Host(HostArena::new(len))),
         #[cfg(feature = "cuda")]
-        MemoryKind::Vram => crate::memory::CudaDevice::open(crate::scenario::vram::DEVICE_ORDINAL)
-            .and_then(|d| d.alloc(len))
-            .map(Buffer::Device)
-            .map_err(|e| e.to_string()),
+        MemoryKind::Vram => Ok(crate::memory::CudaDevice::open(
+            crate::scenario::vram::DEVICE_ORDINAL,
+        )
+        .and_then(|d| d.alloc(len))
+        .map(Buffer::Device)?),
         #[cfg(not(feature = "cuda"))]
-        MemoryKind::Vram => Err("VRAM needs kvgeom built with `--features cuda`".into()),
+        MemoryKind::Vram => Err(BufferError::VramNeedsCuda),
     }
 }
 
@@ -171,7 +197,7 @@ impl BenchMemory {
             .iter()
             .map(|b| {
                 if sides.contains(&b.side) {
-                    allocate(kind, b.len).map(Some)
+                    allocate(kind, b.len).map(Some).map_err(|e| e.to_string())
                 } else {
                     Ok(None)
                 }
@@ -196,7 +222,8 @@ impl BenchMemory {
             let mut offset = 0;
             while offset < b.len() {
                 let len = FILL_CHUNK.min(b.len() - offset);
-                b.write(offset, &pattern(i, offset, len))?;
+                b.write(offset, &pattern(i, offset, len))
+                    .map_err(|e| e.to_string())?;
                 offset += len;
             }
         }
@@ -205,7 +232,9 @@ impl BenchMemory {
 
     /// Zero every owned buffer of `side`.
     pub fn clear(&self, plan: &RequestPlan, side: Side) -> Result<(), String> {
-        self.owned(plan, side).try_for_each(|(_, b)| b.clear())
+        self.owned(plan, side)
+            .try_for_each(|(_, b)| b.clear())
+            .map_err(|e| e.to_string())
     }
 
     /// Check that every destination this process owns holds its source's
@@ -223,7 +252,7 @@ impl BenchMemory {
                     continue;
                 };
                 if images[dst.buffer].is_none() {
-                    images[dst.buffer] = Some(buffer.snapshot()?);
+                    images[dst.buffer] = Some(buffer.snapshot().map_err(|e| e.to_string())?);
                 }
                 let image = images[dst.buffer].as_deref().unwrap_or_default();
                 let found = image.get(dst.offset as usize..(dst.offset + dst.len) as usize);

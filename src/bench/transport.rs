@@ -1,6 +1,6 @@
 //! Host-to-host transfer throughput: the same bytes moved as one prepared
 //! transfer of many descriptors through [`Loopback`], through real NIXL
-//! ([`crate::nixl::real::RealNixl`], feature `nixl`, when its runtime loads)
+//! (`nixl::RealNixl`, feature `nixl`, when its runtime loads)
 //! and by one plain memcpy, best of N iterations each.
 //!
 //! Remote descriptors are paired in reverse order (local block `i` with

@@ -25,7 +25,7 @@ use crate::layout::Side;
 use crate::nixl::{Loopback, MemKind, Nixl, NixlAgentOptions, XferOp};
 use crate::scenario::MemoryKind;
 
-use super::buffers::{allocate, pattern, BenchMemory, Buffer};
+use super::buffers::{allocate, pattern, BenchMemory, Buffer, BufferError};
 use super::replay::{connect_in_process, create_agents, prepare_transfers, time_transfers};
 use super::request_plan::{plan_request, RequestPlan};
 
@@ -103,12 +103,28 @@ pub enum VramBenchError {
     Setup(String),
     #[error("{path}: {reason}")]
     Path { path: String, reason: String },
+    /// A path's buffers could not be allocated, written, read or copied.
+    #[error("{path}: {source}")]
+    Buffer {
+        /// The benchmark path (`copy`, `copy-per-pair`, ...).
+        path: String,
+        /// What the buffer refused.
+        #[source]
+        source: BufferError,
+    },
 }
 
 fn path_error(path: &str) -> impl Fn(String) -> VramBenchError + '_ {
     move |reason| VramBenchError::Path {
         path: path.into(),
         reason,
+    }
+}
+
+fn buffer_error(path: &str) -> impl Fn(BufferError) -> VramBenchError + '_ {
+    move |source| VramBenchError::Buffer {
+        path: path.into(),
+        source,
     }
 }
 
@@ -266,26 +282,27 @@ const COPY_SOURCE: usize = 0xC0FFEE;
 /// One contiguous copy of the plan's byte count.
 fn copy_path(config: &VramBenchConfig, plan: &RequestPlan) -> Result<PathTiming, VramBenchError> {
     let fail = path_error("copy");
+    let buffer_fail = buffer_error("copy");
     let bytes = plan.bytes();
     if bytes == 0 {
         return Err(fail("the request moves no bytes".into()));
     }
-    let src = allocate(config.memory, bytes).map_err(&fail)?;
-    let dst = allocate(config.memory, bytes).map_err(&fail)?;
+    let src = allocate(config.memory, bytes).map_err(&buffer_fail)?;
+    let dst = allocate(config.memory, bytes).map_err(&buffer_fail)?;
     src.write(0, &pattern(COPY_SOURCE, 0, bytes))
-        .map_err(&fail)?;
+        .map_err(&buffer_fail)?;
     let mut times = Vec::new();
     for _ in 0..config.iterations {
-        dst.clear().map_err(&fail)?;
-        times.push(copy_once(&src, &dst).map_err(&fail)?);
+        dst.clear().map_err(&buffer_fail)?;
+        times.push(copy_once(&src, &dst).map_err(&buffer_fail)?);
     }
-    if src.snapshot().map_err(&fail)? != dst.snapshot().map_err(&fail)? {
+    if src.snapshot().map_err(&buffer_fail)? != dst.snapshot().map_err(&buffer_fail)? {
         return Err(fail("the copy does not equal its source".into()));
     }
     Ok(timing("copy", bytes, 0, &times))
 }
 
-fn copy_once(src: &Buffer, dst: &Buffer) -> Result<Duration, String> {
+fn copy_once(src: &Buffer, dst: &Buffer) -> Result<Duration, BufferError> {
     match (src, dst) {
         (Buffer::Host(s), Buffer::Host(d)) => {
             let (s, mut d) = (s.read(), d.write());
@@ -299,12 +316,11 @@ fn copy_once(src: &Buffer, dst: &Buffer) -> Result<Duration, String> {
             let mut queue = s.device().queue();
             queue
                 .copy(s, 0, d, 0, s.len())
-                .and_then(|()| queue.finish())
-                .map_err(|e| e.to_string())?;
+                .and_then(|()| queue.finish())?;
             Ok(start.elapsed())
         }
         #[cfg(feature = "cuda")]
-        _ => Err("source and destination are different kinds of memory".into()),
+        _ => Err(BufferError::MixedKinds),
     }
 }
 

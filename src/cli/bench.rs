@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::{EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::bench::vram::{vram_bench, VramBenchConfig, VramBenchError, PATHS};
-use crate::geometry::Mode;
+use crate::geometry::{GeometryError, Mode};
 use crate::nixl::XferOp;
 use crate::scenario::{MemoryKind, RunOptions};
 use crate::scheduler::DecodeAllocation;
@@ -84,9 +84,9 @@ struct Timing {
     failed: usize,
 }
 
-fn time(files: &[&str], threads: usize, repeats: usize) -> Result<Timing, String> {
+fn time(files: &[&str], threads: usize, repeats: usize) -> Result<Timing, GeometryError> {
     let paths: Vec<PathBuf> = files.iter().map(PathBuf::from).collect();
-    let sources = plan::load_sources(&paths).map_err(|e| e.to_string())?;
+    let sources = plan::load_sources(&paths)?;
     let cases = plan::grid(
         &sources,
         &plan::PlanOptions {

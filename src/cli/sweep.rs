@@ -251,7 +251,7 @@ pub fn sweep(args: SweepArgs) -> u8 {
     let text = match args.format {
         Format::Table => sweep_report::table(&reports),
         Format::Json => {
-            sweep_report::json_sharded(&reports, shard.as_ref().map(|(s, p)| (s, p.as_slice())))
+            sweep_report::json(&reports, shard.as_ref().map(|(s, p)| (s, p.as_slice())))
         }
         Format::Junit => sweep_report::junit(&reports),
     };

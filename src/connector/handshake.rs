@@ -14,78 +14,147 @@ pub enum HandshakeError {
     #[error(
         "Local block size {local} is not divisible by remote block size {remote} or vice versa."
     )]
-    BlockSizeNotDivisible { local: u32, remote: u32 },
+    /// Neither engine's kernel block size divides the other's.
+    BlockSizeNotDivisible {
+        /// This engine's kernel block size, in tokens.
+        local: u32,
+        /// The peer's kernel block size, in tokens.
+        remote: u32,
+    },
     #[error("TP sizes are not multiples of one another: local {local}, remote {remote}")]
-    TpNotDivisible { local: u32, remote: u32 },
+    /// Neither TP size divides the other.
+    TpNotDivisible {
+        /// This engine's TP size.
+        local: u32,
+        /// The peer's TP size.
+        remote: u32,
+    },
     #[error(
         "P_TP > D_TP with replicated KV heads is not supported for dense attention \
          (remote TP {remote_tp} > {total_heads} KV heads)"
     )]
-    ReplicatedKvMultiRead { remote_tp: u32, total_heads: u32 },
+    /// Dense attention would read replicated KV heads from several prefill ranks.
+    ReplicatedKvMultiRead {
+        /// The prefill engine's TP size.
+        remote_tp: u32,
+        /// The model's KV heads, over all ranks.
+        total_heads: u32,
+    },
     #[error(
         "Prefix caching with heterogeneous physical_blocks_per_logical is not supported for Mamba \
          hybrid models. Local: {local}, Remote: {remote}. Disable prefix caching with --disable-prefix-caching."
     )]
-    PrefixCachingHeteroPpl { local: u32, remote: u32 },
+    /// Prefix caching on a mamba hybrid whose engines differ in ppl.
+    PrefixCachingHeteroPpl {
+        /// This engine's kernel blocks per logical block.
+        local: u32,
+        /// The peer's kernel blocks per logical block.
+        remote: u32,
+    },
     #[error(
         "Heterogeneous block sizes are not supported with host buffer (block_size_ratio={ratio})"
     )]
-    HostBufferWithRatio { ratio: u32 },
+    /// Host-buffer staging with different kernel block sizes.
+    HostBufferWithRatio {
+        /// The block-size ratio between the engines' kernel blocks.
+        ratio: u32,
+    },
     #[error(
         "Heterogeneous TP expects same kv_cache_layout (local {local}, remote {remote}); \
          receiving LBHNC into LBNHC needs enable_permute_local_kv, which the hybrid allocator does not support"
     )]
+    /// Heterogeneous TP across different KV layouts.
     LayoutMismatch {
+        /// This engine's `kv_cache_layout` (e.g. `LBHNC`).
         local: &'static str,
+        /// The peer's `kv_cache_layout`.
         remote: &'static str,
     },
     #[error(
         "Heterogeneous TP head-dimension splitting requires contiguous heads. \
          Use a block-contiguous layout (e.g. LBHNC) on the prefill side."
     )]
+    /// Splitting heads across ranks needs head-major (block-contiguous) pages.
     HeadSplitNeedsContiguousLayout,
     #[error(
         "Hybrid MLA kernel-granularity block lengths must match between P and D \
          (block_size_ratio={ratio}): local={local:?}, remote={remote:?}."
     )]
+    /// A hybrid MLA pair whose kernel-granularity block lengths differ.
     HybridMlaBlockLens {
+        /// The block-size ratio between the engines' kernel blocks.
         ratio: u32,
+        /// This engine's block length per region, in bytes.
         local: Vec<u64>,
+        /// The peer's block length per region, in bytes.
         remote: Vec<u64>,
     },
     #[error("Number of KV layers must match between prefill and decode (local {local}, remote {remote})")]
-    RegionCount { local: usize, remote: usize },
+    /// The engines register different numbers of KV regions (layer slots).
+    RegionCount {
+        /// This engine's regions.
+        local: usize,
+        /// The peer's regions.
+        remote: usize,
+    },
     #[error("KV cache sizes must match between P and D when replicated (region {region}: local={local}, remote={remote}, bsr={ratio}).")]
+    /// Replicated (MLA) pages whose block lengths disagree after the ratio.
     ReplicatedBlockLen {
+        /// The region (layer slot).
         region: usize,
+        /// This engine's block length, in bytes.
         local: u64,
+        /// The peer's block length, in bytes.
         remote: u64,
+        /// The block-size ratio between the engines' kernel blocks.
         ratio: u32,
     },
     #[error("SPLIT region {region}: remote P KV block_len {remote} must equal {expected} (local {local}, heads {remote_heads}/{local_heads}, bsr {ratio}).")]
+    /// A head-split region whose remote block length is not the local one
+    /// scaled by heads and block-size ratio.
     SplitBlockLen {
+        /// The region (layer slot).
         region: usize,
+        /// This engine's block length, in bytes.
         local: u64,
+        /// The peer's block length, in bytes.
         remote: u64,
+        /// The block length the peer should have, in bytes.
         expected: u64,
+        /// KV heads per prefill rank.
         remote_heads: u32,
+        /// KV heads per decode rank.
         local_heads: u32,
+        /// The block-size ratio between the engines' kernel blocks.
         ratio: u32,
     },
     #[error("Different local/remote block sizes are not supported when P TP > D TP.")]
+    /// A block-size ratio together with reads from several prefill ranks.
     RatioWithMultiRead,
     #[error("remote ranks of one engine report different block counts ({first} vs {this})")]
-    NumBlocksMismatch { first: u64, this: u64 },
+    /// Two ranks of one remote engine report different block counts.
+    NumBlocksMismatch {
+        /// Kernel blocks the first rank reported.
+        first: u64,
+        /// Kernel blocks this rank reports.
+        this: u64,
+    },
     #[error(
         "remote region {region} has a block stride {stride} shorter than its block length {len}"
     )]
+    /// A remote region whose blocks would overlap.
     StrideShorterThanLength {
+        /// The region (layer slot).
         region: usize,
+        /// Bytes between consecutive blocks.
         stride: u64,
+        /// Bytes of one block.
         len: u64,
     },
+    /// The per-source split lists cannot be built.
     #[error(transparent)]
     Split(#[from] SplitError),
+    /// A pairing the connector does not implement, in words.
     #[error("{0}")]
     Unsupported(String),
 }

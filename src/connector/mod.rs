@@ -14,29 +14,30 @@
 //! Layering: the connector imports only `geometry`, `memory` and `nixl`,
 //! never the harness (see docs/architecture.md).
 
-pub mod block_mapping;
-pub mod desc_ids;
-pub mod handshake;
-pub mod local_lists;
-pub mod metadata;
-pub mod planner;
-pub mod policy;
+pub(crate) mod block_mapping;
+pub(crate) mod desc_ids;
+pub(crate) mod handshake;
+pub(crate) mod local_lists;
+pub(crate) mod metadata;
+pub(crate) mod planner;
+pub(crate) mod policy;
 pub mod post_process;
-pub mod post_process_lowering;
-pub mod pull;
-pub mod push;
-pub mod registration;
-pub mod remote_lists;
-pub mod role;
-pub mod split_lists;
-pub mod tp_mapping;
-pub mod worker;
+pub(crate) mod post_process_lowering;
+pub(crate) mod pull;
+pub(crate) mod push;
+pub(crate) mod registration;
+pub(crate) mod remote_lists;
+pub(crate) mod role;
+pub(crate) mod split_lists;
+pub(crate) mod tp_mapping;
+pub(crate) mod worker;
 
 pub use block_mapping::BlockIds;
 pub use handshake::HandshakeError;
 pub use metadata::HandshakeMetadata;
 pub use policy::{NamedPolicy, Policy};
 pub use post_process::KvMemory;
+pub use post_process_lowering::{lower, run_on_memory, DeviceOp, DeviceProgram};
 pub use pull::{PlannedRead, ReadRequest, Received, Receiving};
 pub use push::{Sending, WriteRequest};
 pub use registration::{KvTensor, Registration};

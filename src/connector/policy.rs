@@ -188,14 +188,23 @@ impl PushProtocol {
 /// Every decision point of the connector.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
 pub struct Policy {
+    /// Where the request's first transferred token sits in both lists.
     pub prefix_alignment: PrefixAlignment,
+    /// Which stale and clipped bytes the receive post-process zeroes.
     pub receive_zeroing: ReceiveZeroing,
+    /// How far the prefix-cache block counts of P and D may disagree.
     pub prefix_count_tolerance: PrefixCountTolerance,
+    /// What per-source split lists are keyed by and at which granularity.
     pub split_list_key: SplitListKey,
+    /// How sub-block addresses are computed when kernel blocks are split.
     pub sub_block_addressing: SubBlockAddressing,
+    /// Which ppl expands remote logical ids to kernel ids.
     pub remote_id_expansion: RemoteIdExpansion,
+    /// Whether mamba state descriptors follow the block-size ratio.
     pub mamba_expansion: MambaExpansion,
+    /// The push (WRITE) protocol: handshake, completion, ratio, replicated pages.
     pub push: PushProtocol,
+    /// Which pairings the handshake refuses.
     pub handshake: HandshakeStrictness,
 }
 

@@ -15,43 +15,65 @@ use crate::memory::HostTensors;
 pub enum PostOp {
     /// Reorder a kernel block received as `ratio` remote sub-pages
     /// (each `[head][token][content]`) into the local `[head][token][content]`.
-    ConvertBlockSize { block: u32, ratio: u32 },
+    ConvertBlockSize {
+        /// Local kernel block id.
+        block: u32,
+        /// Remote sub-pages per local kernel block.
+        ratio: u32,
+    },
     /// Zero tokens `from_token..` of a kernel block (all heads).
-    ZeroTokens { block: u32, from_token: u32 },
+    ZeroTokens {
+        /// Local kernel block id.
+        block: u32,
+        /// First zeroed token, relative to the block.
+        from_token: u32,
+    },
     /// Zero a whole kernel block.
-    ZeroBlock { block: u32 },
+    ZeroBlock {
+        /// Local kernel block id.
+        block: u32,
+    },
 }
 
 /// The post-process of one attention group of one request.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct GroupPostProcess {
+    /// The group's index in the model's group list.
     pub group: usize,
     /// The request's local kernel block ids of this group.
     pub block_ids: Vec<u32>,
     /// Remote-granularity sub-blocks the transfer wrote.
     pub covered_sub_blocks: u64,
+    /// Local kernel block / remote kernel block (1: no conversion).
     pub ratio: u32,
     /// Whether block ids had to be uploaded (conversion or stale blocks).
     pub needs_block_ids: bool,
+    /// The operations, in the order they run.
     pub ops: Vec<PostOp>,
 }
 
 /// Inputs of the post-process for one finished request.
 pub struct PostProcessInput<'a> {
+    /// The model's KV-cache groups, in order.
     pub groups: &'a [GroupKind],
+    /// The attention is MLA (one latent head, replicated across ranks).
     pub is_mla: bool,
+    /// How each kernel page orders heads and tokens.
     pub layout: KvLayout,
     /// Local kernel / remote kernel.
     pub ratio: u32,
+    /// Local and remote ppl differ.
     pub hetero_ppl: bool,
     /// Local kernel ids per group.
     pub local_kernel_ids: &'a [Vec<u32>],
     /// Remote-granularity block count per group: the full (untrimmed)
     /// kernel-expanded remote list length.
     pub remote_counts: &'a [usize],
+    /// Local kernel block size, in tokens.
     pub kernel_block: u32,
     /// Kernel blocks per region of the local pool.
     pub num_kernel_blocks: u64,
+    /// Which stale and clipped bytes are zeroed.
     pub zeroing: ReceiveZeroing,
 }
 
@@ -137,16 +159,22 @@ pub fn plan(input: &PostProcessInput<'_>) -> Vec<GroupPostProcess> {
 /// Byte geometry of one attention kernel page on this worker.
 #[derive(Clone, Copy, Debug)]
 pub struct PageGeometry {
+    /// Bytes of one kernel block.
     pub block_len: u64,
+    /// Bytes between consecutive kernel blocks.
     pub block_stride: u64,
+    /// Tokens in one kernel block.
     pub tokens: u64,
+    /// KV heads on this rank.
     pub heads: u64,
     /// Bytes of one head of one token.
     pub head_token_bytes: u64,
+    /// How the page orders heads and tokens.
     pub layout: KvLayout,
 }
 
 impl PageGeometry {
+    /// The page geometry of one region, from its block length and the model's head layout.
     pub fn new(
         model: &ModelSpec,
         reg: &Registration,
@@ -213,7 +241,9 @@ pub fn convert_block_size(page: &[u8], geometry: &PageGeometry, ratio: u64) -> V
 pub trait KvMemory {
     /// Copy `len` bytes at `offset` of tensor `region`.
     fn read(&self, region: usize, offset: u64, len: u64) -> Vec<u8>;
+    /// Write `bytes` at `offset` of tensor `region`.
     fn write(&mut self, region: usize, offset: u64, bytes: &[u8]);
+    /// Zero `len` bytes at `offset` of tensor `region`.
     fn zero(&mut self, region: usize, offset: u64, len: u64);
 
     /// Run a planned receive post-process over these tensors. The default

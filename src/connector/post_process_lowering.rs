@@ -18,21 +18,31 @@ use super::post_process::{GroupPostProcess, PageGeometry, PostOp};
 pub enum DeviceOp {
     /// Copy `len` bytes of tensor `region` at `offset` to the start of the staging buffer.
     Stage {
+        /// The tensor (region index, in registration order).
         region: usize,
+        /// Byte offset of the copied bytes in the tensor.
         offset: u64,
+        /// Bytes copied.
         len: u64,
     },
     /// Copy `len` staging bytes from `from` to tensor `region` at `offset`.
     Unstage {
+        /// The tensor written (region index, in registration order).
         region: usize,
+        /// Byte offset in the staging buffer.
         from: u64,
+        /// Byte offset of the destination in the tensor.
         offset: u64,
+        /// Bytes copied.
         len: u64,
     },
     /// Zero `len` bytes of tensor `region` at `offset`.
     Zero {
+        /// The tensor (region index, in registration order).
         region: usize,
+        /// Byte offset of the first zeroed byte in the tensor.
         offset: u64,
+        /// Bytes zeroed.
         len: u64,
     },
 }
@@ -41,7 +51,9 @@ pub enum DeviceOp {
 /// size they need (0 when nothing is converted).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DeviceProgram {
+    /// The primitives, in stream order.
     pub ops: Vec<DeviceOp>,
+    /// Size of the staging buffer the `Stage`/`Unstage` ops use, in bytes.
     pub staging_bytes: u64,
 }
 

@@ -16,13 +16,17 @@ use crate::nixl::{DlistHandle, Nixl, XferHandle, XferOp, XferState};
 /// What D's scheduler hands the worker for one request to receive.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ReadRequest {
+    /// D's request id.
     pub request_id: String,
     /// D's logical block ids per group (only the blocks the transfer fills).
     pub local_block_ids: BlockIds,
+    /// The prefill engine holding the KV.
     pub remote_engine_id: String,
+    /// P's id for the same request (notifications carry it).
     pub remote_request_id: String,
     /// P's logical block ids per group.
     pub remote_block_ids: BlockIds,
+    /// The prefill engine's TP size.
     pub remote_tp_size: u32,
     /// D's prefix-cache hit: logical blocks per group already computed
     /// locally (they precede `local_block_ids` in the request).
@@ -32,11 +36,17 @@ pub struct ReadRequest {
 /// One planned READ (or notification) towards one source rank.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct PlannedRead {
+    /// The prefill rank read from.
     pub remote_rank: u32,
+    /// D's logical block ids per group this read fills.
     pub local_block_ids: BlockIds,
+    /// P's logical block ids per group it reads.
     pub remote_block_ids: BlockIds,
+    /// Rows of D's prepared local list, one per pair.
     pub local_desc_ids: Vec<u32>,
+    /// Rows of P's prepared remote list, paired index by index with `local_desc_ids`.
     pub remote_desc_ids: Vec<u32>,
+    /// The completion notification P receives.
     pub notification: String,
     /// `None` when only a notification was sent (full prefix hit).
     pub xfer: Option<XferHandle>,
@@ -81,6 +91,7 @@ fn read_sources(engine: &RemoteEngine, req: &ReadRequest) -> Vec<ReadSource> {
 /// A request being received.
 #[derive(Clone, Debug, Serialize)]
 pub struct Receiving {
+    /// The request as the scheduler handed it.
     pub request: ReadRequest,
     /// D's kernel-expanded ids.
     pub local_kernel_ids: BlockIds,
@@ -88,13 +99,16 @@ pub struct Receiving {
     pub remote_kernel_ids: BlockIds,
     /// Remote-granularity entries skipped per group for D's prefix hit.
     pub prefix_skip: Vec<usize>,
+    /// One read (or notification) per source rank.
     pub reads: Vec<PlannedRead>,
 }
 
 /// A request whose transfers are all done, with its post-process.
 #[derive(Clone, Debug, Serialize)]
 pub struct Received {
+    /// D's request id.
     pub request_id: String,
+    /// The post-process of each attention group.
     pub post_process: Vec<GroupPostProcess>,
 }
 

@@ -26,14 +26,17 @@ use crate::nixl::{Nixl, XferOp};
 /// registration (D's logical ids).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct WriteRequest {
+    /// P's request id.
     pub request_id: String,
     /// P's logical block ids per group.
     pub local_block_ids: BlockIds,
+    /// The decode engine written to.
     pub remote_engine_id: String,
     /// D's request id (notifications carry it).
     pub remote_request_id: String,
     /// D's logical block ids per group (from D's registration).
     pub remote_block_ids: BlockIds,
+    /// The decode engine's TP size.
     pub remote_tp_size: u32,
     /// D's prefix-cache hit: logical blocks per group D already computed.
     pub remote_num_computed_blocks: Vec<u32>,
@@ -62,7 +65,9 @@ fn push_prefix_skip(req: &WriteRequest, engine: &RemoteEngine, groups: usize) ->
 /// The WRITEs P posted for one request.
 #[derive(Clone, Debug, Serialize)]
 pub struct Sending {
+    /// The request as P's worker knows it.
     pub request: WriteRequest,
+    /// One write (or notification) per destination rank.
     pub writes: Vec<PlannedRead>,
 }
 

@@ -8,7 +8,9 @@ use crate::nixl::{MemKind, MemRegion};
 /// One KV tensor handed to the connector: a layer slot shared by all groups.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KvTensor {
+    /// Start address of the tensor.
     pub base: u64,
+    /// Length in bytes.
     pub len: u64,
 }
 
@@ -29,11 +31,13 @@ pub struct Region {
 /// The outcome of registering one rank's KV tensors.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Registration {
+    /// One per distinct tensor base address, in registration order.
     pub regions: Vec<Region>,
     /// Indices of regions holding mamba state, in registration order.
     pub ssm_regions: Vec<usize>,
     /// Kernel block size in tokens (the worker's `block_size` after sync).
     pub kernel_block: u32,
+    /// Kernel blocks per logical block.
     pub ppl: u32,
     /// Logical blocks per region (`_logical_num_blocks`).
     pub num_logical_blocks: u64,
@@ -45,7 +49,9 @@ pub struct Registration {
     pub ssm_sizes: (u64, u64),
     /// Memory registration entries (one per distinct tensor).
     pub memory: Vec<MemRegion>,
+    /// Memory type of the tensors.
     pub mem: MemKind,
+    /// Device ordinal of the tensors.
     pub device: u32,
 }
 
@@ -109,10 +115,12 @@ impl Registration {
         }
     }
 
+    /// Number of registered regions.
     pub fn num_regions(&self) -> usize {
         self.regions.len()
     }
 
+    /// Whether any region holds mamba state.
     pub fn has_mamba(&self) -> bool {
         !self.ssm_regions.is_empty()
     }
@@ -122,14 +130,17 @@ impl Registration {
         self.regions.iter().map(|r| r.num_blocks).sum()
     }
 
+    /// Base address of every region, in region order.
     pub fn base_addresses(&self) -> Vec<u64> {
         self.regions.iter().map(|r| r.base).collect()
     }
 
+    /// Bytes of one kernel block, per region.
     pub fn block_lens(&self) -> Vec<u64> {
         self.regions.iter().map(|r| r.block_len).collect()
     }
 
+    /// Bytes between consecutive kernel blocks, per region.
     pub fn block_strides(&self) -> Vec<u64> {
         self.regions.iter().map(|r| r.block_stride).collect()
     }

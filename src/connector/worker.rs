@@ -21,11 +21,17 @@ use crate::nixl::{AgentId, DescList, DlistHandle, DlistTarget, MemKind, Nixl, Ni
 /// Everything a worker is configured with.
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
+    /// The engine this worker belongs to.
     pub engine_id: String,
+    /// The NIXL agent name peers see.
     pub agent_name: String,
+    /// The model the engine serves.
     pub model: ModelSpec,
+    /// The engine's block geometry.
     pub engine: EngineGeometry,
+    /// Logical blocks in this rank's pool.
     pub num_logical_blocks: u32,
+    /// This worker's TP rank.
     pub tp_rank: u32,
     /// Which engine the worker belongs to and whether it reads or is written to.
     pub role: Role,
@@ -35,6 +41,7 @@ pub struct WorkerConfig {
     /// at handshake (block-size, split and remote lists). Equal to `mem`
     /// except where a platform reports device memory over host tensors.
     pub platform_mem: MemKind,
+    /// Device ordinal of the registered tensors.
     pub device: u32,
     /// The connector's decisions (`Policy::default()`: kvgeom's).
     pub policy: Policy,
@@ -44,14 +51,19 @@ pub struct WorkerConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectorError {
     #[error(transparent)]
+    /// A NIXL call failed.
     Nixl(#[from] NixlError),
     #[error("handshake refused: {0}")]
+    /// The handshake refused the peer.
     Handshake(#[from] HandshakeError),
     #[error("transfer planning refused: {0}")]
+    /// Planning a transfer failed.
     Plan(#[from] PlanError),
     #[error("completing the receive failed: {0}")]
+    /// Completing a pushed receive fails where vLLM raises (the text of its exception).
     Completion(String),
     #[error("unknown remote engine {0}")]
+    /// No handshake was done with this engine id.
     UnknownEngine(String),
 }
 
@@ -159,18 +171,22 @@ impl Worker {
         })
     }
 
+    /// The worker's NIXL agent.
     pub fn agent(&self) -> AgentId {
         self.agent
     }
 
+    /// What the worker was configured with.
     pub fn config(&self) -> &WorkerConfig {
         &self.cfg
     }
 
+    /// The worker's registered regions and block geometry.
     pub fn registration(&self) -> &Registration {
         &self.reg
     }
 
+    /// A handshaken remote engine, by id.
     pub fn remote(&self, engine_id: &str) -> Option<&RemoteEngine> {
         self.remotes.get(engine_id)
     }
@@ -182,6 +198,7 @@ impl Worker {
             .ok_or_else(|| ConnectorError::UnknownEngine(engine_id.to_string()))
     }
 
+    /// The model's KV-cache groups, in order.
     pub fn groups(&self) -> &[GroupKind] {
         &self.cfg.model.groups
     }

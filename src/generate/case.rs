@@ -36,12 +36,19 @@ pub enum Expected {
 /// A P/D geometry, one request on it and the expected outcome.
 #[derive(Clone, PartialEq, Eq)]
 pub struct GeneratedCase {
+    /// The P/D pair.
     pub geometry: Geometry,
+    /// The prompt length N, in tokens.
     pub prompt_len: u32,
+    /// D's local prefix-cache hit, in tokens.
     pub prefix_hit: u32,
+    /// Pull or push.
     pub mode: Mode,
+    /// How many blocks D holds for the request.
     pub allocation: DecodeAllocation,
+    /// Seed of the block placement.
     pub seed: u64,
+    /// What the connector and the oracles must make of it.
     pub expected: Expected,
 }
 

@@ -62,6 +62,7 @@ pub const MAX_PPL: u32 = 4;
 const MAX_MAMBA_PPL: u64 = 16;
 /// Conv channels of one sub-projection, in units of the larger TP size.
 pub const MAX_CONV_UNITS: u32 = 4;
+/// Largest drawn `conv_rows` (conv kernel width - 1).
 pub const MAX_CONV_ROWS: u32 = 4;
 /// SSM state bytes, in units of the larger TP size.
 pub const MAX_SSM_UNITS: u64 = 16;

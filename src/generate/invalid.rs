@@ -39,6 +39,7 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// Every refusal, in the order the generator cycles through them.
     pub const ALL: [Refusal; 10] = [
         Refusal::TpNotDivisible,
         Refusal::BlockSizeNotDivisible,
@@ -129,15 +130,25 @@ impl Refusal {
 /// A geometry-file rule to break on a valid geometry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BrokenRule {
+    /// `model.groups` is empty.
     NoGroups,
+    /// Mamba groups without an attention group.
     MambaWithoutAttention,
+    /// `model.layer_slots = 0`.
     ZeroLayerSlots,
+    /// An attention `dtype_bytes` outside 1, 2, 4, 8.
     AttentionDtype,
+    /// Two conv dimensions the mamba kind requires equal differ.
     UnequalConvPair,
+    /// An engine with `tp_size = 0`.
     ZeroTpSize,
+    /// A kernel block that does not divide the logical block.
     KernelDoesNotDivideLogical,
+    /// KV heads that neither shard nor replicate over TP.
     KvHeadsVsTp,
+    /// Conv channels that do not split evenly over TP.
     ConvNotSplitOverTp,
+    /// A mamba state too large for the padded page.
     MambaStateExceedsPage,
 }
 

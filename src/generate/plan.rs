@@ -22,6 +22,7 @@ pub const MAX_PLAN_GROUPS: usize = 4;
 pub const MAX_PLAN_REGIONS: u64 = 4;
 /// Logical blocks in each side's pool.
 pub const MAX_PLAN_POOL: u32 = 24;
+/// Largest drawn ppl (kernel blocks per logical block) of each side.
 pub const MAX_PLAN_PPL: u32 = 8;
 /// Kernel-block ratio between the two sides.
 pub const MAX_PLAN_RATIO: u32 = 4;
@@ -33,6 +34,7 @@ pub const MAX_PLAN_STATE_LISTS: u64 = 8;
 pub struct PlanSide {
     /// Logical blocks in the pool of each region.
     pub pool: u32,
+    /// Kernel blocks per logical block.
     pub ppl: u32,
     /// The request's logical block ids per group, each below `pool`.
     pub block_ids: BlockIds,
@@ -48,18 +50,22 @@ impl PlanSide {
 /// kernel-block relation between the sides.
 #[derive(Clone, PartialEq, Eq)]
 pub struct PlanInput {
+    /// The KV-cache groups, in transfer order.
     pub groups: Vec<GroupKind>,
+    /// Regions (layer slots) of each list.
     pub num_regions: u64,
     /// Mamba descriptor lists per side; 0 without a mamba group.
     pub state_lists: u64,
     /// The initiator's side: decode in pull, prefill in push.
     pub local: PlanSide,
+    /// The peer's side.
     pub remote: PlanSide,
     /// Push writes into decode pages: local kernel / remote kernel (>= 1).
     /// Pull reads: the same ratio, decode's kernel over prefill's.
     pub ratio: u32,
     /// Push only: remote (decode) pages seen as this many local-sized sub-pages.
     pub sub_pages: u32,
+    /// Plan a push (WRITE) rather than a pull (READ).
     pub push: bool,
     /// Decode's prefix hit, in entries of the smaller kernel (every attention group).
     pub prefix_skip: u32,

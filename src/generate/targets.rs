@@ -15,18 +15,34 @@ use super::{GeneratedCase, PlanInput};
 /// the `scenario` and `plan` targets run instead of the correct connector.
 pub const DEFECT_ENV: &str = "KVGEOM_FUZZ_DEFECT";
 
+/// Why [`DEFECT_ENV`] names no usable defect.
+#[derive(Debug, thiserror::Error)]
+pub enum DefectEnvError {
+    /// The variable is set but is not valid Unicode.
+    #[error("{DEFECT_ENV}: {0}")]
+    Unreadable(#[source] std::env::VarError),
+    /// The variable names no defect of [`Defect::ALL`].
+    #[error("{DEFECT_ENV}={name} is not a known defect; one of: {known}")]
+    Unknown {
+        /// The value of the variable.
+        name: String,
+        /// Every known defect name, comma separated.
+        known: String,
+    },
+}
+
 /// The defect named by [`DEFECT_ENV`], if set.
-pub fn defect_from_env() -> Result<Option<Defect>, String> {
+pub fn defect_from_env() -> Result<Option<Defect>, DefectEnvError> {
     match std::env::var(DEFECT_ENV) {
         Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(e) => Err(format!("{DEFECT_ENV}: {e}")),
+        Err(e) => Err(DefectEnvError::Unreadable(e)),
         Ok(name) if name.is_empty() => Ok(None),
         Ok(name) => Defect::from_name(&name).map(Some).ok_or_else(|| {
             let known: Vec<&str> = Defect::ALL.iter().map(|d| d.name()).collect();
-            format!(
-                "{DEFECT_ENV}={name} is not a known defect; one of: {}",
-                known.join(", ")
-            )
+            DefectEnvError::Unknown {
+                name,
+                known: known.join(", "),
+            }
         }),
     }
 }

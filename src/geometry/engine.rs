@@ -8,6 +8,7 @@ use super::model::{KvLayout, ModelSpec};
 /// The block geometry of one engine (all of its TP ranks share it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EngineGeometry {
+    /// Tensor-parallel ranks of this engine.
     pub tp_size: u32,
     /// Kernel (physical page) block size in tokens: the attention backend's page.
     pub kernel_block: u32,
@@ -15,9 +16,11 @@ pub struct EngineGeometry {
     pub logical_block: u32,
     /// Logical blocks in each rank's pool; `None` lets the scenario size the pool.
     pub num_logical_blocks: Option<u32>,
+    /// How each kernel page orders heads and tokens.
     pub layout: KvLayout,
     /// KV staged through host buffers (`kv_buffer_device = "cpu"`).
     pub host_buffer: bool,
+    /// Prefix caching is on: D may already hold a prefix of the prompt.
     pub prefix_caching: bool,
     /// Padding bytes after every kernel page (interleaved or padded layouts):
     /// the kernel block stride is `kernel page + padding`.

@@ -16,7 +16,9 @@ pub enum GeometryError {
     /// The file or folder could not be read.
     #[error("{}: cannot read: {source}", path.display())]
     Read {
+        /// The file or folder.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
@@ -24,6 +26,7 @@ pub enum GeometryError {
     /// own message, which shows the line and column.
     #[error("{file}: {detail}")]
     Syntax {
+        /// The file (or source name) parsed.
         file: String,
         /// 1-based line of the problem, when toml reports a position.
         line: Option<usize>,
@@ -35,9 +38,11 @@ pub enum GeometryError {
     /// The file parses but describes an impossible or malformed geometry.
     #[error("{file}: {field}: {rule}")]
     Invalid {
+        /// The file (or source name) the geometry came from.
         file: String,
         /// Dotted path of the offending field, e.g. `decode.kernel_block`.
         field: String,
+        /// The rule it breaks.
         rule: Rule,
     },
     /// The file is not a regular file, or is larger than the input limit.
@@ -45,12 +50,18 @@ pub enum GeometryError {
     Input(#[from] crate::limits::InputError),
     /// A folder given to `load_geometries` holds no `*.toml` file.
     #[error("{}: no *.toml geometry files in this folder", dir.display())]
-    EmptyFolder { dir: PathBuf },
+    EmptyFolder {
+        /// The folder.
+        dir: PathBuf,
+    },
     /// Two loaded files define the same geometry name.
     #[error("{second}: geometry name `{name}` is already used by {first}")]
     DuplicateName {
+        /// The geometry name.
         name: String,
+        /// The file that used it first.
         first: String,
+        /// The file that uses it again.
         second: String,
     },
 }
@@ -79,10 +90,12 @@ impl GeometryError {
 pub struct Violation {
     /// Dotted path of the offending field, e.g. `decode.kernel_block`.
     pub field: String,
+    /// The rule it breaks.
     pub rule: Rule,
 }
 
 impl Violation {
+    /// `field` breaks `rule`.
     pub fn new(field: impl Into<String>, rule: Rule) -> Self {
         Violation {
             field: field.into(),
@@ -103,11 +116,14 @@ impl Violation {
 /// Which engine of the pair a rule is about, as it appears in field paths.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Engine {
+    /// The `[prefill]` table.
     Prefill,
+    /// The `[decode]` table.
     Decode,
 }
 
 impl Engine {
+    /// `prefill` or `decode`, the table's name.
     pub fn as_str(self) -> &'static str {
         match self {
             Engine::Prefill => "prefill",
@@ -125,48 +141,85 @@ impl fmt::Display for Engine {
 /// The rule a geometry breaks, with the values that break it.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Rule {
+    /// An empty string.
     #[error("must not be empty")]
     Empty,
     /// A file naming `model.hf_config`: what derivation found wrong.
     #[error("{0}")]
     Derived(String),
+    /// A string with a line break.
     #[error("must be one line")]
     MultiLine,
+    /// A name with characters outside `[A-Za-z0-9._-]`.
     #[error(
         "`{name}` may only contain ASCII letters, digits, '-', '_' and '.' \
          (the name defaults to the file stem; set `name` to override it)"
     )]
-    BadName { name: String },
+    BadName {
+        /// The name.
+        name: String,
+    },
+    /// A count or size of zero or less.
     #[error("must be at least 1, found {found}")]
-    NotPositive { found: i64 },
+    NotPositive {
+        /// The value given.
+        found: i64,
+    },
+    /// An element size that is no machine type's.
     #[error("dtype size {found} bytes is not one of 1, 2, 4, 8")]
-    DtypeBytes { found: u32 },
+    DtypeBytes {
+        /// The size given, in bytes.
+        found: u32,
+    },
+    /// A logical block that is not a whole number of kernel blocks.
     #[error("kernel block {kernel} does not divide logical block {logical}")]
-    KernelDoesNotDivideLogical { kernel: u32, logical: u32 },
+    KernelDoesNotDivideLogical {
+        /// Kernel block size, in tokens.
+        kernel: u32,
+        /// Logical block size, in tokens.
+        logical: u32,
+    },
+    /// `model.groups` is empty.
     #[error("lists no KV-cache group; give at least one of \"attention\", \"mamba\"")]
     NoGroups,
+    /// A group kind without its `[model.<kind>]` table.
     #[error("group kind \"{}\" needs a [model.{}] table", kind_name(*kind), kind_name(*kind))]
-    MissingSpec { kind: GroupKind },
+    MissingSpec {
+        /// The group kind.
+        kind: GroupKind,
+    },
+    /// A `[model.<kind>]` table no group uses.
     #[error("[model.{}] is given but no entry of model.groups is \"{}\"", kind_name(*kind), kind_name(*kind))]
-    UnusedSpec { kind: GroupKind },
+    UnusedSpec {
+        /// The group kind.
+        kind: GroupKind,
+    },
+    /// Mamba groups without an attention group to size their page.
     #[error(
         "a model with mamba groups needs an attention group too: the padded page \
          that holds one mamba state is sized from attention bytes per token"
     )]
     MambaWithoutAttention,
+    /// Full attention without `total_kv_heads`.
     #[error("kind \"full\" needs total_kv_heads")]
     MissingKvHeads,
+    /// `total_kv_heads` on MLA.
     #[error("total_kv_heads only applies to kind \"full\" (MLA has one latent head)")]
     KvHeadsOnMla,
+    /// `conv_dims` with the wrong number of entries for the mamba kind.
     #[error(
         "mamba kind \"{}\" has {expected} conv sub-projection(s), found {found} conv_dims",
         mamba_kind_name(*kind)
     )]
     ConvDimsCount {
+        /// The mamba kind.
         kind: MambaKind,
+        /// Conv sub-projections the kind has.
         expected: usize,
+        /// Entries given.
         found: usize,
     },
+    /// Two conv dimensions the mamba kind requires equal differ.
     #[error(
         "mamba kind \"{}\" splits its conv state as {}, found {} = {first} and {} = {second}",
         mamba_kind_name(*kind),
@@ -175,28 +228,50 @@ pub enum Rule {
         equal_pair_names(*kind).1
     )]
     UnequalConvPair {
+        /// The mamba kind.
         kind: MambaKind,
+        /// The first dimension of the pair.
         first: u32,
+        /// The second dimension of the pair.
         second: u32,
     },
+    /// A per-rank quantity that is not a multiple of the engine's TP size.
     #[error("{value} {what} do not split evenly over {engine}.tp_size = {tp}")]
     NotSplitOverTp {
+        /// The quantity, in the unit `what` names.
         value: u64,
         /// What is being split, plural: "conv channels", "SSM state bytes".
         what: &'static str,
+        /// The engine.
         engine: Engine,
+        /// Its TP size.
         tp: u32,
     },
+    /// KV heads that neither shard nor replicate evenly over TP.
     #[error(
         "{heads} KV heads can be neither sharded nor replicated evenly over \
          {engine}.tp_size = {tp} (one must be a multiple of the other)"
     )]
-    KvHeadsVsTp { heads: u32, engine: Engine, tp: u32 },
+    KvHeadsVsTp {
+        /// The model's KV heads.
+        heads: u32,
+        /// The engine.
+        engine: Engine,
+        /// Its TP size.
+        tp: u32,
+    },
+    /// A page too large to allocate.
     #[error(
         "one rank's page of {bytes} bytes (logical block x attention bytes per token, \
          with every kernel page's padding) exceeds the limit of {limit} bytes"
     )]
-    PageTooLarge { bytes: u128, limit: u64 },
+    PageTooLarge {
+        /// One rank's page, in bytes.
+        bytes: u128,
+        /// The largest page allowed, in bytes.
+        limit: u64,
+    },
+    /// One rank's mamba state does not fit the padded page.
     #[error(
         "one rank's mamba state at TP {tp} (conv {conv} + SSM {ssm} = {} bytes) does not fit \
          the padded page of {page} bytes (logical block {logical} x {per_token} attention \
@@ -204,29 +279,66 @@ pub enum Rule {
         u128::from(*conv) + u128::from(*ssm)
     )]
     MambaStateExceedsPage {
+        /// The engine's TP size.
         tp: u32,
+        /// Conv state of one rank, in bytes.
         conv: u64,
+        /// SSM state of one rank, in bytes.
         ssm: u64,
+        /// The padded page, in bytes.
         page: u64,
+        /// The logical block, in tokens.
         logical: u32,
+        /// Attention bytes per token of one rank.
         per_token: u64,
         /// Smallest multiple of the kernel block whose page holds the state.
         min_logical: u64,
     },
+    /// A prompt range that does not parse.
     #[error("`{text}` is not a range: write \"START..=END\" (inclusive), e.g. \"2..=39\"")]
-    BadRange { text: String },
+    BadRange {
+        /// The text given.
+        text: String,
+    },
+    /// A prompt length beyond `u32`.
     #[error("prompt length {found} is larger than {}", u32::MAX)]
-    PromptTooLong { found: i64 },
+    PromptTooLong {
+        /// The length given, in tokens.
+        found: i64,
+    },
+    /// A range whose end precedes its start.
     #[error("range {start}..={end} is empty")]
-    EmptyRange { start: i64, end: i64 },
+    EmptyRange {
+        /// First prompt length of the range.
+        start: i64,
+        /// Last prompt length of the range (inclusive).
+        end: i64,
+    },
+    /// `prompts = []`.
     #[error("is an empty list; leave `prompts` out to use the default sweep")]
     NoPrompts,
+    /// A prompt length given twice.
     #[error("prompt length {length} is listed twice")]
-    DuplicatePrompt { length: u32 },
+    DuplicatePrompt {
+        /// The length, in tokens.
+        length: u32,
+    },
+    /// A prompt list too long to sweep.
     #[error("expands to {count} prompt lengths, more than the limit of {limit}")]
-    TooManyPrompts { count: u64, limit: u64 },
+    TooManyPrompts {
+        /// Prompt lengths the list expands to.
+        count: u64,
+        /// The most allowed.
+        limit: u64,
+    },
+    /// A count or size above its limit (`crate::limits`).
     #[error("{found} is above the limit of {limit}")]
-    AboveLimit { found: u64, limit: u64 },
+    AboveLimit {
+        /// The value given.
+        found: u64,
+        /// The most allowed.
+        limit: u64,
+    },
 }
 
 fn kind_name(kind: GroupKind) -> &'static str {

@@ -1,14 +1,14 @@
 //! The input model: layer specs, engine geometry, P/D pairs, and loading
 //! geometry files.
 
-pub mod engine;
-pub mod error;
-pub mod file;
-pub mod fixtures;
-pub mod load;
-pub mod model;
-pub mod pair;
-pub mod validate;
+pub(crate) mod engine;
+pub(crate) mod error;
+pub(crate) mod file;
+pub(crate) mod fixtures;
+pub(crate) mod load;
+pub(crate) mod model;
+pub(crate) mod pair;
+pub(crate) mod validate;
 
 pub use engine::{block_size_ratio, tp_ratio, EngineGeometry};
 pub use error::{Engine, GeometryError, Rule, Violation};

@@ -38,17 +38,26 @@ impl KvLayout {
 pub enum AttentionSpec {
     /// Multi-head latent attention: one latent per token, replicated on every TP
     /// rank and transferred as whole blocks.
-    Mla { head_size: u32, dtype_bytes: u32 },
+    Mla {
+        /// Elements of the latent per token.
+        head_size: u32,
+        /// Bytes per element.
+        dtype_bytes: u32,
+    },
     /// Full (GQA/MHA) attention: K and V packed in the content axis, heads
     /// sharded across TP ranks.
     Full {
+        /// KV heads over all TP ranks.
         total_kv_heads: u32,
+        /// Elements per head per token of K, and again of V.
         head_size: u32,
+        /// Bytes per element.
         dtype_bytes: u32,
     },
 }
 
 impl AttentionSpec {
+    /// Whether this is MLA.
     pub fn is_mla(&self) -> bool {
         matches!(self, AttentionSpec::Mla { .. })
     }
@@ -107,6 +116,7 @@ pub enum MambaKind {
 }
 
 impl MambaKind {
+    /// Conv sub-projections of one state: 1 for Mamba1, 3 otherwise.
     pub fn num_conv_projections(self) -> usize {
         match self {
             MambaKind::Mamba1 => 1,
@@ -119,12 +129,14 @@ impl MambaKind {
 /// sharded evenly across TP ranks.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MambaSpec {
+    /// Which mamba variant, which fixes how the conv state splits.
     pub kind: MambaKind,
     /// Channels of each conv sub-projection, summed over all TP ranks
     /// (one entry for Mamba1, three otherwise).
     pub conv_dims: Vec<u32>,
     /// Rows of conv state kept per channel (conv kernel width - 1).
     pub conv_rows: u32,
+    /// Bytes per conv state element.
     pub conv_dtype_bytes: u32,
     /// Bytes of the temporal (SSM) state, summed over all TP ranks.
     pub ssm_state_bytes: u64,
@@ -133,7 +145,9 @@ pub struct MambaSpec {
 /// One conv sub-projection inside a mamba page: byte offset from the page start and size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SubRegion {
+    /// Bytes from the page start.
     pub offset: u64,
+    /// Bytes of the sub-projection.
     pub size: u64,
 }
 
@@ -186,7 +200,9 @@ impl MambaSpec {
 #[serde(rename_all = "snake_case")]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum GroupKind {
+    /// Attention KV, one entry per token.
     Attention,
+    /// Mamba state, one padded page per request.
     Mamba,
 }
 
@@ -195,22 +211,28 @@ pub enum GroupKind {
 /// per slot and all layers of a slot overlay one shared tensor (one NIXL region).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModelSpec {
+    /// The attention layers' spec, if the model has attention groups.
     pub attention: Option<AttentionSpec>,
+    /// The mamba layers' spec, if the model has mamba groups.
     pub mamba: Option<MambaSpec>,
+    /// KV-cache groups, in transfer order.
     pub groups: Vec<GroupKind>,
     /// Shared tensors (layer slots); each is one region.
     pub layer_slots: u32,
 }
 
 impl ModelSpec {
+    /// Whether any group holds mamba state.
     pub fn has_mamba(&self) -> bool {
         self.groups.contains(&GroupKind::Mamba)
     }
 
+    /// Whether the attention is MLA.
     pub fn is_mla(&self) -> bool {
         self.attention.as_ref().is_some_and(AttentionSpec::is_mla)
     }
 
+    /// Index of the first group of `kind`, if any.
     pub fn first_group(&self, kind: GroupKind) -> Option<usize> {
         self.groups.iter().position(|g| *g == kind)
     }

@@ -17,6 +17,7 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// `pull` or `push`, as the command line spells it.
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Pull => "pull",
@@ -34,11 +35,15 @@ impl std::fmt::Display for Mode {
 /// One geometry file: a model served by a prefill engine and a decode engine.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Geometry {
+    /// The geometry's name (default: the file name without `.toml`).
     pub name: String,
     /// The real model or bug this geometry stands for.
     pub description: String,
+    /// The model both engines serve.
     pub model: ModelSpec,
+    /// The prefill engine (P), which holds the prompt's KV.
     pub prefill: EngineGeometry,
+    /// The decode engine (D), which receives it.
     pub decode: EngineGeometry,
     /// Prompt lengths to sweep; `None` means the default residue sweep.
     pub prompts: Option<Vec<u32>>,
@@ -59,11 +64,14 @@ pub struct PairRatios {
     pub pull_tp_ratio: Option<i32>,
     /// tp_ratio computed on P.
     pub push_tp_ratio: Option<i32>,
+    /// Logical blocks per kernel block on D (ppl: `logical_block / kernel_block`).
     pub decode_ppl: u32,
+    /// Logical blocks per kernel block on P (ppl).
     pub prefill_ppl: u32,
 }
 
 impl Geometry {
+    /// The block-size and TP ratios both directions derive for this pair.
     pub fn ratios(&self) -> PairRatios {
         let (p, d) = (&self.prefill, &self.decode);
         PairRatios {

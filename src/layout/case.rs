@@ -54,7 +54,9 @@ impl RequestBlocks {
 /// The request group and list position that own a logical block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Owner {
+    /// The group whose block list holds the block.
     pub group: u32,
+    /// The block's position in that list.
     pub position: u32,
 }
 
@@ -194,18 +196,22 @@ impl CaseLayout {
         })
     }
 
+    /// The case's geometry.
     pub fn geometry(&self) -> &Geometry {
         &self.geometry
     }
 
+    /// The model both engines serve.
     pub fn model(&self) -> &ModelSpec {
         &self.geometry.model
     }
 
+    /// Pull or push.
     pub fn mode(&self) -> Mode {
         self.mode
     }
 
+    /// The request's blocks on both engines.
     pub fn blocks(&self) -> &RequestBlocks {
         &self.blocks
     }
@@ -218,6 +224,7 @@ impl CaseLayout {
         }
     }
 
+    /// The layout of one rank, if it exists.
     pub fn engine(&self, side: Side, rank: u32) -> Option<&EngineLayout> {
         self.engines(side).get(rank as usize)
     }
@@ -248,6 +255,7 @@ impl CaseLayout {
         lists.get(group as usize).map_or(&[], Vec::as_slice)
     }
 
+    /// The kind of group `group`, if the model has it.
     pub fn group_kind(&self, group: u32) -> Option<GroupKind> {
         self.geometry.model.groups.get(group as usize).copied()
     }

@@ -11,7 +11,9 @@ use super::location::MambaPart;
 pub enum Coordinate {
     /// One byte of one head of one token of an attention group.
     Attention {
+        /// The region (layer slot).
         region: u32,
+        /// The attention group.
         group: u32,
         /// Request-relative token index.
         token: u32,
@@ -22,8 +24,11 @@ pub enum Coordinate {
     },
     /// One byte of one mamba group's state, as a byte of the full (all-rank) state.
     Mamba {
+        /// The region (layer slot).
         region: u32,
+        /// The mamba group.
         group: u32,
+        /// The sub-region (conv projection or SSM state).
         part: MambaPart,
         /// Byte of the full sub-region state summed over all TP ranks.
         byte: u64,

@@ -20,18 +20,23 @@ use super::{LayoutError, Side};
 /// sub-pages in the prefill layout: units of the prefill kernel block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct PageView {
+    /// Tokens per unit.
     pub unit_tokens: u32,
+    /// The order of heads and tokens inside a unit.
     pub layout: KvLayout,
 }
 
 /// The global KV heads a rank holds: `[first, first + count)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct HeadSlice {
+    /// The first global head.
     pub first: u32,
+    /// Heads held.
     pub count: u32,
 }
 
 impl HeadSlice {
+    /// The global heads, as a range.
     pub fn range(&self) -> Range<u32> {
         self.first..self.first + self.count
     }
@@ -216,34 +221,42 @@ impl EngineLayout {
         Ok(self)
     }
 
+    /// The engine.
     pub fn side(&self) -> Side {
         self.side
     }
 
+    /// The TP rank.
     pub fn tp_rank(&self) -> u32 {
         self.tp_rank
     }
 
+    /// The engine's TP size.
     pub fn tp_size(&self) -> u32 {
         self.tp_size
     }
 
+    /// The rank's NIXL agent name, as the scenario creates it.
     pub fn agent_name(&self) -> String {
         self.side.agent_name(self.tp_rank)
     }
 
+    /// Kernel block size, in tokens.
     pub fn kernel_block(&self) -> u32 {
         self.kernel_block
     }
 
+    /// Logical block size, in tokens.
     pub fn logical_block(&self) -> u32 {
         self.logical_block
     }
 
+    /// Kernel blocks per logical block.
     pub fn ppl(&self) -> u32 {
         self.logical_block / self.kernel_block
     }
 
+    /// The order of heads and tokens in a kernel page.
     pub fn kv_layout(&self) -> KvLayout {
         self.layout
     }
@@ -282,14 +295,17 @@ impl EngineLayout {
         (dense / self.kernel_page) * self.kernel_stride + dense % self.kernel_page
     }
 
+    /// Logical blocks in the rank's pool.
     pub fn num_logical_blocks(&self) -> u32 {
         self.num_logical_blocks
     }
 
+    /// Regions (layer slots).
     pub fn num_regions(&self) -> u32 {
         self.region_bases.len() as u32
     }
 
+    /// Base address of each region.
     pub fn region_bases(&self) -> &[u64] {
         &self.region_bases
     }
@@ -299,6 +315,7 @@ impl EngineLayout {
         u64::from(self.num_logical_blocks) * self.unified_page
     }
 
+    /// The global KV heads the rank holds.
     pub fn heads(&self) -> HeadSlice {
         self.heads
     }
@@ -308,6 +325,7 @@ impl EngineLayout {
         self.bytes_per_head_token
     }
 
+    /// The layout of a mamba page, if the model has mamba groups.
     pub fn mamba(&self) -> Option<&MambaPage> {
         self.mamba.as_ref()
     }
@@ -320,6 +338,7 @@ impl EngineLayout {
         }
     }
 
+    /// The view of a decode page while a pull with a block-size ratio is in flight, if any.
     pub fn receive_view(&self) -> Option<PageView> {
         self.receive_view
     }

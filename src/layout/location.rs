@@ -22,6 +22,7 @@ pub enum CellOrder {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SpanShape {
+    /// An exact product of token, head and content ranges.
     Rect,
     /// Not a rectangle (e.g. starts or ends inside a head's content while
     /// spanning several cells); the ranges below only bound it.
@@ -41,7 +42,9 @@ pub struct AttentionSpan {
     pub heads: Range<u32>,
     /// Bytes inside each head's content.
     pub content: Range<u64>,
+    /// The order the cells are walked in.
     pub order: CellOrder,
+    /// Whether the range is an exact product of its token, head and content ranges.
     pub shape: SpanShape,
 }
 
@@ -70,6 +73,7 @@ impl std::fmt::Display for MambaPart {
 /// The part of a mamba byte range that lies in one sub-region.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MambaPiece {
+    /// The sub-region.
     pub part: MambaPart,
     /// Bytes of the full (all-rank) sub-region state; for padding, page offsets.
     pub global: Range<u64>,
@@ -88,6 +92,7 @@ impl std::fmt::Display for MambaPiece {
 /// A mamba byte range of one of the request's state slots.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MambaSpan {
+    /// The mamba group.
     pub group: u32,
     /// Position of the slot in the request's list for this group.
     pub slot_position: u32,
@@ -96,6 +101,7 @@ pub struct MambaSpan {
 }
 
 impl MambaSpan {
+    /// Whether any byte lies in the page's padding.
     pub fn touches_padding(&self) -> bool {
         self.pieces.iter().any(|p| p.part == MambaPart::Padding)
     }
@@ -105,7 +111,9 @@ impl MambaSpan {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LocationKind {
+    /// Bytes of the request's attention blocks.
     Attention(AttentionSpan),
+    /// Bytes of the request's mamba state slots.
     Mamba(MambaSpan),
     /// Inside one logical block that is not one of the request's blocks.
     Unowned,
@@ -140,17 +148,22 @@ impl LocationKind {
 pub struct Location {
     /// Engine and rank of the agent, when the agent name is known.
     pub side: Option<Side>,
+    /// The agent's TP rank, when known.
     pub rank: Option<u32>,
+    /// The region holding the first byte, if any.
     pub region: Option<u32>,
     /// Offset from the region base (the raw address when outside every region).
     pub offset: u64,
+    /// Length in bytes.
     pub len: u64,
     /// Logical block of the first byte.
     pub logical_block: Option<u32>,
+    /// What the bytes hold.
     pub kind: LocationKind,
 }
 
 impl Location {
+    /// The attention span, if the row holds attention bytes.
     pub fn attention(&self) -> Option<&AttentionSpan> {
         match &self.kind {
             LocationKind::Attention(a) => Some(a),
@@ -158,6 +171,7 @@ impl Location {
         }
     }
 
+    /// The mamba span, if the row holds mamba state.
     pub fn mamba(&self) -> Option<&MambaSpan> {
         match &self.kind {
             LocationKind::Mamba(m) => Some(m),

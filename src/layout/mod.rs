@@ -7,11 +7,11 @@
 //! [`crate::nixl::recording::Classify`]). Every byte of a request block maps
 //! to a TP-independent [`Coordinate`], which the provenance pattern hashes.
 
-pub mod case;
-pub mod coordinate;
-pub mod engine;
-pub mod error;
-pub mod location;
+pub(crate) mod case;
+pub(crate) mod coordinate;
+pub(crate) mod engine;
+pub(crate) mod error;
+pub(crate) mod location;
 mod shape;
 
 pub use case::{CaseLayout, Owner, RequestBlocks};
@@ -28,11 +28,14 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Side {
+    /// The prefill engine (P), which holds the prompt's KV.
     Prefill,
+    /// The decode engine (D), which receives it.
     Decode,
 }
 
 impl Side {
+    /// `prefill` or `decode`, as reports and file names spell it.
     pub fn as_str(self) -> &'static str {
         match self {
             Side::Prefill => "prefill",

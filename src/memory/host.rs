@@ -19,6 +19,7 @@ struct Inner {
 }
 
 impl HostArena {
+    /// A zeroed arena of `len` bytes.
     pub fn new(len: u64) -> Self {
         let bytes = vec![0u8; len as usize].into_boxed_slice();
         let base = bytes.as_ptr() as u64;
@@ -36,10 +37,12 @@ impl HostArena {
         self.inner.base
     }
 
+    /// Length in bytes.
     pub fn len(&self) -> u64 {
         self.inner.len
     }
 
+    /// Whether the arena has no bytes.
     pub fn is_empty(&self) -> bool {
         self.inner.len == 0
     }
@@ -52,14 +55,17 @@ impl HostArena {
                 .is_some_and(|end| end <= self.base() + self.len())
     }
 
+    /// Whether both handles share the same bytes (clones of one arena).
     pub fn same_as(&self, other: &HostArena) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
+    /// Lock the bytes for reading.
     pub fn read(&self) -> RwLockReadGuard<'_, Box<[u8]>> {
         self.inner.bytes.read().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Lock the bytes for writing.
     pub fn write(&self) -> RwLockWriteGuard<'_, Box<[u8]>> {
         self.inner.bytes.write().unwrap_or_else(|e| e.into_inner())
     }

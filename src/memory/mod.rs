@@ -3,11 +3,12 @@
 //! it imports no other kvgeom module.
 
 #[cfg(feature = "cuda")]
+#[allow(missing_docs)]
 pub mod cuda;
 #[cfg(feature = "cuda")]
 pub mod cuda_driver;
-pub mod host;
-pub mod region;
+pub(crate) mod host;
+pub(crate) mod region;
 
 #[cfg(feature = "cuda")]
 pub use cuda::{CudaDevice, CudaError, DeviceArena, DeviceQueue};

@@ -8,16 +8,22 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum MemKind {
+    /// Host memory.
     Dram,
+    /// GPU memory.
     Vram,
 }
 
 /// One memory registration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MemRegion {
+    /// Start address of the region.
     pub addr: u64,
+    /// Length in bytes.
     pub len: u64,
+    /// Host or device memory.
     pub mem: MemKind,
+    /// Device ordinal (0 for host memory).
     pub dev: u32,
 }
 

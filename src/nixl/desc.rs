@@ -7,12 +7,16 @@ use serde::{Deserialize, Serialize};
 /// One plain descriptor: `len` bytes at `addr` on device `dev`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct DescRow {
+    /// Start address.
     pub addr: u64,
+    /// Length in bytes.
     pub len: u64,
+    /// Device ordinal (0 for host memory).
     pub dev: u32,
 }
 
 impl DescRow {
+    /// One past the last byte.
     pub fn end(&self) -> u64 {
         self.addr + self.len
     }
@@ -21,14 +25,20 @@ impl DescRow {
 /// `count` descriptors of `len` bytes, the first at `addr`, `stride` bytes apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct StridedRun {
+    /// Address of the first descriptor.
     pub addr: u64,
+    /// Bytes of each descriptor.
     pub len: u64,
+    /// Device ordinal (0 for host memory).
     pub dev: u32,
+    /// Bytes from one descriptor's start to the next one's.
     pub stride: u64,
+    /// Descriptors in the run.
     pub count: u64,
 }
 
 impl StridedRun {
+    /// The `k`-th descriptor of the run.
     pub fn row(&self, k: u64) -> DescRow {
         DescRow {
             addr: self.addr + k * self.stride,
@@ -48,10 +58,12 @@ pub struct DescList {
 }
 
 impl DescList {
+    /// An empty list.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// A list of these runs, in order.
     pub fn from_runs(runs: impl IntoIterator<Item = StridedRun>) -> Self {
         let mut list = Self::new();
         for run in runs {
@@ -71,6 +83,7 @@ impl DescList {
         }))
     }
 
+    /// Append a run (an empty run adds nothing).
     pub fn push_run(&mut self, run: StridedRun) {
         if run.count == 0 {
             return;
@@ -80,6 +93,7 @@ impl DescList {
         self.runs.push(run);
     }
 
+    /// Append one row.
     pub fn push_row(&mut self, row: DescRow) {
         self.push_run(StridedRun {
             addr: row.addr,
@@ -95,10 +109,12 @@ impl DescList {
         self.total
     }
 
+    /// Whether the list has no rows.
     pub fn is_empty(&self) -> bool {
         self.total == 0
     }
 
+    /// The runs, in order.
     pub fn runs(&self) -> &[StridedRun] {
         &self.runs
     }

@@ -39,6 +39,7 @@ pub struct DryRun {
 }
 
 impl DryRun {
+    /// A transport with no agents yet.
     pub fn new() -> Self {
         Self::default()
     }

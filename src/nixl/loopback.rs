@@ -135,6 +135,7 @@ struct CopyOp {
 }
 
 impl Loopback {
+    /// A transport with no agents yet.
     pub fn new() -> Self {
         Self::default()
     }

@@ -3,18 +3,19 @@
 //! (records only, moves nothing), the real agent over nixl-sys (feature
 //! `nixl`) and the [`Recording`] wrapper the oracles read.
 
-pub mod agent_options;
+pub(crate) mod agent_options;
 mod agent_table;
 mod checks;
-pub mod desc;
-pub mod dry_run;
+pub(crate) mod desc;
+pub(crate) mod dry_run;
 mod handle_table;
-pub mod loopback;
+pub(crate) mod loopback;
 mod loopback_device;
 #[cfg(feature = "nixl")]
 pub mod real;
-pub mod recording;
-pub mod ucx_hints;
+pub(crate) mod recording;
+#[cfg_attr(not(feature = "nixl"), allow(dead_code))]
+pub(crate) mod ucx_hints;
 
 pub use crate::memory::{MemKind, MemRegion};
 pub use agent_options::NixlAgentOptions;
@@ -23,7 +24,7 @@ pub use dry_run::DryRun;
 pub use loopback::Loopback;
 #[cfg(feature = "nixl")]
 pub use real::RealNixl;
-pub use recording::Recording;
+pub use recording::{Classify, Event, Recording};
 
 use serde::{Deserialize, Serialize};
 
@@ -44,11 +45,14 @@ pub struct XferHandle(pub u64);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum XferOp {
+    /// Pull: remote rows are copied into local rows.
     Read,
+    /// Push: local rows are copied into remote rows.
     Write,
 }
 
 impl XferOp {
+    /// `READ` or `WRITE`, as NIXL and the traces spell it.
     pub fn as_str(self) -> &'static str {
         match self {
             XferOp::Read => "READ",
@@ -60,7 +64,9 @@ impl XferOp {
 /// State of a posted transfer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum XferState {
+    /// Posted, not yet complete.
     InProgress,
+    /// Every pair has been copied.
     Done,
 }
 
@@ -94,6 +100,7 @@ pub enum NixlError {
     Unsupported(String),
 }
 
+/// The result of a [`Nixl`] call.
 pub type NixlResult<T> = Result<T, NixlError>;
 
 /// The NIXL operations the connector needs. Every call names the agent it is
@@ -101,13 +108,17 @@ pub type NixlResult<T> = Result<T, NixlError>;
 pub trait Nixl {
     /// Create an agent; its name is what remote peers see.
     fn create_agent(&mut self, name: &str) -> NixlResult<AgentId>;
+    /// The name `agent` was created with.
     fn agent_name(&self, agent: AgentId) -> NixlResult<String>;
+    /// Register memory regions with `agent`; descriptors must lie inside them.
     fn register_memory(&mut self, agent: AgentId, regions: &[MemRegion]) -> NixlResult<()>;
+    /// Undo [`Nixl::register_memory`] for the same regions.
     fn deregister_memory(&mut self, agent: AgentId, regions: &[MemRegion]) -> NixlResult<()>;
     /// The metadata blob a peer loads with [`Nixl::add_remote_agent`].
     fn local_metadata(&mut self, agent: AgentId) -> NixlResult<Vec<u8>>;
     /// Load a peer's metadata; returns the peer's agent name.
     fn add_remote_agent(&mut self, agent: AgentId, metadata: &[u8]) -> NixlResult<String>;
+    /// Forget a peer loaded with [`Nixl::add_remote_agent`], by its name.
     fn remove_remote_agent(&mut self, agent: AgentId, remote: &str) -> NixlResult<()>;
     /// Prepare a descriptor list once; transfers then address its rows by id.
     fn prepare_dlist(
@@ -129,10 +140,16 @@ pub trait Nixl {
         remote_ids: &[u32],
         notification: Option<&[u8]>,
     ) -> NixlResult<XferHandle>;
+    /// Start a prepared transfer; its notification, if any, reaches the
+    /// peer when it completes.
     fn post_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState>;
+    /// Poll a posted transfer.
     fn xfer_state(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState>;
+    /// Free a prepared transfer.
     fn release_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<()>;
+    /// Free a prepared descriptor list.
     fn release_dlist(&mut self, agent: AgentId, dlist: DlistHandle) -> NixlResult<()>;
+    /// Send `message` to the peer named `remote`, outside any transfer.
     fn send_notification(&mut self, agent: AgentId, remote: &str, message: &[u8])
         -> NixlResult<()>;
     /// Notifications received by `agent` since the last call: (sender name, message).

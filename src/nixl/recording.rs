@@ -12,38 +12,66 @@ use super::{
 /// One recorded call.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub enum Event {
+    /// [`Nixl::register_memory`].
     RegisterMemory {
+        /// The agent registering.
         agent: AgentId,
+        /// The regions registered.
         regions: Vec<MemRegion>,
     },
+    /// [`Nixl::add_remote_agent`].
     AddRemoteAgent {
+        /// The agent loading the peer.
         agent: AgentId,
+        /// The peer's agent name.
         remote: String,
     },
+    /// [`Nixl::prepare_dlist`].
     Dlist {
+        /// The agent preparing the list.
         agent: AgentId,
+        /// The handle it got.
         handle: DlistHandle,
+        /// Whose memory the rows address.
         target: DlistTarget,
+        /// The memory type the list was prepared with.
         mem: MemKind,
+        /// The rows.
         list: DescList,
     },
+    /// [`Nixl::make_xfer`].
     Xfer {
+        /// The initiating agent.
         agent: AgentId,
+        /// The handle it got.
         handle: XferHandle,
+        /// READ or WRITE.
         op: XferOp,
+        /// The local prepared list.
         local: DlistHandle,
+        /// Rows of the local list, one per pair.
         local_ids: Vec<u32>,
+        /// The remote prepared list.
         remote: DlistHandle,
+        /// Rows of the remote list, paired index by index with `local_ids`.
         remote_ids: Vec<u32>,
+        /// The notification delivered on completion, if any.
         notification: Option<Vec<u8>>,
     },
+    /// [`Nixl::post_xfer`].
     Post {
+        /// The initiating agent.
         agent: AgentId,
+        /// The transfer posted.
         handle: XferHandle,
     },
+    /// [`Nixl::send_notification`].
     Notification {
+        /// The sending agent.
         agent: AgentId,
+        /// The receiving agent's name.
         remote: String,
+        /// The message bytes.
         message: Vec<u8>,
     },
 }
@@ -86,7 +114,10 @@ pub struct ResolvedPair<L> {
 /// understand (region, kind, token range...). The scenario supplies it from
 /// its own model of the memory layout, independent of the connector.
 pub trait Classify {
+    /// What a row resolves to.
     type Location;
+    /// Where `row`, prepared by `initiator` against the agent named
+    /// `agent_name`, lies.
     fn classify(&self, initiator: AgentId, agent_name: &str, row: DescRow) -> Self::Location;
 }
 
@@ -99,6 +130,7 @@ pub struct Recording<T> {
 }
 
 impl<T: Nixl> Recording<T> {
+    /// Record every call made through `inner`.
     pub fn new(inner: T) -> Self {
         Self {
             inner,
@@ -107,18 +139,22 @@ impl<T: Nixl> Recording<T> {
         }
     }
 
+    /// The wrapped transport.
     pub fn inner(&self) -> &T {
         &self.inner
     }
 
+    /// The wrapped transport, mutably (calls made on it are not recorded).
     pub fn inner_mut(&mut self) -> &mut T {
         &mut self.inner
     }
 
+    /// Unwrap the transport, dropping the log.
     pub fn into_inner(self) -> T {
         self.inner
     }
 
+    /// Every recorded call, in order.
     pub fn events(&self) -> &[Event] {
         &self.events
     }

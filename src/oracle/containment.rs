@@ -6,8 +6,10 @@ use crate::layout::{Location, LocationKind, Side};
 use super::input::{OracleInput, OraclePair};
 use super::violation::Violation;
 
+/// The oracle's name, as violations and reports carry it.
 pub const NAME: &str = "containment";
 
+/// Every posted pair's destination lies inside the request's blocks.
 pub fn check(input: &OracleInput) -> Vec<Violation> {
     let mut out = Vec::new();
     for pair in &input.pairs {

@@ -13,8 +13,10 @@ use super::input::OracleInput;
 use super::intervals::IntervalSet;
 use super::violation::Violation;
 
+/// The oracle's name, as violations and reports carry it.
 pub const NAME: &str = "coverage";
 
+/// Every transferred token of every group arrives at decode.
 pub fn check(input: &OracleInput) -> Vec<Violation> {
     let mut out = Vec::new();
     for layout in input.case.engines(Side::Decode) {

@@ -14,7 +14,9 @@ use super::violation::PairRef;
 /// One end of a pair.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Endpoint {
+    /// The descriptor row (address, length, device) as posted.
     pub row: DescRow,
+    /// What the row covers in the harness's layout model.
     pub location: Location,
 }
 
@@ -22,7 +24,9 @@ pub struct Endpoint {
 /// a READ moves remote to local, a WRITE local to remote.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct OraclePair {
+    /// Which pair of which transfer this is.
     pub id: PairRef,
+    /// The transfer's direction from its initiator's view.
     pub op: XferOp,
     /// Only posted transfers move bytes.
     pub posted: bool,
@@ -33,6 +37,7 @@ pub struct OraclePair {
 }
 
 impl OraclePair {
+    /// Orient a recorded pair by the direction its bytes move.
     pub fn from_resolved(p: ResolvedPair<Location>) -> Self {
         let local = Endpoint {
             row: p.local,
@@ -63,7 +68,9 @@ impl OraclePair {
 /// the receive post-process.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MemoryImages {
+    /// Region images before the transfer (index = region).
     pub before: Vec<Vec<u8>>,
+    /// Region images after the receive post-process (index = region).
     pub after: Vec<Vec<u8>>,
 }
 
@@ -72,6 +79,7 @@ pub struct MemoryImages {
 pub struct OracleInput {
     /// Geometry, mode, every rank's layout and the request's block lists.
     pub case: CaseLayout,
+    /// The prompt length N, in tokens.
     pub prompt_len: u32,
     /// Tokens whose KV is transferred (M).
     pub transferred_tokens: u32,
@@ -123,6 +131,7 @@ impl OracleInput {
         }
     }
 
+    /// The region images of one rank, if the case carries them (byte-level oracles only).
     pub fn memory(&self, side: Side, rank: u32) -> Option<&MemoryImages> {
         let slots = match side {
             Side::Decode => &self.decode_memory,
@@ -131,10 +140,12 @@ impl OracleInput {
         slots.get(rank as usize).and_then(Option::as_ref)
     }
 
+    /// The case's geometry.
     pub fn geometry(&self) -> &Geometry {
         self.case.geometry()
     }
 
+    /// Pull or push.
     pub fn mode(&self) -> Mode {
         self.case.mode()
     }

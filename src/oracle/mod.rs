@@ -16,24 +16,24 @@
 
 pub mod containment;
 pub mod coverage;
-pub mod input;
+pub(crate) mod input;
 mod intervals;
 mod memory;
 pub mod neighbour_preservation;
 pub mod no_double_write;
 pub mod pairing;
-pub mod registry;
+pub(crate) mod registry;
 pub mod transferred_or_zeroed;
-pub mod violation;
+pub(crate) mod violation;
 
 #[cfg(test)]
 mod test_case;
 
 pub use input::{Endpoint, MemoryImages, OracleInput, OraclePair};
-pub use registry::{Oracle, OracleLevel, ORACLES};
+pub use registry::{by_name, Oracle, OracleLevel, ORACLES};
 pub use violation::{PairRef, Violation};
 
-/// Every oracle of the [`registry`].
+/// Every oracle of [`ORACLES`].
 pub fn run_all(input: &OracleInput) -> Vec<Violation> {
     registry::run_where(input, |_| true)
 }

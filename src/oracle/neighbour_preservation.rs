@@ -8,8 +8,10 @@ use super::input::OracleInput;
 use super::memory::{images, Tallies};
 use super::violation::Violation;
 
+/// The oracle's name, as violations and reports carry it.
 pub const NAME: &str = "neighbour_preservation";
 
+/// Every byte outside the request's blocks is unchanged.
 pub fn check(input: &OracleInput) -> Vec<Violation> {
     let mut out = Vec::new();
     for side in [Side::Decode, Side::Prefill] {

@@ -9,8 +9,10 @@ use crate::layout::Side;
 use super::input::{OracleInput, OraclePair};
 use super::violation::Violation;
 
+/// The oracle's name, as violations and reports carry it.
 pub const NAME: &str = "no_double_write";
 
+/// No destination byte is written by two posted pairs.
 pub fn check(input: &OracleInput) -> Vec<Violation> {
     // Destination ranges by (side, rank, region); offsets are region-relative
     // (raw addresses outside every region).

@@ -8,8 +8,10 @@ use crate::layout::{AttentionSpan, CaseLayout, Location, LocationKind, SpanShape
 use super::input::{OracleInput, OraclePair};
 use super::violation::Violation;
 
+/// The oracle's name, as violations and reports carry it.
 pub const NAME: &str = "pairing";
 
+/// Every pair joins equal lengths holding the same tokens (token-aligned).
 pub fn check(input: &OracleInput) -> Vec<Violation> {
     input
         .pairs

@@ -23,9 +23,11 @@ pub enum OracleLevel {
 pub struct Oracle {
     /// The name every violation of this oracle carries.
     pub name: &'static str,
+    /// Whether it reads descriptors only (also on traces) or memory images.
     pub level: OracleLevel,
     /// The invariant, in one line.
     pub invariant: &'static str,
+    /// The check: every violation it finds in one case.
     pub check: fn(&OracleInput) -> Vec<Violation>,
 }
 

@@ -12,6 +12,7 @@ use super::input::OracleInput;
 use super::memory::{images, Tallies, Tally};
 use super::violation::Violation;
 
+/// The oracle's name, as violations and reports carry it.
 pub const NAME: &str = "transferred_or_zeroed";
 
 const STALE: &str = "stale";
@@ -20,6 +21,7 @@ const STALE_TAIL: &str = "stale_tail";
 const ZEROED: &str = "zeroed";
 const WRONG: &str = "wrong";
 
+/// Every byte of the request's attention blocks holds prefill's byte for its token, or zero.
 pub fn check(input: &OracleInput) -> Vec<Violation> {
     let mut out = Vec::new();
     for layout in input.case.engines(Side::Decode) {

@@ -9,7 +9,9 @@ use crate::layout::Side;
 /// A transfer pair by position: transfer index in recording order, pair index inside it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct PairRef {
+    /// Transfer index, in recording order.
     pub xfer: usize,
+    /// Pair index inside the transfer.
     pub pair: usize,
 }
 
@@ -22,9 +24,13 @@ impl std::fmt::Display for PairRef {
 /// A broken invariant. Byte ranges are offsets from the region base.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Violation {
+    /// The oracle that found it ([`crate::oracle::Oracle::name`]).
     pub oracle: &'static str,
+    /// The engine holding the offending bytes, when known.
     pub side: Option<Side>,
+    /// Its TP rank, when known.
     pub rank: Option<u32>,
+    /// The region (layer slot), when known.
     pub region: Option<u32>,
     /// The engine's logical block holding the first offending byte.
     pub local_block: Option<u32>,
@@ -32,14 +38,18 @@ pub struct Violation {
     pub byte_range: Option<Range<u64>>,
     /// How many bytes (or cells, as the message says) are wrong.
     pub bytes: u64,
+    /// What the bytes should hold, in words (e.g. `0x00 or prefill's 0x37`).
     pub expected: Option<String>,
+    /// What they hold.
     pub found: Option<String>,
     /// The pairs involved.
     pub pairs: Vec<PairRef>,
+    /// The full description, as reports print it.
     pub message: String,
 }
 
 impl Violation {
+    /// A violation of `oracle` with only a message; the builders below add the rest.
     pub fn new(oracle: &'static str, message: impl Into<String>) -> Self {
         Self {
             oracle,
@@ -56,38 +66,45 @@ impl Violation {
         }
     }
 
+    /// The engine and rank of the offending bytes.
     pub fn on(mut self, side: Option<Side>, rank: Option<u32>) -> Self {
         self.side = side;
         self.rank = rank;
         self
     }
 
+    /// The region of the offending bytes.
     pub fn region(mut self, region: Option<u32>) -> Self {
         self.region = region;
         self
     }
 
+    /// The engine's logical block holding the first offending byte.
     pub fn block(mut self, block: Option<u32>) -> Self {
         self.local_block = block;
         self
     }
 
+    /// The region-relative byte range and the count of wrong bytes in it.
     pub fn bytes(mut self, range: Range<u64>, count: u64) -> Self {
         self.byte_range = Some(range);
         self.bytes = count;
         self
     }
 
+    /// What the bytes should hold.
     pub fn expected(mut self, expected: impl Into<String>) -> Self {
         self.expected = Some(expected.into());
         self
     }
 
+    /// What they hold.
     pub fn found(mut self, found: impl Into<String>) -> Self {
         self.found = Some(found.into());
         self
     }
 
+    /// Add a pair involved.
     pub fn pair(mut self, pair: PairRef) -> Self {
         self.pairs.push(pair);
         self

@@ -8,7 +8,10 @@ use crate::scenario::CaseReport;
 use crate::sweep::shard::Shard;
 
 /// Output format of `kvgeom sweep`.
+// The variants' doc comments would become `--help` text: a table on the
+// terminal, the JSON report, JUnit XML.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[allow(missing_docs)]
 pub enum Format {
     Table,
     Json,
@@ -72,14 +75,9 @@ fn summary(reports: &[CaseReport]) -> Summary {
     }
 }
 
-/// The JSON document of a sweep.
-pub fn json(reports: &[CaseReport]) -> String {
-    json_sharded(reports, None)
-}
-
 /// The JSON document of a sweep or of one shard of it (`positions` holds
 /// each report's position in the whole sweep).
-pub fn json_sharded(reports: &[CaseReport], shard: Option<(&Shard, &[usize])>) -> String {
+pub fn json(reports: &[CaseReport], shard: Option<(&Shard, &[usize])>) -> String {
     let cases = reports
         .iter()
         .enumerate()

@@ -25,6 +25,8 @@ pub enum TransportKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum MemoryKind {
+    // Host memory. (Not a doc comment: clap would show it in `--help`.)
+    #[allow(missing_docs)]
     Host,
     /// CUDA device memory (cargo feature `cuda` and a GPU).
     Vram,
@@ -34,19 +36,26 @@ pub enum MemoryKind {
 #[derive(Clone, Debug, Serialize)]
 pub struct Case {
     #[serde(skip)]
+    /// The P/D pair.
     pub geometry: Arc<Geometry>,
     /// The file the geometry came from, for the replay command.
     pub file: Option<PathBuf>,
+    /// The prompt length N, in tokens.
     pub prompt_len: u32,
+    /// D's local prefix-cache hit, in tokens.
     pub prefix_hit: u32,
+    /// Pull (D reads) or push (P writes).
     pub mode: Mode,
+    /// How many blocks D holds for the request.
     pub allocation: DecodeAllocation,
+    /// Seed of the block placement among neighbour requests.
     pub seed: u64,
     /// The connector's policy: kvgeom's, vLLM 0.33.0's, or one defect.
     pub variant: Variant,
 }
 
 impl Case {
+    /// The geometry's name.
     pub fn geometry_name(&self) -> &str {
         &self.geometry.name
     }
@@ -79,24 +88,50 @@ pub enum Outcome {
     /// Transfers done; some invariant is violated.
     Violations,
     /// The connector refused the pair loudly, as the geometry file expects.
-    ExpectedRejection { side: Side, message: String },
+    ExpectedRejection {
+        /// The engine that refused.
+        side: Side,
+        /// The refusal.
+        message: String,
+    },
     /// The connector refused a pair it should accept (or with another message).
-    UnexpectedRejection { side: Side, message: String },
+    UnexpectedRejection {
+        /// The engine that refused.
+        side: Side,
+        /// The refusal.
+        message: String,
+    },
     /// The geometry expects a rejection but the handshake accepted the pair.
-    MissingRejection { expected: String },
+    MissingRejection {
+        /// The substring the refusal should have carried.
+        expected: String,
+    },
     /// A planning step or the post-process failed (vLLM raises here).
-    Crashed { side: Side, message: String },
+    Crashed {
+        /// The engine whose step failed.
+        side: Side,
+        /// The failure.
+        message: String,
+    },
     /// The request can never complete (e.g. D waits for a push that never comes).
-    Hung { message: String },
+    Hung {
+        /// What never happens.
+        message: String,
+    },
     /// The harness itself could not run the case (bad input, missing runtime).
-    Error { message: String },
+    Error {
+        /// What went wrong.
+        message: String,
+    },
 }
 
 impl Outcome {
+    /// Passed, or refused exactly as the geometry expects.
     pub fn passed(&self) -> bool {
         matches!(self, Outcome::Passed | Outcome::ExpectedRejection { .. })
     }
 
+    /// The outcome's name in tables.
     pub fn label(&self) -> &'static str {
         match self {
             Outcome::Passed => "passed",
@@ -134,8 +169,11 @@ impl Outcome {
 /// Counts of one case.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Stats {
+    /// Descriptor pairs posted.
     pub pairs: u64,
+    /// Bytes the posted pairs moved.
     pub transferred_bytes: u64,
+    /// Bytes the receive post-process zeroed.
     pub zeroed_bytes: u64,
     /// The case's estimated peak memory (`scenario::memory_estimate`).
     pub memory_bytes: u64,
@@ -144,13 +182,18 @@ pub struct Stats {
 /// The result of one case.
 #[derive(Clone, Debug, Serialize)]
 pub struct CaseReport {
+    /// The case run.
     pub case: Case,
+    /// How it ended.
     pub outcome: Outcome,
+    /// What moved.
     pub stats: Stats,
+    /// Every oracle violation found.
     pub violations: Vec<Violation>,
 }
 
 impl CaseReport {
+    /// The outcome passed and no oracle found a violation.
     pub fn passed(&self) -> bool {
         self.outcome.passed() && self.violations.is_empty()
     }

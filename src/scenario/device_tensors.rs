@@ -27,6 +27,7 @@ pub struct DeviceTensors {
 }
 
 impl DeviceTensors {
+    /// The tensors of one rank, one arena per region.
     pub fn new(arenas: Vec<DeviceArena>) -> Self {
         Self {
             arenas,
@@ -34,6 +35,7 @@ impl DeviceTensors {
         }
     }
 
+    /// The arenas, in region order.
     pub fn arenas(&self) -> &[DeviceArena] {
         &self.arenas
     }

@@ -2,15 +2,16 @@
 //! allocation + seed, run through the connector, the recording transport and
 //! the oracles.
 
-pub mod case;
+pub(crate) mod case;
 #[cfg(feature = "cuda")]
 pub mod device_tensors;
-pub mod engines;
-pub mod memory_estimate;
-pub mod placement;
-pub mod run;
-pub mod vram;
-pub mod wait;
+pub(crate) mod engines;
+pub(crate) mod memory_estimate;
+pub(crate) mod placement;
+#[allow(missing_docs)]
+pub(crate) mod run;
+pub(crate) mod vram;
+pub(crate) mod wait;
 
 pub use case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
 #[cfg(feature = "cuda")]

@@ -33,10 +33,12 @@ pub struct PlacementError {
 pub struct SplitMix(u64);
 
 impl SplitMix {
+    /// A generator seeded with `seed`.
     pub fn new(seed: u64) -> Self {
         Self(seed)
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;

@@ -15,6 +15,7 @@ pub struct Mismatch {
     pub index: usize,
     /// The command that replays the case.
     pub replay: String,
+    /// What differs, in words.
     pub what: String,
 }
 

@@ -17,20 +17,31 @@ use crate::scenario::{Case, CaseReport};
 #[derive(Debug, thiserror::Error)]
 pub enum ExpectationsError {
     #[error("{file}: {source}")]
+    /// The file cannot be read.
     Read {
+        /// The expectations file.
         file: String,
+        /// Why it cannot be read.
         source: std::io::Error,
     },
     #[error("{file}: {source}")]
+    /// The file is not valid TOML of the expected shape.
     Parse {
+        /// The expectations file.
         file: String,
+        /// The parser's error.
         source: toml::de::Error,
     },
     #[error("{file}: failure #{index} ({geometry}): {why}")]
+    /// One `[[failure]]` entry is inconsistent.
     Entry {
+        /// The expectations file.
         file: String,
+        /// The entry's position, from 1.
         index: usize,
+        /// The geometry the entry names.
         geometry: String,
+        /// What is wrong with it.
         why: String,
     },
 }
@@ -74,11 +85,13 @@ pub enum CasePattern {
 /// One expected failure.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExpectedFailure {
+    /// The geometry's name.
     pub geometry: String,
     /// `None`: both modes.
     pub mode: Option<String>,
     /// `None`: every allocation.
     pub alloc: Option<String>,
+    /// The prompt lengths and prefix hits it covers.
     pub cases: CasePattern,
     /// The outcome's label in JSON reports (`violations`, `crashed`, ...).
     pub outcome: String,
@@ -93,6 +106,7 @@ pub struct ExpectedFailure {
 /// Every expected failure of one file.
 #[derive(Clone, Debug, Default)]
 pub struct Expectations {
+    /// In file order.
     pub failures: Vec<ExpectedFailure>,
 }
 

@@ -8,5 +8,5 @@ pub mod execute;
 pub mod expectations;
 pub mod mutants;
 pub mod plan;
-pub mod prompts;
+pub(crate) mod prompts;
 pub mod shard;

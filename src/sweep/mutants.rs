@@ -14,9 +14,11 @@ use crate::variant::Variant;
 /// One defect's result over a sweep.
 #[derive(Clone, Debug)]
 pub struct MutantResult {
+    /// The defect the sweep ran.
     pub defect: Defect,
     /// Cases run (all of them, or up to the first failing chunk).
     pub cases: usize,
+    /// Cases that failed: the defect is caught when any did.
     pub failed: usize,
     /// The first failing case, shrunk, and why it failed.
     pub first: Option<(Case, String)>,
@@ -25,6 +27,7 @@ pub struct MutantResult {
 }
 
 impl MutantResult {
+    /// Whether any case failed.
     pub fn caught(&self) -> bool {
         self.failed > 0
     }

@@ -16,7 +16,9 @@ use super::prompts::{default_prompts, prompts_for};
 /// A geometry and the file it came from.
 #[derive(Clone, Debug)]
 pub struct SourcedGeometry {
+    /// The loaded geometry, shared by every case drawn from it.
     pub geometry: Arc<Geometry>,
+    /// The file it came from (`None` for generated geometries).
     pub file: Option<PathBuf>,
 }
 
@@ -58,11 +60,13 @@ pub fn load_sources(paths: &[PathBuf]) -> Result<Vec<SourcedGeometry>, GeometryE
 pub struct PlanOptions {
     /// Overrides every geometry's own prompt list.
     pub prompts: Option<Vec<u32>>,
+    /// Modes to run; both by default.
     pub modes: Vec<Mode>,
     /// `None`: both allocations for hybrids, mainline otherwise.
     pub allocations: Option<Vec<DecodeAllocation>>,
     /// The connector variant every case runs.
     pub variant: Variant,
+    /// Seed of the placement (and of random draws).
     pub seed: u64,
 }
 

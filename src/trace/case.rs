@@ -39,7 +39,12 @@ pub enum ListRole {
     /// A local list prepared later, at a handshake (TP split or block-size view).
     Split,
     /// The list of remote rank `tp_rank` (`remote` indexes [`TraceCase::remotes`]).
-    Remote { remote: usize, tp_rank: u32 },
+    Remote {
+        /// Index in [`TraceCase::remotes`].
+        remote: usize,
+        /// The remote rank.
+        tp_rank: u32,
+    },
 }
 
 impl fmt::Display for ListRole {
@@ -57,10 +62,15 @@ impl fmt::Display for ListRole {
 pub struct ExpectedDlist {
     /// Line of the `dlist` event.
     pub line: usize,
+    /// The handle vLLM got.
     pub handle: DlistHandle,
+    /// Whose memory the rows address.
     pub target: DlistTarget,
+    /// The memory type it was prepared with.
     pub mem: MemKind,
+    /// The rows, as recorded.
     pub list: DescList,
+    /// What the list is for.
     pub role: ListRole,
 }
 
@@ -80,16 +90,23 @@ impl ExpectedDlist {
 pub struct ExpectedXfer {
     /// Line of the `xfer` event.
     pub line: usize,
+    /// The handle vLLM got.
     pub handle: XferHandle,
+    /// READ or WRITE.
     pub op: XferOp,
+    /// The local list's handle.
     pub local_handle: DlistHandle,
     /// Index of the local list in [`TraceCase::dlists`].
     pub local_list: usize,
+    /// Rows of the local list, one per pair.
     pub local_ids: Vec<u32>,
+    /// The remote list's handle.
     pub remote_handle: DlistHandle,
     /// Index of the remote list in [`TraceCase::dlists`].
     pub remote_list: usize,
+    /// Rows of the remote list, paired index by index with `local_ids`.
     pub remote_ids: Vec<u32>,
+    /// The notification delivered on completion, if any.
     pub notif_msg: Option<String>,
 }
 
@@ -98,8 +115,11 @@ pub struct ExpectedXfer {
 pub struct RemoteRank {
     /// Line of the `add_remote_agent` event.
     pub line: usize,
+    /// The remote rank.
     pub tp_rank: u32,
+    /// The remote engine's TP size.
     pub tp_size: u32,
+    /// The remote engine's decode context parallel size.
     pub dcp_size: u32,
     /// The remote agent name (the dlist target of this rank's list).
     pub agent_name: String,
@@ -108,14 +128,16 @@ pub struct RemoteRank {
     pub meta: RemoteMeta,
     /// Index in [`TraceCase::dlists`] of this rank's remote list.
     pub dlist: Option<usize>,
+    /// The remote's kernel block count, when the event carries one.
     pub dst_num_blocks: Option<u64>,
+    /// The remote's kernel block count per region, when the event carries them.
     pub dst_region_num_blocks: Option<Vec<u64>>,
 }
 
 impl RemoteRank {
     /// The rank's regions for normalisation: each `kv_caches_base_addr`
     /// extends up to the next higher base. The metadata's block counts and
-    /// strides ([`RemoteMeta::region_lens`]) are not a bound: vLLM's remote
+    /// strides (`RemoteMeta::region_lens`) are not a bound: vLLM's remote
     /// lists may end past them (its synthetic P in the (24, 4) sweep cases has
     /// a 56-byte mamba state in 48-byte blocks).
     pub fn region_map(&self) -> RegionMap {
@@ -134,23 +156,33 @@ impl RemoteRank {
 pub struct TraceCase {
     /// File name without `.jsonl` / `.jsonl.gz`.
     pub name: String,
+    /// The file read.
     pub path: PathBuf,
     /// Test node id, test name, pytest params, vLLM version.
     pub meta: Meta,
     /// The sweep helper's arguments (absent for fixed-id tests).
     pub case_args: Option<CaseArgs>,
+    /// The local worker's configuration (`make_worker`).
     pub worker: WorkerArgs,
     /// The trace's recording agent number for the local worker.
     pub agent: u32,
     /// Regions the local worker registered, in region-index order.
     pub local_regions: Vec<TraceRegion>,
+    /// What the local worker derived at registration.
     pub local_geometry: WorkerGeometry,
+    /// The synthetic remote engine's arguments, when the test built one.
     pub remote_args: Option<RemoteArgs>,
+    /// Every remote rank's handshake, in trace order.
     pub remotes: Vec<RemoteRank>,
+    /// The request's block ids.
     pub request: RequestEvent,
+    /// Every prepared list, in preparation order.
     pub dlists: Vec<ExpectedDlist>,
+    /// Every transfer, in order.
     pub xfers: Vec<ExpectedXfer>,
+    /// The request's ids after the read, when recorded.
     pub request_done: Option<RequestDone>,
+    /// How the test ended.
     pub result: ResultEvent,
 }
 
@@ -182,6 +214,7 @@ impl TraceCase {
         Self::from_lines(&file.path, &file.lines)
     }
 
+    /// Extract the case from lines read from `path`.
     pub fn from_lines(path: &Path, lines: &[TraceLine]) -> Result<Self, TraceError> {
         let err = |line: Option<usize>, kind| TraceError::new(path, line, kind);
         let mut meta = None;

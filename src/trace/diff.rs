@@ -35,7 +35,9 @@ pub struct ActualRun {
 /// Which side of a transfer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Side {
+    /// The initiator's own list.
     Local,
+    /// The peer's list.
     Remote,
 }
 
@@ -52,101 +54,178 @@ impl fmt::Display for Side {
 /// `label` is how the trace names the list (`"split, target NIXL_INIT_AGENT"`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub enum Difference {
+    /// The run registered a different number of local regions.
     LocalRegionCount {
+        /// What the trace has.
         expected: usize,
+        /// What the run recorded.
         found: usize,
     },
+    /// A remote list's agent has no bases in the run.
     RemoteBasesMissing {
+        /// The list's position in preparation order.
         list: usize,
+        /// How the trace names the list.
         label: String,
+        /// The remote agent's name.
         agent: String,
     },
+    /// A remote agent has a different number of regions in the run.
     RemoteRegionCount {
+        /// The list's position in preparation order.
         list: usize,
+        /// How the trace names the list.
         label: String,
+        /// The remote agent's name.
         agent: String,
+        /// What the trace has.
         expected: usize,
+        /// What the run recorded.
         found: usize,
     },
+    /// The run prepared a different number of lists.
     DlistCount {
+        /// What the trace has.
         expected: usize,
+        /// What the run recorded.
         found: usize,
     },
+    /// A list prepared against another agent.
     DlistTarget {
+        /// The list's position in preparation order.
         list: usize,
+        /// How the trace names the list.
         label: String,
+        /// What the run recorded.
         found: String,
     },
+    /// A list prepared with another memory type.
     DlistMem {
+        /// The list's position in preparation order.
         list: usize,
+        /// How the trace names the list.
         label: String,
+        /// What the trace has.
         expected: MemKind,
+        /// What the run recorded.
         found: MemKind,
     },
+    /// A row of a list differs (region, offset or length).
     DlistRow {
+        /// The list's position in preparation order.
         list: usize,
+        /// How the trace names the list.
         label: String,
+        /// The row's desc id.
         row: usize,
+        /// What the trace has.
         expected: NormRow,
+        /// What the run recorded.
         found: NormRow,
     },
+    /// A list has a different number of rows.
     DlistRowCount {
+        /// The list's position in preparation order.
         list: usize,
+        /// How the trace names the list.
         label: String,
+        /// What the trace has.
         expected: usize,
+        /// What the run recorded.
         found: usize,
     },
+    /// The run made a different number of transfers.
     XferCount {
+        /// What the trace has.
         expected: usize,
+        /// What the run recorded.
         found: usize,
     },
+    /// A transfer in the other direction.
     XferOp {
+        /// The transfer's position, in order.
         xfer: usize,
+        /// What the trace has.
         expected: XferOp,
+        /// What the run recorded.
         found: XferOp,
     },
     /// A transfer's handle refers to another list (`found: None`: to no
     /// list the agent prepared).
     XferList {
+        /// The transfer's position, in order.
         xfer: usize,
+        /// Which of the transfer's lists.
         side: Side,
+        /// What the trace has.
         expected: usize,
+        /// What the run recorded.
         found: Option<usize>,
     },
+    /// A desc id of a transfer differs.
     XferId {
+        /// The transfer's position, in order.
         xfer: usize,
+        /// The pair's index in the transfer.
         pair: usize,
+        /// Which of the transfer's lists.
         side: Side,
+        /// What the trace has.
         expected: u32,
+        /// What the run recorded.
         found: u32,
     },
+    /// A transfer has a different number of ids on one side.
     XferPairCount {
+        /// The transfer's position, in order.
         xfer: usize,
+        /// Which of the transfer's lists.
         side: Side,
+        /// What the trace has.
         expected: usize,
+        /// What the run recorded.
         found: usize,
     },
+    /// A transfer carries another notification.
     XferNotif {
+        /// The transfer's position, in order.
         xfer: usize,
+        /// What the trace has.
         expected: Option<String>,
+        /// What the run recorded.
         found: Option<String>,
     },
+    /// Block ids for a different number of KV-cache groups.
     GroupCount {
+        /// Which block ids (e.g. `request_done`'s remote ids).
         what: String,
+        /// What the trace has.
         expected: usize,
+        /// What the run recorded.
         found: usize,
     },
+    /// A block id differs.
     BlockId {
+        /// Which block ids (e.g. `request_done`'s remote ids).
         what: String,
+        /// The KV-cache group.
         group: usize,
+        /// Position in the group's list.
         index: usize,
+        /// What the trace has.
         expected: u64,
+        /// What the run recorded.
         found: u64,
     },
+    /// A group has a different number of block ids.
     BlockCount {
+        /// Which block ids (e.g. `request_done`'s remote ids).
         what: String,
+        /// The KV-cache group.
         group: usize,
+        /// What the trace has.
         expected: usize,
+        /// What the run recorded.
         found: usize,
     },
 }
@@ -298,15 +377,19 @@ impl fmt::Display for Difference {
 /// The outcome of a comparison.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub enum DiffReport {
+    /// Every list and transfer agrees.
     Match,
+    /// The first difference.
     Differ(Difference),
 }
 
 impl DiffReport {
+    /// Whether everything agrees.
     pub fn is_match(&self) -> bool {
         matches!(self, DiffReport::Match)
     }
 
+    /// The first difference, if any.
     pub fn difference(&self) -> Option<&Difference> {
         match self {
             DiffReport::Match => None,

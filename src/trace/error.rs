@@ -9,9 +9,11 @@ use crate::nixl::DescRow;
 /// A trace could not be read, understood or written.
 #[derive(Debug, thiserror::Error)]
 pub struct TraceError {
+    /// The trace or fixture file.
     pub path: PathBuf,
     /// 1-based line number of the offending line, when there is one.
     pub line: Option<usize>,
+    /// What is wrong.
     pub kind: TraceErrorKind,
 }
 
@@ -27,71 +29,140 @@ impl fmt::Display for TraceError {
 /// What is wrong.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceErrorKind {
+    /// The file cannot be read.
     #[error("cannot read: {0}")]
-    Read(std::io::Error),
+    Read(#[source] std::io::Error),
+    /// The file cannot be written.
     #[error("cannot write: {0}")]
-    Write(std::io::Error),
+    Write(#[source] std::io::Error),
+    /// The file is not a regular file, or larger than the input limit.
     #[error("{}", .0.reason())]
     Input(crate::limits::InputError),
+    /// A `.gz` file whose stream does not inflate.
     #[error("gzip stream is corrupt: {0}")]
-    Decompress(std::io::Error),
+    Decompress(#[source] std::io::Error),
+    /// A line with bytes that are not UTF-8.
     #[error("line is not UTF-8")]
     NotUtf8,
+    /// A line that does not parse as JSON (the parser's message).
     #[error("not valid JSON: {0}")]
     BadJson(String),
+    /// A line that is JSON but not an object.
     #[error("a trace line must be a JSON object")]
     NotAnObject,
+    /// A line without a usable `seq`.
     #[error("field `seq` is missing or not a non-negative integer")]
     BadSeq,
+    /// Lines whose `seq` numbers do not count up by one.
     #[error("out of order: seq {found} where {expected} was expected")]
-    SeqOutOfOrder { expected: u64, found: u64 },
+    SeqOutOfOrder {
+        /// The `seq` the line should have.
+        expected: u64,
+        /// The `seq` it has.
+        found: u64,
+    },
+    /// A line without a usable `ev`.
     #[error("field `ev` is missing or not a string")]
     MissingEv,
+    /// An `ev` the format does not define.
     #[error("unknown event `ev: {0}`")]
     UnknownEvent(String),
+    /// A known event whose fields do not fit it.
     #[error("bad `{ev}` event: {message}")]
-    BadEvent { ev: &'static str, message: String },
+    BadEvent {
+        /// The event name.
+        ev: &'static str,
+        /// What is wrong with its fields.
+        message: String,
+    },
+    /// A `header` naming another format (the name given).
     #[error("unsupported trace format `{0}` (expected `{expected}`)", expected = super::format::FORMAT_NAME)]
     UnsupportedFormat(String),
+    /// A strided run whose last row would pass `u64::MAX`.
     #[error("dlist handle {handle}: strided run {run} overflows the 64-bit address space")]
-    RunOverflow { handle: u64, run: usize },
+    RunOverflow {
+        /// The dlist's handle in the trace.
+        handle: u64,
+        /// The run's index in the list.
+        run: usize,
+    },
+    /// A list too long to expand.
     #[error("dlist handle {handle}: {rows} rows exceed the limit of {limit}")]
-    TooManyRows { handle: u64, rows: u64, limit: u64 },
+    TooManyRows {
+        /// The dlist's handle in the trace.
+        handle: u64,
+        /// Rows the list expands to.
+        rows: u64,
+        /// The most allowed.
+        limit: u64,
+    },
+    /// A list whose `strided` and `rows` forms differ in length.
     #[error("dlist handle {handle}: `strided` expands to {strided} rows but `rows` has {rows}")]
     RowCountMismatch {
+        /// The dlist's handle in the trace.
         handle: u64,
+        /// Rows the `strided` form expands to.
         strided: u64,
+        /// Rows of the `rows` form.
         rows: u64,
     },
+    /// A list whose `strided` and `rows` forms differ in one row.
     #[error(
         "dlist handle {handle} row {row}: `strided` gives ({}, {}, dev {}) but `rows` has ({}, {}, dev {})",
         strided.addr, strided.len, strided.dev, rows.addr, rows.len, rows.dev
     )]
     RowMismatch {
+        /// The dlist's handle in the trace.
         handle: u64,
+        /// The row's id.
         row: u64,
+        /// The row as the `strided` form gives it.
         strided: DescRow,
+        /// The row as the `rows` form gives it.
         rows: DescRow,
     },
+    /// A required event (named) is absent.
     #[error("no `{0}` event")]
     MissingEvent(&'static str),
+    /// A once-only event (named) appears twice.
     #[error("a second `{0}` event (only one is supported)")]
     DuplicateEvent(&'static str),
+    /// Events of more than one agent in one trace.
     #[error("event of agent {found}, but the trace's worker is agent {expected} (one worker per trace is supported)")]
-    SeveralAgents { expected: u32, found: u32 },
+    SeveralAgents {
+        /// The trace's worker agent (the first seen).
+        expected: u32,
+        /// The other agent.
+        found: u32,
+    },
+    /// A dlist handle prepared twice (the handle).
     #[error("dlist handle {0} is prepared twice")]
     DuplicateHandle(u64),
+    /// A transfer naming a handle no earlier dlist prepared.
     #[error("xfer refers to {side} handle {handle}, which no earlier dlist prepared")]
-    UnknownHandle { side: &'static str, handle: u64 },
+    UnknownHandle {
+        /// `local` or `remote`.
+        side: &'static str,
+        /// The handle.
+        handle: u64,
+    },
+    /// A dlist against a remote agent the trace never loaded.
     #[error(
         "dlist handle {handle} targets remote agent `{target}`, which no add_remote_agent names"
     )]
-    UnknownRemote { handle: u64, target: String },
+    UnknownRemote {
+        /// The dlist's handle in the trace.
+        handle: u64,
+        /// The remote agent's name.
+        target: String,
+    },
+    /// A fixture that no longer matches the trace it was made from (the first difference).
     #[error("fixture differs from its source: {0}")]
     FixtureMismatch(String),
 }
 
 impl TraceError {
+    /// An error of `kind` in `path`, at `line` when it belongs to one.
     pub fn new(path: impl Into<PathBuf>, line: Option<usize>, kind: TraceErrorKind) -> Self {
         Self {
             path: path.into(),

@@ -16,8 +16,11 @@ use super::reader::{decompress, parse_trace, TraceLine};
 /// Sizes of one written fixture.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FixtureStats {
+    /// Events kept.
     pub events: usize,
+    /// Size of the source trace, in bytes (as stored, compressed or not).
     pub source_bytes: u64,
+    /// Size of the written fixture, in bytes.
     pub fixture_bytes: u64,
 }
 

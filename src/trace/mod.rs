@@ -1,28 +1,32 @@
 //! vLLM NIXL geometry traces (`vllm-nixl-geometry-trace/1`): reading them
-//! into typed events ([`reader`], [`format`](mod@format)), extracting one
-//! case ([`case`]), normalising addresses to (region, offset)
-//! ([`normalize`]), and diffing a recorded run against a case ([`diff`]).
-//! [`fixture`] writes the project's compact copies of the traces;
-//! [`reissue`](mod@reissue) replays a case's own calls through the dry-run
-//! transport.
+//! into typed events ([`read_trace`], [`TraceEvent`]; [`format`](mod@format)
+//! documents every event and field), extracting one case
+//! ([`TraceCase`]), normalising addresses to (region, offset)
+//! ([`RegionMap`]), replaying a case through kvgeom's connector
+//! ([`replay`], [`diff_against_connector`]), diffing a recorded run against
+//! a case ([`diff_run`]) and checking vLLM's own transfers with the
+//! descriptor-level oracles ([`check_case`]). [`write_fixture`] writes the
+//! project's compact copies of the traces; [`reissue()`] replays a case's own
+//! calls through the dry-run transport.
 
-pub mod case;
-pub mod check;
-pub mod diff;
-pub mod error;
-pub mod fixture;
+pub(crate) mod case;
+pub(crate) mod check;
+pub(crate) mod diff;
+pub(crate) mod error;
+pub(crate) mod fixture;
 pub mod format;
-pub mod normalize;
-pub mod reader;
-pub mod reissue;
-pub mod replay;
+pub(crate) mod normalize;
+pub(crate) mod reader;
+pub(crate) mod reissue;
+pub(crate) mod replay;
 
 pub use case::{ExpectedDlist, ExpectedXfer, ListRole, RemoteRank, TraceCase};
+pub use check::check_case;
 pub use diff::{diff_block_ids, diff_run, ActualRun, DiffReport, Difference, Side};
 pub use error::{TraceError, TraceErrorKind};
 pub use fixture::{write_fixture, FixtureStats};
 pub use format::TraceEvent;
 pub use normalize::{Location, NormRow, Region, RegionMap};
-pub use reader::{parse_trace, read_trace, TraceFile, TraceLine};
+pub use reader::{decompress, parse_trace, read_trace, TraceFile, TraceLine};
 pub use reissue::{reissue, ReissueError, Relocation};
 pub use replay::{diff_against_connector, replay, Replay, ReplayError};

@@ -11,7 +11,9 @@ use crate::nixl::DescRow;
 /// One memory region: `len` bytes from `base`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct Region {
+    /// Start address.
     pub base: u64,
+    /// Length in bytes.
     pub len: u64,
 }
 
@@ -25,6 +27,7 @@ impl Region {
         }
     }
 
+    /// Whether `addr` lies in the region.
     pub fn contains(&self, addr: u64) -> bool {
         addr >= self.base && addr - self.base < self.len
     }
@@ -34,15 +37,25 @@ impl Region {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum Location {
     /// `offset` bytes past the base of region `region`.
-    InRegion { region: usize, offset: u64 },
+    InRegion {
+        /// The region's index in the map.
+        region: usize,
+        /// Bytes past the region's base.
+        offset: u64,
+    },
     /// In no region; the raw address.
-    Outside { addr: u64 },
+    Outside {
+        /// The address.
+        addr: u64,
+    },
 }
 
 /// A descriptor row with its address normalised.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct NormRow {
+    /// Where the row starts.
     pub at: Location,
+    /// Length in bytes.
     pub len: u64,
 }
 
@@ -67,6 +80,7 @@ pub struct RegionMap {
 }
 
 impl RegionMap {
+    /// A map of these regions, in region-index order.
     pub fn new(regions: Vec<Region>) -> Self {
         Self { regions }
     }
@@ -83,14 +97,17 @@ impl RegionMap {
         )
     }
 
+    /// The regions, in region-index order.
     pub fn regions(&self) -> &[Region] {
         &self.regions
     }
 
+    /// Number of regions.
     pub fn len(&self) -> usize {
         self.regions.len()
     }
 
+    /// Whether the map has no region.
     pub fn is_empty(&self) -> bool {
         self.regions.is_empty()
     }
@@ -111,6 +128,7 @@ impl RegionMap {
             })
     }
 
+    /// `row` with its address made region-relative.
     pub fn normalize(&self, row: DescRow) -> NormRow {
         NormRow {
             at: self.locate(row.addr),

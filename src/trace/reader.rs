@@ -24,14 +24,18 @@ const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 pub struct TraceLine {
     /// 1-based line number in the (decompressed) file.
     pub line: usize,
+    /// The line's `seq` number.
     pub seq: u64,
+    /// The parsed event.
     pub event: TraceEvent,
 }
 
 /// A whole trace file.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct TraceFile {
+    /// The file read.
     pub path: PathBuf,
+    /// Its events, in file order.
     pub lines: Vec<TraceLine>,
 }
 

@@ -55,20 +55,33 @@ impl Relocation {
 /// Why a trace could not be re-issued.
 #[derive(Debug, thiserror::Error)]
 pub enum ReissueError {
+    /// The dry-run transport refused a call.
     #[error(transparent)]
     Nixl(#[from] NixlError),
+    /// A strided run that spans regions, so no single base moves it.
     #[error(
         "dlist #{list} strided run {run} does not lie inside one region, so it cannot be moved"
     )]
-    Unrelocatable { list: usize, run: usize },
+    Unrelocatable {
+        /// The list's index in preparation order.
+        list: usize,
+        /// The run's index in the list.
+        run: usize,
+    },
+    /// A transfer naming a handle the trace never prepared (the handle).
     #[error("a transfer refers to dlist handle {0}, which the trace never prepared")]
     UnknownHandle(u64),
+    /// No relocated bases for a remote agent (its name).
     #[error("no relocated bases for remote agent `{0}`")]
     MissingBases(String),
+    /// Relocated bases that do not match the trace's regions in number.
     #[error("{what}: {expected} regions in the trace but {found} relocated bases")]
     RegionCount {
+        /// The agent (local worker or remote) whose bases these are.
         what: String,
+        /// Regions in the trace.
         expected: usize,
+        /// Relocated bases given.
         found: usize,
     },
 }

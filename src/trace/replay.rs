@@ -18,15 +18,30 @@ use crate::nixl::{DryRun, Recording};
 /// Why a trace cannot be replayed.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
-    #[error("{0}: the trace's model is not one kvgeom can rebuild: {1}")]
-    Model(String, String),
-    #[error("{0}: the connector refused the case: {1}")]
-    Connector(String, ConnectorError),
+    /// The trace describes a model kvgeom's geometry cannot express.
+    #[error("{case}: the trace's model is not one kvgeom can rebuild: {why}")]
+    Model {
+        /// The trace case's name.
+        case: String,
+        /// What cannot be rebuilt.
+        why: String,
+    },
+    /// kvgeom's connector refused the rebuilt case.
+    #[error("{case}: the connector refused the case: {source}")]
+    Connector {
+        /// The trace case's name.
+        case: String,
+        /// The connector's refusal.
+        #[source]
+        source: ConnectorError,
+    },
 }
 
 /// The outcome of a replay: the recording and where its memory was.
 pub struct Replay {
+    /// Every NIXL call the connector made, on the dry-run transport.
     pub recording: Recording<DryRun>,
+    /// The run as the diff compares it with the trace.
     pub actual: ActualRun,
     /// P's block ids after kernel expansion (vLLM rewrites them in place).
     pub remote_kernel_ids: Vec<Vec<u64>>,
@@ -45,7 +60,10 @@ fn layout(name: &str) -> KvLayout {
 /// conv part splits Q|K|V = 1:1:2 over 3 rows of 2-byte values.
 pub fn traced_model(case: &TraceCase) -> Result<ModelSpec, ReplayError> {
     let g = &case.local_geometry;
-    let bad = |why: &str| ReplayError::Model(case.name.clone(), why.to_string());
+    let bad = |why: &str| ReplayError::Model {
+        case: case.name.clone(),
+        why: why.to_string(),
+    };
     if !g.use_mla {
         return Err(bad("only MLA traces are supported"));
     }
@@ -127,7 +145,10 @@ pub fn replay(case: &TraceCase, policy: Policy) -> Result<Replay, ReplayError> {
             len: r.len,
         })
         .collect();
-    let connector = |e| ReplayError::Connector(case.name.clone(), e);
+    let connector = |source| ReplayError::Connector {
+        case: case.name.clone(),
+        source,
+    };
     let mut nixl = Recording::new(DryRun::new());
     let mut worker = Worker::register(&mut nixl, cfg, &tensors).map_err(connector)?;
     let mut remote_bases = BTreeMap::new();
