@@ -312,7 +312,21 @@ fn main() -> ExitCode {
             vram,
             ..
         } => cli::bench_vram(&vram),
-        Command::Bench { what, threads, .. } => cli::bench(what, threads),
+        Command::Bench {
+            what,
+            threads,
+            vram,
+        } => {
+            if vram != cli::VramArgs::default() {
+                eprintln!(
+                    "error: --geometry, --prompt, --iterations, --memory, --op, --peer-process \
+                     and --paths apply to `kvgeom bench vram` only"
+                );
+                2
+            } else {
+                cli::bench(what, threads)
+            }
+        }
         Command::BenchPeer {
             geometry,
             prompt,

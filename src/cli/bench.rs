@@ -183,6 +183,14 @@ pub fn bench(kind: BenchKind, threads: Option<usize>) -> u8 {
 
 /// `kvgeom bench vram`.
 pub fn bench_vram(args: &VramArgs) -> u8 {
+    if args.prompt == 0 || args.prompt > crate::limits::MAX_PROMPT_LEN {
+        eprintln!(
+            "error: --prompt {}: a prompt length must be 1 to {} tokens",
+            args.prompt,
+            crate::limits::MAX_PROMPT_LEN
+        );
+        return EXIT_BAD_INPUT;
+    }
     let peer_exe = if args.peer_process {
         match std::env::current_exe() {
             Ok(exe) => Some(exe),
