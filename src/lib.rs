@@ -15,6 +15,7 @@ pub mod defects;
 pub mod generate;
 pub mod geometry;
 pub mod layout;
+pub mod live;
 pub mod memory;
 pub mod nixl;
 pub mod oracle;

@@ -110,6 +110,14 @@ enum Command {
         /// `--policy vllm-0.33.0 --expect expected/vllm-0.33.0.toml`).
         #[arg(long, value_name = "FILE")]
         expect: Option<PathBuf>,
+        /// Which connector runs: kvgeom's, or vLLM's own from the venv
+        /// (scripts/install-vllm.sh), judged by the same oracles.
+        #[arg(long, value_enum, default_value = "kvgeom")]
+        connector: cli::ConnectorArg,
+        /// The Python interpreter with vLLM (default: KVGEOM_VLLM_PYTHON,
+        /// else .vllm-venv/bin/python).
+        #[arg(long, value_name = "PATH")]
+        vllm_python: Option<PathBuf>,
     },
     /// Run one case and show the plan, every pair and, per local block, what was
     /// transferred, zeroed and left stale.
@@ -191,12 +199,48 @@ fn main() -> ExitCode {
             variant,
             random,
             seed,
+            threads: _,
+            format,
+            out,
+            no_shrink: _,
+            compare_host,
+            expect,
+            connector: cli::ConnectorArg::Vllm,
+            vllm_python,
+        } => cli::live_sweep(cli::LiveSweepArgs {
+            paths,
+            prompts,
+            modes: mode.modes(),
+            allocations: alloc.allocations(),
+            random,
+            seed,
+            format,
+            out,
+            expect,
+            vllm_python,
+            transport,
+            memory,
+            defect: variant.defect,
+            policy: variant.policy,
+            compare_host,
+        }),
+        Command::Sweep {
+            paths,
+            prompts,
+            mode,
+            alloc,
+            transport,
+            memory,
+            variant,
+            random,
+            seed,
             threads,
             format,
             out,
             no_shrink,
             compare_host,
             expect,
+            ..
         } => cli::sweep(cli::SweepArgs {
             paths,
             prompts,

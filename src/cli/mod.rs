@@ -5,6 +5,7 @@
 mod bench;
 mod explain;
 mod layout;
+mod live;
 mod mutants;
 mod sweep;
 mod traces;
@@ -12,6 +13,7 @@ mod traces;
 pub use bench::{bench, bench_peer, bench_vram, BenchKind, OpArg, VramArgs};
 pub use explain::{explain, ExplainArgs};
 pub use layout::layout;
+pub use live::{live_sweep, ConnectorArg, LiveSweepArgs};
 pub use mutants::{defects, mutants};
 pub use sweep::{sweep, SweepArgs};
 pub use traces::{check_trace, diff_trace};
