@@ -64,6 +64,8 @@ def main(argv):
     started = time.time()
     import live_case  # imports vLLM (the slow part)
 
+    live_case.warm()
+
     print(f"driver: vLLM imported in {time.time() - started:.1f} s", flush=True)
     limit = float(batch.get("case_timeout_s", 10.0))
     for spec in batch["cases"]:

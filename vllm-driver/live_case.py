@@ -47,6 +47,11 @@ OPT_CONFIG = {
 }
 
 
+def agent(side, rank):
+    """kvgeom's agent name of a rank."""
+    return f"{side}-{rank}"
+
+
 class _TP:
     rank = 0
     size = 1
@@ -66,6 +71,12 @@ class _Platform:
     device_type = "cuda"
 
     def get_nixl_memory_type(self):
+        return None
+
+    def set_device(self, device):
+        return None
+
+    def synchronize(self, *args, **kwargs):
         return None
 
     def __getattr__(self, name):
@@ -96,6 +107,10 @@ class _Backend:
         return cls.name
 
     @classmethod
+    def get_supported_kernel_block_sizes(cls, *args, **kwargs):
+        return [cls.kernel]
+
+    @classmethod
     def full_cls_name(cls):
         return ("kvgeom", cls.name)
 
@@ -103,7 +118,7 @@ class _Backend:
 def backend_for(geometry, engine):
     attn = geometry["model"].get("attention") or {}
     name = "FLASHMLA" if attn.get("kind") == "mla" else "FLASH_ATTN"
-    return type(f"Backend_{name}", (_Backend,), {"name": name})
+    return type(f"Backend_{name}", (_Backend,), {"name": name, "kernel": engine["kernel_block"]})
 
 
 class Unsupported(Exception):
@@ -113,6 +128,7 @@ class Unsupported(Exception):
 def build_vllm_config(geometry, engine, side, tp_size):
     from vllm.config import (
         CacheConfig,
+        DeviceConfig,
         KVTransferConfig,
         ModelConfig,
         ParallelConfig,
@@ -122,7 +138,7 @@ def build_vllm_config(geometry, engine, side, tp_size):
     model_config = ModelConfig(model=model_dir(), skip_tokenizer_init=True)
     attn = geometry["model"].get("attention") or {}
     if attn.get("kind") == "mla":
-        model_config.use_mla = True
+        model_config.__class__ = _mla_model_config_class(type(model_config))
     elif attn:
         heads = attn["total_kv_heads"]
         model_config.get_total_num_kv_heads = lambda: heads
@@ -130,6 +146,7 @@ def build_vllm_config(geometry, engine, side, tp_size):
         block_size=engine["logical_block"],
         enable_prefix_caching=engine.get("prefix_caching", False),
     )
+    cache.kv_cache_layout = {"NHD": "LBNHC", "HND": "LBHNC"}.get(engine.get("layout", "NHD"), engine.get("layout"))
     kvt = KVTransferConfig(
         kv_connector="NixlConnector",
         kv_role="kv_consumer" if side == "decode" else "kv_producer",
@@ -140,7 +157,25 @@ def build_vllm_config(geometry, engine, side, tp_size):
         cache_config=cache,
         parallel_config=ParallelConfig(tensor_parallel_size=tp_size),
         kv_transfer_config=kvt,
+        device_config=DeviceConfig(device="cpu"),
     )
+
+
+_MLA_CLASSES = {}
+
+
+def _mla_model_config_class(cls):
+    """The model config class with `use_mla` true (the OPT config is not MLA)."""
+    if cls not in _MLA_CLASSES:
+        _MLA_CLASSES[cls] = type(f"MLA{cls.__name__}", (cls,), {"use_mla": property(lambda self: True)})
+    return _MLA_CLASSES[cls]
+
+
+def warm():
+    """Build one model config before the first case (its first build is slow)."""
+    from vllm.config import ModelConfig
+
+    ModelConfig(model=model_dir(), skip_tokenizer_init=True)
 
 
 def dtype_of(nbytes):
@@ -243,10 +278,12 @@ def run(spec, case_dir):
         _TP.rank, _TP.size = d, d_tp
         for p in range(p_tp):
             pw, _ = ranks[("prefill", p)]
-            meta = pw.xfer_handshake_metadata
             try:
                 agent_meta = _agent_metadata(pw)
-                dw.add_remote_agent(agent_meta, remote_tp_rank=p, remote_tp_size=p_tp)
+                name = dw.add_remote_agent(agent_meta, remote_tp_rank=p, remote_tp_size=p_tp)
+                # What the handshake's completion records (the caller's part).
+                dw._remote_agents["prefill"][(0, p)] = name
+                dw._engine_clock_offset["prefill"] = 0.0
                 result["handshakes"].append({"agent": agent("decode", d), "remote": agent("prefill", p), "ok": True})
             except Exception as e:
                 result.update(status="rejected", side="decode", message=f"{type(e).__name__}: {e}")
