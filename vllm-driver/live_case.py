@@ -6,9 +6,11 @@ receive post-process). Faked: NIXL (fake_nixl), the platform, the attention
 backend and the TP group.
 """
 
+import ctypes
 import json
 import os
 import tempfile
+import traceback
 
 import torch
 
@@ -22,6 +24,8 @@ from vllm.distributed.kv_transfer.kv_connector.v1.nixl.metadata import (
     ReqMeta,
 )
 from vllm.v1 import kv_cache_interface as kvi
+from vllm.v1.kv_cache_layout import KVCacheLayout
+from vllm.v1.worker.utils import allocate_kv_cache
 
 import fake_nixl
 
@@ -32,13 +36,13 @@ VLLM_VERSION = vllm.__version__
 OPT_CONFIG = {
     "architectures": ["OPTForCausalLM"],
     "model_type": "opt",
-    "hidden_size": 768,
-    "num_attention_heads": 12,
+    "hidden_size": 4096,
+    "num_attention_heads": 64,
     "num_hidden_layers": 12,
     "ffn_dim": 3072,
     "max_position_embeddings": 2048,
     "vocab_size": 50272,
-    "word_embed_proj_dim": 768,
+    "word_embed_proj_dim": 4096,
     "do_layer_norm_before": True,
     "torch_dtype": "float16",
     "bos_token_id": 2,
@@ -85,6 +89,11 @@ class _Platform:
 
 base_worker.current_platform = _Platform()
 
+# Host tensors on a CPU-only machine: no pinned staging copies.
+import vllm.utils.torch_utils as _torch_utils  # noqa: E402
+
+_torch_utils.PIN_MEMORY = False
+
 _MODEL_DIR = [None]
 
 
@@ -125,6 +134,10 @@ class Unsupported(Exception):
     pass
 
 
+def vllm_layout_name(engine):
+    return {"NHD": "LBNHC", "HND": "LBHNC"}.get(engine.get("layout", "NHD"), engine.get("layout"))
+
+
 def build_vllm_config(geometry, engine, side, tp_size):
     from vllm.config import (
         CacheConfig,
@@ -146,7 +159,7 @@ def build_vllm_config(geometry, engine, side, tp_size):
         block_size=engine["logical_block"],
         enable_prefix_caching=engine.get("prefix_caching", False),
     )
-    cache.kv_cache_layout = {"NHD": "LBNHC", "HND": "LBHNC"}.get(engine.get("layout", "NHD"), engine.get("layout"))
+    cache.kv_cache_layout = vllm_layout_name(engine)
     kvt = KVTransferConfig(
         kv_connector="NixlConnector",
         kv_role="kv_consumer" if side == "decode" else "kv_producer",
@@ -214,25 +227,33 @@ def build_engine(spec, side, rank, case_dir):
             dtype=dtype_of(attn["dtype_bytes"]),
         )
     names = [f"model.layers.{i}.self_attn" for i in range(s["regions"])]
-    tensors = {}
+    region_bytes = s["region_bytes"]
+    # One backing allocation; layer l's pages start l regions in (the
+    # layer-compact layouts LBNHC/LBHNC), as the engine core resolves them.
+    tensor = kvi.KVCacheTensor(
+        size=region_bytes * len(names),
+        layers=list(names),
+        layer_stride=region_bytes,
+        block_stride=s["page_bytes"],
+    )
+    kv_cache_config = kvi.KVCacheConfig(
+        num_blocks=num_blocks,
+        kv_cache_tensors=[tensor],
+        kv_cache_groups=[kvi.KVCacheGroupSpec(layer_names=names, kv_cache_spec=spec_obj)],
+    )
+    layout = KVCacheLayout[vllm_layout_name(engine)]
+    kv_cache_config.kv_cache_layout = layout.name
+    tensors = allocate_kv_cache(kv_cache_config, torch.device("cpu"), layout, [kernel])
+    base = next(iter(tensors.values())).untyped_storage().data_ptr()
     raw = []
     for i, name in enumerate(names):
         path = os.path.join(case_dir, f"{agent(side, rank)}.r{i}.in")
-        data = bytearray(open(path, "rb").read())
-        t = torch.frombuffer(data, dtype=torch.uint8).clone()
-        raw.append(t)
-        dt = dtype_of(attn["dtype_bytes"])
-        if attn["kind"] == "mla":
-            view = t.view(dt).view(num_blocks * ratio, kernel, attn["head_size"])
-        else:
-            heads = max(1, attn["total_kv_heads"] // tp)
-            view = t.view(dt).view(num_blocks * ratio, kernel, heads, 2 * attn["head_size"])
-        tensors[name] = view
-    kv_cache_config = kvi.KVCacheConfig(
-        num_blocks=num_blocks,
-        kv_cache_tensors=[],
-        kv_cache_groups=[kvi.KVCacheGroupSpec(layer_names=names, kv_cache_spec=spec_obj)],
-    )
+        data = open(path, "rb").read()
+        if len(data) != region_bytes:
+            raise Unsupported(f"{path}: {len(data)} bytes, expected {region_bytes}")
+        addr = base + i * region_bytes
+        ctypes.memmove(addr, data, region_bytes)
+        raw.append((addr, region_bytes))
     return kv_cache_config, tensors, raw
 
 
@@ -269,7 +290,7 @@ def run(spec, case_dir):
         return {"status": "error", "message": str(e)}
     regions = {}
     for (side, r), (w, raw) in ranks.items():
-        regions[agent(side, r)] = [(t.data_ptr(), t.numel()) for t in raw]
+        regions[agent(side, r)] = list(raw)
     result = {"regions": regions, "handshakes": [], "post_process": []}
     p_tp = geometry["prefill"]["tp_size"]
     d_tp = geometry["decode"]["tp_size"]
@@ -286,7 +307,7 @@ def run(spec, case_dir):
                 dw._engine_clock_offset["prefill"] = 0.0
                 result["handshakes"].append({"agent": agent("decode", d), "remote": agent("prefill", p), "ok": True})
             except Exception as e:
-                result.update(status="rejected", side="decode", message=f"{type(e).__name__}: {e}")
+                result.update(status="rejected", side="decode", message=f"{type(e).__name__}: {e}", trace=traceback.format_exc())
                 return finish(result, ranks, fabric, case_dir)
     try:
         for d in range(d_tp):
@@ -314,7 +335,7 @@ def run(spec, case_dir):
             done_sending, done_recving = dw.get_finished()
             result["post_process"].append({"agent": agent("decode", d), "done_recving": sorted(done_recving)})
     except Exception as e:
-        result.update(status="crashed", side="decode", message=f"{type(e).__name__}: {e}")
+        result.update(status="crashed", side="decode", message=f"{type(e).__name__}: {e}", trace=traceback.format_exc())
         return finish(result, ranks, fabric, case_dir)
     result["status"] = "done"
     return finish(result, ranks, fabric, case_dir)
@@ -334,9 +355,9 @@ def _agent_metadata(worker):
 
 def finish(result, ranks, fabric, case_dir):
     for (side, r), (w, raw) in ranks.items():
-        for i, t in enumerate(raw):
+        for i, (addr, length) in enumerate(raw):
             with open(os.path.join(case_dir, f"{agent(side, r)}.r{i}.out"), "wb") as f:
-                f.write(t.numpy().tobytes())
+                f.write(ctypes.string_at(addr, length))
     name = fabric.name_of
     result["dlists"] = [
         {**d, "agent": name(d["agent"]), "target": d["target"] if d["target"] == "local" else name(d["target"])}
