@@ -331,6 +331,8 @@ def run(spec, case_dir):
                 ),
             )
             dw._recving_metadata["req-d"] = req
+            if spec.get("skip_receive_post_process"):
+                dw.post_process_device_kv_on_receive = lambda *a, **k: None
             dw._read_blocks_for_req("req-d", req)
             done_sending, done_recving = dw.get_finished()
             result["post_process"].append({"agent": agent("decode", d), "done_recving": sorted(done_recving)})

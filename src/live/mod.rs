@@ -8,4 +8,4 @@ pub mod python;
 pub mod run;
 
 pub use python::{find, Interpreter, INSTALL_SCRIPT, PINNED_VLLM};
-pub use run::{run_batch, LiveReport, PlanComparison, CASE_LIMIT};
+pub use run::{run_batch, run_batch_with, LiveReport, PlanComparison, CASE_LIMIT};

@@ -39,6 +39,10 @@ pub struct CaseSpec {
     pub geometry: Geometry,
     pub prefill: SideSpec,
     pub decode: SideSpec,
+    /// Test hook: the driver skips vLLM's receive post-process (the bytes
+    /// then stay as the READs left them). Omitted when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub skip_receive_post_process: bool,
 }
 
 /// One engine of a case.

@@ -162,6 +162,7 @@ fn prepare(case: &Case, id: &str) -> Result<Prepared, Outcome> {
             blocks.prefill.clone(),
         ),
         decode: decode_spec,
+        skip_receive_post_process: false,
     };
     Ok(Prepared {
         layout,
@@ -211,8 +212,19 @@ pub fn run_batch(
     python: &Interpreter,
     case_limit: Duration,
 ) -> Result<Vec<LiveReport>, String> {
+    run_batch_with(cases, python, case_limit, false)
+}
+
+/// [`run_batch`], optionally with vLLM's receive post-process skipped (a
+/// test hook: a fault that only the bytes reveal).
+pub fn run_batch_with(
+    cases: &[Case],
+    python: &Interpreter,
+    case_limit: Duration,
+    skip_receive_post_process: bool,
+) -> Result<Vec<LiveReport>, String> {
     let dir = scratch_dir();
-    let result = run_batch_in(&dir, cases, python, case_limit);
+    let result = run_batch_in(&dir, cases, python, case_limit, skip_receive_post_process);
     if std::env::var_os("KVGEOM_KEEP_LIVE").is_none() {
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -224,11 +236,15 @@ fn run_batch_in(
     cases: &[Case],
     python: &Interpreter,
     case_limit: Duration,
+    skip_receive_post_process: bool,
 ) -> Result<Vec<LiveReport>, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let mut prepared = Vec::new();
     for (i, case) in cases.iter().enumerate() {
-        let p = prepare(case, &format!("c{i}"));
+        let mut p = prepare(case, &format!("c{i}"));
+        if let Ok(p) = &mut p {
+            p.spec.skip_receive_post_process = skip_receive_post_process;
+        }
         if let Ok(p) = &p {
             write_inputs(dir, p)?;
         }
