@@ -290,8 +290,8 @@ fn run_batch_in(
         };
         let live = match p {
             Err(outcome) => LiveReport {
+                plan: not_run(&outcome.describe()),
                 report: report(case, judge(&case.geometry, outcome, &[])),
-                plan: compare_plans(&reference_plan, &Err("not run".into())),
                 result: None,
                 oracle_input: None,
             },
@@ -356,8 +356,8 @@ fn judge_case(
                 }
             };
             return LiveReport {
+                plan: not_run(&outcome.describe()),
                 report: report(case, outcome),
-                plan: compare_plans(reference_plan, &Err("no result".into())),
                 result: None,
                 oracle_input: None,
             };
@@ -374,6 +374,14 @@ fn judge_case(
             message: format!("vLLM driver: {message}"),
         },
     };
+    if let Outcome::Error { message } = &outcome {
+        return LiveReport {
+            report: report(case, outcome.clone()),
+            plan: not_run(message),
+            result: Some(result),
+            oracle_input: None,
+        };
+    }
     if outcome != Outcome::Passed {
         let plan = compare_plans(reference_plan, &Err(outcome.describe()));
         return LiveReport {
@@ -388,7 +396,7 @@ fn judge_case(
         Err(message) => {
             return LiveReport {
                 report: report(case, Outcome::Error { message }),
-                plan: compare_plans(reference_plan, &Err("unresolvable".into())),
+                plan: not_run("its transfers could not be resolved"),
                 result: Some(result),
                 oracle_input: None,
             }
@@ -401,20 +409,20 @@ fn judge_case(
         for (rank, before) in before.into_iter().enumerate() {
             let agent = side.agent_name(rank as u32);
             let mut after = Vec::new();
-            for region in 0..before.len() {
+            for (region, initial) in before.iter().enumerate() {
                 let path = memory_file(&case_dir, &agent, region as u32, "out");
                 match std::fs::read(&path) {
-                    Ok(bytes) if bytes.len() == before[region].len() => after.push(bytes),
+                    Ok(bytes) if bytes.len() == initial.len() => after.push(bytes),
                     Ok(bytes) => {
                         let message = format!(
                             "{}: {} bytes, expected {}",
                             path.display(),
                             bytes.len(),
-                            before[region].len()
+                            initial.len()
                         );
                         return LiveReport {
                             report: report(case, Outcome::Error { message }),
-                            plan: compare_plans(reference_plan, &Err("no memory".into())),
+                            plan: not_run("no final memory"),
                             result: Some(result),
                             oracle_input: None,
                         };
@@ -423,7 +431,7 @@ fn judge_case(
                         let message = format!("final memory {}: {e}", path.display());
                         return LiveReport {
                             report: report(case, Outcome::Error { message }),
-                            plan: compare_plans(reference_plan, &Err("no memory".into())),
+                            plan: not_run("no final memory"),
                             result: Some(result),
                             oracle_input: None,
                         };
@@ -568,6 +576,15 @@ fn plan_keys(input: &OracleInput) -> Vec<String> {
         .collect();
     keys.sort();
     keys
+}
+
+/// No comparison: vLLM's connector did not run the case (a driver or
+/// harness error), which never counts as agreeing.
+fn not_run(why: &str) -> PlanComparison {
+    PlanComparison {
+        equal: false,
+        first_difference: Some(format!("vLLM's connector did not run the case: {why}")),
+    }
 }
 
 fn compare_plans(
