@@ -163,7 +163,9 @@ def build_vllm_config(geometry, engine, side, tp_size):
     kvt = KVTransferConfig(
         kv_connector="NixlConnector",
         kv_role="kv_consumer" if side == "decode" else "kv_producer",
-        kv_buffer_device="cuda",
+        # A host-buffer engine stages through CPU buffers; otherwise pin the
+        # buffer to the faked device, as on a GPU.
+        kv_buffer_device="cpu" if engine.get("host_buffer") else "cuda",
     )
     return VllmConfig(
         model_config=model_config,
