@@ -19,7 +19,6 @@ from vllm.distributed.kv_transfer.kv_connector.v1.nixl import base_worker
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.worker import NixlConnectorWorker
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.metadata import (
     NixlAgentMetadata,
-    NixlConnectorMetadata,
     RemoteMeta,
     ReqMeta,
 )
@@ -271,10 +270,6 @@ def make_worker(spec, side, rank, fabric, case_dir):
     w = NixlConnectorWorker(cfg, side, kv_cache_config)
     w.register_kv_caches(tensors)
     return w, raw
-
-
-def dump_partial(spec, case_dir, result):
-    return None
 
 
 def run(spec, case_dir):
