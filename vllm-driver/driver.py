@@ -93,5 +93,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    sys.dont_write_bytecode = True  # leave no __pycache__ in the project
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     sys.exit(main(sys.argv))
