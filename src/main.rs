@@ -140,6 +140,12 @@ enum Command {
         /// Also write an SVG byte map of decode's request blocks.
         #[arg(long)]
         svg: Option<PathBuf>,
+        /// Which connector runs: kvgeom's, or vLLM's own from the venv.
+        #[arg(long, value_enum, default_value = "kvgeom")]
+        connector: cli::ConnectorArg,
+        /// The Python interpreter with vLLM (see `sweep --vllm-python`).
+        #[arg(long, value_name = "PATH")]
+        vllm_python: Option<PathBuf>,
     },
     /// Print a geometry's descriptor lists as tables (what the snapshots hold).
     Layout {
@@ -268,6 +274,32 @@ fn main() -> ExitCode {
             variant,
             transport,
             svg,
+            connector: cli::ConnectorArg::Vllm,
+            vllm_python,
+        } => cli::live_explain(cli::LiveExplainArgs {
+            geometry,
+            prompt,
+            prefix_hit,
+            mode: mode.modes()[0],
+            allocation: alloc.single(),
+            seed,
+            vllm_python,
+            transport,
+            defect: variant.defect,
+            policy: variant.policy,
+            svg: svg.is_some(),
+        }),
+        Command::Explain {
+            geometry,
+            prompt,
+            prefix_hit,
+            mode,
+            alloc,
+            seed,
+            variant,
+            transport,
+            svg,
+            ..
         } => cli::explain(cli::ExplainArgs {
             geometry,
             prompt,

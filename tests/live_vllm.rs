@@ -194,3 +194,30 @@ fn check_healthy(l: &LiveReport, label: &str) {
     );
     assert!(l.report.violations.is_empty(), "{label}");
 }
+
+#[test]
+fn explain_with_vllm_refuses_kvgeom_variants_and_names_a_missing_venv() {
+    let out = kvgeom(&[
+        "explain",
+        "geometries/deepseek-mla.toml",
+        "--prompt",
+        "65",
+        "--connector",
+        "vllm",
+        "--policy",
+        "kvgeom",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = kvgeom(&[
+        "explain",
+        "geometries/deepseek-mla.toml",
+        "--prompt",
+        "65",
+        "--connector",
+        "vllm",
+        "--vllm-python",
+        "/nonexistent/python",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("scripts/install-vllm.sh"));
+}

@@ -271,3 +271,112 @@ fn json(live: &[LiveReport]) -> String {
     }
     serde_json::to_string_pretty(&doc).unwrap_or(text)
 }
+
+/// `kvgeom explain --connector vllm`: one case on vLLM's connector.
+pub struct LiveExplainArgs {
+    pub geometry: PathBuf,
+    pub prompt: u32,
+    pub prefix_hit: u32,
+    pub mode: Mode,
+    pub allocation: DecodeAllocation,
+    pub seed: u64,
+    pub vllm_python: Option<PathBuf>,
+    /// Refused options, as given.
+    pub transport: TransportKind,
+    pub defect: Option<String>,
+    pub policy: Option<String>,
+    pub svg: bool,
+}
+
+pub fn live_explain(args: LiveExplainArgs) -> u8 {
+    let refusal = if args.defect.is_some() || args.policy.is_some() {
+        Some("--defect and --policy select kvgeom's connector; --connector vllm runs vLLM's own")
+    } else if args.transport == TransportKind::Nixl {
+        Some("--transport nixl: the live mode moves bytes with the driver's NIXL stand-in")
+    } else if args.svg {
+        Some("--svg: not available with --connector vllm")
+    } else {
+        None
+    };
+    if let Some(why) = refusal {
+        eprintln!("error: {why}");
+        return EXIT_BAD_INPUT;
+    }
+    let geometry = match crate::geometry::load_geometry(&args.geometry) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    if args.prompt == 0 {
+        eprintln!("error: --prompt must be at least 1");
+        return EXIT_BAD_INPUT;
+    }
+    let python = match live::find(args.vllm_python.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let case = crate::scenario::Case {
+        geometry: std::sync::Arc::new(geometry),
+        file: Some(args.geometry.clone()),
+        prompt_len: args.prompt,
+        prefix_hit: args.prefix_hit,
+        mode: args.mode,
+        allocation: args.allocation,
+        seed: args.seed,
+        variant: Variant::Policy(NamedPolicy::Vllm0330),
+    };
+    let live = match live::run_batch(std::slice::from_ref(&case), &python, live::CASE_LIMIT) {
+        Ok(mut r) if r.len() == 1 => r.remove(0),
+        Ok(_) => {
+            eprintln!("error: the driver returned no case");
+            return EXIT_BAD_INPUT;
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let mut out = format!(
+        "{} (vLLM {} via {})\noutcome: {}\nplan vs kvgeom --policy vllm-0.33.0: {}\n",
+        case_label(&live.report),
+        python.vllm_version,
+        python.python.display(),
+        live.report.outcome.describe(),
+        match &live.plan.first_difference {
+            None => "equal".to_string(),
+            Some(d) => format!("differs: {d}"),
+        }
+    );
+    if let Some(result) = &live.result {
+        for x in &result.xfers {
+            out.push_str(&format!(
+                "transfer: {} {} {} pairs (lists {} -> {}){}\n",
+                x.agent,
+                x.op,
+                x.local_ids.len(),
+                x.local,
+                x.remote,
+                if x.posted { "" } else { ", not posted" }
+            ));
+        }
+    }
+    if let Some(input) = &live.oracle_input {
+        for key in live::run::plan_keys(input) {
+            out.push_str(&format!("  pair: {key}\n"));
+        }
+    }
+    for v in &live.report.violations {
+        out.push_str(&format!("violation: {v}\n"));
+    }
+    print!("{out}");
+    if live.report.passed() {
+        EXIT_OK
+    } else {
+        EXIT_FAILED
+    }
+}

@@ -13,7 +13,7 @@ mod traces;
 pub use bench::{bench, bench_peer, bench_vram, BenchKind, OpArg, VramArgs};
 pub use explain::{explain, ExplainArgs};
 pub use layout::layout;
-pub use live::{live_sweep, ConnectorArg, LiveSweepArgs};
+pub use live::{live_explain, live_sweep, ConnectorArg, LiveExplainArgs, LiveSweepArgs};
 pub use mutants::{defects, mutants};
 pub use sweep::{sweep, SweepArgs};
 pub use traces::{check_trace, diff_trace};

@@ -561,8 +561,9 @@ fn place_of(layout: &CaseLayout, row: DescRow) -> String {
     format!("unregistered {:#x}/{}", row.addr, row.len)
 }
 
-/// Every posted pair as `op source -> destination`, sorted.
-fn plan_keys(input: &OracleInput) -> Vec<String> {
+/// Every posted pair as `op source -> destination` (agent, region, offset
+/// and length of each end), sorted.
+pub fn plan_keys(input: &OracleInput) -> Vec<String> {
     let mut keys: Vec<String> = input
         .posted_pairs()
         .map(|p| {
