@@ -65,6 +65,7 @@ pub mod generate;
 pub mod geometry;
 pub mod layout;
 pub mod limits;
+pub mod live;
 pub mod memory;
 pub mod nixl;
 pub mod oracle;

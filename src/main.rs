@@ -155,6 +155,14 @@ enum Command {
         /// second of four CI runners; `kvgeom report merge` joins the JSON reports.
         #[arg(long, value_name = "K/N")]
         shard: Option<String>,
+        /// Which connector runs: kvgeom's, or vLLM's own from the venv
+        /// (scripts/install-vllm.sh), judged by the same oracles.
+        #[arg(long, value_enum, default_value = "kvgeom")]
+        connector: cli::ConnectorArg,
+        /// The Python interpreter with vLLM (default: KVGEOM_VLLM_PYTHON,
+        /// else .vllm-venv/bin/python).
+        #[arg(long, value_name = "PATH")]
+        vllm_python: Option<PathBuf>,
     },
     /// Run one case and show the plan, every pair and, per local block, what was
     /// transferred, zeroed and left stale.
@@ -179,6 +187,12 @@ enum Command {
         /// Also write an SVG byte map of decode's request blocks.
         #[arg(long)]
         svg: Option<PathBuf>,
+        /// Which connector runs: kvgeom's, or vLLM's own from the venv.
+        #[arg(long, value_enum, default_value = "kvgeom")]
+        connector: cli::ConnectorArg,
+        /// The Python interpreter with vLLM (see `sweep --vllm-python`).
+        #[arg(long, value_name = "PATH")]
+        vllm_python: Option<PathBuf>,
     },
     /// Print a geometry's descriptor lists as tables (what the snapshots hold).
     Layout {
@@ -237,6 +251,51 @@ fn main() -> ExitCode {
     let args = Cli::parse();
     let code = match args.command {
         Command::Sweep {
+            shard: Some(_),
+            connector: cli::ConnectorArg::Vllm,
+            ..
+        } => {
+            eprintln!("error: --shard is not supported with --connector vllm");
+            2
+        }
+        Command::Sweep {
+            paths,
+            prompts,
+            mode,
+            alloc,
+            transport,
+            memory,
+            variant,
+            random,
+            seed,
+            threads: _,
+            format,
+            out,
+            no_shrink: _,
+            compare_host,
+            expect,
+            max_memory: _,
+            shard: None,
+            connector: cli::ConnectorArg::Vllm,
+            vllm_python,
+        } => cli::live_sweep(cli::LiveSweepArgs {
+            paths,
+            prompts,
+            modes: mode.modes(),
+            allocations: alloc.allocations(),
+            random,
+            seed,
+            format,
+            out,
+            expect,
+            vllm_python,
+            transport,
+            memory,
+            defect: variant.defect,
+            policy: variant.policy,
+            compare_host,
+        }),
+        Command::Sweep {
             paths,
             prompts,
             mode,
@@ -254,6 +313,7 @@ fn main() -> ExitCode {
             expect,
             max_memory,
             shard,
+            ..
         } => cli::sweep(cli::SweepArgs {
             paths,
             prompts,
@@ -283,6 +343,32 @@ fn main() -> ExitCode {
             variant,
             transport,
             svg,
+            connector: cli::ConnectorArg::Vllm,
+            vllm_python,
+        } => cli::live_explain(cli::LiveExplainArgs {
+            geometry,
+            prompt,
+            prefix_hit,
+            mode: mode.mode(),
+            allocation: alloc.allocation(),
+            seed,
+            vllm_python,
+            transport,
+            defect: variant.defect,
+            policy: variant.policy,
+            svg: svg.is_some(),
+        }),
+        Command::Explain {
+            geometry,
+            prompt,
+            prefix_hit,
+            mode,
+            alloc,
+            seed,
+            variant,
+            transport,
+            svg,
+            ..
         } => cli::explain(cli::ExplainArgs {
             geometry,
             prompt,

@@ -55,6 +55,7 @@ const LAYERS: &[(&str, Layer)] = &[
     ("oracle", Layer::Harness),
     ("scheduler", Layer::Harness),
     ("scenario", Layer::Harness),
+    ("live", Layer::Harness),
     ("sweep", Layer::Harness),
     ("trace", Layer::Harness),
     ("report", Layer::Harness),

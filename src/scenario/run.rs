@@ -115,7 +115,7 @@ pub fn run_case_detailed(case: &Case, opts: &RunOptions) -> CaseRun {
 }
 
 /// Apply the geometry's expectation about rejections.
-fn judge(geometry: &Geometry, outcome: Outcome, violations: &[oracle::Violation]) -> Outcome {
+pub fn judge(geometry: &Geometry, outcome: Outcome, violations: &[oracle::Violation]) -> Outcome {
     match (outcome, &geometry.expect_rejection) {
         (Outcome::UnexpectedRejection { side, message }, Some(expected))
             if message.contains(expected.as_str()) =>
@@ -344,13 +344,24 @@ fn zero_at_allocation(
     shape: &RequestShape,
     placement: &Placement,
 ) {
+    let decode: Vec<&[HostArena]> = engines.decode.iter().map(|r| r.arenas.as_slice()).collect();
+    zero_decode_at_allocation(&decode, geometry, shape, placement);
+}
+
+/// [`zero_at_allocation`] over decode's arenas (`[rank][region]`).
+pub fn zero_decode_at_allocation(
+    decode: &[&[HostArena]],
+    geometry: &Geometry,
+    shape: &RequestShape,
+    placement: &Placement,
+) {
     let page = geometry.decode.unified_page_bytes(&geometry.model) as usize;
     let hit = (shape.prefix_hit / geometry.decode.logical_block) as usize;
     for (g, blocks) in placement.decode.iter().enumerate() {
         let keep = hit + shape.decode_unzeroed_blocks[g] as usize;
         for &b in blocks.iter().skip(keep) {
-            for rank in &engines.decode {
-                for arena in &rank.arenas {
+            for arenas in decode {
+                for arena in arenas.iter() {
                     arena.write()[b as usize * page..(b as usize + 1) * page].fill(0);
                 }
             }
@@ -414,7 +425,7 @@ fn zeroed_bytes(post: &[(u32, Vec<GroupPostProcess>)], engines: &Engines) -> u64
 
 /// A prefix hit is whole decode blocks, short of the transferred tokens
 /// (a hit of all M tokens loads nothing), and needs prefix caching on D.
-fn check_prefix_hit(geometry: &Geometry, prompt_len: u32, hit: u32) -> Result<(), String> {
+pub fn check_prefix_hit(geometry: &Geometry, prompt_len: u32, hit: u32) -> Result<(), String> {
     if prompt_len == 0 {
         return Err("the prompt length must be at least 1".into());
     }
@@ -438,7 +449,7 @@ fn check_prefix_hit(geometry: &Geometry, prompt_len: u32, hit: u32) -> Result<()
 }
 
 /// D's prefix-hit blocks per group: the request's blocks the transfer skips.
-fn computed_blocks(blocks: &RequestBlocks) -> Vec<u32> {
+pub fn computed_blocks(blocks: &RequestBlocks) -> Vec<u32> {
     blocks
         .decode
         .iter()

@@ -1,0 +1,382 @@
+//! `kvgeom sweep --connector vllm`: the sweep's cases run through vLLM's
+//! own NIXL connector (vllm-driver/), judged by kvgeom's oracles.
+
+use std::path::PathBuf;
+
+use super::{default_paths, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
+use crate::connector::NamedPolicy;
+use crate::geometry::Mode;
+use crate::live::{self, LiveReport};
+use crate::report::sweep_report::{self, Format};
+use crate::scenario::{CaseReport, MemoryKind, TransportKind};
+use crate::scheduler::DecodeAllocation;
+use crate::sweep::expectations::Expectations;
+use crate::sweep::{plan, prompts};
+use crate::variant::Variant;
+
+/// Which connector a sweep runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ConnectorArg {
+    /// kvgeom's Rust connector (the default).
+    #[default]
+    Kvgeom,
+    /// vLLM's own Python connector, from the venv (scripts/install-vllm.sh).
+    Vllm,
+}
+
+/// The sweep options that apply to the live mode, and the ones it refuses.
+pub struct LiveSweepArgs {
+    pub paths: Vec<PathBuf>,
+    pub prompts: Option<String>,
+    pub modes: Vec<Mode>,
+    pub allocations: Option<Vec<DecodeAllocation>>,
+    pub random: Option<usize>,
+    pub seed: u64,
+    pub format: Format,
+    pub out: Option<PathBuf>,
+    pub expect: Option<PathBuf>,
+    pub vllm_python: Option<PathBuf>,
+    /// Refused options, as given.
+    pub transport: TransportKind,
+    pub memory: MemoryKind,
+    pub defect: Option<String>,
+    pub policy: Option<String>,
+    pub compare_host: bool,
+}
+
+/// The expectations file of the pinned vLLM.
+pub const PINNED_EXPECTATIONS: &str = "expected/vllm-0.33.0.toml";
+
+fn refused(args: &LiveSweepArgs) -> Option<String> {
+    if let Some(d) = &args.defect {
+        return Some(format!(
+            "--defect {d}: defects are variants of kvgeom's connector; --connector vllm runs vLLM's own"
+        ));
+    }
+    if let Some(p) = &args.policy {
+        return Some(format!(
+            "--policy {p}: --connector vllm runs vLLM's own connector and compares it with kvgeom's --policy vllm-0.33.0 plan"
+        ));
+    }
+    if args.memory == MemoryKind::Vram {
+        return Some(
+            "--memory vram: the live mode runs vLLM's connector on host tensors (CPU only)".into(),
+        );
+    }
+    if args.transport == TransportKind::Nixl {
+        return Some(
+            "--transport nixl: the live mode moves bytes with the driver's NIXL stand-in".into(),
+        );
+    }
+    if args.compare_host {
+        return Some("--compare-host: the live mode always runs on host memory".into());
+    }
+    None
+}
+
+pub fn live_sweep(args: LiveSweepArgs) -> u8 {
+    if let Some(why) = refused(&args) {
+        eprintln!("error: {why}");
+        return EXIT_BAD_INPUT;
+    }
+    let prompt_list = match args
+        .prompts
+        .as_deref()
+        .map(prompts::parse_prompt_list)
+        .transpose()
+    {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let sources = match plan::load_sources(&default_paths(args.paths.clone())) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let python = match live::find(args.vllm_python.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let expect_path = args.expect.clone().or_else(|| {
+        python
+            .is_pinned()
+            .then(|| live::python::project_root().join(PINNED_EXPECTATIONS))
+    });
+    if !python.is_pinned() {
+        eprintln!(
+            "note: vLLM {} is not the pinned {}: the expectations do not apply; the exit status is a plain sweep's",
+            python.vllm_version,
+            live::PINNED_VLLM
+        );
+    }
+    let expectations = match expect_path.as_deref().map(Expectations::load).transpose() {
+        Ok(e) => e.map(without_messages),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let opts = plan::PlanOptions {
+        prompts: prompt_list,
+        modes: args.modes.clone(),
+        allocations: args.allocations.clone(),
+        variant: Variant::Policy(NamedPolicy::Vllm0330),
+        seed: args.seed,
+    };
+    let cases = match args.random {
+        Some(n) => plan::random(&sources, n, args.seed, &opts),
+        None => plan::grid(&sources, &opts),
+    };
+    let started = std::time::Instant::now();
+    let live = match live::run_batch(&cases, &python, live::CASE_LIMIT) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    eprintln!(
+        "vLLM {} ({}): {} cases in {:.1} s",
+        python.vllm_version,
+        python.python.display(),
+        live.len(),
+        started.elapsed().as_secs_f64()
+    );
+    let text = match args.format {
+        Format::Table => table(&live),
+        Format::Json => json(&live),
+        Format::Junit => {
+            let reports: Vec<CaseReport> = live.iter().map(|l| l.report.clone()).collect();
+            sweep_report::junit(&reports)
+        }
+    };
+    match &args.out {
+        Some(path) => {
+            if let Err(e) = std::fs::write(path, &text) {
+                eprintln!("error: cannot write {}: {e}", path.display());
+                return EXIT_BAD_INPUT;
+            }
+        }
+        None => print!("{text}"),
+    }
+    judge(&live, expectations.as_ref())
+}
+
+/// The expectations without their message texts: a message names kvgeom's
+/// wording of a crash or rejection, vLLM raises its own (often a bare
+/// `AssertionError`). Outcome kinds and oracle sets are still compared.
+fn without_messages(mut e: Expectations) -> Expectations {
+    for f in &mut e.failures {
+        f.message = None;
+    }
+    e
+}
+
+/// Exit status: the expectations (or, without them, every case passing),
+/// and vLLM's plan equal to kvgeom's on every case.
+fn judge(live: &[LiveReport], expectations: Option<&Expectations>) -> u8 {
+    let reports: Vec<CaseReport> = live.iter().map(|l| l.report.clone()).collect();
+    let mut failed = false;
+    let unequal: Vec<&LiveReport> = live.iter().filter(|l| !l.plan.equal).collect();
+    if !unequal.is_empty() {
+        failed = true;
+        eprintln!(
+            "\n{} of {} cases: vLLM's transfers differ from kvgeom's --policy vllm-0.33.0 plan",
+            unequal.len(),
+            live.len()
+        );
+        for l in unequal.iter().take(10) {
+            eprintln!(
+                "- {}: {}",
+                case_label(&l.report),
+                l.plan.first_difference.as_deref().unwrap_or("")
+            );
+        }
+    }
+    match expectations {
+        Some(e) => {
+            let disagreements = e.compare(&reports);
+            if !disagreements.is_empty() {
+                failed = true;
+                eprintln!(
+                    "\n{} disagreements with the expectations:",
+                    disagreements.len()
+                );
+                for d in disagreements.iter().take(20) {
+                    eprintln!("- {d}");
+                }
+            }
+        }
+        None => {
+            let bad: Vec<&CaseReport> = reports.iter().filter(|r| !r.passed()).collect();
+            if !bad.is_empty() {
+                failed = true;
+                eprintln!("\n{} of {} cases failed", bad.len(), reports.len());
+                for r in bad.iter().take(10) {
+                    eprintln!("- {}: {}", case_label(r), r.outcome.describe());
+                }
+            }
+        }
+    }
+    if failed {
+        EXIT_FAILED
+    } else {
+        EXIT_OK
+    }
+}
+
+fn case_label(r: &CaseReport) -> String {
+    format!(
+        "{} N={} h={} {} {}",
+        r.case.geometry_name(),
+        r.case.prompt_len,
+        r.case.prefix_hit,
+        r.case.mode,
+        r.case.allocation.as_str()
+    )
+}
+
+fn table(live: &[LiveReport]) -> String {
+    let reports: Vec<CaseReport> = live.iter().map(|l| l.report.clone()).collect();
+    let mut text = sweep_report::table(&reports);
+    let equal = live.iter().filter(|l| l.plan.equal).count();
+    text.push_str(&format!(
+        "connector: vllm; plan equal to kvgeom's --policy vllm-0.33.0 on {equal} of {} cases\n",
+        live.len()
+    ));
+    text
+}
+
+/// The sweep's JSON report with `"connector": "vllm"` and each case's `plan`.
+fn json(live: &[LiveReport]) -> String {
+    let reports: Vec<CaseReport> = live.iter().map(|l| l.report.clone()).collect();
+    let text = sweep_report::json(&reports, None);
+    let Ok(mut doc) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return text;
+    };
+    doc["connector"] = "vllm".into();
+    if let Some(cases) = doc["cases"].as_array_mut() {
+        for (c, l) in cases.iter_mut().zip(live) {
+            c["connector"] = "vllm".into();
+            c["plan"] = serde_json::to_value(&l.plan).unwrap_or_default();
+        }
+    }
+    serde_json::to_string_pretty(&doc).unwrap_or(text)
+}
+
+/// `kvgeom explain --connector vllm`: one case on vLLM's connector.
+pub struct LiveExplainArgs {
+    pub geometry: PathBuf,
+    pub prompt: u32,
+    pub prefix_hit: u32,
+    pub mode: Mode,
+    pub allocation: DecodeAllocation,
+    pub seed: u64,
+    pub vllm_python: Option<PathBuf>,
+    /// Refused options, as given.
+    pub transport: TransportKind,
+    pub defect: Option<String>,
+    pub policy: Option<String>,
+    pub svg: bool,
+}
+
+pub fn live_explain(args: LiveExplainArgs) -> u8 {
+    let refusal = if args.defect.is_some() || args.policy.is_some() {
+        Some("--defect and --policy select kvgeom's connector; --connector vllm runs vLLM's own")
+    } else if args.transport == TransportKind::Nixl {
+        Some("--transport nixl: the live mode moves bytes with the driver's NIXL stand-in")
+    } else if args.svg {
+        Some("--svg: not available with --connector vllm")
+    } else {
+        None
+    };
+    if let Some(why) = refusal {
+        eprintln!("error: {why}");
+        return EXIT_BAD_INPUT;
+    }
+    let geometry = match crate::geometry::load_geometry(&args.geometry) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    if args.prompt == 0 {
+        eprintln!("error: --prompt must be at least 1");
+        return EXIT_BAD_INPUT;
+    }
+    let python = match live::find(args.vllm_python.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let case = crate::scenario::Case {
+        geometry: std::sync::Arc::new(geometry),
+        file: Some(args.geometry.clone()),
+        prompt_len: args.prompt,
+        prefix_hit: args.prefix_hit,
+        mode: args.mode,
+        allocation: args.allocation,
+        seed: args.seed,
+        variant: Variant::Policy(NamedPolicy::Vllm0330),
+    };
+    let live = match live::run_batch(std::slice::from_ref(&case), &python, live::CASE_LIMIT) {
+        Ok(mut r) if r.len() == 1 => r.remove(0),
+        Ok(_) => {
+            eprintln!("error: the driver returned no case");
+            return EXIT_BAD_INPUT;
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let mut out = format!(
+        "{} (vLLM {} via {})\noutcome: {}\nplan vs kvgeom --policy vllm-0.33.0: {}\n",
+        case_label(&live.report),
+        python.vllm_version,
+        python.python.display(),
+        live.report.outcome.describe(),
+        match &live.plan.first_difference {
+            None => "equal".to_string(),
+            Some(d) => format!("differs: {d}"),
+        }
+    );
+    if let Some(result) = &live.result {
+        for x in &result.xfers {
+            out.push_str(&format!(
+                "transfer: {} {} {} pairs (lists {} -> {}){}\n",
+                x.agent,
+                x.op,
+                x.local_ids.len(),
+                x.local,
+                x.remote,
+                if x.posted { "" } else { ", not posted" }
+            ));
+        }
+    }
+    if let Some(input) = &live.oracle_input {
+        for key in live::run::plan_keys(input) {
+            out.push_str(&format!("  pair: {key}\n"));
+        }
+    }
+    for v in &live.report.violations {
+        out.push_str(&format!("violation: {v}\n"));
+    }
+    print!("{out}");
+    if live.report.passed() {
+        EXIT_OK
+    } else {
+        EXIT_FAILED
+    }
+}

@@ -1,0 +1,11 @@
+//! `--connector vllm`: vLLM's own NIXL connector, driven by the Python
+//! driver in `vllm-driver/` over the same cases as the sweep, judged by
+//! kvgeom's oracles on vLLM's real final memory.
+
+pub mod process;
+pub mod protocol;
+pub mod python;
+pub mod run;
+
+pub use python::{find, Interpreter, INSTALL_SCRIPT, PINNED_VLLM};
+pub use run::{run_batch, run_batch_with, LiveReport, PlanComparison, CASE_LIMIT};

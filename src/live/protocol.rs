@@ -1,0 +1,146 @@
+//! The files kvgeom and the vLLM driver exchange (vllm-driver/README.md).
+//!
+//! kvgeom writes `batch.json` and each case's initial memory; the driver
+//! writes each case's `result.json` and final memory.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::geometry::Geometry;
+
+/// The `format` of `batch.json`.
+pub const BATCH_FORMAT: &str = "kvgeom-vllm-batch/1";
+/// The `format` of each `result.json`.
+pub const RESULT_FORMAT: &str = "kvgeom-vllm-result/1";
+
+/// One batch: every case the driver runs in one process.
+#[derive(Clone, Debug, Serialize)]
+pub struct Batch {
+    /// `BATCH_FORMAT`.
+    pub format: &'static str,
+    /// The driver gives up on a case after this long and reports it `hung`.
+    pub case_timeout_s: f64,
+    /// The cases, run one after another in one process.
+    pub cases: Vec<CaseSpec>,
+}
+
+/// One case as the driver sees it.
+#[derive(Clone, Debug, Serialize)]
+pub struct CaseSpec {
+    /// The case's name in messages (geometry, prompt, hit, mode, allocation).
+    pub id: String,
+    /// Folder of the case's memory files and result, relative to the batch folder.
+    pub dir: String,
+    /// `pull` or `push`.
+    pub mode: String,
+    /// N, the prompt length in tokens.
+    pub prompt_len: u32,
+    /// Tokens decode already holds in its prefix cache.
+    pub prefix_hit: u32,
+    /// Tokens whose KV moves (M).
+    pub transferred_tokens: u32,
+    /// The P/D geometry, as kvgeom's geometry files state it.
+    pub geometry: Geometry,
+    /// The prefill engine's ranks, pool and request blocks.
+    pub prefill: SideSpec,
+    /// The decode engine's ranks, pool and request blocks.
+    pub decode: SideSpec,
+    /// Test hook: the driver skips vLLM's receive post-process (the bytes
+    /// then stay as the READs left them). Omitted when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub skip_receive_post_process: bool,
+}
+
+/// One engine of a case.
+#[derive(Clone, Debug, Serialize)]
+pub struct SideSpec {
+    /// Ranks of the engine.
+    pub tp_size: u32,
+    /// Logical blocks of the engine's pool.
+    pub num_logical_blocks: u32,
+    /// Bytes of one logical block of one layer slot (the unified page).
+    pub page_bytes: u64,
+    /// Layer slots: shared tensors per rank, one memory file each.
+    pub regions: u32,
+    /// Bytes of each region.
+    pub region_bytes: u64,
+    /// The request's logical block ids per KV-cache group.
+    pub request_blocks: Vec<Vec<u32>>,
+    /// Decode only: the blocks the transfer fills (after the prefix hit).
+    pub transfer_blocks: Vec<Vec<u32>>,
+    /// Decode only: prefix-hit blocks per group.
+    pub computed_blocks: Vec<u32>,
+}
+
+/// The agent names kvgeom uses: `prefill-<rank>`, `decode-<rank>`.
+pub fn memory_file(case_dir: &Path, agent: &str, region: u32, stage: &str) -> PathBuf {
+    case_dir.join(format!("{agent}.r{region}.{stage}"))
+}
+
+/// What the driver reports for one case.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct CaseResult {
+    /// `RESULT_FORMAT`.
+    pub format: String,
+    /// `done`, `rejected` (handshake refused), `crashed` (vLLM raised
+    /// after the handshake), `hung` (did not complete within the time-out)
+    /// or `error` (the driver could not build the case).
+    pub status: String,
+    /// `prefill` or `decode`: the engine that refused or raised.
+    #[serde(default)]
+    pub side: Option<String>,
+    /// vLLM's exception text, or why the driver gave up.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// vLLM's tensor of each region, per agent: `(data_ptr, bytes)`.
+    #[serde(default)]
+    pub regions: BTreeMap<String, Vec<(u64, u64)>>,
+    /// Every descriptor list vLLM prepared.
+    #[serde(default)]
+    pub dlists: Vec<DlistRecord>,
+    /// Every transfer vLLM made, in order.
+    #[serde(default)]
+    pub xfers: Vec<XferRecord>,
+    /// Receive post-process calls, as the driver saw them.
+    #[serde(default)]
+    pub post_process: Vec<serde_json::Value>,
+    /// Handshakes: `{agent, remote, ok, message}`.
+    #[serde(default)]
+    pub handshakes: Vec<serde_json::Value>,
+}
+
+/// A prepared descriptor list, rows expanded to `(addr, len, dev)`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct DlistRecord {
+    /// The agent that prepared the list.
+    pub agent: String,
+    /// The list's handle, as the transfers name it.
+    pub handle: u64,
+    /// `local`, or the remote agent's name.
+    pub target: String,
+    /// The NIXL memory type the list was prepared with (`DRAM` or `VRAM`).
+    pub mem: String,
+    /// One `(address, length in bytes, device)` per descriptor.
+    pub rows: Vec<(u64, u64, u32)>,
+}
+
+/// One transfer vLLM made.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct XferRecord {
+    /// The agent that posted the transfer.
+    pub agent: String,
+    /// `READ` or `WRITE`.
+    pub op: String,
+    /// Handle of the local list.
+    pub local: u64,
+    /// Desc ids into the local list; position k pairs with `remote_ids[k]`.
+    pub local_ids: Vec<u32>,
+    /// Handle of the remote list.
+    pub remote: u64,
+    /// Desc ids into the remote list.
+    pub remote_ids: Vec<u32>,
+    /// Whether the transfer was posted (not only created).
+    pub posted: bool,
+}

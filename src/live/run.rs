@@ -1,0 +1,629 @@
+//! Live cases: kvgeom prepares each case's memory exactly as its own
+//! scenario does, the driver runs vLLM's connector on it, and kvgeom judges
+//! vLLM's real final memory with every oracle.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::connector::NamedPolicy;
+use crate::layout::{CaseLayout, RequestBlocks, Side};
+use crate::memory::HostArena;
+use crate::nixl::recording::ResolvedPair;
+use crate::nixl::{AgentId, DescRow, XferOp};
+use crate::oracle::{self, MemoryImages, OracleInput, OraclePair};
+use crate::pattern::{self, DecodeFill};
+use crate::scenario::engines::allocate_ranks;
+use crate::scenario::placement::place;
+use crate::scenario::run::{
+    check_prefix_hit, computed_blocks, judge, run_case_detailed, zero_decode_at_allocation,
+};
+use crate::scenario::{Case, CaseReport, Outcome, RunOptions, Stats};
+use crate::scheduler::request_shape;
+use crate::variant::Variant;
+
+use super::process::run_bounded;
+use super::protocol::{
+    memory_file, Batch, CaseResult, CaseSpec, SideSpec, BATCH_FORMAT, RESULT_FORMAT,
+};
+use super::python::{driver_script, Interpreter};
+
+/// Time the driver may take to import vLLM before its first case.
+pub const IMPORT_LIMIT: Duration = Duration::from_secs(240);
+/// Default time-out of one case inside the driver.
+pub const CASE_LIMIT: Duration = Duration::from_secs(10);
+
+/// vLLM's transfers compared with kvgeom's plan under `--policy vllm-0.33.0`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PlanComparison {
+    /// vLLM posted exactly the pairs kvgeom plans.
+    pub equal: bool,
+    /// The first pair (or list) that differs, when not equal.
+    pub first_difference: Option<String>,
+}
+
+/// One live case: its report (judged on vLLM's final memory) and the plan comparison.
+pub struct LiveReport {
+    /// The case judged on vLLM's real final memory.
+    pub report: CaseReport,
+    /// vLLM's transfers against kvgeom's plan.
+    pub plan: PlanComparison,
+    /// What the driver returned, for `explain` and the tests.
+    pub result: Option<CaseResult>,
+    /// What the oracles judged, for `explain`.
+    pub oracle_input: Option<OracleInput>,
+}
+
+/// A case's memory as kvgeom's scenario prepares it.
+struct Prepared {
+    layout: CaseLayout,
+    transferred_tokens: u32,
+    /// Arena bases `[rank][region]` per side: prefill, decode.
+    bases: [Vec<Vec<u64>>; 2],
+    /// Initial images `[rank][region]` per side.
+    before: [Vec<Vec<Vec<u8>>>; 2],
+    spec: CaseSpec,
+}
+
+fn side_index(side: Side) -> usize {
+    match side {
+        Side::Prefill => 0,
+        Side::Decode => 1,
+    }
+}
+
+/// Shape, placement, allocation, provenance pattern, neighbours and
+/// alloc-time zeroing: the same steps and bytes as `scenario::run`.
+fn prepare(case: &Case, id: &str) -> Result<Prepared, Outcome> {
+    let geometry = &case.geometry;
+    check_prefix_hit(geometry, case.prompt_len, case.prefix_hit)
+        .map_err(|message| Outcome::Error { message })?;
+    let shape = request_shape(geometry, case.prompt_len, case.prefix_hit, case.allocation);
+    let placement = place(geometry, &shape, case.seed).map_err(|e| Outcome::Error {
+        message: e.to_string(),
+    })?;
+    let (p_arenas, d_arenas) = allocate_ranks(geometry, &placement);
+    let bases = |a: &[Vec<HostArena>]| -> Vec<Vec<u64>> {
+        a.iter()
+            .map(|r| r.iter().map(HostArena::base).collect())
+            .collect()
+    };
+    let blocks = RequestBlocks::with_prefix_hit(
+        &geometry.model,
+        geometry.decode.logical_block,
+        placement.decode.clone(),
+        placement.prefill.clone(),
+        case.prefix_hit,
+    );
+    let layout = CaseLayout::from_bases(
+        (**geometry).clone(),
+        case.mode,
+        blocks.clone(),
+        bases(&d_arenas),
+        placement.decode_pool,
+        bases(&p_arenas),
+        placement.prefill_pool,
+    )
+    .map_err(|e| Outcome::Error {
+        message: format!("layout model: {e}"),
+    })?;
+    for (rank, arenas) in p_arenas.iter().enumerate() {
+        pattern::fill_prefill_arenas(&layout, rank as u32, arenas).map_err(|e| Outcome::Error {
+            message: e.to_string(),
+        })?;
+    }
+    for (rank, arenas) in d_arenas.iter().enumerate() {
+        pattern::fill_decode_arenas(
+            &layout,
+            rank as u32,
+            arenas,
+            DecodeFill::SentinelWithNeighbours,
+        )
+        .map_err(|e| Outcome::Error {
+            message: e.to_string(),
+        })?;
+    }
+    let decode: Vec<&[HostArena]> = d_arenas.iter().map(Vec::as_slice).collect();
+    zero_decode_at_allocation(&decode, geometry, &shape, &placement);
+    let images = |a: &[Vec<HostArena>]| -> Vec<Vec<Vec<u8>>> {
+        a.iter()
+            .map(|r| r.iter().map(HostArena::snapshot).collect())
+            .collect()
+    };
+    let side_spec = |side: Side, pool: u32, request: Vec<Vec<u32>>| {
+        let engine = match side {
+            Side::Prefill => &geometry.prefill,
+            Side::Decode => &geometry.decode,
+        };
+        let page = engine.unified_page_bytes(&geometry.model);
+        SideSpec {
+            tp_size: engine.tp_size,
+            num_logical_blocks: pool,
+            page_bytes: page,
+            regions: geometry.model.layer_slots,
+            region_bytes: u64::from(pool) * page,
+            request_blocks: request,
+            transfer_blocks: Vec::new(),
+            computed_blocks: Vec::new(),
+        }
+    };
+    let mut decode_spec = side_spec(Side::Decode, placement.decode_pool, blocks.decode.clone());
+    decode_spec.transfer_blocks = blocks.decode_transfer.clone();
+    decode_spec.computed_blocks = computed_blocks(&blocks);
+    let spec = CaseSpec {
+        id: id.to_string(),
+        dir: id.to_string(),
+        mode: case.mode.as_str().to_string(),
+        prompt_len: case.prompt_len,
+        prefix_hit: case.prefix_hit,
+        transferred_tokens: shape.transferred_tokens,
+        geometry: (**geometry).clone(),
+        prefill: side_spec(
+            Side::Prefill,
+            placement.prefill_pool,
+            blocks.prefill.clone(),
+        ),
+        decode: decode_spec,
+        skip_receive_post_process: false,
+    };
+    Ok(Prepared {
+        layout,
+        transferred_tokens: shape.transferred_tokens,
+        bases: [bases(&p_arenas), bases(&d_arenas)],
+        before: [images(&p_arenas), images(&d_arenas)],
+        spec,
+    })
+}
+
+fn write_inputs(dir: &Path, prepared: &Prepared) -> Result<(), String> {
+    let case_dir = dir.join(&prepared.spec.dir);
+    std::fs::create_dir_all(&case_dir)
+        .map_err(|e| format!("cannot create {}: {e}", case_dir.display()))?;
+    for side in [Side::Prefill, Side::Decode] {
+        for (rank, regions) in prepared.before[side_index(side)].iter().enumerate() {
+            for (region, bytes) in regions.iter().enumerate() {
+                let path = memory_file(
+                    &case_dir,
+                    &side.agent_name(rank as u32),
+                    region as u32,
+                    "in",
+                );
+                std::fs::write(&path, bytes)
+                    .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A fresh scratch folder for one batch.
+fn scratch_dir() -> PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    std::env::temp_dir().join(format!(
+        "kvgeom-live-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+/// Run every case through vLLM's connector in one driver process.
+/// `Err` when the driver cannot run at all (the caller exits 2).
+pub fn run_batch(
+    cases: &[Case],
+    python: &Interpreter,
+    case_limit: Duration,
+) -> Result<Vec<LiveReport>, String> {
+    run_batch_with(cases, python, case_limit, false)
+}
+
+/// [`run_batch`], optionally with vLLM's receive post-process skipped (a
+/// test hook: a fault that only the bytes reveal).
+pub fn run_batch_with(
+    cases: &[Case],
+    python: &Interpreter,
+    case_limit: Duration,
+    skip_receive_post_process: bool,
+) -> Result<Vec<LiveReport>, String> {
+    let dir = scratch_dir();
+    let result = run_batch_in(&dir, cases, python, case_limit, skip_receive_post_process);
+    if std::env::var_os("KVGEOM_KEEP_LIVE").is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    result
+}
+
+fn run_batch_in(
+    dir: &Path,
+    cases: &[Case],
+    python: &Interpreter,
+    case_limit: Duration,
+    skip_receive_post_process: bool,
+) -> Result<Vec<LiveReport>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let mut prepared = Vec::new();
+    for (i, case) in cases.iter().enumerate() {
+        let mut p = prepare(case, &format!("c{i}"));
+        if let Ok(p) = &mut p {
+            p.spec.skip_receive_post_process = skip_receive_post_process;
+        }
+        if let Ok(p) = &p {
+            write_inputs(dir, p)?;
+        }
+        prepared.push(p);
+    }
+    let batch = Batch {
+        format: BATCH_FORMAT,
+        case_timeout_s: case_limit.as_secs_f64(),
+        cases: prepared
+            .iter()
+            .filter_map(|p| p.as_ref().ok().map(|p| p.spec.clone()))
+            .collect(),
+    };
+    let text = serde_json::to_string(&batch).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("batch.json"), text).map_err(|e| e.to_string())?;
+    let script = driver_script();
+    if !script.is_file() {
+        return Err(format!("the driver is missing: {}", script.display()));
+    }
+    let mut cmd = Command::new(&python.python);
+    cmd.arg(&script).arg(dir);
+    let limit = IMPORT_LIMIT + case_limit * (batch.cases.len() as u32 + 1);
+    let done = run_bounded(cmd, &dir.join("driver"), limit)?;
+    if done.status != Some(0) && !done.timed_out() {
+        return Err(format!(
+            "the vLLM driver ({}) failed with status {:?}:\n{}",
+            python.python.display(),
+            done.status,
+            done.stderr_tail(15)
+        ));
+    }
+    let killed = done.timed_out();
+    let kvgeom_policy = |case: &Case| Case {
+        variant: Variant::Policy(NamedPolicy::Vllm0330),
+        ..case.clone()
+    };
+    let mut out = Vec::new();
+    for (case, p) in cases.iter().zip(prepared) {
+        let reference = run_case_detailed(&kvgeom_policy(case), &RunOptions::default());
+        let reference_plan = match &reference.oracle_input {
+            Some(input) => Ok(plan_keys(input)),
+            None => Err(reference.report.outcome.describe()),
+        };
+        let live = match p {
+            Err(outcome) => LiveReport {
+                plan: not_run(&outcome.describe()),
+                report: report(case, judge(&case.geometry, outcome, &[])),
+                result: None,
+                oracle_input: None,
+            },
+            Ok(p) => judge_case(dir, case, p, killed, &reference_plan),
+        };
+        out.push(live);
+    }
+    Ok(out)
+}
+
+fn report(case: &Case, outcome: Outcome) -> CaseReport {
+    CaseReport {
+        case: case.clone(),
+        outcome,
+        stats: Stats::default(),
+        violations: Vec::new(),
+    }
+}
+
+fn parse_side(s: Option<&str>) -> Side {
+    match s {
+        Some("prefill") => Side::Prefill,
+        _ => Side::Decode,
+    }
+}
+
+fn read_result(case_dir: &Path) -> Result<CaseResult, String> {
+    let path = case_dir.join("result.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let r: CaseResult =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    if r.format != RESULT_FORMAT {
+        return Err(format!(
+            "{}: format {} is not {RESULT_FORMAT}",
+            path.display(),
+            r.format
+        ));
+    }
+    Ok(r)
+}
+
+fn judge_case(
+    dir: &Path,
+    case: &Case,
+    p: Prepared,
+    killed: bool,
+    reference_plan: &Result<Vec<String>, String>,
+) -> LiveReport {
+    let case_dir = dir.join(&p.spec.dir);
+    let result = match read_result(&case_dir) {
+        Ok(r) => r,
+        Err(e) => {
+            let outcome = if killed {
+                Outcome::Hung {
+                    message:
+                        "the vLLM driver was stopped at its time-out before this case finished"
+                            .into(),
+                }
+            } else {
+                Outcome::Error {
+                    message: format!("the vLLM driver left no result: {e}"),
+                }
+            };
+            return LiveReport {
+                plan: not_run(&outcome.describe()),
+                report: report(case, outcome),
+                result: None,
+                oracle_input: None,
+            };
+        }
+    };
+    let message = result.message.clone().unwrap_or_default();
+    let side = parse_side(result.side.as_deref());
+    let outcome = match result.status.as_str() {
+        "done" => Outcome::Passed,
+        "rejected" => Outcome::UnexpectedRejection { side, message },
+        "crashed" => Outcome::Crashed { side, message },
+        "hung" => Outcome::Hung { message },
+        _ => Outcome::Error {
+            message: format!("vLLM driver: {message}"),
+        },
+    };
+    if let Outcome::Error { message } = &outcome {
+        return LiveReport {
+            report: report(case, outcome.clone()),
+            plan: not_run(message),
+            result: Some(result),
+            oracle_input: None,
+        };
+    }
+    if outcome != Outcome::Passed {
+        let plan = compare_plans(reference_plan, &Err(outcome.describe()));
+        return LiveReport {
+            report: report(case, judge(&case.geometry, outcome, &[])),
+            plan,
+            result: Some(result),
+            oracle_input: None,
+        };
+    }
+    let pairs = match resolve_pairs(&result, &p) {
+        Ok(pairs) => pairs,
+        Err(message) => {
+            return LiveReport {
+                report: report(case, Outcome::Error { message }),
+                plan: not_run("its transfers could not be resolved"),
+                result: Some(result),
+                oracle_input: None,
+            }
+        }
+    };
+    let mut input = OracleInput::new(p.layout.clone(), case.prompt_len, case.prefix_hit, pairs)
+        .with_transferred_tokens(p.transferred_tokens);
+    let [p_before, d_before] = p.before;
+    for (side, before) in [(Side::Prefill, p_before), (Side::Decode, d_before)] {
+        for (rank, before) in before.into_iter().enumerate() {
+            let agent = side.agent_name(rank as u32);
+            let mut after = Vec::new();
+            for (region, initial) in before.iter().enumerate() {
+                let path = memory_file(&case_dir, &agent, region as u32, "out");
+                match std::fs::read(&path) {
+                    Ok(bytes) if bytes.len() == initial.len() => after.push(bytes),
+                    Ok(bytes) => {
+                        let message = format!(
+                            "{}: {} bytes, expected {}",
+                            path.display(),
+                            bytes.len(),
+                            initial.len()
+                        );
+                        return LiveReport {
+                            report: report(case, Outcome::Error { message }),
+                            plan: not_run("no final memory"),
+                            result: Some(result),
+                            oracle_input: None,
+                        };
+                    }
+                    Err(e) => {
+                        let message = format!("final memory {}: {e}", path.display());
+                        return LiveReport {
+                            report: report(case, Outcome::Error { message }),
+                            plan: not_run("no final memory"),
+                            result: Some(result),
+                            oracle_input: None,
+                        };
+                    }
+                }
+            }
+            input.set_memory(side, rank as u32, MemoryImages { before, after });
+        }
+    }
+    let violations = oracle::run_all(&input);
+    let posted: Vec<&OraclePair> = input.posted_pairs().collect();
+    let stats = Stats {
+        pairs: posted.len() as u64,
+        transferred_bytes: posted.iter().map(|p| p.destination.row.len).sum(),
+        zeroed_bytes: 0,
+        // vLLM owns the tensors: kvgeom's estimate of its own run does not apply.
+        memory_bytes: 0,
+    };
+    let plan = compare_plans(reference_plan, &Ok(plan_keys(&input)));
+    let outcome = judge(&case.geometry, Outcome::Passed, &violations);
+    LiveReport {
+        report: CaseReport {
+            case: case.clone(),
+            outcome,
+            stats,
+            violations,
+        },
+        plan,
+        result: Some(result),
+        oracle_input: Some(input),
+    }
+}
+
+/// vLLM's addresses moved onto kvgeom's arenas: same region, same offset.
+fn relocate(result: &CaseResult, p: &Prepared, agent: &str, row: DescRow) -> DescRow {
+    let Some((side, rank)) = Side::parse_agent_name(agent) else {
+        return row;
+    };
+    let kvgeom = &p.bases[side_index(side)];
+    if let (Some(vllm), Some(ours)) = (result.regions.get(agent), kvgeom.get(rank as usize)) {
+        for (i, &(base, len)) in vllm.iter().enumerate() {
+            if row.addr >= base && row.addr < base + len {
+                if let Some(&to) = ours.get(i) {
+                    return DescRow {
+                        addr: to + (row.addr - base),
+                        ..row
+                    };
+                }
+            }
+        }
+    }
+    row
+}
+
+fn resolve_pairs(
+    result: &CaseResult,
+    p: &Prepared,
+) -> Result<Vec<ResolvedPair<crate::layout::Location>>, String> {
+    let lists: HashMap<(&str, u64), &super::protocol::DlistRecord> = result
+        .dlists
+        .iter()
+        .map(|d| ((d.agent.as_str(), d.handle), d))
+        .collect();
+    let mut out = Vec::new();
+    for (xi, x) in result.xfers.iter().enumerate() {
+        let op = match x.op.as_str() {
+            "READ" => XferOp::Read,
+            "WRITE" => XferOp::Write,
+            other => return Err(format!("transfer {xi}: unknown operation {other}")),
+        };
+        let local = lists
+            .get(&(x.agent.as_str(), x.local))
+            .ok_or_else(|| format!("transfer {xi}: unknown local list {}", x.local))?;
+        let remote = lists
+            .get(&(x.agent.as_str(), x.remote))
+            .ok_or_else(|| format!("transfer {xi}: unknown remote list {}", x.remote))?;
+        let remote_agent = remote.target.clone();
+        for (pi, (&l, &r)) in x.local_ids.iter().zip(&x.remote_ids).enumerate() {
+            let (Some(&lr), Some(&rr)) = (local.rows.get(l as usize), remote.rows.get(r as usize))
+            else {
+                continue;
+            };
+            let lrow = relocate(
+                result,
+                p,
+                &x.agent,
+                DescRow {
+                    addr: lr.0,
+                    len: lr.1,
+                    dev: lr.2,
+                },
+            );
+            let rrow = relocate(
+                result,
+                p,
+                &remote_agent,
+                DescRow {
+                    addr: rr.0,
+                    len: rr.1,
+                    dev: rr.2,
+                },
+            );
+            out.push(ResolvedPair {
+                xfer: xi,
+                pair: pi,
+                op,
+                initiator: AgentId(0),
+                remote_agent: remote_agent.clone(),
+                local: lrow,
+                remote: rrow,
+                local_location: p.layout.classify_named(&x.agent, lrow),
+                remote_location: p.layout.classify_named(&remote_agent, rrow),
+                posted: x.posted,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Where a row lies, independent of addresses: `agent rREGION+OFFSET/LEN`.
+fn place_of(layout: &CaseLayout, row: DescRow) -> String {
+    for side in [Side::Prefill, Side::Decode] {
+        for engine in layout.engines(side) {
+            if let Some((region, offset)) = engine.locate(row.addr, row.len) {
+                return format!("{} r{region}+{offset}/{}", engine.agent_name(), row.len);
+            }
+        }
+    }
+    format!("unregistered {:#x}/{}", row.addr, row.len)
+}
+
+/// Every posted pair as `op source -> destination` (agent, region, offset
+/// and length of each end), sorted.
+pub fn plan_keys(input: &OracleInput) -> Vec<String> {
+    let mut keys: Vec<String> = input
+        .posted_pairs()
+        .map(|p| {
+            format!(
+                "{:?} {} -> {}",
+                p.op,
+                place_of(&input.case, p.source.row),
+                place_of(&input.case, p.destination.row)
+            )
+        })
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// No comparison: vLLM's connector did not run the case (a driver or
+/// harness error), which never counts as agreeing.
+fn not_run(why: &str) -> PlanComparison {
+    PlanComparison {
+        equal: false,
+        first_difference: Some(format!("vLLM's connector did not run the case: {why}")),
+    }
+}
+
+fn compare_plans(
+    kvgeom: &Result<Vec<String>, String>,
+    vllm: &Result<Vec<String>, String>,
+) -> PlanComparison {
+    let first_difference = match (kvgeom, vllm) {
+        (Err(_), Err(_)) => None,
+        (Ok(k), Err(v)) => Some(format!(
+            "kvgeom's plan moves {} pairs; vLLM made no transfers ({v})",
+            k.len()
+        )),
+        (Err(k), Ok(v)) => Some(format!(
+            "kvgeom's connector stops ({k}); vLLM moved {} pairs",
+            v.len()
+        )),
+        (Ok(k), Ok(v)) => {
+            let at = k.iter().zip(v).position(|(a, b)| a != b);
+            match at {
+                Some(i) => Some(format!("pair {i}: kvgeom {} ; vLLM {}", k[i], v[i])),
+                None if k.len() != v.len() => Some(format!(
+                    "kvgeom's plan has {} pairs, vLLM's {}",
+                    k.len(),
+                    v.len()
+                )),
+                None => None,
+            }
+        }
+    };
+    PlanComparison {
+        equal: first_difference.is_none(),
+        first_difference,
+    }
+}

@@ -1,0 +1,223 @@
+//! `--connector vllm`: vLLM's own NIXL connector under kvgeom's oracles.
+//!
+//! The tests that run vLLM need its venv (`scripts/install-vllm.sh`, or an
+//! interpreter named by `KVGEOM_VLLM_PYTHON`); without it they print why
+//! they are skipped and return. The refusals and the missing-venv error
+//! need no venv.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use kvgeom::connector::NamedPolicy;
+use kvgeom::geometry::Mode;
+use kvgeom::layout::Side;
+use kvgeom::live::{self, Interpreter, LiveReport};
+use kvgeom::oracle;
+use kvgeom::scenario::{run_case, Case, Outcome, RunOptions};
+use kvgeom::scheduler::DecodeAllocation;
+use kvgeom::sweep::plan;
+use kvgeom::variant::Variant;
+
+fn kvgeom(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kvgeom"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run kvgeom")
+}
+
+/// The interpreter, or `None` after printing why the test is skipped.
+fn interpreter(test: &str) -> Option<Interpreter> {
+    match live::find(None) {
+        Ok(p) => Some(p),
+        Err(why) => {
+            println!("{test}: skipped: no vLLM venv ({why})");
+            None
+        }
+    }
+}
+
+fn cases(file: &str, prompts: &[u32]) -> Vec<Case> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("geometries")
+        .join(file);
+    let sources = plan::load_sources(&[path]).expect("geometry loads");
+    plan::grid(
+        &sources,
+        &plan::PlanOptions {
+            prompts: Some(prompts.to_vec()),
+            modes: vec![Mode::Pull],
+            allocations: Some(vec![DecodeAllocation::Mainline]),
+            variant: Variant::Policy(NamedPolicy::Vllm0330),
+            seed: 0,
+        },
+    )
+}
+
+fn kind(o: &Outcome) -> &'static str {
+    o.label()
+}
+
+#[test]
+fn missing_interpreter_is_exit_2_naming_the_install_script() {
+    let out = kvgeom(&[
+        "sweep",
+        "--connector",
+        "vllm",
+        "--vllm-python",
+        "/nonexistent/bin/python",
+        "geometries/deepseek-mla.toml",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("scripts/install-vllm.sh"), "{err}");
+    assert!(err.contains("/nonexistent/bin/python"), "{err}");
+}
+
+#[test]
+fn options_that_do_not_apply_are_refused() {
+    for (args, word) in [
+        (&["--defect", "two-path-zeroing"][..], "--defect"),
+        (&["--memory", "vram"][..], "--memory vram"),
+        (&["--transport", "nixl"][..], "--transport nixl"),
+        (&["--policy", "kvgeom"][..], "--policy"),
+    ] {
+        let mut all = vec![
+            "sweep",
+            "--connector",
+            "vllm",
+            "geometries/deepseek-mla.toml",
+        ];
+        all.extend_from_slice(args);
+        let out = kvgeom(&all);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(word), "{args:?}: {err}");
+    }
+}
+
+/// A handful of cases end to end: vLLM's verdict and plan agree with
+/// kvgeom's `--policy vllm-0.33.0` reproduction, and the oracles judged
+/// memory vLLM's worker wrote.
+#[test]
+fn vllm_agrees_with_the_reproduction_on_a_handful_of_cases() {
+    let Some(python) = interpreter("vllm_agrees_with_the_reproduction_on_a_handful_of_cases")
+    else {
+        return;
+    };
+    let mut all = cases("deepseek-mla.toml", &[65, 129]);
+    all.extend(cases("gqa-kernel-ratio4.toml", &[5]));
+    all.extend(cases("llama-gqa-prefix-cache.toml", &[37]));
+    all.extend(cases("mla-decode-logical-larger.toml", &[3]));
+    all.extend(cases("gqa-prefill-logical-larger.toml", &[5]));
+    assert!(all.len() >= 6);
+    let live = live::run_batch(&all, &python, Duration::from_secs(30)).expect("driver runs");
+    assert_eq!(live.len(), all.len());
+    let mut moved = 0;
+    for (case, l) in all.iter().zip(&live) {
+        let label = format!(
+            "{} N={} h={}",
+            case.geometry_name(),
+            case.prompt_len,
+            case.prefix_hit
+        );
+        let reference = run_case(case, &RunOptions::default());
+        assert!(l.plan.equal, "{label}: {:?}", l.plan.first_difference);
+        assert_eq!(
+            kind(&l.report.outcome),
+            kind(&reference.outcome),
+            "{label}: vLLM {} / kvgeom {}",
+            l.report.outcome.describe(),
+            reference.outcome.describe()
+        );
+        let got: Vec<_> = l.report.violations.iter().map(|v| v.oracle).collect();
+        let want: Vec<_> = reference.violations.iter().map(|v| v.oracle).collect();
+        let (mut got, mut want) = (got, want);
+        got.sort();
+        got.dedup();
+        want.sort();
+        want.dedup();
+        assert_eq!(got, want, "{label}");
+        if let Some(input) = &l.oracle_input {
+            let images = input.memory(Side::Decode, 0).expect("decode memory");
+            if images.before != images.after {
+                moved += 1;
+            }
+        }
+    }
+    assert!(
+        moved >= 4,
+        "vLLM's final memory differs from the initial one in {moved} cases"
+    );
+}
+
+/// A fault that only the bytes reveal: with vLLM's receive post-process
+/// skipped, its transfers are still the right ones (plan equal, descriptor
+/// oracles clean), but decode's pages stay in prefill's sub-block layout;
+/// only the byte-level oracles, run on vLLM's real final memory, see it.
+#[test]
+fn only_the_bytes_reveal_a_skipped_receive_post_process() {
+    let Some(python) = interpreter("only_the_bytes_reveal_a_skipped_receive_post_process") else {
+        return;
+    };
+    let all = cases("gqa-kernel-ratio4.toml", &[5, 16]);
+    let healthy = live::run_batch(&all, &python, Duration::from_secs(30)).expect("driver runs");
+    let faulty =
+        live::run_batch_with(&all, &python, Duration::from_secs(30), true).expect("driver runs");
+    for (ok, bad) in healthy.iter().zip(&faulty) {
+        let label = format!("N={}", ok.report.case.prompt_len);
+        check_healthy(ok, &label);
+        assert!(bad.plan.equal, "{label}: {:?}", bad.plan.first_difference);
+        let input = bad.oracle_input.as_ref().expect("oracle input");
+        assert!(
+            oracle::run_descriptor_level(input).is_empty(),
+            "{label}: descriptor-level oracles must not see the fault"
+        );
+        assert_eq!(bad.report.outcome, Outcome::Violations, "{label}");
+        assert!(
+            bad.report
+                .violations
+                .iter()
+                .any(|v| v.oracle == "transferred_or_zeroed"),
+            "{label}: {:?}",
+            bad.report.violations
+        );
+    }
+}
+
+fn check_healthy(l: &LiveReport, label: &str) {
+    assert!(
+        l.report.passed(),
+        "{label}: {}",
+        l.report.outcome.describe()
+    );
+    assert!(l.report.violations.is_empty(), "{label}");
+}
+
+#[test]
+fn explain_with_vllm_refuses_kvgeom_variants_and_names_a_missing_venv() {
+    let out = kvgeom(&[
+        "explain",
+        "geometries/deepseek-mla.toml",
+        "--prompt",
+        "65",
+        "--connector",
+        "vllm",
+        "--policy",
+        "kvgeom",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = kvgeom(&[
+        "explain",
+        "geometries/deepseek-mla.toml",
+        "--prompt",
+        "65",
+        "--connector",
+        "vllm",
+        "--vllm-python",
+        "/nonexistent/python",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("scripts/install-vllm.sh"));
+}

@@ -1,0 +1,171 @@
+"""A NIXL stand-in for vLLM's connector workers: it keeps every prepared
+descriptor list and transfer, and moves the bytes each transfer names
+between the real host tensors, by address."""
+
+import ctypes
+import itertools
+
+
+class Fabric:
+    """Every stand-in agent of one case: names, memory, notifications, log."""
+
+    def __init__(self):
+        self.agents = {}  # vLLM's agent name -> FakeNixlWrapper
+        self.alias = {}  # vLLM's agent name -> kvgeom's agent name
+        self.pending_alias = None
+        self.dlists = []
+        self.xfers = []
+        self.handles = itertools.count(1)
+
+    def name_of(self, vllm_name):
+        return self.alias.get(vllm_name, vllm_name)
+
+
+FABRIC = [None]
+
+
+def current():
+    return FABRIC[0]
+
+
+class FakeNixlWrapper:
+    """The surface of `nixl._api.nixl_agent` that vLLM's worker calls."""
+
+    def __init__(self, name, config=None, *args, **kwargs):
+        fabric = current()
+        self.fabric = fabric
+        self.name = name
+        fabric.agents[name] = self
+        if fabric.pending_alias is not None:
+            fabric.alias[name] = fabric.pending_alias
+            fabric.pending_alias = None
+        self.notifs = []
+        self.regions = []
+        self.lists = {}
+        self.xfer_table = {}
+
+    # -- memory and metadata --
+    def create_backend(self, *args, **kwargs):
+        return None
+
+    def get_reg_descs(self, descs, mem_type=None, *args, **kwargs):
+        return (list(descs), mem_type)
+
+    def register_memory(self, descs, *args, **kwargs):
+        rows = descs[0] if isinstance(descs, tuple) else descs
+        self.regions.extend(rows)
+
+    def deregister_memory(self, *args, **kwargs):
+        return None
+
+    def get_agent_metadata(self):
+        return self.name.encode()
+
+    def add_remote_agent(self, metadata):
+        return bytes(metadata).decode()
+
+    def remove_remote_agent(self, name):
+        return None
+
+    def check_remote_metadata(self, *args, **kwargs):
+        return True
+
+    # -- descriptor lists --
+    def prep_xfer_dlist(self, agent_name, descs, mem_type=None, *args, **kwargs):
+        rows = expand(descs)
+        handle = next(self.fabric.handles)
+        target = "local" if agent_name in ("", "NIXL_INIT_AGENT") else agent_name
+        self.lists[handle] = rows
+        self.fabric.dlists.append(
+            {
+                "agent": self.name,
+                "handle": handle,
+                "target": target,
+                "mem": str(mem_type),
+                "rows": rows,
+            }
+        )
+        return handle
+
+    def release_dlist_handle(self, handle):
+        return None
+
+    # -- transfers --
+    def make_prepped_xfer(
+        self, op, local, local_ids, remote, remote_ids, notif_msg=b"", *args, **kwargs
+    ):
+        handle = next(self.fabric.handles)
+        record = {
+            "agent": self.name,
+            "op": str(op).upper(),
+            "local": local,
+            "local_ids": [int(i) for i in local_ids],
+            "remote": remote,
+            "remote_ids": [int(i) for i in remote_ids],
+            "posted": False,
+            "notif": bytes(notif_msg or b""),
+        }
+        self.xfer_table[handle] = record
+        self.fabric.xfers.append(record)
+        return handle
+
+    def transfer(self, handle, *args, **kwargs):
+        record = self.xfer_table[handle]
+        record["posted"] = True
+        local = self.lists[record["local"]]
+        remote = self.lists[record["remote"]]
+        for li, ri in zip(record["local_ids"], record["remote_ids"]):
+            la, ll, _ = local[li]
+            ra, rl, _ = remote[ri]
+            n = min(ll, rl)
+            if record["op"] == "READ":
+                ctypes.memmove(la, ra, n)
+            else:
+                ctypes.memmove(ra, la, n)
+        if record["notif"]:
+            remote_name = next(
+                d["target"] for d in self.fabric.dlists if d["handle"] == record["remote"]
+            )
+            peer = self.fabric.agents.get(remote_name)
+            if peer is not None:
+                peer.notifs.append((self.name, record["notif"]))
+        return "DONE"
+
+    def check_xfer_state(self, handle):
+        return "DONE"
+
+    def release_xfer_handle(self, handle):
+        return None
+
+    def get_xfer_telemetry(self, handle):
+        return None
+
+    # -- notifications --
+    def send_notif(self, agent_name, notif_msg):
+        peer = self.fabric.agents.get(agent_name)
+        if peer is not None:
+            peer.notifs.append((self.name, bytes(notif_msg)))
+
+    def get_new_notifs(self):
+        out = {}
+        for sender, msg in self.notifs:
+            out.setdefault(sender, []).append(msg)
+        self.notifs = []
+        return out
+
+
+def expand(descs):
+    """Rows `(addr, len, dev)` of a list given as strided runs
+    `(addr, len, dev, stride, count)` or as plain rows."""
+    if isinstance(descs, tuple) and len(descs) == 2:
+        descs = descs[0]
+    rows = []
+    for d in list(descs):
+        d = [int(x) for x in d]
+        if len(d) >= 5:
+            addr, length, dev, stride, count = d[:5]
+            for k in range(count):
+                rows.append((addr + k * stride, length, dev))
+        else:
+            rows.append((d[0], d[1], d[2]))
+    return rows

@@ -1,0 +1,368 @@
+"""One kvgeom case on vLLM's real NIXL connector workers (pull mode).
+
+Real: vLLM's VllmConfig, KV-cache specs and config, NixlConnectorWorker
+(registration, add_remote_agent, _read_blocks_for_req, get_finished with the
+receive post-process). Faked: NIXL (fake_nixl), the platform, the attention
+backend and the TP group.
+"""
+
+import ctypes
+import json
+import os
+import tempfile
+import traceback
+
+import torch
+
+import vllm
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl import base_worker
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl.worker import NixlConnectorWorker
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl.metadata import (
+    NixlAgentMetadata,
+    RemoteMeta,
+    ReqMeta,
+)
+from vllm.v1 import kv_cache_interface as kvi
+from vllm.v1.kv_cache_layout import KVCacheLayout
+from vllm.v1.worker.utils import allocate_kv_cache
+
+import fake_nixl
+
+VLLM_VERSION = vllm.__version__
+
+# An OPT-125m style model config: VllmConfig needs a ModelConfig; the
+# geometry itself comes from the KV-cache specs built below.
+OPT_CONFIG = {
+    "architectures": ["OPTForCausalLM"],
+    "model_type": "opt",
+    "hidden_size": 4096,
+    "num_attention_heads": 64,
+    "num_hidden_layers": 12,
+    "ffn_dim": 3072,
+    "max_position_embeddings": 2048,
+    "vocab_size": 50272,
+    "word_embed_proj_dim": 4096,
+    "do_layer_norm_before": True,
+    "torch_dtype": "float16",
+    "bos_token_id": 2,
+    "eos_token_id": 2,
+    "pad_token_id": 1,
+}
+
+
+def agent(side, rank):
+    """kvgeom's agent name of a rank."""
+    return f"{side}-{rank}"
+
+
+class _TP:
+    rank = 0
+    size = 1
+
+
+base_worker.NixlWrapper = fake_nixl.FakeNixlWrapper
+base_worker.check_nixl_version = lambda *a, **k: None
+base_worker.get_tensor_model_parallel_rank = lambda: _TP.rank
+base_worker.get_tensor_model_parallel_world_size = lambda: _TP.size
+
+_real_platform = base_worker.current_platform
+
+
+class _Platform:
+    """The platform as a CUDA machine; everything else from the real one."""
+
+    device_type = "cuda"
+
+    def get_nixl_memory_type(self):
+        return None
+
+    def set_device(self, device):
+        return None
+
+    def synchronize(self, *args, **kwargs):
+        return None
+
+    def __getattr__(self, name):
+        return getattr(_real_platform, name)
+
+
+base_worker.current_platform = _Platform()
+
+# Host tensors on a CPU-only machine: no pinned staging copies.
+import vllm.utils.torch_utils as _torch_utils  # noqa: E402
+
+_torch_utils.PIN_MEMORY = False
+
+_MODEL_DIR = [None]
+
+
+def model_dir():
+    if _MODEL_DIR[0] is None:
+        d = tempfile.mkdtemp(prefix="kvgeom-opt-config-")
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(OPT_CONFIG, f)
+        _MODEL_DIR[0] = d
+    return _MODEL_DIR[0]
+
+
+class _Backend:
+    """Stand-in attention backend: a name and the page shape."""
+
+    name = "FLASH_ATTN"
+
+    @classmethod
+    def get_name(cls):
+        return cls.name
+
+    @classmethod
+    def get_supported_kernel_block_sizes(cls, *args, **kwargs):
+        return [cls.kernel]
+
+    @classmethod
+    def full_cls_name(cls):
+        return ("kvgeom", cls.name)
+
+
+def backend_for(geometry, engine):
+    attn = geometry["model"].get("attention") or {}
+    name = "FLASHMLA" if attn.get("kind") == "mla" else "FLASH_ATTN"
+    return type(f"Backend_{name}", (_Backend,), {"name": name, "kernel": engine["kernel_block"]})
+
+
+class Unsupported(Exception):
+    pass
+
+
+def vllm_layout_name(engine):
+    return {"NHD": "LBNHC", "HND": "LBHNC"}.get(engine.get("layout", "NHD"), engine.get("layout"))
+
+
+def build_vllm_config(geometry, engine, side, tp_size):
+    from vllm.config import (
+        CacheConfig,
+        DeviceConfig,
+        KVTransferConfig,
+        ModelConfig,
+        ParallelConfig,
+        VllmConfig,
+    )
+
+    model_config = ModelConfig(model=model_dir(), skip_tokenizer_init=True)
+    attn = geometry["model"].get("attention") or {}
+    if attn.get("kind") == "mla":
+        model_config.__class__ = _mla_model_config_class(type(model_config))
+    elif attn:
+        heads = attn["total_kv_heads"]
+        model_config.get_total_num_kv_heads = lambda: heads
+    cache = CacheConfig(
+        block_size=engine["logical_block"],
+        enable_prefix_caching=engine.get("prefix_caching", False),
+    )
+    cache.kv_cache_layout = vllm_layout_name(engine)
+    kvt = KVTransferConfig(
+        kv_connector="NixlConnector",
+        kv_role="kv_consumer" if side == "decode" else "kv_producer",
+        # A host-buffer engine stages through CPU buffers; otherwise pin the
+        # buffer to the faked device, as on a GPU.
+        kv_buffer_device="cpu" if engine.get("host_buffer") else "cuda",
+    )
+    return VllmConfig(
+        model_config=model_config,
+        cache_config=cache,
+        parallel_config=ParallelConfig(tensor_parallel_size=tp_size),
+        kv_transfer_config=kvt,
+        device_config=DeviceConfig(device="cpu"),
+    )
+
+
+_MLA_CLASSES = {}
+
+
+def _mla_model_config_class(cls):
+    """The model config class with `use_mla` true (the OPT config is not MLA)."""
+    if cls not in _MLA_CLASSES:
+        _MLA_CLASSES[cls] = type(f"MLA{cls.__name__}", (cls,), {"use_mla": property(lambda self: True)})
+    return _MLA_CLASSES[cls]
+
+
+def warm():
+    """Build one model config before the first case (its first build is slow)."""
+    from vllm.config import ModelConfig
+
+    ModelConfig(model=model_dir(), skip_tokenizer_init=True)
+
+
+def dtype_of(nbytes):
+    return {1: torch.uint8, 2: torch.bfloat16, 4: torch.float32}[nbytes]
+
+
+def build_engine(spec, side, rank, case_dir):
+    """vLLM's KV-cache config and tensors for one rank, loaded from kvgeom's files."""
+    geometry = spec["geometry"]
+    model = geometry["model"]
+    engine = geometry[side]
+    s = spec[side]
+    if model.get("mamba") is not None or model["groups"] != ["attention"]:
+        raise Unsupported(
+            "hybrid (attention + mamba) geometries: the driver builds attention-only caches so far"
+        )
+    attn = model["attention"]
+    kernel = engine["kernel_block"]
+    logical = engine["logical_block"]
+    tp = engine["tp_size"]
+    ratio = logical // kernel
+    num_blocks = s["num_logical_blocks"]
+    if attn["kind"] == "mla":
+        spec_obj = kvi.MLAAttentionSpec(
+            block_size=logical,
+            num_kv_heads=1,
+            head_size=attn["head_size"],
+            dtype=dtype_of(attn["dtype_bytes"]),
+        )
+    else:
+        heads = max(1, attn["total_kv_heads"] // tp)
+        spec_obj = kvi.FullAttentionSpec(
+            block_size=logical,
+            num_kv_heads=heads,
+            head_size=attn["head_size"],
+            dtype=dtype_of(attn["dtype_bytes"]),
+        )
+    names = [f"model.layers.{i}.self_attn" for i in range(s["regions"])]
+    region_bytes = s["region_bytes"]
+    # One backing allocation; layer l's pages start l regions in (the
+    # layer-compact layouts LBNHC/LBHNC), as the engine core resolves them.
+    tensor = kvi.KVCacheTensor(
+        size=region_bytes * len(names),
+        layers=list(names),
+        layer_stride=region_bytes,
+        block_stride=s["page_bytes"],
+    )
+    kv_cache_config = kvi.KVCacheConfig(
+        num_blocks=num_blocks,
+        kv_cache_tensors=[tensor],
+        kv_cache_groups=[kvi.KVCacheGroupSpec(layer_names=names, kv_cache_spec=spec_obj)],
+    )
+    layout = KVCacheLayout[vllm_layout_name(engine)]
+    kv_cache_config.kv_cache_layout = layout.name
+    tensors = allocate_kv_cache(kv_cache_config, torch.device("cpu"), layout, [kernel])
+    base = next(iter(tensors.values())).untyped_storage().data_ptr()
+    raw = []
+    for i, name in enumerate(names):
+        path = os.path.join(case_dir, f"{agent(side, rank)}.r{i}.in")
+        data = open(path, "rb").read()
+        if len(data) != region_bytes:
+            raise Unsupported(f"{path}: {len(data)} bytes, expected {region_bytes}")
+        addr = base + i * region_bytes
+        ctypes.memmove(addr, data, region_bytes)
+        raw.append((addr, region_bytes))
+    return kv_cache_config, tensors, raw
+
+
+def make_worker(spec, side, rank, fabric, case_dir):
+    geometry = spec["geometry"]
+    engine = geometry[side]
+    cfg = build_vllm_config(geometry, engine, side, engine["tp_size"])
+    kv_cache_config, tensors, raw = build_engine(spec, side, rank, case_dir)
+    backend = backend_for(geometry, engine)
+    base_worker.get_current_attn_backends = lambda *a, **k: [backend]
+    _TP.rank, _TP.size = rank, engine["tp_size"]
+    fabric.pending_alias = agent(side, rank)
+    w = NixlConnectorWorker(cfg, side, kv_cache_config)
+    w.register_kv_caches(tensors)
+    return w, raw
+
+
+def run(spec, case_dir):
+    if spec["mode"] != "pull":
+        return {"status": "error", "message": "push mode: not driven yet"}
+    fabric = fake_nixl.Fabric()
+    fake_nixl.FABRIC[0] = fabric
+    geometry = spec["geometry"]
+    ranks = {}
+    try:
+        for side in ("prefill", "decode"):
+            for r in range(geometry[side]["tp_size"]):
+                ranks[(side, r)] = make_worker(spec, side, r, fabric, case_dir)
+    except Unsupported as e:
+        return {"status": "error", "message": str(e)}
+    regions = {}
+    for (side, r), (w, raw) in ranks.items():
+        regions[agent(side, r)] = list(raw)
+    result = {"regions": regions, "handshakes": [], "post_process": []}
+    p_tp = geometry["prefill"]["tp_size"]
+    d_tp = geometry["decode"]["tp_size"]
+    for d in range(d_tp):
+        dw, _ = ranks[("decode", d)]
+        _TP.rank, _TP.size = d, d_tp
+        for p in range(p_tp):
+            pw, _ = ranks[("prefill", p)]
+            try:
+                agent_meta = _agent_metadata(pw)
+                name = dw.add_remote_agent(agent_meta, remote_tp_rank=p, remote_tp_size=p_tp)
+                # What the handshake's completion records (the caller's part).
+                dw._remote_agents["prefill"][(0, p)] = name
+                dw._engine_clock_offset["prefill"] = 0.0
+                result["handshakes"].append({"agent": agent("decode", d), "remote": agent("prefill", p), "ok": True})
+            except Exception as e:
+                result.update(status="rejected", side="decode", message=f"{type(e).__name__}: {e}", trace=traceback.format_exc())
+                return finish(result, ranks, fabric, case_dir)
+    try:
+        for d in range(d_tp):
+            dw, _ = ranks[("decode", d)]
+            _TP.rank, _TP.size = d, d_tp
+            req = ReqMeta(
+                local_block_ids=tuple(tuple(g) for g in spec["decode"]["transfer_blocks"]),
+                local_physical_block_ids=dw._logical_to_kernel_block_ids(
+                    [list(g) for g in spec["decode"]["transfer_blocks"]],
+                    dw._physical_blocks_per_logical_kv_block,
+                ),
+                tp_size=p_tp,
+                local_num_computed_blocks=tuple(spec["decode"]["computed_blocks"]),
+                remote=RemoteMeta(
+                    block_ids=[list(g) for g in spec["prefill"]["request_blocks"]],
+                    host="localhost",
+                    port=0,
+                    engine_id="prefill",
+                    request_id="req-p",
+                    num_tokens=spec["transferred_tokens"],
+                ),
+            )
+            dw._recving_metadata["req-d"] = req
+            if spec.get("skip_receive_post_process"):
+                dw.post_process_device_kv_on_receive = lambda *a, **k: None
+            dw._read_blocks_for_req("req-d", req)
+            done_sending, done_recving = dw.get_finished()
+            result["post_process"].append({"agent": agent("decode", d), "done_recving": sorted(done_recving)})
+    except Exception as e:
+        result.update(status="crashed", side="decode", message=f"{type(e).__name__}: {e}", trace=traceback.format_exc())
+        return finish(result, ranks, fabric, case_dir)
+    result["status"] = "done"
+    return finish(result, ranks, fabric, case_dir)
+
+
+def _agent_metadata(worker):
+    import msgspec
+
+    payload = worker.xfer_handshake_metadata
+    if isinstance(payload, dict):
+        payload = next(iter(payload.values()))
+    raw = getattr(payload, "agent_metadata_bytes", None)
+    if raw is None:
+        return payload
+    return msgspec.msgpack.decode(raw, type=NixlAgentMetadata)
+
+
+def finish(result, ranks, fabric, case_dir):
+    for (side, r), (w, raw) in ranks.items():
+        for i, (addr, length) in enumerate(raw):
+            with open(os.path.join(case_dir, f"{agent(side, r)}.r{i}.out"), "wb") as f:
+                f.write(ctypes.string_at(addr, length))
+    name = fabric.name_of
+    result["dlists"] = [
+        {**d, "agent": name(d["agent"]), "target": d["target"] if d["target"] == "local" else name(d["target"])}
+        for d in fabric.dlists
+    ]
+    result["xfers"] = [
+        {k: v for k, v in {**x, "agent": name(x["agent"])}.items() if k != "notif"} for x in fabric.xfers
+    ]
+    return result
