@@ -39,16 +39,29 @@ pub const THREADS_PER_CORE: usize = 4;
 /// Why an input file was not read.
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
+    /// Reading the file's metadata or its bytes failed.
     #[error("{}: cannot read: {source}", path.display())]
     Io {
+        /// The input.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
+    /// The path is not a regular file.
     #[error("{}: not a regular file (a folder, FIFO, device or socket); give a file", path.display())]
-    NotRegular { path: PathBuf },
+    NotRegular {
+        /// The input.
+        path: PathBuf,
+    },
+    /// The file, or the decompressed stream, holds more than `limit` bytes.
     #[error("{}: larger than the input limit of {limit} bytes", path.display())]
-    TooLarge { path: PathBuf, limit: u64 },
+    TooLarge {
+        /// The input.
+        path: PathBuf,
+        /// The limit it exceeds, in bytes.
+        limit: u64,
+    },
 }
 
 impl InputError {

@@ -6,6 +6,8 @@ use serde::Serialize;
 use super::dtype::CacheDtype;
 use super::families::{AttentionArch, ModelArch};
 
+/// One rank's attention KV cache of one layer: the heads it holds and the
+/// bytes one token takes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct AttentionSizes {
     /// `"full"` (K and V per head, heads sharded) or `"mla"` (one latent, replicated).
@@ -16,12 +18,17 @@ pub struct AttentionSizes {
     pub kv_heads_per_rank: u64,
     /// Elements per head; the latent width for MLA.
     pub head_size: u64,
+    /// Bytes per element of the KV cache dtype (the model dtype for `auto`).
     pub dtype_bytes: u64,
     /// Bytes of one token of one layer on one rank.
     pub bytes_per_token: u64,
 }
 
 impl AttentionSizes {
+    /// The sizes on one rank of a `tp`-way engine whose KV cache holds
+    /// `cache_dtype`: full attention takes `2 x kv_heads_per_rank x head_size
+    /// x dtype_bytes` bytes per token, MLA `head_size x dtype_bytes` on every
+    /// rank.
     pub fn of(model: &ModelArch, tp: u64, cache_dtype: CacheDtype) -> AttentionSizes {
         let dtype_bytes = cache_dtype.resolve(model.dtype).bytes();
         let head_size = model.attention.head_size();

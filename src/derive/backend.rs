@@ -20,6 +20,9 @@ pub enum Gpu {
 }
 
 impl Gpu {
+    /// Parse `--gpu`, case-insensitive: `sm90`, `hopper`, `h100` or `h200`
+    /// for Hopper, `sm100`, `blackwell` or `b200` for Blackwell; anything
+    /// else is [`DeriveError::UnknownGpu`].
     pub fn parse(name: &str) -> Result<Gpu, DeriveError> {
         match name.to_ascii_lowercase().as_str() {
             "sm90" | "hopper" | "h100" | "h200" => Ok(Gpu::Sm90),
@@ -30,6 +33,7 @@ impl Gpu {
         }
     }
 
+    /// The name messages and reports use: `sm90` or `sm100`.
     pub fn name(self) -> &'static str {
         match self {
             Gpu::Sm90 => "sm90",
@@ -45,18 +49,33 @@ impl Gpu {
     }
 }
 
+/// A vLLM 0.33.0 attention backend on CUDA (`--attention-backend`): the
+/// first three serve GQA/MHA models, the MLA ones only MLA models.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
+    /// `FLASH_ATTN`: FlashAttention, kernel blocks `MultipleOf(16)` (exactly
+    /// 128 for head size 256 on sm100); vLLM's default for GQA on sm90.
     FlashAttn,
+    /// `FLASHINFER`: FlashInfer, kernel blocks 16, 32 or 64 (also 128 to 1024
+    /// on sm100 with the TRTLLM kernels); vLLM's default for GQA on sm100.
     FlashInfer,
+    /// `TRITON_ATTN`: the Triton attention kernels, kernel blocks
+    /// `MultipleOf(16)`; vLLM's fallback.
     TritonAttn,
+    /// `FLASHMLA`: FlashMLA (sm90 and sm100), kernel block 64 only.
     FlashMla,
+    /// `CUTLASS_MLA`: CUTLASS MLA (sm100 only), kernel block 128 only.
     CutlassMla,
+    /// `FLASHINFER_MLA`: FlashInfer's MLA kernels (sm100 only), kernel blocks
+    /// 32 or 64.
     FlashInferMla,
+    /// `FLASH_ATTN_MLA`: FlashAttention's MLA kernels (sm90 only), kernel
+    /// blocks `MultipleOf(16)`.
     FlashAttnMla,
 }
 
 impl Backend {
+    /// Every backend, in the order the unknown-backend message lists them.
     pub const ALL: [Backend; 7] = [
         Backend::FlashAttn,
         Backend::FlashInfer,
@@ -92,6 +111,8 @@ impl Backend {
             })
     }
 
+    /// Whether the backend is an MLA backend; the selector refuses an MLA
+    /// backend for a non-MLA model and the reverse.
     pub fn is_mla(self) -> bool {
         matches!(
             self,
@@ -112,11 +133,14 @@ impl fmt::Display for Backend {
 /// One entry of `get_supported_kernel_block_sizes`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KernelSize {
+    /// Exactly this many tokens per kernel block (a plain `int` entry).
     Exact(u64),
+    /// Any multiple of this many tokens (vLLM's `MultipleOf`).
     MultipleOf(u64),
 }
 
 impl KernelSize {
+    /// The entry's token count: the exact size, or the base of a `MultipleOf`.
     pub fn base(self) -> u64 {
         match self {
             KernelSize::Exact(n) | KernelSize::MultipleOf(n) => n,
@@ -136,13 +160,18 @@ impl fmt::Display for KernelSize {
 /// What the backend checks look at: one rank's attention as the selector sees it.
 #[derive(Clone, Copy, Debug)]
 pub struct AttentionContext {
+    /// The GPU generation the engine runs on.
     pub gpu: Gpu,
+    /// Whether the model's attention is MLA (one replicated latent per token).
     pub model_is_mla: bool,
+    /// Elements per head as vLLM's `get_head_size` reports it: for MLA the
+    /// latent width `kv_lora_rank + qk_rope_head_dim`.
     pub head_size: u64,
     /// Query heads of one rank (`num_attention_heads / tp`).
     pub q_heads_per_rank: u64,
     /// KV heads of one rank.
     pub kv_heads_per_rank: u64,
+    /// The attention KV cache dtype (fp8 rules out FA4's 128-token blocks).
     pub cache_dtype: CacheDtype,
 }
 

@@ -15,9 +15,14 @@ pub const MLA_HYBRID_ALIGNMENT: u64 = 128;
 /// What the alignment looks at.
 #[derive(Clone, Copy, Debug)]
 pub struct BlockInputs<'a> {
+    /// The backend's kernel block sizes for this deployment.
     pub kernel_sizes: &'a [KernelSize],
+    /// `--block-size` in tokens, when given (a hybrid model may still raise it).
     pub user_block: Option<u64>,
+    /// Whether the model is MLA: a hybrid MLA model aligns to at least
+    /// [`MLA_HYBRID_ALIGNMENT`] tokens.
     pub is_mla: bool,
+    /// Bytes one token takes in one attention layer on one rank.
     pub attention_bytes_per_token: u64,
     /// One rank's mamba state of one layer; `None` for a model without mamba.
     pub mamba_state_bytes: Option<u64>,
@@ -26,10 +31,20 @@ pub struct BlockInputs<'a> {
 /// The block before alignment and the logical block after it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockChoice {
+    /// Tokens per block before alignment: `--block-size`, else
+    /// [`DEFAULT_BLOCK_SIZE`] when the backend accepts it, else the
+    /// backend's smallest kernel size.
     pub preferred: u64,
+    /// Tokens per logical (scheduler) block after the hybrid alignment;
+    /// `preferred` for a model without mamba state.
     pub logical: u64,
 }
 
+/// The logical block of one engine. For a hybrid model the alignment `A` is
+/// the larger of the smallest kernel size and the preferred block (at least
+/// 128 for MLA); the block grows to `A x ceil(mamba bytes / (A x attention
+/// bytes per token))` tokens, rounded up to a multiple of the smallest
+/// kernel size, so that one attention page holds a rank's mamba state.
 pub fn logical_block(inputs: &BlockInputs) -> BlockChoice {
     let sizes = inputs.kernel_sizes;
     let block = inputs

@@ -17,17 +17,27 @@ use super::mamba_state::{mamba_state, MambaState};
 /// The options of one engine (`vllm serve` flags).
 #[derive(Clone, Copy, Debug)]
 pub struct EngineOptions {
+    /// Tensor-parallel size (`--tensor-parallel-size`); at least 1.
     pub tp: u64,
+    /// The attention backend (`--attention-backend`).
     pub backend: Backend,
+    /// The GPU generation the engine runs on.
     pub gpu: Gpu,
     /// `--block-size`; `None` lets vLLM choose.
     pub block_size: Option<u64>,
+    /// The attention KV cache dtype (`--kv-cache-dtype`).
     pub cache_dtype: CacheDtype,
+    /// `--mamba-cache-dtype`: the mamba conv state's dtype, and the SSM
+    /// state's when `mamba_ssm_cache_dtype` is `auto` and the family does
+    /// not fix it.
     pub mamba_cache_dtype: MambaDtype,
+    /// `--mamba-ssm-cache-dtype`: the mamba SSM (temporal) state's dtype.
     pub mamba_ssm_cache_dtype: MambaDtype,
 }
 
 impl EngineOptions {
+    /// A `tp`-way engine on `backend` with every other option at its
+    /// default: sm90, no `--block-size`, and `auto` for all three dtypes.
     pub fn new(tp: u64, backend: Backend) -> Self {
         EngineOptions {
             tp,
@@ -44,15 +54,23 @@ impl EngineOptions {
 /// What vLLM 0.33.0 computes for one engine. Sizes are of one rank and one layer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct EngineDerivation {
+    /// The config's HF `model_type`.
     pub model_type: String,
+    /// Tensor-parallel size.
     pub tp: u64,
+    /// vLLM's name of the attention backend (e.g. `FLASH_ATTN`).
     pub backend: &'static str,
+    /// The GPU generation: `sm90` or `sm100`.
     pub gpu: &'static str,
     /// `--block-size` as given.
     pub block_size_option: Option<u64>,
+    /// The KV cache dtype as vLLM's `--kv-cache-dtype` names it.
     pub cache_dtype: &'static str,
+    /// One rank's attention heads and bytes per token.
     pub attention: AttentionSizes,
+    /// Bytes one token takes in one attention layer on one rank.
     pub attention_bytes_per_token: u64,
+    /// One rank's mamba state shapes, dtypes and bytes; `None` without mamba.
     pub mamba: Option<MambaState>,
     /// One rank's mamba state (conv + SSM bytes); `None` without mamba.
     pub mamba_state_bytes: Option<u64>,
@@ -60,7 +78,10 @@ pub struct EngineDerivation {
     pub kernel_sizes: Vec<String>,
     /// The block before hybrid alignment (the backend's preference or `--block-size`).
     pub block_before_alignment: u64,
+    /// Tokens per logical (scheduler) block, after the hybrid alignment.
     pub logical_block: u64,
+    /// Tokens per kernel block: the logical block when the backend accepts
+    /// it, else the backend's largest fixed size that divides it.
     pub kernel_block: u64,
     /// Kernel blocks per logical block.
     pub ppl: u64,
@@ -91,6 +112,11 @@ fn check_heads(model: &ModelArch, tp: u64) -> Result<(), DeriveError> {
     Ok(())
 }
 
+/// Derive one engine as vLLM 0.33.0 would start it: the TP checks on the
+/// heads, the backend selector's checks, one rank's attention and mamba
+/// sizes, and the logical and kernel blocks. Fails on a zero `--tp` or
+/// `--block-size`, an fp8 cache on an MLA model, or a deployment vLLM
+/// refuses ([`DeriveError::Refused`]).
 pub fn derive_engine(
     model: &ModelArch,
     options: &EngineOptions,

@@ -9,18 +9,34 @@ use super::hf_config::HfConfig;
 /// A supported model family, keyed by the config's `model_type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Family {
+    /// `qwen3_next`: Qwen3-Next, Gated DeltaNet (GDN) layers with full
+    /// attention every few layers.
     Qwen3Next,
+    /// `nemotron_h`: Nemotron-H and Nemotron-Nano-v2, Mamba2 and attention
+    /// layers.
     NemotronH,
+    /// `kimi_linear`: Kimi-Linear, Kimi Delta Attention (KDA) layers with
+    /// MLA layers.
     KimiLinear,
+    /// `falcon_h1`: Falcon-H1, attention and Mamba2 side by side in every
+    /// layer.
     FalconH1,
+    /// `granitemoehybrid`: Granite-4.0-H, Mamba2 and attention layers.
     GraniteMoeHybrid,
+    /// `jamba`: Jamba, Mamba1 layers with an attention layer every
+    /// `attn_layer_period` layers.
     Jamba,
+    /// `zamba2`: Zamba2, Mamba2 in every layer and a shared attention block
+    /// in its hybrid layers.
     Zamba2,
+    /// `deepseek_v3`: DeepSeek-V3, MLA only (no mamba state).
     DeepseekV3,
+    /// `llama`: Llama, dense GQA only (no mamba state).
     Llama,
 }
 
 impl Family {
+    /// Every supported family.
     pub const ALL: [Family; 9] = [
         Family::Qwen3Next,
         Family::NemotronH,
@@ -63,6 +79,7 @@ impl Family {
         }
     }
 
+    /// The family whose HF `model_type` this is; `None` for an unsupported one.
     pub fn from_model_type(model_type: &str) -> Option<Family> {
         Family::ALL
             .into_iter()
@@ -90,24 +107,35 @@ impl Family {
 pub enum AttentionArch {
     /// GQA/MHA: K and V per KV head, heads sharded over TP.
     Full {
+        /// Query heads over all ranks (`num_attention_heads`).
         num_attention_heads: u64,
+        /// KV heads over all ranks (`num_key_value_heads`, default: the
+        /// query heads).
         total_kv_heads: u64,
+        /// Elements per head (`head_dim`, else `hidden_size /
+        /// num_attention_heads`, unless the family fixes it).
         head_size: u64,
     },
     /// Multi-head latent attention: one latent of `kv_lora_rank +
     /// qk_rope_head_dim` per token, the same on every rank.
     Mla {
+        /// Query heads over all ranks (`num_attention_heads`).
         num_attention_heads: u64,
+        /// Width of the compressed KV latent, in elements (`kv_lora_rank`).
         kv_lora_rank: u64,
+        /// Width of the rotary key part stored beside it, in elements
+        /// (`qk_rope_head_dim`).
         qk_rope_head_dim: u64,
     },
 }
 
 impl AttentionArch {
+    /// Whether this is multi-head latent attention.
     pub fn is_mla(&self) -> bool {
         matches!(self, AttentionArch::Mla { .. })
     }
 
+    /// Query heads over all ranks; TP must divide them.
     pub fn num_attention_heads(&self) -> u64 {
         match self {
             AttentionArch::Full {
@@ -137,34 +165,66 @@ impl AttentionArch {
 /// The mamba-style state's dimensions over all ranks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MambaArch {
+    /// Mamba1 (Jamba): conv state `I/tp x (K - 1)`, SSM state `I/tp x
+    /// state_size`.
     Mamba1 {
+        /// `I`, the inner channels (`mamba_expand x hidden_size`).
         intermediate_size: u64,
+        /// SSM state size per channel (`mamba_d_state`).
         state_size: u64,
+        /// Conv kernel width `K` (`mamba_d_conv`); the conv state keeps `K - 1`
+        /// rows.
         conv_kernel: u64,
     },
+    /// Mamba2 (Nemotron-H, Falcon-H1, Granite-4.0-H, Zamba2): conv state
+    /// `(I + 2 x groups x state_size)/tp x (K - 1)`, SSM state `heads/tp x
+    /// head_dim x state_size`, groups replicated when TP does not divide them.
     Mamba2 {
+        /// `I`, the inner channels (x of the conv's x | B | C).
         intermediate_size: u64,
+        /// B/C groups over all ranks, before replication.
         n_groups: u64,
+        /// SSM heads over all ranks.
         num_heads: u64,
+        /// Channels per SSM head.
         head_dim: u64,
+        /// SSM state size per head channel (`d_state`).
         state_size: u64,
+        /// Conv kernel width `K`; the conv state keeps `K - 1` rows.
         conv_kernel: u64,
     },
+    /// Gated DeltaNet (Qwen3-Next): conv state `(2 x k_heads x k_dim +
+    /// v_heads x v_dim)/tp x (K - 1)`, recurrent state `v_heads/tp x v_dim x
+    /// k_dim`.
     Gdn {
+        /// Key (and query) heads over all ranks (`linear_num_key_heads`).
         num_k_heads: u64,
+        /// Value heads over all ranks (`linear_num_value_heads`).
         num_v_heads: u64,
+        /// Channels per key head (`linear_key_head_dim`).
         head_k_dim: u64,
+        /// Channels per value head (`linear_value_head_dim`).
         head_v_dim: u64,
+        /// Conv kernel width `K` (`linear_conv_kernel_dim`); the conv state
+        /// keeps `K - 1` rows.
         conv_kernel: u64,
     },
+    /// Kimi Delta Attention (Kimi-Linear), as of vLLM 0.33.0: one conv state
+    /// `(3 x heads x head_dim)/tp x (K - 1)` (Q | K | V), recurrent state
+    /// `heads/tp x head_dim x head_dim`.
     Kda {
+        /// KDA heads over all ranks (`linear_attn_config.num_heads`).
         num_heads: u64,
+        /// Channels per head (`linear_attn_config.head_dim`).
         head_dim: u64,
+        /// Conv kernel width `K` (`short_conv_kernel_size`); the conv state
+        /// keeps `K - 1` rows.
         conv_kernel: u64,
     },
 }
 
 impl MambaArch {
+    /// The kind's name in derive reports: `mamba1`, `mamba2`, `gdn` or `kda`.
     pub fn kind_name(&self) -> &'static str {
         match self {
             MambaArch::Mamba1 { .. } => "mamba1",
@@ -178,10 +238,14 @@ impl MambaArch {
 /// What a model's config says about its KV cache.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelArch {
+    /// The family, from `model_type`.
     pub family: Family,
     /// The model dtype vLLM runs with `--dtype auto`.
     pub dtype: Dtype,
+    /// The attention layers' heads over all ranks.
     pub attention: AttentionArch,
+    /// The mamba-style layers' dimensions over all ranks; `None` for a model
+    /// with attention only.
     pub mamba: Option<MambaArch>,
     /// Layers with an attention KV cache.
     pub attention_layers: u64,
@@ -195,6 +259,8 @@ pub struct ModelArch {
 }
 
 impl ModelArch {
+    /// Whether the model has mamba state besides attention (vLLM aligns its
+    /// block size).
     pub fn is_hybrid(&self) -> bool {
         self.mamba.is_some()
     }

@@ -10,7 +10,10 @@ use super::error::DeriveError;
 /// A parsed `config.json`: its top-level object, where it came from and its `model_type`.
 #[derive(Clone, Debug)]
 pub struct HfConfig {
+    /// Where the config came from, for messages: the path, followed by the
+    /// field name for a nested table.
     pub source: String,
+    /// The config's `model_type` (never empty).
     pub model_type: String,
     fields: Map<String, Value>,
 }

@@ -12,17 +12,23 @@ use super::families::{MambaArch, ModelArch};
 /// One rank's state of one mamba layer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct MambaState {
+    /// The state's kind: `mamba1`, `mamba2`, `gdn` or `kda`.
     pub kind: &'static str,
     /// Conv state shape `[channels, kernel - 1]` of one rank.
     pub conv_shape: [u64; 2],
     /// The conv channels of one rank split into the sub-projections the
     /// connector transfers separately (x | B | C, Q | K | V, or one).
     pub conv_split: Vec<u64>,
+    /// The conv state's dtype name (e.g. `bfloat16`).
     pub conv_dtype: &'static str,
+    /// Bytes of one rank's conv state: channels x (kernel - 1) x dtype bytes.
     pub conv_bytes: u64,
     /// Temporal state shape of one rank.
     pub ssm_shape: Vec<u64>,
+    /// The temporal state's dtype name (e.g. `float32`).
     pub ssm_dtype: &'static str,
+    /// Bytes of one rank's temporal state: the product of its shape x dtype
+    /// bytes.
     pub ssm_bytes: u64,
     /// Mamba2 only: groups after replication for head shards
     /// (`n_groups + (tp - n_groups)` when TP does not divide them).

@@ -12,7 +12,9 @@ use super::families::ModelArch;
 /// Both engines' options and what the geometry file should hold besides.
 #[derive(Clone, Debug)]
 pub struct PairOptions {
+    /// The prefill (P) engine's options.
     pub prefill: EngineOptions,
+    /// The decode (D) engine's options.
     pub decode: EngineOptions,
     /// Layer slots (shared tensors) to model; default: vLLM's group size.
     pub layer_slots: Option<u32>,
@@ -26,13 +28,18 @@ pub struct PairOptions {
 /// kinds in the order of their first layer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LayerGroups {
+    /// Layers per KV-cache group (also the default layer slots).
     pub group_size: u64,
+    /// The kind of each group, in vLLM's order.
     pub groups: Vec<GroupKind>,
     /// Layers per kind, to say how full the last group of each kind is.
     pub attention_layers: u64,
+    /// Layers with mamba state.
     pub mamba_layers: u64,
 }
 
+/// The KV-cache groups of `model`; a model with one kind of layer has one
+/// group of all its layers.
 pub fn layer_groups(model: &ModelArch) -> LayerGroups {
     let (a, m) = (model.attention_layers, model.mamba_layers);
     if model.mamba.is_none() || m == 0 || a == 0 {
@@ -69,9 +76,13 @@ pub fn layer_groups(model: &ModelArch) -> LayerGroups {
 /// A derived pair: both engines and the geometry.
 #[derive(Clone, Debug)]
 pub struct PairDerivation {
+    /// The prefill engine.
     pub prefill: EngineDerivation,
+    /// The decode engine.
     pub decode: EngineDerivation,
+    /// The model's KV-cache groups.
     pub groups: LayerGroups,
+    /// The geometry file for the pair (name and description left empty).
     pub geometry: Geometry,
 }
 
@@ -147,6 +158,10 @@ fn engine_geometry(e: &EngineDerivation, mla: bool) -> Result<EngineGeometry, De
     })
 }
 
+/// Derive both engines and the geometry file for the pair. Fails when an
+/// engine fails, when the engines disagree on what the file states once for
+/// the model (attention, mamba state), when Mamba2 groups are replicated
+/// differently at the two TP sizes, or when `--layer-slots` is 0.
 pub fn derive_pair(
     model: &ModelArch,
     options: &PairOptions,

@@ -17,10 +17,13 @@ pub struct MemoryEstimate {
     pub prefill_rank_bytes: u64,
     /// One decode rank's arenas, all layer slots.
     pub decode_rank_bytes: u64,
+    /// Prefill ranks (the prefill engine's TP size).
     pub prefill_ranks: u32,
+    /// Decode ranks (the decode engine's TP size).
     pub decode_ranks: u32,
-    /// Logical blocks in each prefill / decode rank's pool.
+    /// Logical blocks in each prefill rank's pool.
     pub prefill_pool: u32,
+    /// Logical blocks in each decode rank's pool.
     pub decode_pool: u32,
     /// Every arena of both engines.
     pub arena_bytes: u64,
