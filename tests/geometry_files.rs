@@ -180,7 +180,7 @@ fn shipped_files_start_with_a_comment_and_have_a_description() {
             "{} must start with a comment",
             path.display()
         );
-        let geometry = load_geometry(&path).unwrap();
+        let geometry = kvgeom::derive::load_geometry_file(&path).unwrap();
         assert!(geometry.description.len() > 20, "{}", path.display());
     }
 }
