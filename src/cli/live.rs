@@ -11,7 +11,7 @@ use crate::report::sweep_report::{self, Format};
 use crate::scenario::{CaseReport, MemoryKind, TransportKind};
 use crate::scheduler::DecodeAllocation;
 use crate::sweep::expectations::Expectations;
-use crate::sweep::{plan, prompts};
+use crate::sweep::plan;
 use crate::variant::Variant;
 
 /// Which connector a sweep runs.
@@ -79,17 +79,9 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
         eprintln!("error: {why}");
         return EXIT_BAD_INPUT;
     }
-    let prompt_list = match args
-        .prompts
-        .as_deref()
-        .map(prompts::parse_prompt_list)
-        .transpose()
-    {
+    let prompt_list = match super::prompts_option(args.prompts.as_deref()) {
         Ok(p) => p,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return EXIT_BAD_INPUT;
-        }
+        Err(code) => return code,
     };
     let sources = match plan::load_sources(&default_paths(args.paths.clone())) {
         Ok(s) => s,

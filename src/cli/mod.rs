@@ -81,6 +81,16 @@ impl VariantArgs {
     }
 }
 
+/// `--prompts LIST`, parsed, or exit 2 naming the option.
+pub(crate) fn prompts_option(text: Option<&str>) -> Result<Option<Vec<u32>>, u8> {
+    text.map(crate::sweep::prompts::parse_prompt_list)
+        .transpose()
+        .map_err(|e| {
+            eprintln!("error: --prompts: {e}");
+            EXIT_BAD_INPUT
+        })
+}
+
 /// The default geometry folder when no path is given.
 pub(crate) fn default_paths(paths: Vec<std::path::PathBuf>) -> Vec<std::path::PathBuf> {
     if paths.is_empty() {

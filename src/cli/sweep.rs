@@ -88,17 +88,9 @@ pub fn sweep(args: SweepArgs) -> u8 {
         Ok(v) => v,
         Err(code) => return code,
     };
-    let prompt_list = match args
-        .prompts
-        .as_deref()
-        .map(prompts::parse_prompt_list)
-        .transpose()
-    {
+    let prompt_list = match super::prompts_option(args.prompts.as_deref()) {
         Ok(p) => p,
-        Err(e) => {
-            eprintln!("error: --prompts: {e}");
-            return EXIT_BAD_INPUT;
-        }
+        Err(code) => return code,
     };
     if let Some(n) = args.random {
         if n == 0 || n as u64 > MAX_RANDOM_CASES {

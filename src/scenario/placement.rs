@@ -111,27 +111,12 @@ pub fn place(
     shape: &RequestShape,
     seed: u64,
 ) -> Result<Placement, PlacementError> {
+    check_pools(geometry, shape)?;
     let mut rng = SplitMix::new(seed ^ 0x6B76_6765_6F6D);
     let d_needed: u32 = shape.decode_blocks.iter().sum();
     let p_needed: u32 = shape.prefill_blocks.iter().sum();
     let decode_pool = pool_size(geometry.decode.num_logical_blocks, d_needed);
     let prefill_pool = pool_size(geometry.prefill.num_logical_blocks, p_needed);
-    if d_needed > decode_pool {
-        return Err(PlacementError {
-            prompt_len: shape.prompt_len,
-            engine: "decode",
-            pool: decode_pool,
-            needed: d_needed,
-        });
-    }
-    if p_needed > prefill_pool {
-        return Err(PlacementError {
-            prompt_len: shape.prompt_len,
-            engine: "prefill",
-            pool: prefill_pool,
-            needed: p_needed,
-        });
-    }
     let decode = split(pick(&mut rng, decode_pool, d_needed), &shape.decode_blocks);
     let prefill = split(
         pick(&mut rng, prefill_pool, p_needed),
