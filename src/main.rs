@@ -230,6 +230,11 @@ enum Command {
     Bench {
         #[arg(value_enum, default_value = "sweep")]
         what: cli::BenchKind,
+        /// Geometry files to measure (scale only; default: bench/scale/).
+        files: Vec<PathBuf>,
+        /// Output of `bench scale`: table or json (scale only).
+        #[arg(long, value_enum)]
+        format: Option<cli::ScaleFormat>,
         #[arg(long)]
         threads: Option<usize>,
         #[command(flatten)]
@@ -394,6 +399,29 @@ fn main() -> ExitCode {
         Command::Defects => cli::defects(),
         Command::Mutants { paths, threads } => cli::mutants(paths, threads),
         Command::Bench {
+            what: cli::BenchKind::Scale,
+            files,
+            format,
+            threads: None,
+            vram,
+        } if vram == cli::VramArgs::default() => {
+            cli::bench_scale(&files, format.unwrap_or_default())
+        }
+        Command::Bench {
+            what: cli::BenchKind::Scale,
+            ..
+        } => {
+            eprintln!(
+                "error: bench scale runs one case at a time and takes no --threads, --geometry, \
+                 --prompt, --iterations, --memory, --op, --peer-process or --paths"
+            );
+            2
+        }
+        Command::Bench { files, format, .. } if !files.is_empty() || format.is_some() => {
+            eprintln!("error: geometry files and --format apply to `kvgeom bench scale` only");
+            2
+        }
+        Command::Bench {
             what: cli::BenchKind::Vram,
             vram,
             ..
@@ -402,6 +430,7 @@ fn main() -> ExitCode {
             what,
             threads,
             vram,
+            ..
         } => {
             if vram != cli::VramArgs::default() {
                 eprintln!(

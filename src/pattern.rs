@@ -8,6 +8,7 @@
 
 use crate::layout::{CaseLayout, Coordinate, EngineLayout, MambaPart, Side};
 use crate::memory::HostArena;
+use std::sync::Arc;
 
 /// The byte decode memory is filled with before a transfer: a byte still
 /// equal to it afterwards was never written.
@@ -49,18 +50,36 @@ fn finish(seed: u64, byte: u64) -> u8 {
     REMAP[(word(seed, byte / 8) >> ((byte % 8) * 8)) as u8 as usize]
 }
 
-/// `out[i] = finish(seed, first + i)`, one hash per 8 bytes.
+/// High bit set in each byte of `x` that is zero (exact, no false positives).
+fn zero_bytes(x: u64) -> u64 {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    !(((x & LOW7) + LOW7) | x) & !LOW7
+}
+
+/// [`REMAP`] applied to each byte of `x` at once: 0 and [`SENTINEL`] bytes
+/// get 1 added (neither is 0xFF, so nothing carries).
+fn remap_word(x: u64) -> u64 {
+    let hits = zero_bytes(x) | zero_bytes(x ^ u64::from_ne_bytes([SENTINEL; 8]));
+    x + (hits >> 7)
+}
+
+/// `out[i] = finish(seed, first + i)`, one hash per 8 bytes, whole words at once.
 fn fill_from(seed: u64, first: u64, out: &mut [u8]) {
-    let mut i = 0usize;
-    while i < out.len() {
-        let byte = first + i as u64;
-        let w = word(seed, byte / 8);
-        let start = (byte % 8) as usize;
-        let n = (8 - start).min(out.len() - i);
-        for k in 0..n {
-            out[i + k] = REMAP[(w >> ((start + k) * 8)) as u8 as usize];
-        }
-        i += n;
+    let head = ((8 - first % 8) % 8).min(out.len() as u64) as usize;
+    for (i, b) in out[..head].iter_mut().enumerate() {
+        *b = finish(seed, first + i as u64);
+    }
+    let first_word = (first + head as u64) / 8;
+    let len = out.len();
+    let mut words = out[head..].chunks_exact_mut(8);
+    for (k, chunk) in words.by_ref().enumerate() {
+        let w = remap_word(word(seed, first_word + k as u64));
+        chunk.copy_from_slice(&w.to_le_bytes());
+    }
+    let tail = words.into_remainder();
+    let tail_start = first + (len - tail.len()) as u64;
+    for (i, b) in tail.iter_mut().enumerate() {
+        *b = finish(seed, tail_start + i as u64);
     }
 }
 
@@ -204,6 +223,23 @@ pub enum FillError {
         /// The region's length in the layout, in bytes.
         expected: u64,
     },
+    /// A block asked for is not in the region, or the page given is not one unified page.
+    #[error(
+        "{side} rank {rank} region {region}: block {block} with a page of {page} bytes is not a \
+         block of the layout"
+    )]
+    BlockOutside {
+        /// The engine.
+        side: Side,
+        /// The TP rank.
+        rank: u32,
+        /// The region index.
+        region: u32,
+        /// The block asked for.
+        block: u32,
+        /// The page's length in bytes.
+        page: u64,
+    },
     /// A rank has a different number of region images than the layout has regions.
     #[error("{side} rank {rank} has {got} region images, the layout has {expected} regions")]
     RegionCount {
@@ -252,15 +288,20 @@ pub fn fill_prefill_region(
     region: u32,
     bytes: &mut [u8],
 ) -> Result<(), FillError> {
-    let side = Side::Prefill;
-    let layout = checked_layout(case, side, rank, region, bytes.len())?;
-    foreign_fill(side, rank, region, 0, bytes);
-    let u = layout.unified_page() as usize;
-    for block in 0..layout.num_logical_blocks() {
-        let page = &mut bytes[block as usize * u..(block as usize + 1) * u];
-        write_request_block(case, layout, region, block, page);
-    }
-    Ok(())
+    InitialFill::prefill(rank).fill_region(case, region, bytes)
+}
+
+/// Whether the request's provenance bytes cover every byte of `block`'s
+/// page (an attention block whose cells fill the whole unified page).
+fn provenance_covers_page(case: &CaseLayout, layout: &EngineLayout, block: u32) -> bool {
+    let Some(owner) = case.owner(layout.side(), block) else {
+        return false;
+    };
+    let cells = u64::from(layout.logical_block())
+        * u64::from(layout.heads().count)
+        * layout.bytes_per_head_token();
+    case.group_kind(owner.group) == Some(crate::geometry::GroupKind::Attention)
+        && cells == layout.unified_page()
 }
 
 /// Writes the provenance bytes of `block` (if the request owns it) into `page`.
@@ -314,25 +355,155 @@ pub fn fill_decode_region(
     bytes: &mut [u8],
     fill: DecodeFill,
 ) -> Result<(), FillError> {
-    let side = Side::Decode;
-    let layout = checked_layout(case, side, rank, region, bytes.len())?;
-    bytes.fill(SENTINEL);
-    if fill == DecodeFill::SentinelWithNeighbours {
-        let u = layout.unified_page();
-        for block in 0..layout.num_logical_blocks() {
-            if case.owner(side, block).is_none() {
-                let s = u64::from(block) * u;
-                foreign_fill(
-                    side,
-                    rank,
-                    region,
-                    s,
-                    &mut bytes[s as usize..(s + u) as usize],
-                );
-            }
+    InitialFill::decode(rank, fill, Vec::new()).fill_region(case, region, bytes)
+}
+
+/// How one rank's memory starts before a case's transfers: what the
+/// harness writes there, recomputable block by block, so an oracle can
+/// compare a block with its initial bytes without a copy of the memory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InitialFill {
+    /// The engine.
+    pub side: Side,
+    /// The TP rank.
+    pub rank: u32,
+    /// How decode memory starts (ignored on prefill).
+    pub decode: DecodeFill,
+    /// Decode blocks the scheduler zeroes when it allocates them (sorted).
+    pub zeroed_blocks: Vec<u32>,
+}
+
+impl InitialFill {
+    /// Prefill: the request's blocks carry provenance, the rest the rank's
+    /// foreign pattern.
+    pub fn prefill(rank: u32) -> Self {
+        Self {
+            side: Side::Prefill,
+            rank,
+            decode: DecodeFill::Sentinel,
+            zeroed_blocks: Vec::new(),
         }
     }
-    Ok(())
+
+    /// Decode per `fill`, then `zeroed_blocks` (allocation-time zeroing) zero.
+    pub fn decode(rank: u32, fill: DecodeFill, mut zeroed_blocks: Vec<u32>) -> Self {
+        zeroed_blocks.sort_unstable();
+        zeroed_blocks.dedup();
+        Self {
+            side: Side::Decode,
+            rank,
+            decode: fill,
+            zeroed_blocks,
+        }
+    }
+
+    /// Writes the initial bytes of logical block `block` of `region` into
+    /// `page` (one unified page).
+    pub fn fill_block(
+        &self,
+        case: &CaseLayout,
+        region: u32,
+        block: u32,
+        page: &mut [u8],
+    ) -> Result<(), FillError> {
+        let layout = self.layout(case, region)?;
+        let u = layout.unified_page();
+        if page.len() as u64 != u || block >= layout.num_logical_blocks() {
+            return Err(FillError::BlockOutside {
+                side: self.side,
+                rank: self.rank,
+                region,
+                block,
+                page: page.len() as u64,
+            });
+        }
+        self.write_block(case, layout, region, block, page);
+        Ok(())
+    }
+
+    /// Writes every block of `region` into `bytes` (the whole region image).
+    pub fn fill_region(
+        &self,
+        case: &CaseLayout,
+        region: u32,
+        bytes: &mut [u8],
+    ) -> Result<(), FillError> {
+        let layout = checked_layout(case, self.side, self.rank, region, bytes.len())?;
+        self.write_region(case, layout, region, bytes);
+        Ok(())
+    }
+
+    /// Defers the fill of every arena of the rank (`arenas[region]`) to its
+    /// first access ([`HostArena::defer_fill`]): an arena nothing reads or
+    /// writes is never filled, and its pages are never touched.
+    pub fn defer_to_arenas(
+        &self,
+        case: &Arc<CaseLayout>,
+        arenas: &[HostArena],
+    ) -> Result<(), FillError> {
+        check_region_count(case, self.side, self.rank, arenas.len())?;
+        for (region, arena) in arenas.iter().enumerate() {
+            let region = region as u32;
+            checked_layout(case, self.side, self.rank, region, arena.len() as usize)?;
+            let (fill, case) = (self.clone(), Arc::clone(case));
+            arena.defer_fill(move |bytes| {
+                if let Some(layout) = case.engine(fill.side, fill.rank) {
+                    fill.write_region(&case, layout, region, bytes);
+                }
+            });
+        }
+        Ok(())
+    }
+
+    fn write_region(
+        &self,
+        case: &CaseLayout,
+        layout: &EngineLayout,
+        region: u32,
+        bytes: &mut [u8],
+    ) {
+        let u = layout.unified_page() as usize;
+        for (block, page) in bytes.chunks_exact_mut(u).enumerate() {
+            self.write_block(case, layout, region, block as u32, page);
+        }
+    }
+
+    fn layout<'a>(&self, case: &'a CaseLayout, region: u32) -> Result<&'a EngineLayout, FillError> {
+        let (side, rank) = (self.side, self.rank);
+        let layout = case
+            .engine(side, rank)
+            .ok_or(FillError::UnknownRank { side, rank })?;
+        if region >= layout.num_regions() {
+            return Err(FillError::UnknownRegion { side, rank, region });
+        }
+        Ok(layout)
+    }
+
+    fn write_block(
+        &self,
+        case: &CaseLayout,
+        layout: &EngineLayout,
+        region: u32,
+        block: u32,
+        page: &mut [u8],
+    ) {
+        let first_byte = u64::from(block) * layout.unified_page();
+        let owned = case.owner(self.side, block).is_some();
+        match self.side {
+            Side::Prefill => {
+                // The foreign pattern fills what the request's bytes leave.
+                if !provenance_covers_page(case, layout, block) {
+                    foreign_fill(self.side, self.rank, region, first_byte, page);
+                }
+                write_request_block(case, layout, region, block, page);
+            }
+            Side::Decode if self.zeroed_blocks.binary_search(&block).is_ok() => page.fill(0),
+            Side::Decode if !owned && self.decode == DecodeFill::SentinelWithNeighbours => {
+                foreign_fill(self.side, self.rank, region, first_byte, page)
+            }
+            Side::Decode => page.fill(SENTINEL),
+        }
+    }
 }
 
 /// Fills every region image of a prefill rank (`images[region]`).
@@ -426,6 +597,31 @@ mod tests {
     use super::*;
     use crate::geometry::KvLayout;
     use crate::layout::classifier_tests::{attention_blocks, case, engine, gqa};
+
+    #[test]
+    fn the_word_remap_is_the_byte_remap() {
+        let mut words = vec![0u64, u64::MAX, u64::from_ne_bytes([SENTINEL; 8])];
+        words.push(u64::from_le_bytes([
+            0, SENTINEL, 1, 0xAB, 0xFF, 0x7F, 0x80, 0,
+        ]));
+        words.extend((0..10_000).map(|i| word(7, i)));
+        for x in words {
+            let by_byte = x.to_le_bytes().map(|b| REMAP[b as usize]);
+            assert_eq!(remap_word(x).to_le_bytes(), by_byte, "{x:#018x}");
+        }
+    }
+
+    #[test]
+    fn a_fill_from_any_offset_matches_the_bytes_one_by_one() {
+        for first in 0..17u64 {
+            for len in [0usize, 1, 5, 8, 9, 23, 64] {
+                let mut out = vec![0u8; len];
+                fill_from(42, first, &mut out);
+                let want: Vec<u8> = (0..len as u64).map(|i| finish(42, first + i)).collect();
+                assert_eq!(out, want, "first {first}, len {len}");
+            }
+        }
+    }
 
     #[test]
     fn pattern_bytes_avoid_zero_and_sentinel_and_depend_on_every_field() {

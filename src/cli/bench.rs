@@ -22,6 +22,8 @@ pub enum BenchKind {
     Transport,
     /// One KimiLinear-scale request on GPU memory: device copies, loopback, real NIXL.
     Vram,
+    /// Real-scale cases (bench/scale/, or the geometry files given): peak memory and time against the touched KV bytes and memcpy.
+    Scale,
 }
 
 /// The transfer direction of `bench vram`.
@@ -166,6 +168,7 @@ pub fn bench(kind: BenchKind, threads: Option<usize>) -> u8 {
     match kind {
         BenchKind::Sweep => bench_sweep(threads),
         BenchKind::Vram => bench_vram(&VramArgs::default()),
+        BenchKind::Scale => super::bench_scale(&[], super::ScaleFormat::Table),
         BenchKind::Transport => {
             match crate::bench::transport_bench(&crate::bench::TransportBenchConfig::default()) {
                 Ok(report) => {

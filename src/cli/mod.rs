@@ -3,6 +3,7 @@
 //! defect is missed, or a trace differs), 2 on bad input.
 
 mod bench;
+mod bench_scale;
 mod derive;
 mod explain;
 mod layout;
@@ -13,6 +14,7 @@ mod sweep;
 mod traces;
 
 pub use bench::{bench, bench_peer, bench_vram, BenchKind, OpArg, VramArgs};
+pub use bench_scale::{bench_scale, ScaleFormat};
 pub use derive::{derive, DeriveArgs, DeriveFormat};
 pub use explain::{explain, ExplainArgs};
 pub use layout::layout;

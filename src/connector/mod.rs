@@ -42,4 +42,5 @@ pub use pull::{PlannedRead, ReadRequest, Received, Receiving};
 pub use push::{Sending, WriteRequest};
 pub use registration::{KvTensor, Registration};
 pub use role::Role;
+pub use tp_mapping::pull_source_ranks;
 pub use worker::{ConnectorError, Worker, WorkerConfig};

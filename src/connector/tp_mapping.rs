@@ -1,7 +1,7 @@
 //! Which remote TP ranks a local rank reads each KV-cache group from, and
 //! where each source lands (vLLM's `compute_tp_mapping`, without DCP).
 
-use crate::geometry::GroupKind;
+use crate::geometry::{GroupKind, ModelSpec};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TpMapping {
@@ -24,6 +24,31 @@ impl TpMapping {
             .find(|(r, _)| *r == rank)
             .map_or(0, |(_, s)| *s)
     }
+}
+
+/// The prefill ranks decode rank `decode_rank` of `decode_tp` reads a
+/// request's KV from, against a prefill engine of `prefill_tp` ranks (pull
+/// mode): every rank one of its READs addresses. Ranks outside the prefill
+/// engine are dropped (a pair whose TP sizes do not divide is refused at
+/// the handshake).
+pub fn pull_source_ranks(
+    model: &ModelSpec,
+    decode_rank: u32,
+    decode_tp: u32,
+    prefill_tp: u32,
+) -> Vec<u32> {
+    let total_heads = model.attention.as_ref().map_or(1, |a| a.total_kv_heads());
+    let mut ranks = compute_tp_mapping(
+        decode_rank,
+        decode_tp,
+        prefill_tp,
+        model.is_mla(),
+        total_heads,
+        &model.groups,
+    )
+    .all_source_ranks;
+    ranks.retain(|&r| r < prefill_tp);
+    ranks
 }
 
 fn head_offset(tp_rank: u32, tp_size: u32, remote_tp: u32, total_heads: u32) -> u64 {

@@ -417,7 +417,7 @@ fn judge_case(
             for (region, initial) in before.iter().enumerate() {
                 let path = memory_file(&case_dir, &agent, region as u32, "out");
                 match std::fs::read(&path) {
-                    Ok(bytes) if bytes.len() == initial.len() => after.push(bytes),
+                    Ok(bytes) if bytes.len() == initial.len() => after.push(bytes.into()),
                     Ok(bytes) => {
                         let message = format!(
                             "{}: {} bytes, expected {}",
@@ -443,7 +443,14 @@ fn judge_case(
                     }
                 }
             }
-            input.set_memory(side, rank as u32, MemoryImages { before, after });
+            input.set_memory(
+                side,
+                rank as u32,
+                MemoryImages {
+                    before: before.into(),
+                    after,
+                },
+            );
         }
     }
     let violations = oracle::run_all(&input);

@@ -35,7 +35,7 @@ use super::{
     AgentId, DescList, DescRow, DlistHandle, DlistTarget, MemKind, MemRegion, Nixl, NixlError,
     NixlResult, XferHandle, XferOp, XferState,
 };
-use crate::memory::HostArena;
+use crate::memory::{ArenaBytes, HostArena};
 
 /// Tag at the start of a loopback metadata blob.
 const METADATA_FORMAT: &str = "kvgeom-loopback-metadata/1";
@@ -245,8 +245,8 @@ fn first_uncovered(list: &DescList, regions: &[MemRegion], mem: MemKind) -> Opti
 /// Arena locks held for the duration of one posted transfer.
 enum Guard<'a> {
     Unused,
-    Read(RwLockReadGuard<'a, Box<[u8]>>),
-    Write(RwLockWriteGuard<'a, Box<[u8]>>),
+    Read(RwLockReadGuard<'a, ArenaBytes>),
+    Write(RwLockWriteGuard<'a, ArenaBytes>),
 }
 
 impl Guard<'_> {

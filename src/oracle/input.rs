@@ -6,8 +6,10 @@ use serde::Serialize;
 
 use crate::geometry::{Geometry, Mode};
 use crate::layout::{CaseLayout, Location, Side};
+use crate::memory::ArenaBytes;
 use crate::nixl::recording::ResolvedPair;
 use crate::nixl::{DescRow, XferOp};
+use crate::pattern::InitialFill;
 
 use super::violation::PairRef;
 
@@ -64,14 +66,41 @@ impl OraclePair {
     }
 }
 
-/// One rank's region images (index = region) before the transfer and after
-/// the receive post-process.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// One rank's memory before the transfer and its region images (index =
+/// region) after the receive post-process.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemoryImages {
-    /// Region images before the transfer (index = region).
-    pub before: Vec<Vec<u8>>,
-    /// Region images after the receive post-process (index = region).
-    pub after: Vec<Vec<u8>>,
+    /// What the rank held before the transfer.
+    pub before: BeforeImage,
+    /// Region images after the receive post-process (index = region): the
+    /// arenas' bytes themselves, or copies.
+    pub after: Vec<ArenaBytes>,
+}
+
+/// What a rank held before the transfer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BeforeImage {
+    /// Region images copied before the transfer (index = region).
+    Copied(Vec<Vec<u8>>),
+    /// The harness's initial fill, recomputed block by block where an
+    /// oracle compares against it (no copy of the memory is kept).
+    Recomputed(InitialFill),
+}
+
+impl From<Vec<Vec<u8>>> for BeforeImage {
+    fn from(images: Vec<Vec<u8>>) -> Self {
+        BeforeImage::Copied(images)
+    }
+}
+
+/// The memory the byte-level oracles have of one rank.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RankMemory {
+    /// Images before and after.
+    Images(MemoryImages),
+    /// Nothing read or wrote the rank's memory during the case (its
+    /// initial fill never even ran): it still holds `InitialFill`.
+    Untouched(InitialFill),
 }
 
 /// One case as the oracles see it.
@@ -87,8 +116,8 @@ pub struct OracleInput {
     pub prefix_hit_tokens: u32,
     /// Every pair of every transfer of the request, in recording order.
     pub pairs: Vec<OraclePair>,
-    decode_memory: Vec<Option<MemoryImages>>,
-    prefill_memory: Vec<Option<MemoryImages>>,
+    decode_memory: Vec<Option<RankMemory>>,
+    prefill_memory: Vec<Option<RankMemory>>,
 }
 
 impl OracleInput {
@@ -122,22 +151,41 @@ impl OracleInput {
 
     /// Attaches a rank's memory images; ignored for a rank the case does not have.
     pub fn set_memory(&mut self, side: Side, rank: u32, images: MemoryImages) {
+        self.set_rank_memory(side, rank, RankMemory::Images(images));
+    }
+
+    /// Records that nothing accessed a rank's memory during the case (it
+    /// still holds `fill`); ignored for a rank the case does not have.
+    pub fn set_untouched(&mut self, side: Side, rank: u32, fill: InitialFill) {
+        self.set_rank_memory(side, rank, RankMemory::Untouched(fill));
+    }
+
+    fn set_rank_memory(&mut self, side: Side, rank: u32, memory: RankMemory) {
         let slots = match side {
             Side::Decode => &mut self.decode_memory,
             Side::Prefill => &mut self.prefill_memory,
         };
         if let Some(slot) = slots.get_mut(rank as usize) {
-            *slot = Some(images);
+            *slot = Some(memory);
         }
     }
 
-    /// The region images of one rank, if the case carries them (byte-level oracles only).
-    pub fn memory(&self, side: Side, rank: u32) -> Option<&MemoryImages> {
+    /// The memory the case carries of one rank (byte-level oracles only).
+    pub fn rank_memory(&self, side: Side, rank: u32) -> Option<&RankMemory> {
         let slots = match side {
             Side::Decode => &self.decode_memory,
             Side::Prefill => &self.prefill_memory,
         };
         slots.get(rank as usize).and_then(Option::as_ref)
+    }
+
+    /// The region images of one rank, if the case carries them (not for a
+    /// rank nothing touched).
+    pub fn memory(&self, side: Side, rank: u32) -> Option<&MemoryImages> {
+        match self.rank_memory(side, rank)? {
+            RankMemory::Images(images) => Some(images),
+            RankMemory::Untouched(_) => None,
+        }
     }
 
     /// The case's geometry.

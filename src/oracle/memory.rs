@@ -6,29 +6,42 @@ use std::ops::Range;
 
 use crate::layout::{EngineLayout, Side};
 
-use super::input::{MemoryImages, OracleInput};
+use super::input::{BeforeImage, MemoryImages, OracleInput, RankMemory};
 use super::violation::Violation;
+use crate::pattern::InitialFill;
 
-/// The rank's images, or a violation saying why they cannot be checked.
+/// A rank's memory as the byte-level oracles get it, sizes checked.
+pub(crate) enum Checked<'a> {
+    /// Images after (and what was before).
+    Images(&'a MemoryImages),
+    /// Nothing accessed the rank: it still holds its initial fill.
+    Untouched(&'a InitialFill),
+}
+
+/// The rank's memory, or a violation saying why it cannot be checked.
 pub(crate) fn images<'a>(
     oracle: &'static str,
     input: &'a OracleInput,
     layout: &EngineLayout,
     need_before: bool,
-) -> Result<&'a MemoryImages, Box<Violation>> {
+) -> Result<Checked<'a>, Box<Violation>> {
     let (side, rank) = (layout.side(), layout.tp_rank());
     let fail = |msg: String| Box::new(Violation::new(oracle, msg).on(Some(side), Some(rank)));
-    let images = input.memory(side, rank).ok_or_else(|| {
-        fail(format!(
-            "{side} rank {rank} has no memory images; the byte-level check cannot run"
-        ))
-    })?;
-    let regions = layout.num_regions() as usize;
-    let sets: &[(&str, &Vec<Vec<u8>>)] = if need_before {
-        &[("before", &images.before), ("after", &images.after)]
-    } else {
-        &[("after", &images.after)]
+    let images = match input.rank_memory(side, rank) {
+        None => {
+            return Err(fail(format!(
+                "{side} rank {rank} has no memory images; the byte-level check cannot run"
+            )))
+        }
+        Some(RankMemory::Untouched(fill)) => return Ok(Checked::Untouched(fill)),
+        Some(RankMemory::Images(images)) => images,
     };
+    let regions = layout.num_regions() as usize;
+    let lens = |set: &mut dyn Iterator<Item = usize>| set.collect::<Vec<usize>>();
+    let mut sets = vec![("after", lens(&mut images.after.iter().map(|a| a.len())))];
+    if let (true, BeforeImage::Copied(before)) = (need_before, &images.before) {
+        sets.insert(0, ("before", lens(&mut before.iter().map(Vec::len))));
+    }
     for (name, set) in sets {
         if set.len() != regions {
             return Err(fail(format!(
@@ -36,20 +49,19 @@ pub(crate) fn images<'a>(
                 set.len()
             )));
         }
-        if let Some((i, img)) = set
+        if let Some((i, len)) = set
             .iter()
             .enumerate()
-            .find(|(_, img)| img.len() as u64 != layout.region_len())
+            .find(|(_, &len)| len as u64 != layout.region_len())
         {
             let v = fail(format!(
-                "{name} image of region {i} has {} bytes, the layout needs {}",
-                img.len(),
+                "{name} image of region {i} has {len} bytes, the layout needs {}",
                 layout.region_len()
             ));
             return Err(Box::new(v.region(Some(i as u32))));
         }
     }
-    Ok(images)
+    Ok(Checked::Images(images))
 }
 
 /// Bad bytes of one (region, block, fault).

@@ -7,12 +7,13 @@
 //! [`crate::pattern`].
 //!
 //! A scenario builds a [`crate::layout::CaseLayout`] from the region bases it
-//! allocated, fills prefill with [`crate::pattern::fill_prefill_arenas`] and
-//! decode with [`crate::pattern::fill_decode_arenas`], snapshots both, runs
-//! the connector through [`crate::nixl::Recording`] and the receive
-//! post-process, resolves the pairs with `recording.resolve(&case)`, and
-//! hands [`OracleInput::new`] plus [`OracleInput::set_memory`] per rank to
-//! [`run_all`].
+//! allocated, defers each rank's [`crate::pattern::InitialFill`] to the
+//! first access of its memory, runs the connector through
+//! [`crate::nixl::Recording`] and the receive post-process, resolves the
+//! pairs with `recording.resolve(&case)`, and hands [`OracleInput::new`]
+//! plus, per rank, [`OracleInput::set_memory`] (the final images, and the
+//! initial fill to recompute) or [`OracleInput::set_untouched`] (nothing
+//! accessed the rank) to [`run_all`].
 
 pub mod containment;
 pub mod coverage;
@@ -29,7 +30,7 @@ pub(crate) mod violation;
 #[cfg(test)]
 mod test_case;
 
-pub use input::{Endpoint, MemoryImages, OracleInput, OraclePair};
+pub use input::{BeforeImage, Endpoint, MemoryImages, OracleInput, OraclePair, RankMemory};
 pub use registry::{by_name, Oracle, OracleLevel, ORACLES};
 pub use violation::{PairRef, Violation};
 

@@ -1,11 +1,15 @@
 //! Neighbour preservation: on every decode rank, every byte outside the
 //! request's decode transfer blocks is unchanged (other requests' blocks and
 //! the request's own prefix-hit blocks); prefill memory is unchanged.
+//! "Unchanged" is against a copy taken before the transfer or, without
+//! one, against the initial fill recomputed block by block; a rank nothing
+//! accessed is unchanged by construction.
 
 use crate::layout::{EngineLayout, Side};
+use crate::memory::ArenaBytes;
 
-use super::input::OracleInput;
-use super::memory::{images, Tallies};
+use super::input::{BeforeImage, OracleInput};
+use super::memory::{images, Checked, Tallies};
 use super::violation::Violation;
 
 /// The oracle's name, as violations and reports carry it.
@@ -17,7 +21,10 @@ pub fn check(input: &OracleInput) -> Vec<Violation> {
     for side in [Side::Decode, Side::Prefill] {
         for layout in input.case.engines(side) {
             match images(NAME, input, layout, true) {
-                Ok(img) => out.extend(compare(input, layout, &img.before, &img.after)),
+                Ok(Checked::Images(img)) => {
+                    out.extend(compare(input, layout, &img.before, &img.after))
+                }
+                Ok(Checked::Untouched(_)) => {}
                 Err(v) => out.push(*v),
             }
         }
@@ -28,22 +35,35 @@ pub fn check(input: &OracleInput) -> Vec<Violation> {
 fn compare(
     input: &OracleInput,
     layout: &EngineLayout,
-    before: &[Vec<u8>],
-    after: &[Vec<u8>],
+    before: &BeforeImage,
+    after: &[ArenaBytes],
 ) -> Vec<Violation> {
     let side = layout.side();
     let u = layout.unified_page() as usize;
     let mut tallies = Tallies::default();
-    for (region, (b, a)) in before.iter().zip(after).enumerate() {
+    let mut page = vec![0u8; u];
+    for (region, a) in after.iter().enumerate() {
         for block in 0..layout.num_logical_blocks() {
             if side == Side::Decode && input.case.is_decode_transfer_block(block) {
                 continue;
             }
             let range = block as usize * u..(block as usize + 1) * u;
-            if b[range.clone()] == a[range.clone()] {
+            let b: &[u8] = match before {
+                BeforeImage::Copied(images) => &images[region][range.clone()],
+                BeforeImage::Recomputed(fill) => {
+                    if let Err(e) = fill.fill_block(&input.case, region as u32, block, &mut page) {
+                        let v =
+                            Violation::new(NAME, format!("cannot recompute the initial fill: {e}"))
+                                .on(Some(side), Some(layout.tp_rank()));
+                        return vec![v];
+                    }
+                    &page
+                }
+            };
+            if b == &a[range.clone()] {
                 continue;
             }
-            for (k, (&e, &f)) in b[range.clone()].iter().zip(&a[range.clone()]).enumerate() {
+            for (k, (&e, &f)) in b.iter().zip(&a[range.clone()]).enumerate() {
                 if e != f {
                     tallies.add(
                         region as u32,
@@ -125,7 +145,8 @@ mod tests {
     fn missing_or_mis_sized_images_are_reported_not_skipped() {
         let mut input = run(Fault::None);
         let mut images = input.memory(Side::Decode, 0).expect("images").clone();
-        images.after[1].pop();
+        let short = images.after[1][..images.after[1].len() - 1].to_vec();
+        images.after[1] = short.into();
         input.set_memory(Side::Decode, 0, images);
         let v = check(&input);
         assert_eq!(v.len(), 1);

@@ -248,8 +248,8 @@ pub(crate) fn run(fault: Fault) -> OracleInput {
         Side::Decode,
         0,
         MemoryImages {
-            before: d_before,
-            after: d_mem,
+            before: d_before.into(),
+            after: d_mem.into_iter().map(Into::into).collect(),
         },
     );
     for (p, images) in p_mem.into_iter().enumerate() {
@@ -257,8 +257,8 @@ pub(crate) fn run(fault: Fault) -> OracleInput {
             Side::Prefill,
             p as u32,
             MemoryImages {
-                before: images.clone(),
-                after: images,
+                before: images.clone().into(),
+                after: images.into_iter().map(Into::into).collect(),
             },
         );
     }

@@ -63,6 +63,14 @@ impl Engines {
         self.each_device(RankDevice::download)
     }
 
+    /// Run every arena's pending initial fill (before something that
+    /// bypasses the arenas, such as real NIXL, uses their addresses).
+    pub fn settle_all(&self) {
+        for rank in self.prefill.iter().chain(&self.decode) {
+            rank.arenas.iter().for_each(HostArena::settle);
+        }
+    }
+
     fn each_device(
         &self,
         f: impl Fn(&RankDevice, &[HostArena]) -> Result<(), String>,

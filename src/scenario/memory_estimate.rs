@@ -1,13 +1,18 @@
-//! What one case will allocate, known before it allocates anything: every
-//! rank's arenas (its pool of logical blocks x the padded page x the layer
-//! slots) and the copy of them the oracles compare against. Pure
-//! arithmetic, so an absurd input is refused in microseconds instead of
-//! exhausting memory.
+//! What one case will take, known before it allocates anything: the arenas
+//! (a pool of logical blocks x the padded page x the layer slots) of every
+//! rank a transfer touches. Every rank's arenas are allocated, but an
+//! arena's pages are only written (and so backed by memory) once something
+//! accesses it, and in pull mode the prefill ranks no decode rank reads are
+//! never accessed. The oracles recompute the initial fill instead of
+//! keeping a copy. Pure arithmetic (and the connector's TP mapping), so an
+//! absurd input is refused in microseconds instead of exhausting memory.
 
 use serde::Serialize;
 
 use super::case::Case;
 use super::placement::pool_size;
+use crate::connector::pull_source_ranks;
+use crate::geometry::{Geometry, Mode};
 use crate::scheduler::request_shape;
 
 /// The bytes one case needs.
@@ -17,23 +22,40 @@ pub struct MemoryEstimate {
     pub prefill_rank_bytes: u64,
     /// One decode rank's arenas, all layer slots.
     pub decode_rank_bytes: u64,
-    /// Prefill ranks (the prefill engine's TP size).
+    /// Prefill ranks a transfer touches (in push every one writes; in pull,
+    /// the ranks some decode rank reads).
     pub prefill_ranks: u32,
-    /// Decode ranks (the decode engine's TP size).
+    /// Decode ranks a transfer touches (all of them).
     pub decode_ranks: u32,
     /// Logical blocks in each prefill rank's pool.
     pub prefill_pool: u32,
     /// Logical blocks in each decode rank's pool.
     pub decode_pool: u32,
-    /// Every arena of both engines.
+    /// The arenas of the ranks a transfer touches.
     pub arena_bytes: u64,
-    /// The peak: the arenas and the snapshot the oracles compare against.
+    /// The peak: the touched ranks' arenas (nothing else of the case's
+    /// size is held).
     pub peak_bytes: u64,
 }
 
-/// Copies of the arenas held at the peak: the arenas themselves and the
-/// snapshot taken before the transfer.
-const ARENA_COPIES: u64 = 2;
+/// Prefill ranks a case's transfers touch: all of them in push (each one
+/// writes), in pull the union of every decode rank's READ sources.
+pub fn touched_prefill_ranks(geometry: &Geometry, mode: Mode) -> Vec<u32> {
+    let (p, d) = (geometry.prefill.tp_size, geometry.decode.tp_size);
+    if mode == Mode::Push {
+        return (0..p).collect();
+    }
+    // A decode engine of more ranks than the limits allow is refused before
+    // any case runs; stay bounded regardless.
+    let mut touched = std::collections::BTreeSet::new();
+    for rank in 0..d.min(crate::limits::MAX_TP_SIZE) {
+        touched.extend(pull_source_ranks(&geometry.model, rank, d, p));
+        if touched.len() as u32 == p {
+            break;
+        }
+    }
+    touched.into_iter().collect()
+}
 
 /// The bytes `case` will allocate (saturating: an absurd case shows as
 /// `u64::MAX`, never wraps).
@@ -48,18 +70,19 @@ pub fn estimate(case: &Case) -> MemoryEstimate {
     };
     let prefill_rank = rank(prefill_pool, g.prefill.unified_page_bytes(&g.model));
     let decode_rank = rank(decode_pool, g.decode.unified_page_bytes(&g.model));
+    let prefill_ranks = touched_prefill_ranks(g, case.mode).len() as u32;
     let arenas =
-        prefill_rank * u128::from(g.prefill.tp_size) + decode_rank * u128::from(g.decode.tp_size);
+        prefill_rank * u128::from(prefill_ranks) + decode_rank * u128::from(g.decode.tp_size);
     let fit = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
     MemoryEstimate {
         prefill_rank_bytes: fit(prefill_rank),
         decode_rank_bytes: fit(decode_rank),
-        prefill_ranks: g.prefill.tp_size,
+        prefill_ranks,
         decode_ranks: g.decode.tp_size,
         prefill_pool,
         decode_pool,
         arena_bytes: fit(arenas),
-        peak_bytes: fit(arenas * u128::from(ARENA_COPIES)),
+        peak_bytes: fit(arenas),
     }
 }
 
@@ -67,9 +90,9 @@ impl MemoryEstimate {
     /// Why the case does not fit `budget` bytes, and what to reduce.
     pub fn refusal(&self, case: &Case, budget: u64) -> String {
         format!(
-            "{} N={} h={} {} {}: needs about {} (prefill {} ranks x {}, decode {} ranks x {}, \
-             twice: the arenas and their snapshot), more than --max-memory {}; run a shorter \
-             prompt, fewer layer slots or a smaller pool (num_logical_blocks), or raise \
+            "{} N={} h={} {} {}: needs about {} (the arenas of the ranks its transfers touch: \
+             prefill {} ranks x {}, decode {} ranks x {}), more than --max-memory {}; run a \
+             shorter prompt, fewer layer slots or a smaller pool (num_logical_blocks), or raise \
              --max-memory",
             case.geometry_name(),
             case.prompt_len,

@@ -16,5 +16,5 @@ pub(crate) mod wait;
 pub use case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
 #[cfg(feature = "cuda")]
 pub use device_tensors::DeviceTensors;
-pub use memory_estimate::{estimate as estimate_memory, MemoryEstimate};
+pub use memory_estimate::{estimate as estimate_memory, touched_prefill_ranks, MemoryEstimate};
 pub use run::{run_case, run_case_detailed, CaseRun, RunOptions};

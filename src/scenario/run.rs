@@ -2,6 +2,7 @@
 //! handshake, place the request among neighbours, fill provenance patterns,
 //! transfer, post-process, and hand everything to the oracles.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::connector::post_process::{GroupPostProcess, PageGeometry, PostOp};
@@ -10,8 +11,8 @@ use crate::geometry::{Geometry, Mode};
 use crate::layout::{CaseLayout, RequestBlocks, Side};
 use crate::memory::HostArena;
 use crate::nixl::{Loopback, Nixl, Recording};
-use crate::oracle::{self, MemoryImages, OracleInput};
-use crate::pattern::{self, DecodeFill};
+use crate::oracle::{self, BeforeImage, MemoryImages, OracleInput};
+use crate::pattern::{DecodeFill, InitialFill};
 use crate::scheduler::{request_shape, RequestShape};
 
 use super::case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
@@ -261,31 +262,28 @@ fn transfer(
             }
         }
     };
-    // Fill: provenance on P, sentinel (and neighbour patterns) on D.
-    for (rank, r) in engines.prefill.iter().enumerate() {
-        if let Err(e) = pattern::fill_prefill_arenas(&layout, rank as u32, &r.arenas) {
+    // Fill: provenance on P, sentinel (and neighbour patterns) on D, with
+    // the scheduler's alloc-time zeroing. Each arena fills on its first
+    // access, so the memory of a rank no transfer touches is never written.
+    let fills = initial_fills(&engines, geometry, shape, placement);
+    let shared_layout = Arc::new(layout.clone());
+    for (side, rank, fill) in &fills {
+        let arenas = &engines.side(*side)[*rank as usize].arenas;
+        if let Err(e) = fill.defer_to_arenas(&shared_layout, arenas) {
             return Outcome::Error {
                 message: e.to_string(),
             };
         }
     }
-    for (rank, r) in engines.decode.iter().enumerate() {
-        if let Err(e) = pattern::fill_decode_arenas(
-            &layout,
-            rank as u32,
-            &r.arenas,
-            DecodeFill::SentinelWithNeighbours,
-        ) {
-            return Outcome::Error {
-                message: e.to_string(),
-            };
-        }
+    drop(shared_layout);
+    // Real NIXL reads and writes the raw addresses, past the arenas: fill
+    // every arena now.
+    if patient {
+        engines.settle_all();
     }
-    zero_at_allocation(&engines, geometry, shape, placement);
     if let Err(message) = engines.upload_to_devices() {
         return Outcome::Error { message };
     }
-    let before = Images::snapshot(&engines);
     let handshake = match mode {
         Mode::Pull => handshake_side(nixl, &mut engines, Side::Decode, Handshake::Initiator),
         Mode::Push => handshake_side(nixl, &mut engines, Side::Decode, Handshake::PushReceiver)
@@ -311,14 +309,40 @@ fn transfer(
     let mut input = OracleInput::new(layout.clone(), case.prompt_len, case.prefix_hit, pairs)
         .with_transferred_tokens(shape.transferred_tokens);
     let zeroed = zeroed_bytes(&run.post_process, &engines);
-    // The transfers are over: the arenas' bytes become the final images.
-    let after = Images::take(&engines);
-    for (side, before, after) in [
-        (Side::Prefill, before.prefill, after.prefill),
-        (Side::Decode, before.decode, after.decode),
-    ] {
-        for (rank, (before, after)) in before.into_iter().zip(after).enumerate() {
-            input.set_memory(side, rank as u32, MemoryImages { before, after });
+    // The transfers are over: the arenas' bytes become the final images; the
+    // oracles recompute the initial fill instead of keeping a copy. A rank
+    // whose fill never ran was never accessed: no pair may address it.
+    for (side, rank, fill) in fills {
+        let arenas = &engines.side(side)[rank as usize].arenas;
+        let after: Option<Vec<_>> = arenas
+            .iter()
+            .map(HostArena::take_bytes_if_accessed)
+            .collect();
+        match after {
+            Some(after) => input.set_memory(
+                side,
+                rank,
+                MemoryImages {
+                    before: BeforeImage::Recomputed(fill),
+                    after,
+                },
+            ),
+            None => {
+                if let Some(pair) = input.pairs.iter().find(|p| {
+                    [&p.source, &p.destination]
+                        .iter()
+                        .any(|e| e.location.side == Some(side) && e.location.rank == Some(rank))
+                }) {
+                    return Outcome::Error {
+                        message: format!(
+                            "harness: pair {} addresses {side} rank {rank}, whose memory the \
+                             transport never accessed",
+                            pair.id
+                        ),
+                    };
+                }
+                input.set_untouched(side, rank, fill);
+            }
         }
     }
     let violations = oracle::run_all(&input);
@@ -335,20 +359,42 @@ fn transfer(
     Outcome::Passed
 }
 
-/// The scheduler's alloc-time zeroing: decode attention blocks of the
-/// request that the transfer will not write (past the unzeroed ones) start
-/// at zero; the others keep whatever the previous owner left (the sentinel).
-fn zero_at_allocation(
+/// Every rank's initial fill: provenance on P; on D the sentinel with
+/// neighbour patterns, and the scheduler's alloc-time zeroing.
+fn initial_fills(
     engines: &Engines,
     geometry: &Geometry,
     shape: &RequestShape,
     placement: &Placement,
-) {
-    let decode: Vec<&[HostArena]> = engines.decode.iter().map(|r| r.arenas.as_slice()).collect();
-    zero_decode_at_allocation(&decode, geometry, shape, placement);
+) -> Vec<(Side, u32, InitialFill)> {
+    let zeroed = alloc_zeroed_blocks(geometry, shape, placement);
+    let prefill =
+        (0..engines.prefill.len() as u32).map(|r| (Side::Prefill, r, InitialFill::prefill(r)));
+    let decode = (0..engines.decode.len() as u32).map(|r| {
+        let fill = InitialFill::decode(r, DecodeFill::SentinelWithNeighbours, zeroed.clone());
+        (Side::Decode, r, fill)
+    });
+    prefill.chain(decode).collect()
 }
 
-/// [`zero_at_allocation`] over decode's arenas (`[rank][region]`).
+/// The scheduler's alloc-time zeroing: decode attention blocks of the
+/// request that the transfer will not write (past the unzeroed ones) start
+/// at zero; the others keep whatever the previous owner left (the sentinel).
+pub fn alloc_zeroed_blocks(
+    geometry: &Geometry,
+    shape: &RequestShape,
+    placement: &Placement,
+) -> Vec<u32> {
+    let hit = (shape.prefix_hit / geometry.decode.logical_block) as usize;
+    let mut zeroed = Vec::new();
+    for (g, blocks) in placement.decode.iter().enumerate() {
+        let keep = hit + shape.decode_unzeroed_blocks[g] as usize;
+        zeroed.extend(blocks.iter().skip(keep));
+    }
+    zeroed
+}
+
+/// [`alloc_zeroed_blocks`] applied to decode's arenas (`[rank][region]`).
 pub fn zero_decode_at_allocation(
     decode: &[&[HostArena]],
     geometry: &Geometry,
@@ -356,46 +402,12 @@ pub fn zero_decode_at_allocation(
     placement: &Placement,
 ) {
     let page = geometry.decode.unified_page_bytes(&geometry.model) as usize;
-    let hit = (shape.prefix_hit / geometry.decode.logical_block) as usize;
-    for (g, blocks) in placement.decode.iter().enumerate() {
-        let keep = hit + shape.decode_unzeroed_blocks[g] as usize;
-        for &b in blocks.iter().skip(keep) {
-            for arenas in decode {
-                for arena in arenas.iter() {
-                    arena.write()[b as usize * page..(b as usize + 1) * page].fill(0);
-                }
+    for b in alloc_zeroed_blocks(geometry, shape, placement) {
+        for arenas in decode {
+            for arena in arenas.iter() {
+                arena.write()[b as usize * page..(b as usize + 1) * page].fill(0);
             }
         }
-    }
-}
-
-struct Images {
-    prefill: Vec<Vec<Vec<u8>>>,
-    decode: Vec<Vec<Vec<u8>>>,
-}
-
-impl Images {
-    fn collect(engines: &Engines, image: impl Fn(&HostArena) -> Vec<u8>) -> Self {
-        let side = |ranks: &[super::engines::Rank]| {
-            ranks
-                .iter()
-                .map(|r| r.arenas.iter().map(&image).collect())
-                .collect()
-        };
-        Images {
-            prefill: side(&engines.prefill),
-            decode: side(&engines.decode),
-        }
-    }
-
-    /// A copy of every arena.
-    fn snapshot(engines: &Engines) -> Self {
-        Self::collect(engines, HostArena::snapshot)
-    }
-
-    /// The arenas' bytes themselves, leaving them empty (no copy).
-    fn take(engines: &Engines) -> Self {
-        Self::collect(engines, HostArena::take_bytes)
     }
 }
 
