@@ -136,6 +136,22 @@ fn command_line_values_are_bounded() {
         &["bench", "transport", "--paths", "copy"],
         &["apply to `kvgeom bench vram` only"],
     );
+    // A prefix hit the case cannot have names the hit, the block and the tokens.
+    refused(
+        &["explain", G1, "--prompt", "29", "--prefix-hit", "3"],
+        &["prefix hit 3: g1-mla-kda-ppl3-vs-2 has prefix caching off on decode"],
+    );
+    refused(
+        &[
+            "explain",
+            "geometries/llama-gqa-prefix-cache.toml",
+            "--prompt",
+            "64",
+            "--prefix-hit",
+            "8",
+        ],
+        &["prefix hit 8: must be a multiple of decode's 16-token block and below the 64 transferred tokens"],
+    );
     // One case, one mode: `both` is refused rather than silently one of them.
     refused(
         &["explain", G1, "--prompt", "3", "--mode", "both"],
