@@ -394,25 +394,10 @@ fn main() -> ExitCode {
         Command::Defects => cli::defects(),
         Command::Mutants { paths, threads } => cli::mutants(paths, threads),
         Command::Bench {
-            what: cli::BenchKind::Vram,
-            vram,
-            ..
-        } => cli::bench_vram(&vram),
-        Command::Bench {
             what,
             threads,
             vram,
-        } => {
-            if vram != cli::VramArgs::default() {
-                eprintln!(
-                    "error: --geometry, --prompt, --iterations, --memory, --op, --peer-process \
-                     and --paths apply to `kvgeom bench vram` only"
-                );
-                2
-            } else {
-                cli::bench(what, threads)
-            }
-        }
+        } => cli::bench(what, threads, &vram),
         Command::BenchPeer {
             geometry,
             prompt,

@@ -132,9 +132,18 @@ fn command_line_values_are_bounded() {
         &["--shard", "1 <= K <= N"],
     );
     refused(&["bench", "vram", "--prompt", "0"], &["--prompt 0"]);
+    // `bench transport` takes --paths (its own names) and no other vram option.
     refused(
-        &["bench", "transport", "--paths", "copy"],
+        &["bench", "transport", "--paths", "memcpy,copy"],
+        &["unknown path \"copy\"", "known: memcpy, loopback, nixl-ucx"],
+    );
+    refused(
+        &["bench", "transport", "--prompt", "5"],
         &["apply to `kvgeom bench vram` only"],
+    );
+    refused(
+        &["bench", "sweep", "--paths", "memcpy"],
+        &["--paths applies to `kvgeom bench vram` and `kvgeom bench transport` only"],
     );
     // A prefix hit the case cannot have names the hit, the block and the tokens.
     refused(
