@@ -10,6 +10,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
+use kvgeom::bench::transport::{NIXL_UCX, PATHS};
 use kvgeom::bench::{transport_bench, TransportBenchConfig};
 use kvgeom::nixl::XferOp;
 
@@ -48,7 +49,11 @@ fn main() -> ExitCode {
             Op::Read => XferOp::Read,
             Op::Write => XferOp::Write,
         },
-        real_nixl: !args.no_nixl,
+        paths: PATHS
+            .iter()
+            .filter(|&&p| !(args.no_nixl && p == NIXL_UCX))
+            .map(|p| p.to_string())
+            .collect(),
     };
     match transport_bench(&config) {
         Ok(report) => {

@@ -422,26 +422,11 @@ fn main() -> ExitCode {
             2
         }
         Command::Bench {
-            what: cli::BenchKind::Vram,
-            vram,
-            ..
-        } => cli::bench_vram(&vram),
-        Command::Bench {
             what,
             threads,
             vram,
             ..
-        } => {
-            if vram != cli::VramArgs::default() {
-                eprintln!(
-                    "error: --geometry, --prompt, --iterations, --memory, --op, --peer-process \
-                     and --paths apply to `kvgeom bench vram` only"
-                );
-                2
-            } else {
-                cli::bench(what, threads)
-            }
-        }
+        } => cli::bench(what, threads, &vram),
         Command::BenchPeer {
             geometry,
             prompt,

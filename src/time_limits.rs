@@ -36,9 +36,23 @@ pub const PEER_TIMEOUT: Duration = Duration::from_secs(120);
 /// typo, not a wait anyone means.
 const MAX_SECONDS: f64 = 1e6;
 
+/// A time limit's environment variable holds no positive number of seconds
+/// (zero, negative, above about eleven days, or not a number).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{var}={text:?} is not a positive number of seconds")]
+pub struct TimeLimitError {
+    /// The environment variable.
+    pub var: String,
+    /// Its value, as set.
+    pub text: String,
+}
+
 /// `text` (the value of `var`) as a positive number of seconds.
-pub fn parse_seconds(var: &str, text: &str) -> Result<Duration, String> {
-    let bad = || format!("{var}={text:?} is not a positive number of seconds");
+pub fn parse_seconds(var: &str, text: &str) -> Result<Duration, TimeLimitError> {
+    let bad = || TimeLimitError {
+        var: var.to_string(),
+        text: text.to_string(),
+    };
     let seconds: f64 = text.trim().parse().map_err(|_| bad())?;
     if !seconds.is_finite() || seconds <= 0.0 || seconds > MAX_SECONDS {
         return Err(bad());
@@ -47,7 +61,7 @@ pub fn parse_seconds(var: &str, text: &str) -> Result<Duration, String> {
 }
 
 /// The value of `var` in the environment, or `default` when it is unset.
-pub fn from_env(var: &str, default: Duration) -> Result<Duration, String> {
+pub fn from_env(var: &str, default: Duration) -> Result<Duration, TimeLimitError> {
     from_lookup(|name| std::env::var(name).ok(), var, default)
 }
 
@@ -56,7 +70,7 @@ pub fn from_lookup(
     lookup: impl Fn(&str) -> Option<String>,
     var: &str,
     default: Duration,
-) -> Result<Duration, String> {
+) -> Result<Duration, TimeLimitError> {
     match lookup(var) {
         Some(text) => parse_seconds(var, &text),
         None => Ok(default),
@@ -64,17 +78,17 @@ pub fn from_lookup(
 }
 
 /// How long a sweep case waits for its transfers to complete.
-pub fn completion_limit() -> Result<Duration, String> {
+pub fn completion_limit() -> Result<Duration, TimeLimitError> {
     from_env(COMPLETION_LIMIT_VAR, COMPLETION_LIMIT)
 }
 
 /// How long a benchmark iteration waits for its transfers.
-pub fn stall_limit() -> Result<Duration, String> {
+pub fn stall_limit() -> Result<Duration, TimeLimitError> {
     from_env(STALL_LIMIT_VAR, STALL_LIMIT)
 }
 
 /// How long the benchmark waits for each line of its peer process.
-pub fn peer_timeout() -> Result<Duration, String> {
+pub fn peer_timeout() -> Result<Duration, TimeLimitError> {
     from_env(PEER_TIMEOUT_VAR, PEER_TIMEOUT)
 }
 
@@ -91,7 +105,7 @@ pub fn seconds_text(d: Duration) -> String {
 mod tests {
     use super::*;
 
-    fn with(value: Option<&str>) -> Result<Duration, String> {
+    fn with(value: Option<&str>) -> Result<Duration, TimeLimitError> {
         from_lookup(
             |name| (name == STALL_LIMIT_VAR).then(|| value.map(str::to_string))?,
             STALL_LIMIT_VAR,
@@ -116,8 +130,10 @@ mod tests {
     fn zero_negative_huge_and_malformed_values_name_their_variable() {
         for text in ["0", "-5", "abc", "", "inf", "NaN", "1e9"] {
             let e = with(Some(text)).unwrap_err();
+            assert_eq!(e.var, STALL_LIMIT_VAR);
+            assert_eq!(e.text, text);
             assert_eq!(
-                e,
+                e.to_string(),
                 format!("KVGEOM_BENCH_STALL_LIMIT_S={text:?} is not a positive number of seconds")
             );
         }

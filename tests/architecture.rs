@@ -10,6 +10,10 @@
 //! inline `crate::module::` paths and relative `super::`/`self::` paths, in
 //! code and in `#[cfg(test)]` code alike (comments and string literals are
 //! skipped). `lib.rs` and the binary's `main.rs` stand above the table.
+//!
+//! The same lexer checks one rule of the code itself: no file under `src/`
+//! writes `Result<_, String>` (nor a `&str` or `Box<dyn Error>` error);
+//! errors are typed, and become text where they are printed.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
@@ -788,5 +792,119 @@ fn an_unknown_module_and_a_connector_importing_the_harness_are_caught() {
     assert!(
         joined.contains("src/connector/worker.rs:1: `connector` (connector layer) imports `scheduler` (harness)"),
         "{joined}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Typed errors: library code returns error types, never bare strings.
+
+/// Whether the tokens of a `Result`'s error type are a string: `String`
+/// (by any path), `&str` (any lifetime) or a `Box<dyn .. Error ..>`.
+fn is_string_error(arg: &[&str]) -> bool {
+    match arg {
+        ["&", "str"] | ["&", _, "str"] => true,
+        [.., "String"] => arg[..arg.len() - 1]
+            .iter()
+            .all(|t| matches!(*t, "std" | "alloc" | "string" | "::")),
+        ["Box", "<", "dyn", rest @ ..] => rest.iter().any(|t| t.ends_with("Error")),
+        _ => false,
+    }
+}
+
+/// Every `Result<_, String>` written under `src/` (return types, type
+/// aliases, parameters, turbofish alike), as `file:line: Result<..>`.
+/// `&str` and `Box<dyn Error>` errors count as strings too.
+fn string_errors(files: &[(String, String)]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (file, src) in files {
+        let tokens = lex(src);
+        for (i, t) in tokens.iter().enumerate() {
+            if t.text != "Result" {
+                continue;
+            }
+            let mut j = i + 1;
+            if tokens.get(j).is_some_and(|t| t.text == "::") {
+                j += 1;
+            }
+            if tokens.get(j).is_none_or(|t| t.text != "<") {
+                continue;
+            }
+            // The generic arguments at depth 1; `->` inside them is no `>`.
+            let mut args: Vec<Vec<&str>> = vec![Vec::new()];
+            let mut depth = 0usize;
+            for k in j..tokens.len() {
+                let text = tokens[k].text.as_str();
+                let arrow = text == ">" && k > 0 && tokens[k - 1].text == "-";
+                match text {
+                    "<" | "(" | "[" => depth += 1,
+                    ">" | ")" | "]" if !arrow => depth -= 1,
+                    _ => {}
+                }
+                if depth == 0 {
+                    break;
+                }
+                if text == "," && depth == 1 {
+                    args.push(Vec::new());
+                } else if !(depth == 1 && text == "<" && k == j) {
+                    args.last_mut().expect("one argument").push(text);
+                }
+            }
+            if let [ok, error] = args.as_slice() {
+                if is_string_error(error) {
+                    found.push(format!(
+                        "{file}:{}: Result<{}, {}>",
+                        t.line,
+                        ok.join(" "),
+                        error.join(" ")
+                    ));
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn library_code_returns_typed_errors_not_strings() {
+    let files = source_files();
+    let found = string_errors(&files);
+    assert!(
+        found.is_empty(),
+        "{} `Result<_, String>` under src/: return a typed error (a thiserror enum \
+         whose variants carry the values and the source error) and turn it into text \
+         where it is printed:\n{}",
+        found.len(),
+        found.join("\n")
+    );
+}
+
+#[test]
+fn string_errors_are_found_in_every_spelling_and_only_there() {
+    let files: Vec<(String, String)> = [(
+        "src/sweep/shard.rs",
+        "/// Result<(), String> in a doc comment is no code.\n\
+         pub fn a() -> Result<(u32, u32), String> { todo!() }\n\
+         type R<T> = std::result::Result<T, std::string::String>;\n\
+         fn b(f: &dyn Fn() -> Result<Vec<Option<u8>>, &'static str>) {}\n\
+         fn c() -> Result<impl Fn(u8) -> u8, Box<dyn std::error::Error + Send>> { todo!() }\n\
+         fn d() { let _ = Result::<(), String>::Ok(()); }\n\
+         fn e() -> Result<String, ShardError> { todo!() }\n\
+         fn f() -> Result<Vec<String>, Outcome> { todo!() }\n\
+         const S: &str = \"Result<(), String>\";\n\
+         fn g() -> io::Result<String> { todo!() }\n",
+    )]
+    .iter()
+    .map(|(f, s)| (f.to_string(), s.to_string()))
+    .collect();
+    let found = string_errors(&files);
+    assert_eq!(
+        found,
+        [
+            "src/sweep/shard.rs:2: Result<( u32 , u32 ), String>",
+            "src/sweep/shard.rs:3: Result<T, std :: string :: String>",
+            "src/sweep/shard.rs:4: Result<Vec < Option < u8 > >, & static str>",
+            "src/sweep/shard.rs:5: Result<impl Fn ( u8 ) - > u8, Box < dyn std :: error :: Error + Send >>",
+            "src/sweep/shard.rs:6: Result<( ), String>",
+        ]
     );
 }

@@ -132,9 +132,34 @@ fn command_line_values_are_bounded() {
         &["--shard", "1 <= K <= N"],
     );
     refused(&["bench", "vram", "--prompt", "0"], &["--prompt 0"]);
+    // `bench transport` takes --paths (its own names) and no other vram option.
     refused(
-        &["bench", "transport", "--paths", "copy"],
+        &["bench", "transport", "--paths", "memcpy,copy"],
+        &["unknown path \"copy\"", "known: memcpy, loopback, nixl-ucx"],
+    );
+    refused(
+        &["bench", "transport", "--prompt", "5"],
         &["apply to `kvgeom bench vram` only"],
+    );
+    refused(
+        &["bench", "sweep", "--paths", "memcpy"],
+        &["--paths applies to `kvgeom bench vram` and `kvgeom bench transport` only"],
+    );
+    // A prefix hit the case cannot have names the hit, the block and the tokens.
+    refused(
+        &["explain", G1, "--prompt", "29", "--prefix-hit", "3"],
+        &["prefix hit 3: g1-mla-kda-ppl3-vs-2 has prefix caching off on decode"],
+    );
+    refused(
+        &[
+            "explain",
+            "geometries/llama-gqa-prefix-cache.toml",
+            "--prompt",
+            "64",
+            "--prefix-hit",
+            "8",
+        ],
+        &["prefix hit 8: must be a multiple of decode's 16-token block and below the 64 transferred tokens"],
     );
     // One case, one mode: `both` is refused rather than silently one of them.
     refused(

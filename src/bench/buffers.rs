@@ -37,6 +37,35 @@ pub enum BufferError {
     Cuda(#[from] crate::memory::CudaError),
 }
 
+/// Why a replay's destinations do not hold their sources' bytes.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum VerifyError {
+    /// A destination could not be read back.
+    #[error(transparent)]
+    Buffer(#[from] BufferError),
+    /// The first pair whose destination bytes are not its source's.
+    #[error(
+        "transfer {xfer} pair {pair}: {len} bytes at {offset} of {side} rank {rank} region \
+         {region} are not the source's"
+    )]
+    NotTheSource {
+        /// The transfer, in plan order.
+        xfer: usize,
+        /// The pair, in the transfer's order.
+        pair: usize,
+        /// Bytes of the pair.
+        len: u64,
+        /// Byte offset of the destination in its buffer.
+        offset: u64,
+        /// The destination buffer's side.
+        side: Side,
+        /// The destination buffer's rank.
+        rank: u32,
+        /// The destination buffer's region.
+        region: u32,
+    },
+}
+
 /// One buffer this process owns.
 #[derive(Clone, Debug)]
 pub enum Buffer {
@@ -191,13 +220,17 @@ const FILL_CHUNK: u64 = 64 << 20;
 
 impl BenchMemory {
     /// Allocate the buffers of `sides` (zeroed).
-    pub fn allocate(plan: &RequestPlan, kind: MemoryKind, sides: &[Side]) -> Result<Self, String> {
+    pub fn allocate(
+        plan: &RequestPlan,
+        kind: MemoryKind,
+        sides: &[Side],
+    ) -> Result<Self, BufferError> {
         let buffers = plan
             .buffers
             .iter()
             .map(|b| {
                 if sides.contains(&b.side) {
-                    allocate(kind, b.len).map(Some).map_err(|e| e.to_string())
+                    allocate(kind, b.len).map(Some)
                 } else {
                     Ok(None)
                 }
@@ -217,13 +250,12 @@ impl BenchMemory {
     }
 
     /// Write the source pattern into every owned buffer of `side`.
-    pub fn fill(&self, plan: &RequestPlan, side: Side) -> Result<(), String> {
+    pub fn fill(&self, plan: &RequestPlan, side: Side) -> Result<(), BufferError> {
         for (i, b) in self.owned(plan, side) {
             let mut offset = 0;
             while offset < b.len() {
                 let len = FILL_CHUNK.min(b.len() - offset);
-                b.write(offset, &pattern(i, offset, len))
-                    .map_err(|e| e.to_string())?;
+                b.write(offset, &pattern(i, offset, len))?;
                 offset += len;
             }
         }
@@ -231,16 +263,14 @@ impl BenchMemory {
     }
 
     /// Zero every owned buffer of `side`.
-    pub fn clear(&self, plan: &RequestPlan, side: Side) -> Result<(), String> {
-        self.owned(plan, side)
-            .try_for_each(|(_, b)| b.clear())
-            .map_err(|e| e.to_string())
+    pub fn clear(&self, plan: &RequestPlan, side: Side) -> Result<(), BufferError> {
+        self.owned(plan, side).try_for_each(|(_, b)| b.clear())
     }
 
     /// Check that every destination this process owns holds its source's
     /// pattern after a replay with `op` (READ: decode rows are
     /// destinations; WRITE: prefill rows are).
-    pub fn verify(&self, plan: &RequestPlan, op: XferOp) -> Result<(), String> {
+    pub fn verify(&self, plan: &RequestPlan, op: XferOp) -> Result<(), VerifyError> {
         let mut images: Vec<Option<Vec<u8>>> = vec![None; self.buffers.len()];
         for (x, xfer) in plan.xfers.iter().enumerate() {
             for (pair, (local, remote)) in xfer.pairs().enumerate() {
@@ -252,17 +282,21 @@ impl BenchMemory {
                     continue;
                 };
                 if images[dst.buffer].is_none() {
-                    images[dst.buffer] = Some(buffer.snapshot().map_err(|e| e.to_string())?);
+                    images[dst.buffer] = Some(buffer.snapshot()?);
                 }
                 let image = images[dst.buffer].as_deref().unwrap_or_default();
                 let found = image.get(dst.offset as usize..(dst.offset + dst.len) as usize);
                 if found != Some(&pattern(src.buffer, src.offset, src.len)[..]) {
                     let b = &plan.buffers[dst.buffer];
-                    return Err(format!(
-                        "transfer {x} pair {pair}: {} bytes at {} of {} rank {} region {} are \
-                         not the source's",
-                        dst.len, dst.offset, b.side, b.rank, b.region
-                    ));
+                    return Err(VerifyError::NotTheSource {
+                        xfer: x,
+                        pair,
+                        len: dst.len,
+                        offset: dst.offset,
+                        side: b.side,
+                        rank: b.rank,
+                        region: b.region,
+                    });
                 }
             }
         }
@@ -303,6 +337,18 @@ mod tests {
         let b = &plan.buffers[local.buffer];
         assert_eq!(
             e,
+            VerifyError::NotTheSource {
+                xfer: 0,
+                pair: 0,
+                len: local.len,
+                offset: local.offset,
+                side: Side::Decode,
+                rank: b.rank,
+                region: b.region,
+            }
+        );
+        assert_eq!(
+            e.to_string(),
             format!(
                 "transfer 0 pair 0: {} bytes at {} of decode rank {} region {} are not the \
                  source's",

@@ -31,19 +31,155 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::time::Duration;
 
 use crate::derive::load_geometry_file as load_geometry;
+use crate::geometry::GeometryError;
 use crate::layout::Side;
 use crate::nixl::real::RealNixl;
-use crate::nixl::{Nixl, XferOp};
+use crate::nixl::{Nixl, NixlError, XferOp};
 use crate::scenario::MemoryKind;
+use crate::time_limits::TimeLimitError;
 
-use super::buffers::{BenchMemory, Buffer};
-use super::replay::{create_agents, Agents};
-use super::request_plan::{plan_request, RequestPlan};
+use super::buffers::{BenchMemory, Buffer, BufferError, VerifyError};
+use super::replay::{create_agents, Agents, ReplayError};
+use super::request_plan::{plan_request, PlanError, RequestPlan};
+
+/// Why the peer process (`kvgeom bench-peer`) failed, as it tells the parent.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The geometry file did not load.
+    #[error(transparent)]
+    Geometry(#[from] GeometryError),
+    /// The request could not be planned.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// A prefill buffer could not be allocated, filled or cleared.
+    #[error(transparent)]
+    Buffer(#[from] BufferError),
+    /// `verify write` found a prefill row without decode's bytes.
+    #[error(transparent)]
+    Verify(#[from] VerifyError),
+    /// Real NIXL refused a call.
+    #[error(transparent)]
+    Nixl(#[from] NixlError),
+    /// The prefill agents could not be created.
+    #[error(transparent)]
+    Replay(#[from] ReplayError),
+    /// A protocol line could not be written to stdout.
+    #[error("writing to the parent: {0}")]
+    WriteParent(#[source] std::io::Error),
+    /// Reading a command from stdin failed.
+    #[error("reading from the parent: {0}")]
+    ReadParent(#[source] std::io::Error),
+    /// A command the protocol does not have.
+    #[error("unknown command {0:?}")]
+    UnknownCommand(String),
+    /// `load` with metadata that is not hex.
+    #[error("metadata is not hex")]
+    NotHex,
+}
+
+/// What the parent was waiting for when its peer failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Awaited {
+    /// The peer's `plan` line.
+    Plan,
+    /// The peer's `buffer` and `agent` lines, up to `ready`.
+    BuffersAndAgents,
+    /// The answer to a command (its verb).
+    Answer(String),
+}
+
+impl std::fmt::Display for Awaited {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Awaited::Plan => write!(f, "its plan"),
+            Awaited::BuffersAndAgents => write!(f, "its buffers and agents"),
+            Awaited::Answer(verb) => write!(f, "the answer to {verb:?}"),
+        }
+    }
+}
+
+/// Why the parent's peer process failed or could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    /// The peer time-out's environment variable is unusable.
+    #[error(transparent)]
+    TimeLimit(#[from] TimeLimitError),
+    /// The executable did not start.
+    #[error("starting the peer process {}: {source}", exe.display())]
+    Start {
+        /// The executable.
+        exe: PathBuf,
+        /// What the system answered.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The child came without its stdin or stdout pipe.
+    #[error("the peer process has no pipes")]
+    NoPipes,
+    /// The peer's plan line differs from this process's.
+    #[error("the peer planned another request: {peer:?}, here {here:?}")]
+    OtherPlan {
+        /// The peer's plan line.
+        peer: String,
+        /// This process's.
+        here: String,
+    },
+    /// A `buffer` or `agent` line that does not parse.
+    #[error("bad {kind} line from the peer: {line:?}")]
+    BadLine {
+        /// `buffer` or `agent`.
+        kind: &'static str,
+        /// The line.
+        line: String,
+    },
+    /// A line the protocol does not have in the set-up (an `error` included).
+    #[error("the peer says {line:?}")]
+    Says {
+        /// The line.
+        line: String,
+    },
+    /// The peer's stdout ended.
+    #[error(
+        "the peer process ended ({}) while the parent waited for {awaited}",
+        status.map(|s| s.to_string()).unwrap_or_default()
+    )]
+    Ended {
+        /// Its exit status, if it could be collected.
+        status: Option<ExitStatus>,
+        /// What the parent was waiting for.
+        awaited: Awaited,
+    },
+    /// The peer said nothing for the time-out; it was killed.
+    #[error(
+        "hung: the peer process said nothing for {} while the parent waited for {awaited} \
+         (killed; limit {}={})",
+        crate::time_limits::seconds_text(*timeout),
+        crate::time_limits::PEER_TIMEOUT_VAR,
+        timeout.as_secs_f64()
+    )]
+    Hung {
+        /// The time-out per line.
+        timeout: Duration,
+        /// What the parent was waiting for.
+        awaited: Awaited,
+    },
+    /// A command could not be written to the peer's stdin.
+    #[error("writing to the peer: {0}")]
+    Write(#[source] std::io::Error),
+    /// The peer answered a command with something other than `ok`.
+    #[error("the peer answered {answer:?} to {verb:?}")]
+    Answered {
+        /// The answer line.
+        answer: String,
+        /// The command's verb.
+        verb: String,
+    },
+}
 
 /// The start of every protocol line the peer writes.
 pub const TAG: &str = "kvgeom-peer: ";
@@ -117,49 +253,50 @@ pub fn serve(args: &PeerArgs) -> u8 {
     }
 }
 
-fn serve_on(args: &PeerArgs, input: &mut dyn BufRead, out: &mut dyn Write) -> Result<(), String> {
-    let geometry = load_geometry(&args.geometry).map_err(|e| e.to_string())?;
-    let plan = plan_request(&geometry, args.prompt_len).map_err(|e| e.to_string())?;
+fn serve_on(
+    args: &PeerArgs,
+    input: &mut dyn BufRead,
+    out: &mut dyn Write,
+) -> Result<(), ServeError> {
+    let geometry = load_geometry(&args.geometry)?;
+    let plan = plan_request(&geometry, args.prompt_len)?;
     let memory = BenchMemory::allocate(&plan, args.memory, &[Side::Prefill])?;
     memory.fill(&plan, Side::Prefill)?;
-    let mut nixl = RealNixl::new().map_err(|e| e.to_string())?;
+    let mut nixl = RealNixl::new()?;
     for (_, b) in memory.owned(&plan, Side::Prefill) {
         attach(&mut nixl, b);
     }
-    let agents =
-        create_agents(&mut nixl, &plan, &memory, &[Side::Prefill]).map_err(|e| e.to_string())?;
-    let say = |out: &mut dyn Write, line: String| -> Result<(), String> {
+    let agents = create_agents(&mut nixl, &plan, &memory, &[Side::Prefill])?;
+    let say = |out: &mut dyn Write, line: String| -> Result<(), ServeError> {
         writeln!(out, "{TAG}{line}")
             .and_then(|()| out.flush())
-            .map_err(|e| format!("writing to the parent: {e}"))
+            .map_err(ServeError::WriteParent)
     };
     say(out, plan_line(&plan))?;
     for (i, b) in memory.owned(&plan, Side::Prefill) {
         say(out, format!("buffer {i} {}", b.base()))?;
     }
     for (&(_, rank), &agent) in &agents {
-        let md = nixl.local_metadata(agent).map_err(|e| e.to_string())?;
+        let md = nixl.local_metadata(agent)?;
         say(out, format!("agent {rank} {}", hex(&md)))?;
     }
     say(out, "ready".into())?;
     let mut line = String::new();
     loop {
         line.clear();
-        if input
-            .read_line(&mut line)
-            .map_err(|e| format!("reading from the parent: {e}"))?
-            == 0
-        {
+        if input.read_line(&mut line).map_err(ServeError::ReadParent)? == 0 {
             return Ok(());
         }
         let (command, rest) = line.trim().split_once(' ').unwrap_or((line.trim(), ""));
         let done = match command {
             "load" => load(&mut nixl, &agents, rest),
-            "clear" => memory.clear(&plan, Side::Prefill),
-            "fill" => memory.fill(&plan, Side::Prefill),
-            "verify" if rest == "write" => memory.verify(&plan, XferOp::Write),
+            "clear" => memory.clear(&plan, Side::Prefill).map_err(ServeError::from),
+            "fill" => memory.fill(&plan, Side::Prefill).map_err(ServeError::from),
+            "verify" if rest == "write" => memory
+                .verify(&plan, XferOp::Write)
+                .map_err(ServeError::from),
             "quit" => return say(out, "bye".into()),
-            other => Err(format!("unknown command {other:?}")),
+            other => Err(ServeError::UnknownCommand(other.to_string())),
         };
         match done {
             Ok(()) => say(out, "ok".into())?,
@@ -168,11 +305,10 @@ fn serve_on(args: &PeerArgs, input: &mut dyn BufRead, out: &mut dyn Write) -> Re
     }
 }
 
-fn load(nixl: &mut RealNixl, agents: &Agents, hex_md: &str) -> Result<(), String> {
-    let md = unhex(hex_md).ok_or("metadata is not hex")?;
+fn load(nixl: &mut RealNixl, agents: &Agents, hex_md: &str) -> Result<(), ServeError> {
+    let md = unhex(hex_md).ok_or(ServeError::NotHex)?;
     for &agent in agents.values() {
-        nixl.add_remote_agent(agent, &md)
-            .map_err(|e| e.to_string())?;
+        nixl.add_remote_agent(agent, &md)?;
     }
     Ok(())
 }
@@ -203,7 +339,7 @@ pub struct Peer {
 impl Peer {
     /// Start `exe bench-peer ...` and read its buffers and agents, waiting
     /// at most the peer time-out for each line.
-    pub fn spawn(exe: &Path, args: &PeerArgs, plan: &RequestPlan) -> Result<Self, String> {
+    pub fn spawn(exe: &Path, args: &PeerArgs, plan: &RequestPlan) -> Result<Self, PeerError> {
         let timeout = crate::time_limits::peer_timeout()?;
         Self::spawn_within(exe, args, plan, timeout)
     }
@@ -214,17 +350,20 @@ impl Peer {
         args: &PeerArgs,
         plan: &RequestPlan,
         timeout: Duration,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, PeerError> {
         let mut child = Command::new(exe)
             .args(args.command_line())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .map_err(|e| format!("starting the peer process {}: {e}", exe.display()))?;
+            .map_err(|source| PeerError::Start {
+                exe: exe.to_path_buf(),
+                source,
+            })?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             let _ = child.kill();
-            return Err("the peer process has no pipes".into());
+            return Err(PeerError::NoPipes);
         };
         let (sender, lines) = channel();
         std::thread::spawn(move || {
@@ -254,69 +393,79 @@ impl Peer {
             metadata: Vec::new(),
         };
         let expected = plan_line(plan);
-        let first = peer.line("its plan")?;
+        let first = peer.line(Awaited::Plan)?;
         if first != expected {
             peer.stop();
-            return Err(format!(
-                "the peer planned another request: {first:?}, here {expected:?}"
-            ));
+            return Err(PeerError::OtherPlan {
+                peer: first,
+                here: expected,
+            });
         }
         loop {
-            let line = peer.line("its buffers and agents")?;
+            let line = peer.line(Awaited::BuffersAndAgents)?;
             let words: Vec<&str> = line.split(' ').collect();
             match words.as_slice() {
                 ["ready"] => return Ok(peer),
                 ["buffer", n, addr] => match (n.parse(), addr.parse()) {
                     (Ok(n), Ok(addr)) => peer.addresses.push((n, addr)),
-                    _ => return Err(format!("bad buffer line from the peer: {line:?}")),
+                    _ => {
+                        return Err(PeerError::BadLine {
+                            kind: "buffer",
+                            line,
+                        })
+                    }
                 },
                 ["agent", rank, md] => match (rank.parse(), unhex(md)) {
                     (Ok(rank), Some(md)) => peer.metadata.push((rank, md)),
-                    _ => return Err(format!("bad agent line from the peer: {line:?}")),
+                    _ => {
+                        return Err(PeerError::BadLine {
+                            kind: "agent",
+                            line,
+                        })
+                    }
                 },
                 _ => {
                     peer.stop();
-                    return Err(format!("the peer says {line:?}"));
+                    return Err(PeerError::Says { line });
                 }
             }
         }
     }
 
-    /// The next protocol line, waiting at most the time-out; `waiting_for`
+    /// The next protocol line, waiting at most the time-out; `awaited`
     /// says what the line should bring, for the error.
-    fn line(&mut self, waiting_for: &str) -> Result<String, String> {
+    fn line(&mut self, awaited: Awaited) -> Result<String, PeerError> {
         match self.lines.recv_timeout(self.timeout) {
             Ok(line) => Ok(line.trim_end().to_string()),
-            Err(RecvTimeoutError::Disconnected) => {
-                let status = self.child.wait().map(|s| s.to_string()).unwrap_or_default();
-                Err(format!(
-                    "the peer process ended ({status}) while the parent waited for {waiting_for}"
-                ))
-            }
+            Err(RecvTimeoutError::Disconnected) => Err(PeerError::Ended {
+                status: self.child.wait().ok(),
+                awaited,
+            }),
             Err(RecvTimeoutError::Timeout) => {
                 // A peer stuck in NIXL or UCX would never read `quit`.
                 let _ = self.child.kill();
                 let _ = self.child.wait();
-                Err(format!(
-                    "hung: the peer process said nothing for {} while the parent waited for \
-                     {waiting_for} (killed; limit {}={})",
-                    crate::time_limits::seconds_text(self.timeout),
-                    crate::time_limits::PEER_TIMEOUT_VAR,
-                    self.timeout.as_secs_f64()
-                ))
+                Err(PeerError::Hung {
+                    timeout: self.timeout,
+                    awaited,
+                })
             }
         }
     }
 
     /// Send one command and wait for `ok`.
-    pub fn ask(&mut self, command: &str) -> Result<(), String> {
+    pub fn ask(&mut self, command: &str) -> Result<(), PeerError> {
         writeln!(self.stdin, "{command}")
             .and_then(|()| self.stdin.flush())
-            .map_err(|e| format!("writing to the peer: {e}"))?;
+            .map_err(PeerError::Write)?;
         let verb = command.split(' ').next().unwrap_or_default();
-        match self.line(&format!("the answer to {verb:?}"))?.as_str() {
+        let answer = self.line(Awaited::Answer(verb.to_string()))?;
+        match answer.as_str() {
             "ok" => Ok(()),
-            other => Err(format!("the peer answered {other:?} to {verb:?}")),
+            _ => Err(PeerError::Answered {
+                answer,
+                verb: verb.to_string(),
+            }),
         }
     }
 
@@ -396,8 +545,18 @@ mod tests {
         let e = Peer::spawn_within(&exe, &args(), &plan(), Duration::from_millis(200))
             .err()
             .expect("a silent peer must not be accepted");
+        assert!(
+            matches!(
+                e,
+                PeerError::Hung {
+                    awaited: Awaited::Plan,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
         assert_eq!(
-            e,
+            e.to_string(),
             "hung: the peer process said nothing for 0.200 s while the parent waited for its \
              plan (killed; limit KVGEOM_PEER_TIMEOUT_S=0.2)"
         );
@@ -410,7 +569,7 @@ mod tests {
             .err()
             .expect("a peer that exits must not be accepted");
         assert_eq!(
-            e,
+            e.to_string(),
             "the peer process ended (exit status: 3) while the parent waited for its plan"
         );
     }
@@ -426,7 +585,7 @@ mod tests {
             .expect("the peer sent its plan and ready");
         let e = peer.ask("clear").unwrap_err();
         assert_eq!(
-            e,
+            e.to_string(),
             "hung: the peer process said nothing for 0.200 s while the parent waited for the \
              answer to \"clear\" (killed; limit KVGEOM_PEER_TIMEOUT_S=0.2)"
         );

@@ -14,12 +14,15 @@ use crate::nixl::{
     XferState,
 };
 
+use crate::time_limits::TimeLimitError;
+
 use super::buffers::BenchMemory;
 use super::request_plan::{RequestPlan, Row};
 
 /// Why a replay failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ReplayError {
+    /// The transport refused a call.
     #[error("{0}")]
     Nixl(#[from] NixlError),
     /// An iteration waited longer than its stall limit
@@ -32,13 +35,30 @@ pub enum ReplayError {
         limit.as_secs_f64()
     )]
     Stalled {
+        /// The iteration, from 1.
         iteration: u32,
+        /// Transfers still in progress.
         pending: usize,
+        /// Transfers posted.
         total: usize,
+        /// The stall limit.
         limit: Duration,
     },
-    #[error("{0}")]
-    Setup(String),
+    /// The stall limit's environment variable is unusable.
+    #[error(transparent)]
+    TimeLimit(#[from] TimeLimitError),
+    /// A planned row's buffer has no address in this process or the peer.
+    #[error("no address for buffer {buffer}")]
+    NoAddress {
+        /// The buffer, by plan number.
+        buffer: usize,
+    },
+    /// A planned READ's initiator has no agent in this process.
+    #[error("no agent for decode rank {rank}")]
+    NoAgent {
+        /// The decode rank.
+        rank: u32,
+    },
 }
 
 /// The agents of the ranks this process owns.
@@ -102,7 +122,7 @@ fn list(
                     len: r.len,
                     dev,
                 })
-                .ok_or_else(|| ReplayError::Setup(format!("no address for buffer {}", r.buffer)))
+                .ok_or(ReplayError::NoAddress { buffer: r.buffer })
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(DescList::from_rows(rows))
@@ -124,8 +144,8 @@ pub fn prepare_transfers<T: Nixl + ?Sized>(
     for x in &plan.xfers {
         let agent = *agents
             .get(&(Side::Decode, x.initiator_rank))
-            .ok_or_else(|| {
-                ReplayError::Setup(format!("no agent for decode rank {}", x.initiator_rank))
+            .ok_or(ReplayError::NoAgent {
+                rank: x.initiator_rank,
             })?;
         let local = t.prepare_dlist(
             agent,
@@ -149,31 +169,34 @@ pub fn prepare_transfers<T: Nixl + ?Sized>(
 /// `before_each` (untimed) first. Returns each iteration's wall time. An
 /// iteration that takes longer than the stall limit
 /// ([`crate::time_limits::stall_limit`]) fails with [`ReplayError::Stalled`].
-pub fn time_transfers<T: Nixl + ?Sized>(
+/// Errors are the caller's type `E`: `before_each`'s own, or a
+/// [`ReplayError`] converted.
+pub fn time_transfers<T: Nixl + ?Sized, E: From<ReplayError>>(
     t: &mut T,
     xfers: &[(AgentId, XferHandle)],
     iterations: u32,
-    before_each: &mut dyn FnMut() -> Result<(), String>,
-) -> Result<Vec<Duration>, ReplayError> {
-    let limit = crate::time_limits::stall_limit().map_err(ReplayError::Setup)?;
+    before_each: &mut dyn FnMut() -> Result<(), E>,
+) -> Result<Vec<Duration>, E> {
+    let limit = crate::time_limits::stall_limit().map_err(ReplayError::from)?;
     time_transfers_within(t, xfers, iterations, limit, before_each)
 }
 
 /// As [`time_transfers`], with an explicit stall limit.
-pub fn time_transfers_within<T: Nixl + ?Sized>(
+pub fn time_transfers_within<T: Nixl + ?Sized, E: From<ReplayError>>(
     t: &mut T,
     xfers: &[(AgentId, XferHandle)],
     iterations: u32,
     limit: Duration,
-    before_each: &mut dyn FnMut() -> Result<(), String>,
-) -> Result<Vec<Duration>, ReplayError> {
+    before_each: &mut dyn FnMut() -> Result<(), E>,
+) -> Result<Vec<Duration>, E> {
+    let nixl = |e: NixlError| E::from(ReplayError::Nixl(e));
     let mut times = Vec::with_capacity(iterations as usize);
     for iteration in 1..=iterations {
-        before_each().map_err(ReplayError::Setup)?;
+        before_each()?;
         let start = Instant::now();
         let mut pending = Vec::new();
         for &(agent, xfer) in xfers {
-            if t.post_xfer(agent, xfer)? == XferState::InProgress {
+            if t.post_xfer(agent, xfer).map_err(nixl)? == XferState::InProgress {
                 pending.push((agent, xfer));
             }
         }
@@ -184,11 +207,12 @@ pub fn time_transfers_within<T: Nixl + ?Sized>(
                     pending: pending.len(),
                     total: xfers.len(),
                     limit,
-                });
+                }
+                .into());
             }
             let mut still = Vec::with_capacity(pending.len());
             for (agent, xfer) in pending {
-                if t.xfer_state(agent, xfer)? == XferState::InProgress {
+                if t.xfer_state(agent, xfer).map_err(nixl)? == XferState::InProgress {
                     still.push((agent, xfer));
                 }
             }

@@ -8,12 +8,13 @@
 //! pages are never faulted in) with the [`DryRun`] transport, so even a
 //! geometry with gigabytes of KV memory plans in milliseconds.
 
-use crate::connector::{Policy, ReadRequest};
+use crate::connector::{ConnectorError, HandshakeError, Policy, ReadRequest};
 use crate::geometry::{Geometry, Mode};
 use crate::layout::{RequestBlocks, Side};
 use crate::nixl::{DescRow, DryRun, Recording};
 use crate::scenario::engines::{allocate_ranks, register_side, Engines};
-use crate::scenario::placement::place;
+use crate::scenario::placement::{place, PlacementError};
+use crate::scenario::Outcome;
 use crate::scheduler::{request_shape, DecodeAllocation};
 
 /// One KV tensor of one rank.
@@ -102,25 +103,62 @@ impl RequestPlan {
     }
 }
 
-/// Why a request cannot be planned.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("cannot plan a {prompt_len}-token request of {geometry}: {reason}")]
+/// Why a request cannot be planned: the geometry, the prompt length and
+/// the typed cause.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot plan a {prompt_len}-token request of {geometry}: {cause}")]
 pub struct PlanError {
+    /// The geometry's name.
     pub geometry: String,
+    /// The request's prompt length.
     pub prompt_len: u32,
-    pub reason: String,
+    /// What stopped the plan.
+    #[source]
+    pub cause: PlanCause,
+}
+
+/// What stopped a request's plan.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanCause {
+    /// The request's blocks do not fit an engine's pool.
+    #[error(transparent)]
+    Placement(#[from] PlacementError),
+    /// An engine's ranks could not be configured or registered.
+    #[error("{}", .0.describe())]
+    Registration(Outcome),
+    /// A decode rank found no prefill ranks to handshake with.
+    #[error(transparent)]
+    Handshake(#[from] HandshakeError),
+    /// The connector refused the handshake or the READs.
+    #[error(transparent)]
+    Connector(#[from] ConnectorError),
+    /// A planned descriptor lies outside every KV tensor.
+    #[error("descriptor {addr:#x}+{len} lies in no KV tensor")]
+    OutsideTensors {
+        /// The descriptor's address.
+        addr: u64,
+        /// Its length in bytes.
+        len: u64,
+    },
+    /// A transfer names an agent that is no engine rank.
+    #[error("unexpected agent {name:?}")]
+    UnexpectedAgent {
+        /// The agent's name, if the transport knows it.
+        name: Option<String>,
+    },
 }
 
 /// Plan the pull of one `prompt_len`-token request (no prefix hit, block
 /// placement from seed 0) through the connector.
 pub fn plan_request(geometry: &Geometry, prompt_len: u32) -> Result<RequestPlan, PlanError> {
-    let fail = |reason: String| PlanError {
+    let fail = |cause: PlanCause| PlanError {
         geometry: geometry.name.clone(),
         prompt_len,
-        reason,
+        cause,
     };
+    let connector = |e: ConnectorError| fail(e.into());
     let shape = request_shape(geometry, prompt_len, 0, DecodeAllocation::Mainline);
-    let placement = place(geometry, &shape, 0).map_err(|e| fail(e.to_string()))?;
+    let placement = place(geometry, &shape, 0).map_err(|e| fail(e.into()))?;
     let (p_arenas, d_arenas) = allocate_ranks(geometry, &placement);
     let mut buffers = Vec::new();
     let mut bases = Vec::new();
@@ -138,7 +176,7 @@ pub fn plan_request(geometry: &Geometry, prompt_len: u32) -> Result<RequestPlan,
         }
     }
     let mut nixl = Recording::new(DryRun::new());
-    let outcome = |o: crate::scenario::Outcome| fail(o.describe());
+    let outcome = |o: Outcome| fail(PlanCause::Registration(o));
     let prefill = register_side(
         &mut nixl,
         geometry,
@@ -172,16 +210,16 @@ pub fn plan_request(geometry: &Geometry, prompt_len: u32) -> Result<RequestPlan,
         let targets = engines.decode[d]
             .worker
             .handshake_targets(p_tp)
-            .map_err(|e| fail(e.to_string()))?;
+            .map_err(|e| fail(e.into()))?;
         for target in targets {
             let meta = engines.prefill[target as usize]
                 .worker
                 .metadata(&mut nixl)
-                .map_err(|e| fail(e.to_string()))?;
+                .map_err(connector)?;
             engines.decode[d]
                 .worker
                 .add_remote_agent(&mut nixl, &meta, target, p_tp)
-                .map_err(|e| fail(e.to_string()))?;
+                .map_err(connector)?;
         }
         let req = ReadRequest {
             request_id: "req-d".into(),
@@ -195,7 +233,7 @@ pub fn plan_request(geometry: &Geometry, prompt_len: u32) -> Result<RequestPlan,
         engines.decode[d]
             .worker
             .start_read(&mut nixl, &req)
-            .map_err(|e| fail(e.to_string()))?;
+            .map_err(connector)?;
     }
     let locate = |row: DescRow| -> Result<Row, PlanError> {
         buffers
@@ -208,17 +246,19 @@ pub fn plan_request(geometry: &Geometry, prompt_len: u32) -> Result<RequestPlan,
                 len: row.len,
             })
             .ok_or_else(|| {
-                fail(format!(
-                    "descriptor {:#x}+{} lies in no KV tensor",
-                    row.addr, row.len
-                ))
+                fail(PlanCause::OutsideTensors {
+                    addr: row.addr,
+                    len: row.len,
+                })
             })
     };
     let mut xfers = Vec::new();
     for x in nixl.xfers().into_iter().filter(|x| x.posted) {
         let rank_of = |name: Option<&str>| match name.and_then(Side::parse_agent_name) {
             Some((_, rank)) => Ok(rank),
-            None => Err(fail(format!("unexpected agent {name:?}"))),
+            None => Err(fail(PlanCause::UnexpectedAgent {
+                name: name.map(str::to_string),
+            })),
         };
         xfers.push(PlannedXfer {
             initiator_rank: rank_of(nixl.name_of(x.agent))?,
@@ -305,6 +345,10 @@ mod tests {
     fn a_refused_pair_is_a_plan_error() {
         let g = geometry("reject-g1-prefix-caching");
         let e = plan_request(&g, 29).unwrap_err();
+        assert!(
+            matches!(e.cause, PlanCause::Connector(_)),
+            "the refusal is the connector's, typed: {e:?}"
+        );
         assert!(
             e.to_string()
                 .starts_with("cannot plan a 29-token request of reject-g1-prefix-caching: "),

@@ -1,7 +1,8 @@
 //! Host-to-host transfer throughput: the same bytes moved as one prepared
 //! transfer of many descriptors through [`Loopback`], through real NIXL
 //! (`nixl::RealNixl`, feature `nixl`, when its runtime loads)
-//! and by one plain memcpy, best of N iterations each.
+//! and by one plain memcpy, best of N iterations each. The paths are
+//! [`PATHS`]; a configuration names the ones to run.
 //!
 //! Remote descriptors are paired in reverse order (local block `i` with
 //! remote block `n - 1 - i`) so that NIXL cannot merge neighbouring
@@ -26,19 +27,21 @@ pub struct TransportBenchConfig {
     /// Timed repetitions per path; the best one is reported.
     pub iterations: u32,
     pub op: XferOp,
-    /// Also measure real NIXL when built with feature `nixl`.
-    pub real_nixl: bool,
+    /// Paths to run, a subset of [`PATHS`]; results keep [`PATHS`]' order.
+    /// `nixl-ucx` is reported skipped, with the reason, where real NIXL
+    /// cannot run (no `nixl` feature, no runtime).
+    pub paths: Vec<String>,
 }
 
 impl Default for TransportBenchConfig {
-    /// 1 GiB in 4096 descriptors of 256 KiB, WRITE, best of 5.
+    /// 1 GiB in 4096 descriptors of 256 KiB, WRITE, best of 5, every path.
     fn default() -> Self {
         Self {
             total_bytes: 1 << 30,
             descriptors: 4096,
             iterations: 5,
             op: XferOp::Write,
-            real_nixl: true,
+            paths: PATHS.iter().map(|p| p.to_string()).collect(),
         }
     }
 }
@@ -77,6 +80,18 @@ impl TransportBenchReport {
 pub enum BenchError {
     #[error("invalid benchmark configuration: {0}")]
     InvalidConfig(String),
+    /// A path name that is none of [`PATHS`].
+    #[error(
+        "invalid benchmark configuration: unknown path {path:?}; known: {}",
+        PATHS.join(", ")
+    )]
+    UnknownPath {
+        /// The name as given.
+        path: String,
+    },
+    /// A configuration that names no path.
+    #[error("invalid benchmark configuration: no path to run; known: {}", PATHS.join(", "))]
+    NoPaths,
     #[error("{path}: {source}")]
     Transport {
         path: String,
@@ -95,6 +110,9 @@ const STALL_LIMIT: Duration = Duration::from_secs(300);
 pub const MEMCPY: &str = "memcpy";
 pub const LOOPBACK: &str = "loopback";
 pub const NIXL_UCX: &str = "nixl-ucx";
+
+/// The paths, in report order.
+pub const PATHS: [&str; 3] = [MEMCPY, LOOPBACK, NIXL_UCX];
 
 /// Source and destination of every path.
 struct Buffers {
@@ -260,6 +278,14 @@ fn transfer_path<T: Nixl>(
 }
 
 fn check_config(config: &TransportBenchConfig) -> Result<u64, BenchError> {
+    if let Some(unknown) = config.paths.iter().find(|p| !PATHS.contains(&p.as_str())) {
+        return Err(BenchError::UnknownPath {
+            path: unknown.clone(),
+        });
+    }
+    if config.paths.is_empty() {
+        return Err(BenchError::NoPaths);
+    }
     let bad = |why: String| Err(BenchError::InvalidConfig(why));
     if config.descriptors == 0 || config.total_bytes == 0 || config.iterations == 0 {
         return bad("bytes, descriptors and iterations must all be positive".into());
@@ -285,11 +311,12 @@ fn check_config(config: &TransportBenchConfig) -> Result<u64, BenchError> {
     Ok(config.total_bytes / config.descriptors)
 }
 
-/// Measure memcpy, the loopback transport and (feature `nixl`, runtime
-/// present, `config.real_nixl`) real NIXL over UCX. Allocates two buffers of
-/// `config.total_bytes`.
+/// Measure the paths `config.paths` names: memcpy, the loopback transport
+/// and real NIXL over UCX (feature `nixl`, runtime present). Checks the
+/// configuration first, then allocates two buffers of `config.total_bytes`.
 pub fn transport_bench(config: &TransportBenchConfig) -> Result<TransportBenchReport, BenchError> {
     let block = check_config(config)?;
+    let wants = |path: &str| config.paths.iter().any(|p| p == path);
     let buffers = Buffers::new(config, block);
     let bytes = config.total_bytes;
     let mut report = TransportBenchReport {
@@ -300,26 +327,29 @@ pub fn transport_bench(config: &TransportBenchConfig) -> Result<TransportBenchRe
         nixl_agents: None,
     };
 
-    // memcpy copies the blocks in place, so check it against the source.
-    let best = memcpy_path(&buffers, config.iterations);
-    if *buffers.src.read() != *buffers.dst.read() {
-        return Err(BenchError::WrongBytes {
-            path: MEMCPY.into(),
-            block: 0,
-        });
+    if wants(MEMCPY) {
+        // memcpy copies the blocks in place, so check it against the source.
+        let best = memcpy_path(&buffers, config.iterations);
+        if *buffers.src.read() != *buffers.dst.read() {
+            return Err(BenchError::WrongBytes {
+                path: MEMCPY.into(),
+                block: 0,
+            });
+        }
+        report.results.push(result(MEMCPY, bytes, best));
     }
-    report.results.push(result(MEMCPY, bytes, best));
 
-    buffers.clear_dst();
-    let mut loopback = Loopback::new();
-    loopback.attach(buffers.src.clone());
-    loopback.attach(buffers.dst.clone());
-    let best = transfer_path(&mut loopback, LOOPBACK, &buffers, config)?;
-    buffers.check_reversed(LOOPBACK)?;
-    report.results.push(result(LOOPBACK, bytes, best));
-    drop(loopback);
+    if wants(LOOPBACK) {
+        buffers.clear_dst();
+        let mut loopback = Loopback::new();
+        loopback.attach(buffers.src.clone());
+        loopback.attach(buffers.dst.clone());
+        let best = transfer_path(&mut loopback, LOOPBACK, &buffers, config)?;
+        buffers.check_reversed(LOOPBACK)?;
+        report.results.push(result(LOOPBACK, bytes, best));
+    }
 
-    if config.real_nixl {
+    if wants(NIXL_UCX) {
         real_nixl_path(&buffers, config, &mut report)?;
     }
     Ok(report)
@@ -438,7 +468,7 @@ mod tests {
             descriptors: 16,
             iterations: 2,
             op,
-            real_nixl: false,
+            paths: vec![MEMCPY.into(), LOOPBACK.into()],
         }
     }
 
@@ -460,6 +490,73 @@ mod tests {
             );
             assert_eq!(table.lines().count(), 4, "{table}");
         }
+    }
+
+    #[test]
+    fn only_the_named_paths_run() {
+        for (paths, expected) in [
+            (&[LOOPBACK][..], &[LOOPBACK][..]),
+            (&[MEMCPY], &[MEMCPY]),
+            // Report order is PATHS' order, whatever the order asked.
+            (&[LOOPBACK, MEMCPY], &[MEMCPY, LOOPBACK]),
+        ] {
+            let config = TransportBenchConfig {
+                paths: paths.iter().map(|p| p.to_string()).collect(),
+                ..small(XferOp::Write)
+            };
+            let report = transport_bench(&config).unwrap();
+            let ran: Vec<&str> = report.results.iter().map(|r| r.path.as_str()).collect();
+            assert_eq!(ran, expected, "asked for {paths:?}");
+            assert!(report.skipped.is_empty(), "{:?}", report.skipped);
+        }
+        // Real NIXL asked for: measured, or skipped with its reason, never dropped.
+        let report = transport_bench(&TransportBenchConfig {
+            paths: vec![NIXL_UCX.into()],
+            ..small(XferOp::Write)
+        })
+        .unwrap();
+        let named: Vec<&str> = report
+            .results
+            .iter()
+            .map(|r| r.path.as_str())
+            .chain(report.skipped.iter().map(|(p, _)| p.as_str()))
+            .collect();
+        assert_eq!(named, [NIXL_UCX]);
+        // Without memcpy there is no baseline to compare with.
+        let table = transport_bench(&TransportBenchConfig {
+            paths: vec![LOOPBACK.into()],
+            ..small(XferOp::Read)
+        })
+        .unwrap()
+        .to_string();
+        let row = table.lines().nth(2).unwrap();
+        assert!(row.starts_with(LOOPBACK) && row.ends_with(" -"), "{table}");
+    }
+
+    #[test]
+    fn unknown_and_missing_paths_are_refused_before_allocating() {
+        let e = transport_bench(&TransportBenchConfig {
+            paths: vec![LOOPBACK.into(), "copy".into()],
+            // Far more than this machine could allocate: refused first.
+            total_bytes: 1 << 60,
+            ..small(XferOp::Write)
+        })
+        .unwrap_err();
+        assert!(
+            matches!(&e, BenchError::UnknownPath { path } if path == "copy"),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "invalid benchmark configuration: unknown path \"copy\"; known: memcpy, loopback, \
+             nixl-ucx"
+        );
+        let e = transport_bench(&TransportBenchConfig {
+            paths: Vec::new(),
+            ..small(XferOp::Write)
+        })
+        .unwrap_err();
+        assert!(matches!(e, BenchError::NoPaths), "{e:?}");
     }
 
     #[test]

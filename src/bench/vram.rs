@@ -21,13 +21,16 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::derive::load_geometry_file as load_geometry;
+use crate::geometry::GeometryError;
 use crate::layout::Side;
-use crate::nixl::{Loopback, MemKind, Nixl, NixlAgentOptions, XferOp};
+use crate::nixl::{Loopback, MemKind, Nixl, NixlAgentOptions, NixlError, XferOp};
 use crate::scenario::MemoryKind;
 
-use super::buffers::{allocate, pattern, BenchMemory, Buffer, BufferError};
-use super::replay::{connect_in_process, create_agents, prepare_transfers, time_transfers};
-use super::request_plan::{plan_request, RequestPlan};
+use super::buffers::{allocate, pattern, BenchMemory, Buffer, BufferError, VerifyError};
+use super::replay::{
+    connect_in_process, create_agents, prepare_transfers, time_transfers, ReplayError,
+};
+use super::request_plan::{plan_request, PlanError, RequestPlan};
 
 /// The paths, in report order.
 pub const PATHS: [&str; 5] = ["copy", "copy-per-pair", "loopback", "nixl", "nixl-peer"];
@@ -95,14 +98,49 @@ pub struct VramBenchReport {
 
 /// Why the benchmark could not run (a failing path is reported as skipped
 /// with its reason only when it cannot run here; wrong bytes are errors).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum VramBenchError {
+    /// No timed iterations asked for.
+    #[error("invalid benchmark configuration: iterations must be positive")]
+    NoIterations,
+    /// A path name that is none of [`PATHS`].
+    #[error(
+        "invalid benchmark configuration: unknown path {path:?}; known: {}",
+        PATHS.join(", ")
+    )]
+    UnknownPath {
+        /// The name as given.
+        path: String,
+    },
+    /// The NIXL agent settings in the environment are unusable.
     #[error("invalid benchmark configuration: {0}")]
-    InvalidConfig(String),
-    #[error("{0}")]
-    Setup(String),
-    #[error("{path}: {reason}")]
-    Path { path: String, reason: String },
+    AgentOptions(#[source] NixlError),
+    /// The geometry file did not load.
+    #[error(transparent)]
+    Geometry(#[from] GeometryError),
+    /// The request could not be planned.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// The KV buffers of the in-process paths could not be allocated or filled.
+    #[error(transparent)]
+    Memory(BufferError),
+    /// `--memory vram` in a build without the `cuda` feature.
+    #[cfg(not(feature = "cuda"))]
+    #[error("--memory vram needs kvgeom built with `--features cuda` and a CUDA GPU")]
+    VramNeedsCuda,
+    /// The device did not open or name itself.
+    #[cfg(feature = "cuda")]
+    #[error(transparent)]
+    Device(crate::memory::CudaError),
+    /// A path failed while it ran (wrong bytes included).
+    #[error("{path}: {cause}")]
+    Path {
+        /// The benchmark path (`copy`, `copy-per-pair`, ...).
+        path: String,
+        /// What failed.
+        #[source]
+        cause: PathError,
+    },
     /// A path's buffers could not be allocated, written, read or copied.
     #[error("{path}: {source}")]
     Buffer {
@@ -114,10 +152,58 @@ pub enum VramBenchError {
     },
 }
 
-fn path_error(path: &str) -> impl Fn(String) -> VramBenchError + '_ {
-    move |reason| VramBenchError::Path {
+/// What failed while one path ran.
+#[derive(Debug, thiserror::Error)]
+pub enum PathError {
+    /// The request moves no bytes (`copy` has nothing to time).
+    #[error("the request moves no bytes")]
+    NoBytes,
+    /// `copy`'s destination differs from its source afterwards.
+    #[error("the copy does not equal its source")]
+    CopyDiffers,
+    /// A planned buffer this process should own is missing.
+    #[error("buffer {buffer} is not allocated")]
+    NotAllocated {
+        /// The buffer, by plan number.
+        buffer: usize,
+    },
+    /// Host memory was asked for and a buffer is not host memory.
+    #[error("expected host buffers")]
+    ExpectedHost,
+    /// Device memory was asked for and a buffer is not device memory.
+    #[cfg(feature = "cuda")]
+    #[error("expected device buffers")]
+    ExpectedDevice,
+    /// Device memory in a build without the `cuda` feature.
+    #[cfg(not(feature = "cuda"))]
+    #[error("built without the `cuda` feature")]
+    NoCuda,
+    /// A device copy failed.
+    #[cfg(feature = "cuda")]
+    #[error(transparent)]
+    Cuda(#[from] crate::memory::CudaError),
+    /// A buffer could not be cleared, written or read.
+    #[error(transparent)]
+    Buffer(#[from] BufferError),
+    /// The destinations do not hold their sources' bytes.
+    #[error(transparent)]
+    Verify(#[from] VerifyError),
+    /// Setting up, posting or waiting for the transfers failed.
+    #[error(transparent)]
+    Replay(#[from] ReplayError),
+    /// The transport refused a call.
+    #[error(transparent)]
+    Nixl(#[from] NixlError),
+    /// The peer process failed.
+    #[cfg(feature = "nixl")]
+    #[error(transparent)]
+    Peer(#[from] super::peer::PeerError),
+}
+
+fn path_error(path: &str) -> impl Fn(PathError) -> VramBenchError + '_ {
+    move |cause| VramBenchError::Path {
         path: path.into(),
-        reason,
+        cause,
     }
 }
 
@@ -182,20 +268,15 @@ fn source(op: XferOp) -> Side {
 /// Run the benchmark.
 pub fn vram_bench(config: &VramBenchConfig) -> Result<VramBenchReport, VramBenchError> {
     if config.iterations == 0 {
-        return Err(VramBenchError::InvalidConfig(
-            "iterations must be positive".into(),
-        ));
+        return Err(VramBenchError::NoIterations);
     }
     if let Some(unknown) = config.paths.iter().find(|p| !PATHS.contains(&p.as_str())) {
-        return Err(VramBenchError::InvalidConfig(format!(
-            "unknown path {unknown:?}; known: {}",
-            PATHS.join(", ")
-        )));
+        return Err(VramBenchError::UnknownPath {
+            path: unknown.clone(),
+        });
     }
-    let geometry =
-        load_geometry(&config.geometry).map_err(|e| VramBenchError::Setup(e.to_string()))?;
-    let plan = plan_request(&geometry, config.prompt_len)
-        .map_err(|e| VramBenchError::Setup(e.to_string()))?;
+    let geometry = load_geometry(&config.geometry)?;
+    let plan = plan_request(&geometry, config.prompt_len)?;
     let mut report = VramBenchReport {
         config: config.clone(),
         device: device_name(config.memory)?,
@@ -205,8 +286,7 @@ pub fn vram_bench(config: &VramBenchConfig) -> Result<VramBenchReport, VramBench
         ucx_env: std::env::vars()
             .filter(|(k, _)| k.starts_with("UCX_"))
             .collect(),
-        nixl_agents: NixlAgentOptions::from_env()
-            .map_err(|e| VramBenchError::InvalidConfig(e.to_string()))?,
+        nixl_agents: NixlAgentOptions::from_env().map_err(VramBenchError::AgentOptions)?,
         results: Vec::new(),
         skipped: Vec::new(),
     };
@@ -219,10 +299,10 @@ pub fn vram_bench(config: &VramBenchConfig) -> Result<VramBenchReport, VramBench
         .any(|p| wants(config, p));
     if needs_local {
         let memory = BenchMemory::allocate(&plan, config.memory, &[Side::Prefill, Side::Decode])
-            .map_err(VramBenchError::Setup)?;
+            .map_err(VramBenchError::Memory)?;
         memory
             .fill(&plan, source(config.op))
-            .map_err(VramBenchError::Setup)?;
+            .map_err(VramBenchError::Memory)?;
         if wants(config, "copy-per-pair") {
             report.results.push(per_pair_path(config, &plan, &memory)?);
         }
@@ -255,8 +335,8 @@ fn device_name(kind: MemoryKind) -> Result<String, VramBenchError> {
         MemoryKind::Host => Ok("host memory".into()),
         MemoryKind::Vram => {
             let d = crate::memory::CudaDevice::open(crate::scenario::vram::DEVICE_ORDINAL)
-                .map_err(|e| VramBenchError::Setup(e.to_string()))?;
-            let name = d.name().map_err(|e| VramBenchError::Setup(e.to_string()))?;
+                .map_err(VramBenchError::Device)?;
+            let name = d.name().map_err(VramBenchError::Device)?;
             Ok(format!(
                 "CUDA device {} ({name}; driver {})",
                 d.ordinal(),
@@ -270,9 +350,7 @@ fn device_name(kind: MemoryKind) -> Result<String, VramBenchError> {
 fn device_name(kind: MemoryKind) -> Result<String, VramBenchError> {
     match kind {
         MemoryKind::Host => Ok("host memory".into()),
-        MemoryKind::Vram => Err(VramBenchError::Setup(
-            "--memory vram needs kvgeom built with `--features cuda` and a CUDA GPU".into(),
-        )),
+        MemoryKind::Vram => Err(VramBenchError::VramNeedsCuda),
     }
 }
 
@@ -285,7 +363,7 @@ fn copy_path(config: &VramBenchConfig, plan: &RequestPlan) -> Result<PathTiming,
     let buffer_fail = buffer_error("copy");
     let bytes = plan.bytes();
     if bytes == 0 {
-        return Err(fail("the request moves no bytes".into()));
+        return Err(fail(PathError::NoBytes));
     }
     let src = allocate(config.memory, bytes).map_err(&buffer_fail)?;
     let dst = allocate(config.memory, bytes).map_err(&buffer_fail)?;
@@ -297,7 +375,7 @@ fn copy_path(config: &VramBenchConfig, plan: &RequestPlan) -> Result<PathTiming,
         times.push(copy_once(&src, &dst).map_err(&buffer_fail)?);
     }
     if src.snapshot().map_err(&buffer_fail)? != dst.snapshot().map_err(&buffer_fail)? {
-        return Err(fail("the copy does not equal its source".into()));
+        return Err(fail(PathError::CopyDiffers));
     }
     Ok(timing("copy", bytes, 0, &times))
 }
@@ -343,11 +421,13 @@ fn per_pair_path(
     let buffer = |i: usize| {
         memory.buffers[i]
             .as_ref()
-            .ok_or_else(|| fail(format!("buffer {i} is not allocated")))
+            .ok_or_else(|| fail(PathError::NotAllocated { buffer: i }))
     };
     let mut times = Vec::new();
     for _ in 0..config.iterations {
-        memory.clear(plan, destination(config.op)).map_err(&fail)?;
+        memory
+            .clear(plan, destination(config.op))
+            .map_err(|e| fail(e.into()))?;
         let start = std::time::Instant::now();
         match memory.kind {
             MemoryKind::Host => {
@@ -355,7 +435,7 @@ fn per_pair_path(
                     let (Some(s), Some(d)) =
                         (buffer(src.buffer)?.as_host(), buffer(dst.buffer)?.as_host())
                     else {
-                        return Err(fail("expected host buffers".into()));
+                        return Err(fail(PathError::ExpectedHost));
                     };
                     let (s, mut d) = (s.read(), d.write());
                     let (so, doff, len) =
@@ -371,22 +451,22 @@ fn per_pair_path(
                         buffer(src.buffer)?.as_device(),
                         buffer(dst.buffer)?.as_device(),
                     ) else {
-                        return Err(fail("expected device buffers".into()));
+                        return Err(fail(PathError::ExpectedDevice));
                     };
                     let q = queue.get_or_insert_with(|| s.device().queue());
                     q.copy(s, src.offset, d, dst.offset, src.len)
-                        .map_err(|e| fail(e.to_string()))?;
+                        .map_err(|e| fail(e.into()))?;
                 }
                 if let Some(q) = queue {
-                    q.finish().map_err(|e| fail(e.to_string()))?;
+                    q.finish().map_err(|e| fail(e.into()))?;
                 }
             }
             #[cfg(not(feature = "cuda"))]
-            MemoryKind::Vram => return Err(fail("built without the `cuda` feature".into())),
+            MemoryKind::Vram => return Err(fail(PathError::NoCuda)),
         }
         times.push(start.elapsed());
     }
-    memory.verify(plan, config.op).map_err(&fail)?;
+    memory.verify(plan, config.op).map_err(|e| fail(e.into()))?;
     Ok(timing("copy-per-pair", plan.bytes(), plan.pairs(), &times))
 }
 
@@ -400,8 +480,8 @@ fn in_process<T: Nixl>(
 ) -> Result<PathTiming, VramBenchError> {
     let fail = path_error(path);
     let agents = create_agents(t, plan, memory, &[Side::Prefill, Side::Decode])
-        .map_err(|e| fail(e.to_string()))?;
-    connect_in_process(t, &agents).map_err(|e| fail(e.to_string()))?;
+        .map_err(|e| fail(e.into()))?;
+    connect_in_process(t, &agents).map_err(|e| fail(e.into()))?;
     let address = |i: usize| {
         memory
             .buffers
@@ -418,17 +498,16 @@ fn in_process<T: Nixl>(
         crate::scenario::vram::DEVICE_ORDINAL,
         config.op,
     )
-    .map_err(|e| fail(e.to_string()))?;
+    .map_err(|e| fail(e.into()))?;
     let dst = destination(config.op);
     let times = time_transfers(t, &xfers, config.iterations, &mut || {
-        memory.clear(plan, dst)
+        memory.clear(plan, dst).map_err(PathError::from)
     })
-    .map_err(|e| fail(e.to_string()))?;
+    .map_err(&fail)?;
     for (agent, xfer) in xfers {
-        t.release_xfer(agent, xfer)
-            .map_err(|e| fail(e.to_string()))?;
+        t.release_xfer(agent, xfer).map_err(|e| fail(e.into()))?;
     }
-    memory.verify(plan, config.op).map_err(&fail)?;
+    memory.verify(plan, config.op).map_err(|e| fail(e.into()))?;
     Ok(timing(path, plan.bytes(), plan.pairs(), &times))
 }
 
@@ -492,32 +571,34 @@ fn nixl_peer(
             return Ok(());
         }
     };
-    let memory = BenchMemory::allocate(plan, config.memory, &[Side::Decode]).map_err(&fail)?;
+    let memory =
+        BenchMemory::allocate(plan, config.memory, &[Side::Decode]).map_err(|e| fail(e.into()))?;
     if config.op == XferOp::Write {
-        memory.fill(plan, Side::Decode).map_err(&fail)?;
+        memory
+            .fill(plan, Side::Decode)
+            .map_err(|e| fail(e.into()))?;
     }
     let args = PeerArgs {
         geometry: config.geometry.clone(),
         prompt_len: config.prompt_len,
         memory: config.memory,
     };
-    let mut peer = Peer::spawn(exe, &args, plan).map_err(&fail)?;
+    let mut peer = Peer::spawn(exe, &args, plan).map_err(|e| fail(e.into()))?;
     for b in memory.buffers.iter().flatten() {
         attach(&mut nixl, b);
     }
-    let agents = create_agents(&mut nixl, plan, &memory, &[Side::Decode])
-        .map_err(|e| fail(e.to_string()))?;
+    let agents =
+        create_agents(&mut nixl, plan, &memory, &[Side::Decode]).map_err(|e| fail(e.into()))?;
     for (_, md) in &peer.metadata {
         for &agent in agents.values() {
             nixl.add_remote_agent(agent, md)
-                .map_err(|e| fail(e.to_string()))?;
+                .map_err(|e| fail(e.into()))?;
         }
     }
     for &agent in agents.values() {
-        let md = nixl
-            .local_metadata(agent)
-            .map_err(|e| fail(e.to_string()))?;
-        peer.ask(&format!("load {}", hex(&md))).map_err(&fail)?;
+        let md = nixl.local_metadata(agent).map_err(|e| fail(e.into()))?;
+        peer.ask(&format!("load {}", hex(&md)))
+            .map_err(|e| fail(e.into()))?;
     }
     let remote = peer.addresses.clone();
     let address = |i: usize| match memory.buffers.get(i).and_then(|b| b.as_ref()) {
@@ -533,18 +614,21 @@ fn nixl_peer(
         crate::scenario::vram::DEVICE_ORDINAL,
         config.op,
     )
-    .map_err(|e| fail(e.to_string()))?;
+    .map_err(|e| fail(e.into()))?;
     let times = {
-        let mut clear = || match config.op {
-            XferOp::Read => memory.clear(plan, Side::Decode),
-            XferOp::Write => peer.ask("clear"),
+        let mut clear = || -> Result<(), PathError> {
+            match config.op {
+                XferOp::Read => Ok(memory.clear(plan, Side::Decode)?),
+                XferOp::Write => Ok(peer.ask("clear")?),
+            }
         };
-        time_transfers(&mut nixl, &xfers, config.iterations, &mut clear)
-            .map_err(|e| fail(e.to_string()))?
+        time_transfers(&mut nixl, &xfers, config.iterations, &mut clear).map_err(&fail)?
     };
     match config.op {
-        XferOp::Read => memory.verify(plan, XferOp::Read).map_err(&fail)?,
-        XferOp::Write => peer.ask("verify write").map_err(&fail)?,
+        XferOp::Read => memory
+            .verify(plan, XferOp::Read)
+            .map_err(|e| fail(e.into()))?,
+        XferOp::Write => peer.ask("verify write").map_err(|e| fail(e.into()))?,
     }
     // Our agents go first, so that none reaches for a peer already gone.
     drop(nixl);

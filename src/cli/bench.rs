@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use super::{EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::bench::vram::{vram_bench, VramBenchConfig, VramBenchError, PATHS};
+use crate::bench::TransportBenchConfig;
 use crate::geometry::{GeometryError, Mode};
 use crate::nixl::XferOp;
 use crate::scenario::{MemoryKind, RunOptions};
@@ -18,7 +19,7 @@ use crate::sweep::{execute, plan};
 pub enum BenchKind {
     /// The 152 sweep cases (G1-G4) and the 27 KimiLinear-scale cases, with every byte-level oracle.
     Sweep,
-    /// 1 GiB in 4096 descriptors host to host: loopback, real NIXL (if available), plain memcpy.
+    /// 1 GiB in 4096 descriptors host to host: plain memcpy, loopback, real NIXL (if available).
     Transport,
     /// One KimiLinear-scale request on GPU memory: device copies, loopback, real NIXL.
     Vram,
@@ -55,7 +56,8 @@ pub struct VramArgs {
     /// Also run NIXL with the prefill side in a second process (vram only).
     #[arg(long)]
     pub peer_process: bool,
-    /// Paths to run, comma separated: copy, copy-per-pair, loopback, nixl, nixl-peer.
+    /// Paths to run, comma separated (vram and transport only). vram: copy,
+    /// copy-per-pair, loopback, nixl, nixl-peer; transport: memcpy, loopback, nixl-ucx.
     #[arg(long, value_delimiter = ',')]
     pub paths: Option<Vec<String>>,
 }
@@ -164,22 +166,55 @@ fn bench_sweep(threads: Option<usize>) -> u8 {
     code
 }
 
-pub fn bench(kind: BenchKind, threads: Option<usize>) -> u8 {
+/// `kvgeom bench KIND`. The options of `bench vram` are refused for the
+/// other kinds (exit 2), except `--paths`, which `bench transport` takes
+/// too, with its own path names.
+pub fn bench(kind: BenchKind, threads: Option<usize>, vram: &VramArgs) -> u8 {
+    let vram_only = VramArgs {
+        paths: None,
+        ..vram.clone()
+    };
     match kind {
+        BenchKind::Vram => bench_vram(vram),
+        _ if vram_only != VramArgs::default() => {
+            eprintln!(
+                "error: --geometry, --prompt, --iterations, --memory, --op and --peer-process \
+                 apply to `kvgeom bench vram` only"
+            );
+            EXIT_BAD_INPUT
+        }
+        BenchKind::Sweep if vram.paths.is_some() => {
+            eprintln!(
+                "error: --paths applies to `kvgeom bench vram` and `kvgeom bench transport` only"
+            );
+            EXIT_BAD_INPUT
+        }
         BenchKind::Sweep => bench_sweep(threads),
-        BenchKind::Vram => bench_vram(&VramArgs::default()),
         BenchKind::Scale => super::bench_scale(&[], super::ScaleFormat::Table),
-        BenchKind::Transport => {
-            match crate::bench::transport_bench(&crate::bench::TransportBenchConfig::default()) {
-                Ok(report) => {
-                    println!("{report}");
-                    EXIT_OK
-                }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    EXIT_BAD_INPUT
-                }
-            }
+        BenchKind::Transport => bench_transport(&transport_config(vram.paths.as_deref())),
+    }
+}
+
+/// The configuration of `bench transport`: the default one, with only the
+/// paths of `--paths` when it is given (checked by the benchmark).
+pub fn transport_config(paths: Option<&[String]>) -> TransportBenchConfig {
+    let default = TransportBenchConfig::default();
+    TransportBenchConfig {
+        paths: paths.map_or(default.paths.clone(), <[String]>::to_vec),
+        ..default
+    }
+}
+
+/// `kvgeom bench transport`; an unknown path is bad input (exit 2).
+fn bench_transport(config: &TransportBenchConfig) -> u8 {
+    match crate::bench::transport_bench(config) {
+        Ok(report) => {
+            println!("{report}");
+            EXIT_OK
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            EXIT_BAD_INPUT
         }
     }
 }
@@ -256,5 +291,30 @@ pub fn bench_peer(geometry: PathBuf, prompt: u32, memory: MemoryKind) -> u8 {
         let _ = (geometry, prompt, memory);
         eprintln!("error: bench-peer needs kvgeom built with `--features nixl`");
         EXIT_BAD_INPUT
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::transport::{LOOPBACK, MEMCPY, NIXL_UCX};
+
+    #[test]
+    fn transport_runs_the_paths_of_its_option_or_all_of_them() {
+        let named = [NIXL_UCX.to_string(), MEMCPY.to_string()];
+        let config = transport_config(Some(&named));
+        assert_eq!(config.paths, named);
+        assert_eq!(
+            TransportBenchConfig {
+                paths: Vec::new(),
+                ..config
+            },
+            TransportBenchConfig {
+                paths: Vec::new(),
+                ..TransportBenchConfig::default()
+            },
+            "--paths changes nothing else"
+        );
+        assert_eq!(transport_config(None).paths, [MEMCPY, LOOPBACK, NIXL_UCX]);
     }
 }

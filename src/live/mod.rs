@@ -7,5 +7,6 @@ pub mod protocol;
 pub mod python;
 pub mod run;
 
-pub use python::{find, Interpreter, INSTALL_SCRIPT, PINNED_VLLM};
-pub use run::{run_batch, run_batch_with, LiveReport, PlanComparison, CASE_LIMIT};
+pub use process::ProcessError;
+pub use python::{find, FindError, Interpreter, INSTALL_SCRIPT, PINNED_VLLM};
+pub use run::{run_batch, run_batch_with, BatchError, LiveReport, PlanComparison, CASE_LIMIT};

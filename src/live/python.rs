@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use super::process::run_bounded;
+use super::process::{run_bounded, ProcessError};
 
 /// The script that installs the project's venv.
 pub const INSTALL_SCRIPT: &str = "scripts/install-vllm.sh";
@@ -24,6 +24,88 @@ pub enum Source {
     Env,
     /// `<project>/.vllm-venv/bin/python`.
     ProjectVenv,
+}
+
+/// The interpreter tried, as its messages name it: the flag, the variable
+/// or the venv path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Candidate {
+    /// The interpreter.
+    pub python: PathBuf,
+    /// Where it was named.
+    pub found_by: Source,
+}
+
+impl std::fmt::Display for Candidate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let python = self.python.display();
+        match self.found_by {
+            Source::Flag => write!(f, "--vllm-python {python}"),
+            Source::Env => write!(f, "{PYTHON_ENV}={python}"),
+            Source::ProjectVenv => write!(f, "{python}"),
+        }
+    }
+}
+
+/// How long asking the interpreter for vLLM's version may take.
+const PROBE_LIMIT: Duration = Duration::from_secs(60);
+
+/// Why no usable interpreter was found. Every message ends with how to
+/// install the project's venv.
+#[derive(Debug, thiserror::Error)]
+pub enum FindError {
+    /// Nothing at the candidate path.
+    #[error(
+        "no Python interpreter at {candidate}: install the project's venv with \
+         `{INSTALL_SCRIPT}` (or name one with --vllm-python PATH or {PYTHON_ENV})"
+    )]
+    Missing {
+        /// The interpreter tried.
+        candidate: Candidate,
+    },
+    /// The interpreter could not be run.
+    #[error("{candidate}: {error}; install the project's venv with `{INSTALL_SCRIPT}`")]
+    Probe {
+        /// The interpreter tried.
+        candidate: Candidate,
+        /// Why it did not run.
+        #[source]
+        error: ProcessError,
+    },
+    /// The interpreter did not answer in time.
+    #[error(
+        "{candidate}: asking for vLLM's version took over {} s; install the project's venv \
+         with `{INSTALL_SCRIPT}`",
+        limit.as_secs()
+    )]
+    ProbeTimedOut {
+        /// The interpreter tried.
+        candidate: Candidate,
+        /// How long it was given.
+        limit: Duration,
+    },
+    /// The interpreter has no `vllm` package.
+    #[error(
+        "{candidate} has no vLLM installed ({stderr}); install the project's venv with \
+         `{INSTALL_SCRIPT}`"
+    )]
+    NoVllm {
+        /// The interpreter tried.
+        candidate: Candidate,
+        /// The last line the interpreter wrote to stderr.
+        stderr: String,
+    },
+    /// The project's venv has another vLLM than the pinned one.
+    #[error(
+        "{candidate} has vLLM {version}, not the pinned {PINNED_VLLM}; install the project's \
+         venv with `{INSTALL_SCRIPT}`"
+    )]
+    NotPinned {
+        /// The interpreter tried.
+        candidate: Candidate,
+        /// The vLLM version it has.
+        version: String,
+    },
 }
 
 /// An interpreter with vLLM importable.
@@ -75,18 +157,14 @@ pub fn candidate(flag: Option<&Path>) -> (PathBuf, Source) {
 
 /// Find the interpreter and check its vLLM. The error names the install
 /// script (the caller exits 2 with it).
-pub fn find(flag: Option<&Path>) -> Result<Interpreter, String> {
+pub fn find(flag: Option<&Path>) -> Result<Interpreter, FindError> {
     let (python, source) = candidate(flag);
-    let hint = format!("install the project's venv with `{INSTALL_SCRIPT}`");
-    let named = match source {
-        Source::Flag => format!("--vllm-python {}", python.display()),
-        Source::Env => format!("{PYTHON_ENV}={}", python.display()),
-        Source::ProjectVenv => python.display().to_string(),
+    let candidate = Candidate {
+        python: python.clone(),
+        found_by: source,
     };
     if !python.is_file() {
-        return Err(format!(
-            "no Python interpreter at {named}: {hint} (or name one with --vllm-python PATH or {PYTHON_ENV})"
-        ));
+        return Err(FindError::Missing { candidate });
     }
     let mut cmd = Command::new(&python);
     cmd.args([
@@ -94,29 +172,82 @@ pub fn find(flag: Option<&Path>) -> Result<Interpreter, String> {
         "import importlib.metadata as m; print(m.version('vllm'))",
     ]);
     let scratch = std::env::temp_dir().join(format!("kvgeom-vllm-probe-{}", std::process::id()));
-    let done = run_bounded(cmd, &scratch, Duration::from_secs(60));
+    let done = run_bounded(cmd, &scratch, PROBE_LIMIT);
     let _ = std::fs::remove_dir_all(&scratch);
-    let done = done.map_err(|e| format!("{named}: {e}; {hint}"))?;
+    let done = match done {
+        Ok(done) => done,
+        Err(error) => return Err(FindError::Probe { candidate, error }),
+    };
     if done.timed_out() {
-        return Err(format!(
-            "{named}: asking for vLLM's version took over 60 s; {hint}"
-        ));
+        return Err(FindError::ProbeTimedOut {
+            candidate,
+            limit: PROBE_LIMIT,
+        });
     }
     if done.status != Some(0) {
-        return Err(format!(
-            "{named} has no vLLM installed ({}); {hint}",
-            done.stderr_tail(1).trim()
-        ));
+        return Err(FindError::NoVllm {
+            candidate,
+            stderr: done.stderr_tail(1).trim().to_string(),
+        });
     }
     let vllm_version = done.stdout.trim().to_string();
     if source == Source::ProjectVenv && vllm_version != PINNED_VLLM {
-        return Err(format!(
-            "{named} has vLLM {vllm_version}, not the pinned {PINNED_VLLM}; {hint}"
-        ));
+        return Err(FindError::NotPinned {
+            candidate,
+            version: vllm_version,
+        });
     }
     Ok(Interpreter {
         python,
         source,
         vllm_version,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_interpreter_is_named_as_it_was_given_with_the_install_hint() {
+        let python = Path::new("/nonexistent/kvgeom/python");
+        let e = find(Some(python)).unwrap_err();
+        assert!(
+            matches!(&e, FindError::Missing { candidate } if candidate.found_by == Source::Flag),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "no Python interpreter at --vllm-python /nonexistent/kvgeom/python: install the \
+             project's venv with `scripts/install-vllm.sh` (or name one with --vllm-python PATH \
+             or KVGEOM_VLLM_PYTHON)"
+        );
+        let env = Candidate {
+            python: python.to_path_buf(),
+            found_by: Source::Env,
+        };
+        assert_eq!(
+            env.to_string(),
+            "KVGEOM_VLLM_PYTHON=/nonexistent/kvgeom/python"
+        );
+    }
+
+    #[test]
+    fn an_interpreter_that_does_not_start_keeps_the_process_error() {
+        // A file that exists but cannot be executed.
+        let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+        let e = find(Some(&python)).unwrap_err();
+        let FindError::Probe { error, .. } = &e else {
+            panic!("expected a probe error, got {e:?}");
+        };
+        assert!(matches!(error, ProcessError::Start { .. }), "{error:?}");
+        assert!(
+            e.to_string().starts_with(&format!(
+                "--vllm-python {}: cannot start {:?}: ",
+                python.display(),
+                python
+            )),
+            "{e}"
+        );
+    }
 }

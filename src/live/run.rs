@@ -25,7 +25,7 @@ use crate::scenario::{Case, CaseReport, Outcome, RunOptions, Stats};
 use crate::scheduler::request_shape;
 use crate::variant::Variant;
 
-use super::process::run_bounded;
+use super::process::{run_bounded, ProcessError};
 use super::protocol::{
     memory_file, Batch, CaseResult, CaseSpec, SideSpec, BATCH_FORMAT, RESULT_FORMAT,
 };
@@ -35,6 +35,88 @@ use super::python::{driver_script, Interpreter};
 pub const IMPORT_LIMIT: Duration = Duration::from_secs(240);
 /// Default time-out of one case inside the driver.
 pub const CASE_LIMIT: Duration = Duration::from_secs(10);
+
+/// Why a batch could not run through vLLM's connector at all (the caller
+/// exits 2).
+#[derive(Debug, thiserror::Error)]
+pub enum BatchError {
+    /// A scratch folder could not be created.
+    #[error("cannot create {}: {source}", path.display())]
+    CreateDir {
+        /// The folder.
+        path: PathBuf,
+        /// What the file system answered.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An input file of the driver could not be written.
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// What the file system answered.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The batch could not be written as JSON.
+    #[error(transparent)]
+    Encode(serde_json::Error),
+    /// `vllm-driver/driver.py` is not where it should be.
+    #[error("the driver is missing: {}", script.display())]
+    DriverMissing {
+        /// Where the driver was looked for.
+        script: PathBuf,
+    },
+    /// The driver's interpreter could not be run.
+    #[error(transparent)]
+    Process(#[from] ProcessError),
+    /// The driver ended with a failure status before its time-out.
+    #[error(
+        "the vLLM driver ({}) failed with status {status:?}:\n{stderr_tail}",
+        python.display()
+    )]
+    DriverFailed {
+        /// The interpreter that ran it.
+        python: PathBuf,
+        /// Its exit status (`None`: killed by a signal).
+        status: Option<i32>,
+        /// The last lines it wrote to stderr.
+        stderr_tail: String,
+    },
+}
+
+/// Why a case's `result.json` is unusable.
+#[derive(Debug, thiserror::Error)]
+enum ResultFileError {
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{}: format {found} is not {RESULT_FORMAT}", path.display())]
+    Format { path: PathBuf, found: String },
+}
+
+/// Why vLLM's recorded transfers cannot be resolved to pairs.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+enum ResolveError {
+    #[error("transfer {xfer}: unknown operation {op}")]
+    UnknownOperation { xfer: usize, op: String },
+    #[error("transfer {xfer}: unknown {which} list {handle}")]
+    UnknownList {
+        xfer: usize,
+        /// `local` or `remote`.
+        which: &'static str,
+        handle: u64,
+    },
+}
 
 /// vLLM's transfers compared with kvgeom's plan under `--policy vllm-0.33.0`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -79,8 +161,7 @@ fn side_index(side: Side) -> usize {
 /// alloc-time zeroing: the same steps and bytes as `scenario::run`.
 fn prepare(case: &Case, id: &str) -> Result<Prepared, Outcome> {
     let geometry = &case.geometry;
-    check_prefix_hit(geometry, case.prompt_len, case.prefix_hit)
-        .map_err(|message| Outcome::Error { message })?;
+    check_prefix_hit(geometry, case.prompt_len, case.prefix_hit).map_err(Outcome::error)?;
     let shape = request_shape(geometry, case.prompt_len, case.prefix_hit, case.allocation);
     let placement = place(geometry, &shape, case.seed).map_err(|e| Outcome::Error {
         message: e.to_string(),
@@ -178,10 +259,12 @@ fn prepare(case: &Case, id: &str) -> Result<Prepared, Outcome> {
     })
 }
 
-fn write_inputs(dir: &Path, prepared: &Prepared) -> Result<(), String> {
+fn write_inputs(dir: &Path, prepared: &Prepared) -> Result<(), BatchError> {
     let case_dir = dir.join(&prepared.spec.dir);
-    std::fs::create_dir_all(&case_dir)
-        .map_err(|e| format!("cannot create {}: {e}", case_dir.display()))?;
+    std::fs::create_dir_all(&case_dir).map_err(|source| BatchError::CreateDir {
+        path: case_dir.clone(),
+        source,
+    })?;
     for side in [Side::Prefill, Side::Decode] {
         for (rank, regions) in prepared.before[side_index(side)].iter().enumerate() {
             for (region, bytes) in regions.iter().enumerate() {
@@ -192,7 +275,7 @@ fn write_inputs(dir: &Path, prepared: &Prepared) -> Result<(), String> {
                     "in",
                 );
                 std::fs::write(&path, bytes)
-                    .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                    .map_err(|source| BatchError::Write { path, source })?;
             }
         }
     }
@@ -216,7 +299,7 @@ pub fn run_batch(
     cases: &[Case],
     python: &Interpreter,
     case_limit: Duration,
-) -> Result<Vec<LiveReport>, String> {
+) -> Result<Vec<LiveReport>, BatchError> {
     run_batch_with(cases, python, case_limit, false)
 }
 
@@ -227,7 +310,7 @@ pub fn run_batch_with(
     python: &Interpreter,
     case_limit: Duration,
     skip_receive_post_process: bool,
-) -> Result<Vec<LiveReport>, String> {
+) -> Result<Vec<LiveReport>, BatchError> {
     let dir = scratch_dir();
     let result = run_batch_in(&dir, cases, python, case_limit, skip_receive_post_process);
     if std::env::var_os("KVGEOM_KEEP_LIVE").is_none() {
@@ -242,8 +325,11 @@ fn run_batch_in(
     python: &Interpreter,
     case_limit: Duration,
     skip_receive_post_process: bool,
-) -> Result<Vec<LiveReport>, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+) -> Result<Vec<LiveReport>, BatchError> {
+    std::fs::create_dir_all(dir).map_err(|source| BatchError::CreateDir {
+        path: dir.to_path_buf(),
+        source,
+    })?;
     let mut prepared = Vec::new();
     for (i, case) in cases.iter().enumerate() {
         let mut p = prepare(case, &format!("c{i}"));
@@ -263,23 +349,26 @@ fn run_batch_in(
             .filter_map(|p| p.as_ref().ok().map(|p| p.spec.clone()))
             .collect(),
     };
-    let text = serde_json::to_string(&batch).map_err(|e| e.to_string())?;
-    std::fs::write(dir.join("batch.json"), text).map_err(|e| e.to_string())?;
+    let text = serde_json::to_string(&batch).map_err(BatchError::Encode)?;
+    let batch_file = dir.join("batch.json");
+    std::fs::write(&batch_file, text).map_err(|source| BatchError::Write {
+        path: batch_file,
+        source,
+    })?;
     let script = driver_script();
     if !script.is_file() {
-        return Err(format!("the driver is missing: {}", script.display()));
+        return Err(BatchError::DriverMissing { script });
     }
     let mut cmd = Command::new(&python.python);
     cmd.arg(&script).arg(dir);
     let limit = IMPORT_LIMIT + case_limit * (batch.cases.len() as u32 + 1);
     let done = run_bounded(cmd, &dir.join("driver"), limit)?;
     if done.status != Some(0) && !done.timed_out() {
-        return Err(format!(
-            "the vLLM driver ({}) failed with status {:?}:\n{}",
-            python.python.display(),
-            done.status,
-            done.stderr_tail(15)
-        ));
+        return Err(BatchError::DriverFailed {
+            python: python.python.clone(),
+            status: done.status,
+            stderr_tail: done.stderr_tail(15),
+        });
     }
     let killed = done.timed_out();
     let kvgeom_policy = |case: &Case| Case {
@@ -291,7 +380,7 @@ fn run_batch_in(
         let reference = run_case_detailed(&kvgeom_policy(case), &RunOptions::default());
         let reference_plan = match &reference.oracle_input {
             Some(input) => Ok(plan_keys(input)),
-            None => Err(reference.report.outcome.describe()),
+            None => Err(reference.report.outcome.clone()),
         };
         let live = match p {
             Err(outcome) => LiveReport {
@@ -323,17 +412,21 @@ fn parse_side(s: Option<&str>) -> Side {
     }
 }
 
-fn read_result(case_dir: &Path) -> Result<CaseResult, String> {
+fn read_result(case_dir: &Path) -> Result<CaseResult, ResultFileError> {
     let path = case_dir.join("result.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let r: CaseResult =
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(source) => return Err(ResultFileError::Read { path, source }),
+    };
+    let r: CaseResult = match serde_json::from_str(&text) {
+        Ok(r) => r,
+        Err(source) => return Err(ResultFileError::Parse { path, source }),
+    };
     if r.format != RESULT_FORMAT {
-        return Err(format!(
-            "{}: format {} is not {RESULT_FORMAT}",
-            path.display(),
-            r.format
-        ));
+        return Err(ResultFileError::Format {
+            path,
+            found: r.format,
+        });
     }
     Ok(r)
 }
@@ -343,7 +436,7 @@ fn judge_case(
     case: &Case,
     p: Prepared,
     killed: bool,
-    reference_plan: &Result<Vec<String>, String>,
+    reference_plan: &Result<Vec<String>, Outcome>,
 ) -> LiveReport {
     let case_dir = dir.join(&p.spec.dir);
     let result = match read_result(&case_dir) {
@@ -388,7 +481,7 @@ fn judge_case(
         };
     }
     if outcome != Outcome::Passed {
-        let plan = compare_plans(reference_plan, &Err(outcome.describe()));
+        let plan = compare_plans(reference_plan, &Err(outcome.clone()));
         return LiveReport {
             report: report(case, judge(&case.geometry, outcome, &[])),
             plan,
@@ -398,9 +491,9 @@ fn judge_case(
     }
     let pairs = match resolve_pairs(&result, &p) {
         Ok(pairs) => pairs,
-        Err(message) => {
+        Err(e) => {
             return LiveReport {
-                report: report(case, Outcome::Error { message }),
+                report: report(case, Outcome::error(e)),
                 plan: not_run("its transfers could not be resolved"),
                 result: Some(result),
                 oracle_input: None,
@@ -501,7 +594,7 @@ fn relocate(result: &CaseResult, p: &Prepared, agent: &str, row: DescRow) -> Des
 fn resolve_pairs(
     result: &CaseResult,
     p: &Prepared,
-) -> Result<Vec<ResolvedPair<crate::layout::Location>>, String> {
+) -> Result<Vec<ResolvedPair<crate::layout::Location>>, ResolveError> {
     let lists: HashMap<(&str, u64), &super::protocol::DlistRecord> = result
         .dlists
         .iter()
@@ -512,14 +605,24 @@ fn resolve_pairs(
         let op = match x.op.as_str() {
             "READ" => XferOp::Read,
             "WRITE" => XferOp::Write,
-            other => return Err(format!("transfer {xi}: unknown operation {other}")),
+            other => {
+                return Err(ResolveError::UnknownOperation {
+                    xfer: xi,
+                    op: other.to_string(),
+                })
+            }
         };
-        let local = lists
-            .get(&(x.agent.as_str(), x.local))
-            .ok_or_else(|| format!("transfer {xi}: unknown local list {}", x.local))?;
-        let remote = lists
-            .get(&(x.agent.as_str(), x.remote))
-            .ok_or_else(|| format!("transfer {xi}: unknown remote list {}", x.remote))?;
+        let list = |which: &'static str, handle: u64| {
+            lists
+                .get(&(x.agent.as_str(), handle))
+                .ok_or(ResolveError::UnknownList {
+                    xfer: xi,
+                    which,
+                    handle,
+                })
+        };
+        let local = list("local", x.local)?;
+        let remote = list("remote", x.remote)?;
         let remote_agent = remote.target.clone();
         for (pi, (&l, &r)) in x.local_ids.iter().zip(&x.remote_ids).enumerate() {
             let (Some(&lr), Some(&rr)) = (local.rows.get(l as usize), remote.rows.get(r as usize))
@@ -602,18 +705,22 @@ fn not_run(why: &str) -> PlanComparison {
     }
 }
 
+/// kvgeom's plan against vLLM's transfers: each the posted pairs
+/// ([`plan_keys`]), or the outcome of a run that made none.
 fn compare_plans(
-    kvgeom: &Result<Vec<String>, String>,
-    vllm: &Result<Vec<String>, String>,
+    kvgeom: &Result<Vec<String>, Outcome>,
+    vllm: &Result<Vec<String>, Outcome>,
 ) -> PlanComparison {
     let first_difference = match (kvgeom, vllm) {
         (Err(_), Err(_)) => None,
         (Ok(k), Err(v)) => Some(format!(
-            "kvgeom's plan moves {} pairs; vLLM made no transfers ({v})",
-            k.len()
+            "kvgeom's plan moves {} pairs; vLLM made no transfers ({})",
+            k.len(),
+            v.describe()
         )),
         (Err(k), Ok(v)) => Some(format!(
-            "kvgeom's connector stops ({k}); vLLM moved {} pairs",
+            "kvgeom's connector stops ({}); vLLM moved {} pairs",
+            k.describe(),
             v.len()
         )),
         (Ok(k), Ok(v)) => {

@@ -126,6 +126,14 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// The harness's own error `e` (never the connector's) as a case's
+    /// outcome: [`Outcome::Error`] with `e`'s message.
+    pub fn error(e: impl std::fmt::Display) -> Self {
+        Outcome::Error {
+            message: e.to_string(),
+        }
+    }
+
     /// Passed, or refused exactly as the geometry expects.
     pub fn passed(&self) -> bool {
         matches!(self, Outcome::Passed | Outcome::ExpectedRejection { .. })

@@ -7,6 +7,7 @@ use crate::memory::HostArena;
 use crate::nixl::{MemKind, Nixl};
 
 use super::case::Outcome;
+use super::error::VramError;
 use super::placement::Placement;
 use super::vram::{RankDevice, RankMemory, DEVICE_ORDINAL};
 
@@ -54,12 +55,12 @@ impl Rank {
 
 impl Engines {
     /// Copy every rank's host images up to its device tensors (no-op on host memory).
-    pub fn upload_to_devices(&self) -> Result<(), String> {
+    pub fn upload_to_devices(&self) -> Result<(), VramError> {
         self.each_device(RankDevice::upload)
     }
 
     /// Read every rank's device tensors back into its host images (no-op on host memory).
-    pub fn download_from_devices(&self) -> Result<(), String> {
+    pub fn download_from_devices(&self) -> Result<(), VramError> {
         self.each_device(RankDevice::download)
     }
 
@@ -73,8 +74,8 @@ impl Engines {
 
     fn each_device(
         &self,
-        f: impl Fn(&RankDevice, &[HostArena]) -> Result<(), String>,
-    ) -> Result<(), String> {
+        f: impl Fn(&RankDevice, &[HostArena]) -> Result<(), VramError>,
+    ) -> Result<(), VramError> {
         for rank in self.prefill.iter().chain(&self.decode) {
             if let Some(device) = &rank.device {
                 f(device, &rank.arenas)?;

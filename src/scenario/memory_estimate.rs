@@ -125,17 +125,42 @@ pub fn human_bytes(bytes: u64) -> String {
     }
 }
 
+/// A `--max-memory` value that is not a size.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    /// No number before the unit.
+    #[error("`{text}` is not a size (e.g. 1.5G, 800M, 4096)")]
+    NotANumber {
+        /// The value as given.
+        text: String,
+    },
+    /// A unit other than `K`, `M`, `G` or `T`.
+    #[error("`{text}`: unknown unit `{unit}` (use K, M, G or T)")]
+    UnknownUnit {
+        /// The value as given.
+        text: String,
+        /// The unit, lower-cased.
+        unit: String,
+    },
+    /// Less than one byte, or more than 2^64.
+    #[error("`{text}` is not a size of at least one byte")]
+    OutOfRange {
+        /// The value as given.
+        text: String,
+    },
+}
+
 /// Parse a size: bytes, or a number with `K`, `M`, `G`, `T` (powers of
 /// 1024, with or without `iB`/`B`), e.g. `1.5G`, `800MiB`, `4096`.
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` is not a size (e.g. 1.5G, 800M, 4096)"))?;
+    let value: f64 = number.parse().map_err(|_| SizeError::NotANumber {
+        text: text.to_string(),
+    })?;
     let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "k" | "kb" | "kib" => 1024.0,
@@ -143,14 +168,17 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
         "t" | "tb" | "tib" => 1024.0_f64.powi(4),
         other => {
-            return Err(format!(
-                "`{text}`: unknown unit `{other}` (use K, M, G or T)"
-            ))
+            return Err(SizeError::UnknownUnit {
+                text: text.to_string(),
+                unit: other.to_string(),
+            })
         }
     };
     let bytes = value * scale;
     if !(1.0..=u64::MAX as f64).contains(&bytes) {
-        return Err(format!("`{text}` is not a size of at least one byte"));
+        return Err(SizeError::OutOfRange {
+            text: text.to_string(),
+        });
     }
     Ok(bytes as u64)
 }
@@ -177,11 +205,26 @@ mod tests {
         assert_eq!(parse_size("4096"), Ok(4096));
         assert_eq!(parse_size("1.5G"), Ok(3 << 29));
         assert_eq!(parse_size("800MiB"), Ok(800 << 20));
-        assert!(parse_size("0").is_err());
-        assert!(parse_size("12 parsecs")
-            .unwrap_err()
-            .contains("unknown unit"));
-        assert!(parse_size("lots").is_err());
+        assert_eq!(
+            parse_size("0"),
+            Err(SizeError::OutOfRange { text: "0".into() })
+        );
+        let parsecs = parse_size("12 parsecs").unwrap_err();
+        assert_eq!(
+            parsecs,
+            SizeError::UnknownUnit {
+                text: "12 parsecs".into(),
+                unit: "parsecs".into()
+            }
+        );
+        assert_eq!(
+            parsecs.to_string(),
+            "`12 parsecs`: unknown unit `parsecs` (use K, M, G or T)"
+        );
+        assert_eq!(
+            parse_size("lots").unwrap_err().to_string(),
+            "`lots` is not a size (e.g. 1.5G, 800M, 4096)"
+        );
         assert_eq!(human_bytes(12), "12 B");
         assert_eq!(human_bytes(3 << 29), "1.5 GiB");
     }

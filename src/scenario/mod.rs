@@ -6,6 +6,7 @@ pub(crate) mod case;
 #[cfg(feature = "cuda")]
 pub mod device_tensors;
 pub(crate) mod engines;
+pub(crate) mod error;
 pub(crate) mod memory_estimate;
 pub(crate) mod placement;
 #[allow(missing_docs)]

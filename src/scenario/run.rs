@@ -17,6 +17,7 @@ use crate::scheduler::{request_shape, RequestShape};
 
 use super::case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
 use super::engines::{allocate_ranks, register_side_on, Engines, RankTensors};
+use super::error::{PrefixHitError, TransportError};
 use super::placement::{place, Placement};
 use super::vram::{self, CaseDevices};
 use super::wait::{self, POLL_INTERVAL};
@@ -63,7 +64,7 @@ fn transport(
     opts: &RunOptions,
     arenas: &[HostArena],
     devices: Option<&CaseDevices>,
-) -> Result<Box<dyn Nixl>, String> {
+) -> Result<Box<dyn Nixl>, TransportError> {
     if let Some(devices) = devices {
         return vram::transport(opts.transport, devices);
     }
@@ -77,18 +78,14 @@ fn transport(
         }
         #[cfg(feature = "nixl")]
         TransportKind::Nixl => {
-            let mut nixl = crate::nixl::real::RealNixl::new().map_err(|e| e.to_string())?;
+            let mut nixl = crate::nixl::real::RealNixl::new()?;
             for a in arenas {
                 nixl.attach(a.clone());
             }
             Ok(Box::new(nixl))
         }
         #[cfg(not(feature = "nixl"))]
-        TransportKind::Nixl => Err(
-            "--transport nixl needs kvgeom built with `--features nixl` \
-             and the NIXL runtime (scripts/install-nixl-runtime.sh)"
-                .into(),
-        ),
+        TransportKind::Nixl => Err(TransportError::NeedsNixl),
     }
 }
 
@@ -149,8 +146,8 @@ fn crashed(side: Side, e: ConnectorError) -> Outcome {
 fn execute(case: &Case, opts: &RunOptions, run: &mut CaseRun) -> Outcome {
     let geometry = &case.geometry;
     let mode = case.mode;
-    if let Err(message) = check_prefix_hit(geometry, case.prompt_len, case.prefix_hit) {
-        return Outcome::Error { message };
+    if let Err(e) = check_prefix_hit(geometry, case.prompt_len, case.prefix_hit) {
+        return Outcome::error(e);
     }
     let shape = request_shape(geometry, case.prompt_len, case.prefix_hit, case.allocation);
     let placement = match place(geometry, &shape, case.seed) {
@@ -172,12 +169,12 @@ fn execute(case: &Case, opts: &RunOptions, run: &mut CaseRun) -> Outcome {
         MemoryKind::Host => None,
         MemoryKind::Vram => match vram::mirror(&p_arenas, &d_arenas) {
             Ok(d) => Some(d),
-            Err(message) => return Outcome::Error { message },
+            Err(e) => return Outcome::error(e),
         },
     };
     let inner = match transport(opts, &all, devices.as_ref()) {
         Ok(t) => t,
-        Err(message) => return Outcome::Error { message },
+        Err(e) => return Outcome::error(e),
     };
     let mut nixl = Recording::new(inner);
     let (p_devices, d_devices) = match devices {
@@ -281,8 +278,8 @@ fn transfer(
     if patient {
         engines.settle_all();
     }
-    if let Err(message) = engines.upload_to_devices() {
-        return Outcome::Error { message };
+    if let Err(e) = engines.upload_to_devices() {
+        return Outcome::error(e);
     }
     let handshake = match mode {
         Mode::Pull => handshake_side(nixl, &mut engines, Side::Decode, Handshake::Initiator),
@@ -301,8 +298,8 @@ fn transfer(
         run.layout = Some(layout);
         return outcome;
     }
-    if let Err(message) = engines.download_from_devices() {
-        return Outcome::Error { message };
+    if let Err(e) = engines.download_from_devices() {
+        return Outcome::error(e);
     }
     // Oracles over the recorded pairs and both engines' memory.
     let pairs = nixl.resolve(&layout);
@@ -437,9 +434,13 @@ fn zeroed_bytes(post: &[(u32, Vec<GroupPostProcess>)], engines: &Engines) -> u64
 
 /// A prefix hit is whole decode blocks, short of the transferred tokens
 /// (a hit of all M tokens loads nothing), and needs prefix caching on D.
-pub fn check_prefix_hit(geometry: &Geometry, prompt_len: u32, hit: u32) -> Result<(), String> {
+pub fn check_prefix_hit(
+    geometry: &Geometry,
+    prompt_len: u32,
+    hit: u32,
+) -> Result<(), PrefixHitError> {
     if prompt_len == 0 {
-        return Err("the prompt length must be at least 1".into());
+        return Err(PrefixHitError::EmptyPrompt);
     }
     if hit == 0 {
         return Ok(());
@@ -447,15 +448,17 @@ pub fn check_prefix_hit(geometry: &Geometry, prompt_len: u32, hit: u32) -> Resul
     let block = geometry.decode.logical_block;
     let m = geometry.transferred_tokens(prompt_len);
     if !geometry.decode.prefix_caching {
-        return Err(format!(
-            "prefix hit {hit}: {} has prefix caching off on decode",
-            geometry.name
-        ));
+        return Err(PrefixHitError::NoPrefixCaching {
+            hit,
+            geometry: geometry.name.clone(),
+        });
     }
     if hit % block != 0 || hit >= m {
-        return Err(format!(
-            "prefix hit {hit}: must be a multiple of decode's {block}-token block and below the {m} transferred tokens"
-        ));
+        return Err(PrefixHitError::NotWholeBlocks {
+            hit,
+            block,
+            transferred: m,
+        });
     }
     Ok(())
 }
@@ -585,8 +588,8 @@ fn pull(
             .worker
             .finish_read(nixl, &recv, &mut memory)
             .map_err(|e| crashed(Side::Decode, e))?;
-        if let Some(message) = memory.error() {
-            return Err(Outcome::Error { message });
+        if let Some(e) = memory.error() {
+            return Err(Outcome::error(e));
         }
         run.post_process.push((d as u32, received.post_process));
     }
@@ -683,8 +686,8 @@ fn push(
                 &mut memory,
             )
             .map_err(|e| crashed(Side::Decode, e))?;
-        if let Some(message) = memory.error() {
-            return Err(Outcome::Error { message });
+        if let Some(e) = memory.error() {
+            return Err(Outcome::error(e));
         }
         run.post_process.push((d as u32, plans));
     }
@@ -697,5 +700,5 @@ fn completion_limit(patient: bool) -> Result<Duration, Outcome> {
     if !patient {
         return Ok(Duration::ZERO);
     }
-    wait::completion_limit().map_err(|message| Outcome::Error { message })
+    wait::completion_limit().map_err(Outcome::error)
 }

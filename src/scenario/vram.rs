@@ -16,14 +16,10 @@ use crate::nixl::Nixl;
 use super::case::TransportKind;
 #[cfg(feature = "cuda")]
 use super::device_tensors::DeviceTensors;
+use super::error::{TransportError, VramError};
 
 /// The device every VRAM case runs on.
 pub const DEVICE_ORDINAL: u32 = 0;
-
-/// Why a VRAM case cannot run in this build.
-#[cfg(not(feature = "cuda"))]
-const NEEDS_CUDA: &str = "--memory vram needs kvgeom built with `--features cuda` and a CUDA GPU \
-                          (see docs/gpu.md)";
 
 /// One rank's device tensors (one buffer per region, same sizes as its
 /// host arenas).
@@ -48,13 +44,16 @@ pub struct CaseDevices {
 #[cfg(feature = "cuda")]
 impl RankDevice {
     /// Allocate a device buffer for each of `host`'s arenas.
-    fn mirror(host: &[HostArena]) -> Result<Self, String> {
-        let device = crate::memory::CudaDevice::open(DEVICE_ORDINAL).map_err(|e| e.to_string())?;
+    fn mirror(host: &[HostArena]) -> Result<Self, VramError> {
+        let device = crate::memory::CudaDevice::open(DEVICE_ORDINAL).map_err(VramError::Open)?;
         let arenas = host
             .iter()
             .map(|a| device.alloc(a.len()))
             .collect::<Result<_, _>>()
-            .map_err(|e| format!("allocating KV tensors on device {DEVICE_ORDINAL}: {e}"))?;
+            .map_err(|source| VramError::Alloc {
+                ordinal: DEVICE_ORDINAL,
+                source,
+            })?;
         Ok(Self { arenas })
     }
 
@@ -64,19 +63,18 @@ impl RankDevice {
     }
 
     /// Copy the host images up.
-    pub fn upload(&self, host: &[HostArena]) -> Result<(), String> {
+    pub fn upload(&self, host: &[HostArena]) -> Result<(), VramError> {
         for (d, h) in self.arenas.iter().zip(host) {
-            d.write(0, &h.read())
-                .map_err(|e| format!("uploading a KV tensor: {e}"))?;
+            d.write(0, &h.read()).map_err(VramError::Upload)?;
         }
         Ok(())
     }
 
     /// Copy the device bytes back into the host images.
-    pub fn download(&self, host: &[HostArena]) -> Result<(), String> {
+    pub fn download(&self, host: &[HostArena]) -> Result<(), VramError> {
         for (d, h) in self.arenas.iter().zip(host) {
             d.read_into(0, &mut h.write())
-                .map_err(|e| format!("reading a KV tensor back: {e}"))?;
+                .map_err(VramError::Download)?;
         }
         Ok(())
     }
@@ -88,11 +86,11 @@ impl RankDevice {
         match *self {}
     }
 
-    pub fn upload(&self, _host: &[HostArena]) -> Result<(), String> {
+    pub fn upload(&self, _host: &[HostArena]) -> Result<(), VramError> {
         match *self {}
     }
 
-    pub fn download(&self, _host: &[HostArena]) -> Result<(), String> {
+    pub fn download(&self, _host: &[HostArena]) -> Result<(), VramError> {
         match *self {}
     }
 }
@@ -102,7 +100,7 @@ impl RankDevice {
 pub fn mirror(
     prefill: &[Vec<HostArena>],
     decode: &[Vec<HostArena>],
-) -> Result<CaseDevices, String> {
+) -> Result<CaseDevices, VramError> {
     let side = |ranks: &[Vec<HostArena>]| {
         ranks
             .iter()
@@ -119,13 +117,16 @@ pub fn mirror(
 pub fn mirror(
     _prefill: &[Vec<HostArena>],
     _decode: &[Vec<HostArena>],
-) -> Result<CaseDevices, String> {
-    Err(NEEDS_CUDA.into())
+) -> Result<CaseDevices, VramError> {
+    Err(VramError::NeedsCuda)
 }
 
 /// A transport that moves bytes between the case's device buffers.
 #[cfg(feature = "cuda")]
-pub fn transport(kind: TransportKind, devices: &CaseDevices) -> Result<Box<dyn Nixl>, String> {
+pub fn transport(
+    kind: TransportKind,
+    devices: &CaseDevices,
+) -> Result<Box<dyn Nixl>, TransportError> {
     let arenas = || {
         devices
             .prefill
@@ -141,24 +142,23 @@ pub fn transport(kind: TransportKind, devices: &CaseDevices) -> Result<Box<dyn N
         }
         #[cfg(feature = "nixl")]
         TransportKind::Nixl => {
-            let mut nixl = crate::nixl::real::RealNixl::new().map_err(|e| e.to_string())?;
+            let mut nixl = crate::nixl::real::RealNixl::new()?;
             arenas().for_each(|a| nixl.attach_device(a));
             Ok(Box::new(nixl))
         }
         #[cfg(not(feature = "nixl"))]
-        TransportKind::Nixl => Err(
-            "--transport nixl needs kvgeom built with `--features nixl` \
-             and the NIXL runtime (scripts/install-nixl-runtime.sh)"
-                .into(),
-        ),
+        TransportKind::Nixl => Err(TransportError::NeedsNixl),
     }
 }
 
 #[cfg(not(feature = "cuda"))]
-pub fn transport(_kind: TransportKind, devices: &CaseDevices) -> Result<Box<dyn Nixl>, String> {
+pub fn transport(
+    _kind: TransportKind,
+    devices: &CaseDevices,
+) -> Result<Box<dyn Nixl>, TransportError> {
     match devices.prefill.first().or(devices.decode.first()) {
         Some(d) => match *d {},
-        None => Err(NEEDS_CUDA.into()),
+        None => Err(VramError::NeedsCuda.into()),
     }
 }
 
@@ -183,13 +183,11 @@ impl RankMemory {
     }
 
     /// The first device error of the post-process, if any.
-    pub fn error(&self) -> Option<String> {
+    pub fn error(&self) -> Option<VramError> {
         match self {
             RankMemory::Host(_) => None,
             #[cfg(feature = "cuda")]
-            RankMemory::Device(d) => d
-                .error()
-                .map(|e| format!("post-process on the device: {e}")),
+            RankMemory::Device(d) => d.error().map(VramError::PostProcess),
         }
     }
 

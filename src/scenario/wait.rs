@@ -11,7 +11,7 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(1);
 
 /// How long a case waits for its transfers and notifications
 /// ([`crate::time_limits::completion_limit`]), or why the setting is unusable.
-pub fn completion_limit() -> Result<Duration, String> {
+pub fn completion_limit() -> Result<Duration, crate::time_limits::TimeLimitError> {
     crate::time_limits::completion_limit()
 }
 

@@ -19,9 +19,19 @@ pub struct Shard {
     pub fingerprint: String,
 }
 
+/// A `--shard` value that is not `K/N` with `1 <= K <= N`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("`{text}`: expected K/N with 1 <= K <= N, e.g. 2/4")]
+pub struct ShardError {
+    /// The value as given.
+    pub text: String,
+}
+
 /// `K/N` with `1 <= K <= N`.
-pub fn parse_shard(text: &str) -> Result<(u32, u32), String> {
-    let bad = || format!("`{text}`: expected K/N with 1 <= K <= N, e.g. 2/4");
+pub fn parse_shard(text: &str) -> Result<(u32, u32), ShardError> {
+    let bad = || ShardError {
+        text: text.to_string(),
+    };
     let (k, n) = text.split_once('/').ok_or_else(bad)?;
     let k: u32 = k.trim().parse().map_err(|_| bad())?;
     let n: u32 = n.trim().parse().map_err(|_| bad())?;
@@ -61,7 +71,10 @@ mod tests {
         assert_eq!(all, (0..10).collect::<Vec<_>>());
         assert_eq!(parse_shard("2/4"), Ok((2, 4)));
         for bad in ["0/4", "5/4", "2", "a/b", "1/0"] {
-            assert!(parse_shard(bad).is_err(), "{bad}");
+            assert_eq!(
+                parse_shard(bad).map_err(|e| e.to_string()),
+                Err(format!("`{bad}`: expected K/N with 1 <= K <= N, e.g. 2/4")),
+            );
         }
         assert_ne!(
             fingerprint(&["a".into(), "b".into()]),

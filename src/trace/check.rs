@@ -6,10 +6,10 @@
 use std::collections::HashMap;
 
 use super::case::{ListRole, TraceCase};
-use super::replay::traced_model;
+use super::replay::{traced_model, ReplayError};
 use crate::geometry::{EngineGeometry, Geometry, KvLayout, Mode};
 use crate::layout::{CaseLayout, LayoutError, RequestBlocks, Side};
-use crate::nixl::{DlistHandle, DlistTarget, DryRun, Nixl, Recording};
+use crate::nixl::{DlistHandle, DlistTarget, DryRun, Nixl, NixlError, Recording};
 use crate::oracle::{pairing, registry, run_descriptor_level, OracleInput, OracleLevel, Violation};
 
 /// The oracles' verdict on one trace.
@@ -20,13 +20,36 @@ pub struct CheckReport {
     pub notes: Vec<String>,
 }
 
-/// Why a trace cannot be checked.
+/// Why a trace cannot be checked; each names the trace case first.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckError {
-    #[error("{0}: {1}")]
-    Unsupported(String, String),
+    /// The traced model cannot be rebuilt.
+    #[error("{case}: {source}")]
+    Model {
+        /// The trace case's name.
+        case: String,
+        /// Why the model cannot be rebuilt.
+        #[source]
+        source: ReplayError,
+    },
+    /// The trace records no remote rank to take prefill's geometry from.
+    #[error("{0}: no remote rank")]
+    NoRemote(String),
+    /// The harness's layout model refused the traced geometry.
     #[error("{0}: layout model: {1}")]
     Layout(String, LayoutError),
+    /// Re-issuing a traced call on the dry-run transport failed.
+    #[error("{case}: {source}")]
+    Transport {
+        /// The trace case's name.
+        case: String,
+        /// The transport's refusal.
+        #[source]
+        source: NixlError,
+    },
+    /// A traced transfer names a list the trace never prepared.
+    #[error("{0}: a transfer names an unknown list")]
+    UnknownList(String),
 }
 
 fn layout_of(name: &str) -> KvLayout {
@@ -40,12 +63,14 @@ fn layout_of(name: &str) -> KvLayout {
 /// The traced P/D geometry: D is the traced worker, P is what its remote
 /// ranks advertised.
 pub fn traced_geometry(case: &TraceCase) -> Result<Geometry, CheckError> {
-    let unsupported = |why: String| CheckError::Unsupported(case.name.clone(), why);
-    let model = traced_model(case).map_err(|e| unsupported(e.to_string()))?;
+    let model = traced_model(case).map_err(|source| CheckError::Model {
+        case: case.name.clone(),
+        source,
+    })?;
     let remote = case
         .remotes
         .first()
-        .ok_or_else(|| unsupported("no remote rank".into()))?;
+        .ok_or_else(|| CheckError::NoRemote(case.name.clone()))?;
     let m = &remote.meta;
     let w = &case.worker;
     let ppl = m.physical_blocks_per_logical_kv_block.max(1);
@@ -119,7 +144,6 @@ fn check_with(
     geometry: &Geometry,
     both_sides: bool,
 ) -> Result<CheckReport, CheckError> {
-    let unsupported = |why: String| CheckError::Unsupported(case.name.clone(), why);
     let geometry = geometry.clone();
     let ids = |v: &Vec<Vec<u64>>| -> Vec<Vec<u32>> {
         v.iter()
@@ -150,7 +174,10 @@ fn check_with(
     .map_err(|e| CheckError::Layout(case.name.clone(), e))?;
     // Re-issue the traced calls with one agent name per rank.
     let mut nixl = Recording::new(DryRun::new());
-    let fail = |e: crate::nixl::NixlError| unsupported(e.to_string());
+    let fail = |source: NixlError| CheckError::Transport {
+        case: case.name.clone(),
+        source,
+    };
     let me = nixl
         .create_agent(&Side::Decode.agent_name(0))
         .map_err(fail)?;
@@ -174,7 +201,7 @@ fn check_with(
             handles.get(&x.local_handle.0),
             handles.get(&x.remote_handle.0),
         ) else {
-            return Err(unsupported("a transfer names an unknown list".into()));
+            return Err(CheckError::UnknownList(case.name.clone()));
         };
         let h = nixl
             .make_xfer(

@@ -44,9 +44,9 @@ pub enum TraceErrorKind {
     /// A line with bytes that are not UTF-8.
     #[error("line is not UTF-8")]
     NotUtf8,
-    /// A line that does not parse as JSON (the parser's message).
+    /// A line that does not parse as JSON.
     #[error("not valid JSON: {0}")]
-    BadJson(String),
+    BadJson(#[source] serde_json::Error),
     /// A line that is JSON but not an object.
     #[error("a trace line must be a JSON object")]
     NotAnObject,

@@ -83,10 +83,9 @@ pub fn write_fixture(src: &Path, dst: &Path) -> Result<FixtureStats, TraceError>
             continue;
         }
         let mut value: Value =
-            serde_json::from_str(raw).map_err(|e| err(TraceErrorKind::BadJson(e.to_string())))?;
+            serde_json::from_str(raw).map_err(|e| err(TraceErrorKind::BadJson(e)))?;
         strip_redundant(&mut value);
-        let compact = serde_json::to_string(&value)
-            .map_err(|e| err(TraceErrorKind::BadJson(e.to_string())))?;
+        let compact = serde_json::to_string(&value).map_err(|e| err(TraceErrorKind::BadJson(e)))?;
         out.push_str(&compact);
         out.push('\n');
     }

@@ -99,8 +99,7 @@ pub fn parse_trace(path: &Path, bytes: &[u8]) -> Result<Vec<TraceLine>, TraceErr
 
 /// Parse one line into its `seq` and event.
 pub fn parse_line(text: &str) -> Result<(u64, TraceEvent), TraceErrorKind> {
-    let value: Value =
-        serde_json::from_str(text).map_err(|e| TraceErrorKind::BadJson(e.to_string()))?;
+    let value: Value = serde_json::from_str(text).map_err(TraceErrorKind::BadJson)?;
     let Value::Object(object) = &value else {
         return Err(TraceErrorKind::NotAnObject);
     };
