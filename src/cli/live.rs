@@ -147,7 +147,7 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
         Format::Json => json(&live),
         Format::Junit => {
             let reports: Vec<CaseReport> = live.iter().map(|l| l.report.clone()).collect();
-            sweep_report::junit(&reports)
+            sweep_report::junit(&reports, None)
         }
     };
     match &args.out {

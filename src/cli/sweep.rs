@@ -240,12 +240,11 @@ pub fn sweep(args: SweepArgs) -> u8 {
         }
     }
     let reports = execute::run_all_within(&cases, &run_opts, threads, &budget);
+    let shard = shard.as_ref().map(|(s, p)| (s, p.as_slice()));
     let text = match args.format {
         Format::Table => sweep_report::table(&reports),
-        Format::Json => {
-            sweep_report::json(&reports, shard.as_ref().map(|(s, p)| (s, p.as_slice())))
-        }
-        Format::Junit => sweep_report::junit(&reports),
+        Format::Json => sweep_report::json(&reports, shard),
+        Format::Junit => sweep_report::junit(&reports, shard),
     };
     match &args.out {
         Some(path) => {
