@@ -191,6 +191,10 @@ enum Command {
         /// Also write an SVG byte map of decode's request blocks.
         #[arg(long)]
         svg: Option<PathBuf>,
+        /// Memory the case may use (e.g. 1.5G; default: half of the memory
+        /// available); a larger case is refused before it allocates.
+        #[arg(long, value_name = "SIZE")]
+        max_memory: Option<String>,
         /// Which connector runs: kvgeom's, or vLLM's own from the venv.
         #[arg(long, value_enum, default_value = "kvgeom")]
         connector: cli::ConnectorArg,
@@ -347,6 +351,7 @@ fn main() -> ExitCode {
             variant,
             transport,
             svg,
+            max_memory: _,
             connector: cli::ConnectorArg::Vllm,
             vllm_python,
         } => cli::live_explain(cli::LiveExplainArgs {
@@ -372,6 +377,7 @@ fn main() -> ExitCode {
             variant,
             transport,
             svg,
+            max_memory,
             ..
         } => cli::explain(cli::ExplainArgs {
             geometry,
@@ -383,6 +389,7 @@ fn main() -> ExitCode {
             variant,
             transport,
             svg,
+            max_memory,
         }),
         Command::Layout {
             geometry,
@@ -407,10 +414,12 @@ fn main() -> ExitCode {
             threads,
             vram,
         } => {
-            if vram != cli::VramArgs::default() {
+            let given = vram.given();
+            if !given.is_empty() {
                 eprintln!(
-                    "error: --geometry, --prompt, --iterations, --memory, --op, --peer-process \
-                     and --paths apply to `kvgeom bench vram` only"
+                    "error: {}: only `kvgeom bench vram` takes {}",
+                    given.join(", "),
+                    if given.len() == 1 { "it" } else { "them" }
                 );
                 2
             } else {

@@ -495,9 +495,8 @@ pub fn report_merge(files: &[PathBuf], out: Option<&Path>) -> u8 {
             }
             match out {
                 Some(path) => {
-                    if let Err(e) = std::fs::write(path, &text) {
-                        eprintln!("error: --out {}: cannot write: {e}", path.display());
-                        return EXIT_BAD_INPUT;
+                    if let Err(code) = super::write_output("--out", path, &text) {
+                        return code;
                     }
                 }
                 None => print!("{text}"),

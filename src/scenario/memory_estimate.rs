@@ -112,7 +112,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     let (number, unit) = t.split_at(split);
     let value: f64 = number
         .parse()
-        .map_err(|_| format!("`{text}` is not a size (e.g. 1.5G, 800M, 4096)"))?;
+        .map_err(|_| format!("`{text}`: not a size (e.g. 1.5G, 800M, 4096)"))?;
     let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "k" | "kb" | "kib" => 1024.0,
@@ -126,8 +126,11 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         }
     };
     let bytes = value * scale;
-    if !(1.0..=u64::MAX as f64).contains(&bytes) {
-        return Err(format!("`{text}` is not a size of at least one byte"));
+    if bytes < 1.0 {
+        return Err(format!("`{text}`: must be at least one byte"));
+    }
+    if bytes > u64::MAX as f64 {
+        return Err(format!("`{text}`: above the largest size, 16 EiB"));
     }
     Ok(bytes as u64)
 }

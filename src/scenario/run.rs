@@ -436,13 +436,12 @@ pub fn check_prefix_hit(geometry: &Geometry, prompt_len: u32, hit: u32) -> Resul
     let m = geometry.transferred_tokens(prompt_len);
     if !geometry.decode.prefix_caching {
         return Err(format!(
-            "prefix hit {hit}: {} has prefix caching off on decode",
-            geometry.name
+            "prefix hit {hit}: decode.prefix_caching is off, so the only prefix hit is 0"
         ));
     }
     if hit % block != 0 || hit >= m {
         return Err(format!(
-            "prefix hit {hit}: must be a multiple of decode's {block}-token block and below the {m} transferred tokens"
+            "prefix hit {hit}: must be a multiple of decode.logical_block ({block}) and below the {m} transferred tokens"
         ));
     }
     Ok(())
