@@ -330,6 +330,10 @@ fn derive_names_the_option_of_each_engine() {
         &["--name", "a b"],
         "--name `a b`: a geometry name is ASCII letters, digits, '-', '_' and '.'",
     );
+    pair(
+        &["--expect-rejection", "two\nlines"],
+        "--expect-rejection \"two\\nlines\": must be one line",
+    );
     let dir = scratch("derive");
     let out = dir.join("no such dir").join("pair.toml");
     let out = out.to_str().unwrap();
@@ -515,6 +519,31 @@ fn files_that_are_not_regular_or_too_large_are_refused() {
             "{}: no *.toml geometry files in this folder",
             empty.display()
         ),
+    );
+    // An expectations file that is not one: the parser's message, the file
+    // once, and no trailing blank line.
+    let run = kvgeom(&["sweep", G1, "--prompts", "2", "--expect", G1]);
+    assert_eq!(run.code, Some(2), "{}", run.text);
+    assert!(
+        run.text
+            .starts_with(&format!("error: {G1}: TOML parse error at line "))
+            && !run.text.ends_with("\n\n"),
+        "{:?}",
+        run.text
+    );
+    once(&run.text, G1);
+    once(&run.text, "unknown field `description`, expected `failure`");
+    // What report merge is given must be a report, of a bounded size.
+    refused_with(
+        &["report", "merge", G1],
+        &format!(
+            "{G1}: neither a JSON nor a JUnit sweep report: it starts with `#`; a JSON report \
+             starts with `{{`, a JUnit report with `<`"
+        ),
+    );
+    refused_with(
+        &["report", "merge", "/dev/zero"],
+        "/dev/zero: not a regular file (a folder, FIFO, device or socket); give a file",
     );
     // A symlink loop named like a geometry file is reported, not skipped.
     let looped = dir.join("loop.toml");

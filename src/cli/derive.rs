@@ -191,6 +191,18 @@ fn check_file_options(args: &DeriveArgs) -> Result<(), DeriveError> {
         parse_prompt_list(list)
             .map_err(|e| DeriveError::Unsupported(format!("--prompts {e}, or `boundaries`")))?;
     }
+    if let Some(text) = &args.expect_rejection {
+        if text.trim().is_empty() {
+            return Err(DeriveError::Unsupported(
+                "--expect-rejection: must not be empty (give text the refusal contains)".into(),
+            ));
+        }
+        if text.contains(['\n', '\r']) {
+            return Err(DeriveError::Unsupported(format!(
+                "--expect-rejection {text:?}: must be one line"
+            )));
+        }
+    }
     let bad_name = |name: &str| {
         !name
             .chars()
