@@ -92,9 +92,12 @@ impl AllocArg {
 
 #[derive(Subcommand)]
 enum ReportCommand {
-    /// Join the JSON reports of every shard of one sweep (`sweep --shard K/N
-    /// --format json`) into the report, and exit status, of a single run.
+    /// Join the JSON or JUnit reports of every shard of one sweep (`sweep
+    /// --shard K/N --format json|junit`) into the report, and exit status,
+    /// of a single run.
     Merge {
+        /// The report of every shard, all JSON or all JUnit.
+        #[arg(required = true, value_name = "REPORT")]
         files: Vec<PathBuf>,
         /// Write the merged report here instead of stdout.
         #[arg(long)]
@@ -152,7 +155,8 @@ enum Command {
         #[arg(long, value_name = "SIZE")]
         max_memory: Option<String>,
         /// Run shard K of N (1-based) of the cases, e.g. `--shard 2/4` on the
-        /// second of four CI runners; `kvgeom report merge` joins the JSON reports.
+        /// second of four CI runners; `kvgeom report merge` joins the JSON or
+        /// JUnit reports.
         #[arg(long, value_name = "K/N")]
         shard: Option<String>,
         /// Which connector runs: kvgeom's, or vLLM's own from the venv
@@ -187,6 +191,10 @@ enum Command {
         /// Also write an SVG byte map of decode's request blocks.
         #[arg(long)]
         svg: Option<PathBuf>,
+        /// Memory the case may use (e.g. 1.5G; default: half of the memory
+        /// available); a larger case is refused before it allocates.
+        #[arg(long, value_name = "SIZE")]
+        max_memory: Option<String>,
         /// Which connector runs: kvgeom's, or vLLM's own from the venv.
         #[arg(long, value_enum, default_value = "kvgeom")]
         connector: cli::ConnectorArg,
@@ -348,6 +356,7 @@ fn main() -> ExitCode {
             variant,
             transport,
             svg,
+            max_memory: _,
             connector: cli::ConnectorArg::Vllm,
             vllm_python,
         } => cli::live_explain(cli::LiveExplainArgs {
@@ -373,6 +382,7 @@ fn main() -> ExitCode {
             variant,
             transport,
             svg,
+            max_memory,
             ..
         } => cli::explain(cli::ExplainArgs {
             geometry,
@@ -384,6 +394,7 @@ fn main() -> ExitCode {
             variant,
             transport,
             svg,
+            max_memory,
         }),
         Command::Layout {
             geometry,

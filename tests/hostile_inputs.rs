@@ -1,6 +1,7 @@
-//! Hostile and absurd inputs: each is refused with exit 2 and a message
-//! naming the option or the file and field, the limit and the value, or it
-//! runs bounded. Every command runs under an address-space limit of 4 GiB
+//! Hostile and absurd inputs: each is refused with exit 2 and one message
+//! naming the option or the file and field, the rule (the limit, or what is
+//! allowed) and the value, each once, or it runs bounded. Where the message
+//! is fixed, the test holds it whole. Every command runs under an address-space limit of 4 GiB
 //! (so an attempt to allocate what the input asks for fails the test
 //! instead of the machine) and a generous time-out that only guards against
 //! a hang.
@@ -74,6 +75,27 @@ fn refused(args: &[&str], needles: &[&str]) {
     );
 }
 
+/// Refused with exactly `error: {message}` and nothing else: the option or
+/// file, the field, the rule and the value appear once each, as written.
+fn refused_with(args: &[&str], message: &str) {
+    let run = kvgeom(args);
+    assert_eq!(run.code, Some(2), "kvgeom {args:?}:\n{}", run.text);
+    assert_eq!(
+        run.text.trim_end(),
+        format!("error: {message}"),
+        "kvgeom {args:?}"
+    );
+}
+
+/// `needle` occurs exactly once in `text`.
+fn once(text: &str, needle: &str) {
+    assert_eq!(
+        text.matches(needle).count(),
+        1,
+        "`{needle}` is not in this message exactly once:\n{text}"
+    );
+}
+
 fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("hostile-{name}"));
     let _ = std::fs::remove_dir_all(&dir);
@@ -101,74 +123,241 @@ const G1: &str = "geometries/g1-mla-kda-ppl3-vs-2.toml";
 
 #[test]
 fn command_line_values_are_bounded() {
-    refused(
+    refused_with(
         &["explain", G1, "--prompt", "4294967295"],
-        &["--prompt 4294967295", "1 to 1048576 tokens"],
+        "--prompt 4294967295: a prompt length must be 1 to 1048576 tokens",
     );
-    refused(&["sweep", G1, "--random", "0"], &["--random 0", "1 to"]);
-    refused(
+    refused_with(
+        &["sweep", G1, "--random", "0"],
+        "--random 0: the number of cases to draw must be 1 to 10000000",
+    );
+    refused_with(
         &["sweep", G1, "--random", "1000000000"],
-        &["--random 1000000000", "10000000"],
+        "--random 1000000000: the number of cases to draw must be 1 to 10000000",
     );
-    refused(&["sweep", G1, "--threads", "0"], &["--threads 0"]);
-    refused(
-        &["sweep", G1, "--prompts", "3,3"],
-        &["--prompts", "prompt length 3 is listed twice"],
-    );
-    refused(
-        &["sweep", G1, "--prompts", "1..=4294967295"],
-        &["--prompts", "above the limit of 1048576 tokens"],
-    );
-    refused(
-        &["sweep", G1, "--prompts", "1..=200000"],
-        &["--prompts", "more than the limit of 100000 prompt lengths"],
-    );
-    refused(
+    // Every command with --threads holds it to the same rule.
+    for command in [&["sweep", G1][..], &["mutants", G1], &["bench", "sweep"]] {
+        let mut args = command.to_vec();
+        args.extend_from_slice(&["--threads", "0"]);
+        refused_with(
+            &args,
+            "--threads 0: give at least 1 (or leave it out to use every core)",
+        );
+    }
+    refused_with(
         &["sweep", G1, "--max-memory", "lots"],
-        &["--max-memory", "not a size"],
+        "--max-memory `lots`: not a size (e.g. 1.5G, 800M, 4096)",
     );
-    refused(
+    refused_with(
+        &["sweep", G1, "--max-memory", "0"],
+        "--max-memory `0`: must be at least one byte",
+    );
+    refused_with(
+        &["sweep", G1, "--max-memory", "99999999999T"],
+        "--max-memory `99999999999T`: above the largest size, 16 EiB",
+    );
+    refused_with(
+        &["explain", G1, "--prompt", "3", "--max-memory", "1.5X"],
+        "--max-memory `1.5X`: unknown unit `x` (use K, M, G or T)",
+    );
+    refused_with(
         &["sweep", G1, "--shard", "3/2"],
-        &["--shard", "1 <= K <= N"],
+        "--shard `3/2`: expected K/N with 1 <= K <= N, e.g. 2/4",
     );
-    refused(&["bench", "vram", "--prompt", "0"], &["--prompt 0"]);
+    refused_with(
+        &["sweep", G1, "--policy", "vllm"],
+        "--policy vllm: unknown policy; known: kvgeom, vllm-0.33.0",
+    );
+    let run = kvgeom(&["sweep", G1, "--defect", "no-such-bug"]);
+    assert_eq!(run.code, Some(2), "{}", run.text);
+    assert!(
+        run.text.starts_with(
+            "error: --defect no-such-bug: unknown defect; known: strict-prefix-tolerance, "
+        ) && run
+            .text
+            .trim_end()
+            .ends_with("(`kvgeom defects` describes them)")
+            && run.text.lines().count() == 1,
+        "{}",
+        run.text
+    );
+    refused_with(
+        &["bench", "vram", "--prompt", "0"],
+        "--prompt 0: a prompt length must be 1 to 1048576 tokens",
+    );
+    refused_with(
+        &["bench", "vram", "--memory", "host", "--iterations", "0"],
+        "--iterations 0: give at least 1 timed iteration per path",
+    );
+    refused_with(
+        &[
+            "bench",
+            "vram",
+            "--memory",
+            "host",
+            "--paths",
+            "copy,teleport",
+        ],
+        "--paths teleport: unknown path; known: copy, copy-per-pair, loopback, nixl, nixl-peer",
+    );
     // `bench transport` takes --paths (its own names) and no other vram option.
     refused(
         &["bench", "transport", "--paths", "memcpy,copy"],
         &["unknown path \"copy\"", "known: memcpy, loopback, nixl-ucx"],
     );
-    refused(
+    refused_with(
         &["bench", "transport", "--prompt", "5"],
-        &["apply to `kvgeom bench vram` only"],
+        "--prompt: only `kvgeom bench vram` takes it",
     );
     refused(
         &["bench", "sweep", "--paths", "memcpy"],
         &["--paths applies to `kvgeom bench vram` and `kvgeom bench transport` only"],
     );
-    // A prefix hit the case cannot have names the hit, the block and the tokens.
-    refused(
-        &["explain", G1, "--prompt", "29", "--prefix-hit", "3"],
-        &["prefix hit 3: g1-mla-kda-ppl3-vs-2 has prefix caching off on decode"],
-    );
-    refused(
-        &[
-            "explain",
-            "geometries/llama-gqa-prefix-cache.toml",
-            "--prompt",
-            "64",
-            "--prefix-hit",
-            "8",
-        ],
-        &["prefix hit 8: must be a multiple of decode's 16-token block and below the 64 transferred tokens"],
+    refused_with(
+        &["bench", "sweep", "--prompt", "3", "--op", "write"],
+        "--prompt, --op: only `kvgeom bench vram` takes them",
     );
     // One case, one mode: `both` is refused rather than silently one of them.
     refused(
         &["explain", G1, "--prompt", "3", "--mode", "both"],
-        &["both"],
+        &["invalid value 'both' for '--mode <MODE>'", "pull, push"],
     );
     refused(
         &["explain", G1, "--prompt", "3", "--alloc", "both"],
-        &["both"],
+        &[
+            "invalid value 'both' for '--alloc <ALLOC>'",
+            "mainline, with-last-token",
+        ],
+    );
+}
+
+#[test]
+fn prompt_lists_name_the_list_and_the_item_at_fault() {
+    let list = |text: &str, rule: &str| {
+        refused_with(
+            &["sweep", G1, "--prompts", text],
+            &format!("--prompts `{text}`: {rule} (expected e.g. `2..=39,41`)"),
+        );
+    };
+    list("3,3", "prompt length 3 is listed twice");
+    // A one-item list is named once; in a longer list the item is named too.
+    list("abc", "not a prompt length");
+    list("2,abc", "`abc` is not a prompt length");
+    list("9..=2", "an empty range");
+    list("2,9..=2", "`9..=2` is an empty range");
+    list("0", "prompt lengths start at 1");
+    list("2000000", "above the limit of 1048576 tokens");
+    list(
+        "1..=4294967295",
+        "prompt length 4294967295 is above the limit of 1048576 tokens",
+    );
+    list("1..=200000", "more than the limit of 100000 prompt lengths");
+}
+
+#[test]
+fn a_prefix_hit_names_the_option_the_file_and_the_field() {
+    refused_with(
+        &["explain", G1, "--prompt", "5", "--prefix-hit", "4"],
+        &format!("--prefix-hit 4: {G1}: decode.prefix_caching is off, so the only prefix hit is 0"),
+    );
+    let cached = "geometries/llama-gqa-prefix-cache.toml";
+    refused_with(
+        &["explain", cached, "--prompt", "40", "--prefix-hit", "5"],
+        &format!(
+            "--prefix-hit 5: {cached}: must be a multiple of decode.logical_block (16) and \
+             below the 40 transferred tokens"
+        ),
+    );
+}
+
+#[test]
+fn derive_names_the_option_of_each_engine() {
+    const LLAMA: &str = "tests/fixtures/models/llama-3.1-8b-test.json";
+    let pair = |extra: &[&str], message: &str| {
+        let mut args = vec![
+            "derive",
+            LLAMA,
+            "--prefill-tp",
+            "1",
+            "--prefill-backend",
+            "FLASH_ATTN",
+            "--decode-tp",
+            "1",
+            "--decode-backend",
+            "FLASH_ATTN",
+        ];
+        args.extend_from_slice(extra);
+        refused_with(&args, message);
+    };
+    refused_with(
+        &["derive", LLAMA, "--tp", "0", "--backend", "FLASH_ATTN"],
+        "--tp 0: must be at least 1",
+    );
+    // The pair's own option is named, not the single-engine one.
+    refused_with(
+        &[
+            "derive",
+            LLAMA,
+            "--prefill-tp",
+            "1",
+            "--prefill-backend",
+            "FLASH_ATTN",
+            "--decode-tp",
+            "0",
+            "--decode-backend",
+            "FLASH_ATTN",
+        ],
+        "--decode-tp 0: must be at least 1",
+    );
+    pair(
+        &["--decode-block-size", "0"],
+        "--decode-block-size 0: must be at least 1",
+    );
+    pair(
+        &["--decode-gpu", "sm80"],
+        "--decode-gpu: unknown GPU `sm80`; supported: sm90 (Hopper), sm100 (Blackwell)",
+    );
+    refused_with(
+        &["derive", LLAMA, "--tp", "1", "--backend", "XFORMERS"],
+        "--backend: unknown attention backend `XFORMERS`; supported backends: FLASH_ATTN, \
+         FLASHINFER, TRITON_ATTN, FLASHMLA, CUTLASS_MLA, FLASHINFER_MLA, FLASH_ATTN_MLA",
+    );
+    pair(
+        &["--layer-slots", "100000"],
+        "--layer-slots 100000: above the limit of 4096 layer slots",
+    );
+    pair(
+        &["--layer-slots", "0"],
+        "--layer-slots 0: must be at least 1",
+    );
+    pair(
+        &["--prompts", "2,abc"],
+        "--prompts `2,abc`: `abc` is not a prompt length (expected e.g. `2..=39,41`), or \
+         `boundaries`",
+    );
+    pair(
+        &["--name", "a b"],
+        "--name `a b`: a geometry name is ASCII letters, digits, '-', '_' and '.'",
+    );
+    pair(
+        &["--expect-rejection", "two\nlines"],
+        "--expect-rejection \"two\\nlines\": must be one line",
+    );
+    let dir = scratch("derive");
+    let out = dir.join("no such dir").join("pair.toml");
+    let out = out.to_str().unwrap();
+    pair(
+        &["--out", out],
+        &format!("--out {out}: cannot write: No such file or directory (os error 2)"),
+    );
+    let stem = dir.join("two words.toml");
+    let stem = stem.to_str().unwrap();
+    pair(
+        &["--out", stem],
+        &format!(
+            "--out {stem}: the geometry's name would be the file stem `two words`, but a \
+             geometry name is ASCII letters, digits, '-', '_' and '.'; give --name"
+        ),
     );
 }
 
@@ -191,44 +380,40 @@ fn geometry_files_are_bounded() {
         "slots.toml",
         &mla("", "", "", "prompts = [1]").replace("layer_slots = 2", "layer_slots = 1000000"),
     );
-    refused(
+    refused_with(
         &["sweep", &slots],
-        &[
-            "slots.toml",
-            "model.layer_slots",
-            "1000000 is above the limit of 4096",
-        ],
+        &format!("{slots}: model.layer_slots: 1000000 is above the limit of 4096"),
     );
     let tp = write(
         &dir,
         "tp.toml",
         &mla("", "", "", "prompts = [1]").replacen("tp_size = 1", "tp_size = 4294967295", 1),
     );
-    refused(
+    refused_with(
         &["sweep", &tp],
-        &["tp.toml", "prefill.tp_size", "above the limit of 1024"],
+        &format!("{tp}: prefill.tp_size: 4294967295 is above the limit of 1024"),
     );
     let pool = write(
         &dir,
         "pool.toml",
         &mla("", "num_logical_blocks = 4294967295", "", "prompts = [1]"),
     );
-    refused(
+    refused_with(
         &["sweep", &pool],
-        &["pool.toml", "prefill.num_logical_blocks", "above the limit"],
+        &format!("{pool}: prefill.num_logical_blocks: 4294967295 is above the limit of 16777216"),
     );
     let padding = write(
         &dir,
         "padding.toml",
         &mla("", "block_padding_bytes = 2147483648", "", "prompts = [1]"),
     );
-    refused(
+    refused_with(
         &["sweep", &padding],
-        &[
-            "padding.toml",
-            "prefill.block_padding_bytes",
-            "exceeds the limit of 1073741824 bytes",
-        ],
+        &format!(
+            "{padding}: prefill.block_padding_bytes: one rank's page of 2147483712 bytes \
+             (logical block x attention bytes per token, with every kernel page's padding) \
+             exceeds the limit of 1073741824 bytes"
+        ),
     );
     // A page just under 1 GiB: valid, but its default sweep would be ~67
     // million prompt lengths.
@@ -240,46 +425,135 @@ fn geometry_files_are_bounded() {
             "kernel_block = 67108864\nlogical_block = 67108864",
         ),
     );
-    refused(
+    refused_with(
         &["sweep", &big],
-        &[
-            "big-page.toml",
-            "without a `prompts` list",
-            "more than the limit of 100000",
-        ],
+        &format!(
+            "{big}: without a `prompts` list the default sweep runs every length from 1 to \
+             134217729 (one past the largest logical plus kernel block), more than the limit \
+             of 100000 prompt lengths; list the lengths to run in `prompts` or give --prompts"
+        ),
     );
-    // The same file with one explicit length fits the page rule but not memory.
-    refused(
-        &["sweep", &big, "--prompts", "1", "--max-memory", "1G"],
-        &[
-            "needs about",
-            "more than --max-memory 1.0 GiB",
-            "shorter prompt",
-        ],
+    // The same file with one explicit length fits the page rule but not
+    // memory: the case, its estimate, the option and its value, what to do.
+    let run = kvgeom(&["sweep", &big, "--prompts", "1", "--max-memory", "1G"]);
+    assert_eq!(run.code, Some(2), "{}", run.text);
+    assert!(
+        run.text
+            .starts_with("error: big-page N=1 h=0 pull mainline: needs about ")
+            && run.text.lines().count() == 1,
+        "{}",
+        run.text
     );
-    // A pool too small for the request names the field and the length.
+    for needle in [
+        "more than --max-memory 1.0 GiB;",
+        "run a shorter prompt",
+        "or raise --max-memory",
+    ] {
+        once(&run.text, needle);
+    }
+    // A pool too small for the request names the field and the length, in
+    // a sweep and in explain alike.
     let small = write(
         &dir,
         "small-pool.toml",
         &mla("", "num_logical_blocks = 1", "", "prompts = [100]"),
     );
-    refused(
-        &["sweep", &small],
-        &[
-            "small-pool.toml",
-            "prefill.num_logical_blocks = 1",
-            "at 100 tokens",
-        ],
+    let message = format!(
+        "{small}: prefill.num_logical_blocks = 1 cannot hold the request's 25 logical blocks \
+         at 100 tokens; raise prefill.num_logical_blocks to at least 25, leave it out to size \
+         the pool from the request, or run shorter prompts"
+    );
+    refused_with(&["sweep", &small], &message);
+    refused_with(&["explain", &small, "--prompt", "100"], &message);
+    // A TOML error points at the line, names the field and the file once.
+    let typo = write(
+        &dir,
+        "typo.toml",
+        &mla("", "", "", "prompts = [1]").replace("layer_slots", "layer_slotz"),
+    );
+    let run = kvgeom(&["sweep", &typo]);
+    assert_eq!(run.code, Some(2), "{}", run.text);
+    assert!(run
+        .text
+        .starts_with(&format!("error: {typo}: TOML parse error at line ")));
+    once(&run.text, &typo);
+    once(
+        &run.text,
+        "unknown field `layer_slotz`, expected one of `layer_slots`, `groups`, `attention`, `mamba`",
     );
 }
 
 #[test]
 fn files_that_are_not_regular_or_too_large_are_refused() {
-    refused(
+    refused_with(
         &["sweep", "/dev/zero"],
-        &["/dev/zero", "not a regular file"],
+        "/dev/zero: not a regular file (a folder, FIFO, device or socket); give a file",
+    );
+    refused_with(
+        &["sweep", G1, "--prompts", "2", "--expect", "/dev/zero"],
+        "/dev/zero: not a regular file (a folder, FIFO, device or socket); give a file",
     );
     let dir = scratch("files");
+    let missing = dir.join("missing.toml").display().to_string();
+    refused_with(
+        &["sweep", &missing],
+        &format!("{missing}: cannot read: No such file or directory (os error 2)"),
+    );
+    refused_with(
+        &["sweep", G1, "--prompts", "2", "--expect", &missing],
+        &format!("{missing}: cannot read: No such file or directory (os error 2)"),
+    );
+    // A trace's error names the file once, with the line where there is one.
+    let trace = dir.join("missing.jsonl").display().to_string();
+    refused_with(
+        &["check-trace", &trace],
+        &format!("{trace}: cannot read: No such file or directory (os error 2)"),
+    );
+    let not_json = write(&dir, "text.jsonl", "hello\n");
+    refused_with(
+        &["diff-trace", &not_json],
+        &format!("{not_json}:1: not valid JSON: expected value at line 1 column 1"),
+    );
+    let empty = scratch("files-empty");
+    refused_with(
+        &["check-trace", empty.to_str().unwrap()],
+        &format!(
+            "{}: no *.jsonl or *.jsonl.gz trace files in this folder",
+            empty.display()
+        ),
+    );
+    refused_with(
+        &["sweep", empty.to_str().unwrap()],
+        &format!(
+            "{}: no *.toml geometry files in this folder",
+            empty.display()
+        ),
+    );
+    // An expectations file that is not one: the parser's message, the file
+    // once, and no trailing blank line.
+    let run = kvgeom(&["sweep", G1, "--prompts", "2", "--expect", G1]);
+    assert_eq!(run.code, Some(2), "{}", run.text);
+    assert!(
+        run.text
+            .starts_with(&format!("error: {G1}: TOML parse error at line "))
+            && !run.text.ends_with("\n\n"),
+        "{:?}",
+        run.text
+    );
+    once(&run.text, G1);
+    once(&run.text, "unknown field `description`, expected `failure`");
+    // What report merge is given must be a report, of a bounded size.
+    refused_with(
+        &["report", "merge", G1],
+        &format!(
+            "{G1}: neither a JSON nor a JUnit sweep report: it starts with `#`; a JSON report \
+             starts with `{{`, a JUnit report with `<`"
+        ),
+    );
+    refused_with(
+        &["report", "merge", "/dev/zero"],
+        "/dev/zero: not a regular file (a folder, FIFO, device or socket); give a file",
+    );
     // A symlink loop named like a geometry file is reported, not skipped.
     let looped = dir.join("loop.toml");
     std::os::unix::fs::symlink(&looped, &looped).unwrap();
@@ -289,9 +563,12 @@ fn files_that_are_not_regular_or_too_large_are_refused() {
     let fifo = dir.join("fifo.toml");
     let made = Command::new("mkfifo").arg(&fifo).status();
     if made.is_ok_and(|s| s.success()) {
-        refused(
+        refused_with(
             &["sweep", fifo.to_str().unwrap()],
-            &["fifo.toml", "not a regular file"],
+            &format!(
+                "{}: not a regular file (a folder, FIFO, device or socket); give a file",
+                fifo.display()
+            ),
         );
     } else {
         println!("skipped the FIFO case: mkfifo is not available");
@@ -307,19 +584,52 @@ fn files_that_are_not_regular_or_too_large_are_refused() {
         gz.write_all(&zeros).unwrap();
     }
     gz.finish().unwrap();
-    refused(
+    refused_with(
         &["check-trace", bomb.to_str().unwrap()],
-        &[
-            "bomb.jsonl.gz",
-            "larger than the input limit of 67108864 bytes",
-        ],
+        &format!(
+            "{}: larger than the input limit of 67108864 bytes",
+            bomb.display()
+        ),
     );
 }
 
 #[test]
 fn the_report_never_overwrites_an_input() {
-    refused(
+    refused_with(
         &["sweep", G1, "--prompts", "2", "--out", G1],
-        &["--out", "that is an input of this sweep"],
+        &format!("--out {G1}: that is an input of this sweep; write the report elsewhere"),
+    );
+    // Named another way, the input is named as well.
+    let other = format!("./{G1}");
+    refused_with(
+        &["sweep", G1, "--prompts", "2", "--out", &other],
+        &format!(
+            "--out {other}: that is an input of this sweep ({G1}); write the report elsewhere"
+        ),
+    );
+}
+
+#[test]
+fn an_unwritable_output_names_its_option() {
+    let dir = scratch("outputs");
+    let out = dir.join("no such dir").join("report.xml");
+    let out = out.to_str().unwrap();
+    let why = "cannot write: No such file or directory (os error 2)";
+    refused_with(
+        &[
+            "sweep",
+            G1,
+            "--prompts",
+            "2",
+            "--format",
+            "junit",
+            "--out",
+            out,
+        ],
+        &format!("--out {out}: {why}"),
+    );
+    refused_with(
+        &["explain", G1, "--prompt", "2", "--svg", out],
+        &format!("--svg {out}: {why}"),
     );
 }

@@ -77,6 +77,25 @@ impl Default for VramArgs {
     }
 }
 
+impl VramArgs {
+    /// The options given with values other than their defaults.
+    pub fn given(&self) -> Vec<&'static str> {
+        let d = VramArgs::default();
+        [
+            ("--geometry", self.geometry != d.geometry),
+            ("--prompt", self.prompt != d.prompt),
+            ("--iterations", self.iterations != d.iterations),
+            ("--memory", self.memory != d.memory),
+            ("--op", self.op != d.op),
+            ("--peer-process", self.peer_process != d.peer_process),
+            ("--paths", self.paths != d.paths),
+        ]
+        .into_iter()
+        .filter_map(|(name, given)| given.then_some(name))
+        .collect()
+    }
+}
+
 /// vLLM's Python harness on a 2-core machine: 2.15 s for the 152 sweep cases.
 const VLLM_SWEEP_MS_PER_CASE: f64 = 2150.0 / 152.0;
 /// vLLM's Python harness: about 130 ms per KimiLinear-scale case.
@@ -170,6 +189,10 @@ fn bench_sweep(threads: Option<usize>) -> u8 {
 /// other kinds (exit 2), except `--paths`, which `bench transport` takes
 /// too, with its own path names.
 pub fn bench(kind: BenchKind, threads: Option<usize>, vram: &VramArgs) -> u8 {
+    let threads = match super::threads_within_limit(threads) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
     let vram_only = VramArgs {
         paths: None,
         ..vram.clone()
@@ -177,9 +200,11 @@ pub fn bench(kind: BenchKind, threads: Option<usize>, vram: &VramArgs) -> u8 {
     match kind {
         BenchKind::Vram => bench_vram(vram),
         _ if vram_only != VramArgs::default() => {
+            let given = vram_only.given();
             eprintln!(
-                "error: --geometry, --prompt, --iterations, --memory, --op and --peer-process \
-                 apply to `kvgeom bench vram` only"
+                "error: {}: only `kvgeom bench vram` takes {}",
+                given.join(", "),
+                if given.len() == 1 { "it" } else { "them" }
             );
             EXIT_BAD_INPUT
         }
@@ -221,11 +246,22 @@ fn bench_transport(config: &TransportBenchConfig) -> u8 {
 
 /// `kvgeom bench vram`.
 pub fn bench_vram(args: &VramArgs) -> u8 {
-    if args.prompt == 0 || args.prompt > crate::limits::MAX_PROMPT_LEN {
+    if let Err(code) = super::prompt_option(args.prompt) {
+        return code;
+    }
+    if args.iterations == 0 {
+        eprintln!("error: --iterations 0: give at least 1 timed iteration per path");
+        return EXIT_BAD_INPUT;
+    }
+    if let Some(unknown) = args
+        .paths
+        .iter()
+        .flatten()
+        .find(|p| !PATHS.contains(&p.as_str()))
+    {
         eprintln!(
-            "error: --prompt {}: a prompt length must be 1 to {} tokens",
-            args.prompt,
-            crate::limits::MAX_PROMPT_LEN
+            "error: --paths {unknown}: unknown path; known: {}",
+            PATHS.join(", ")
         );
         return EXIT_BAD_INPUT;
     }

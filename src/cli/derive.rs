@@ -9,6 +9,8 @@ use crate::derive::{
     EngineOptions, Gpu, MambaDtype, ModelArch, PairDerivation, PairOptions,
 };
 use crate::geometry::{parse_geometry, to_toml};
+use crate::limits::MAX_LAYER_SLOTS;
+use crate::sweep::prompts::parse_prompt_list;
 
 use super::{EXIT_BAD_INPUT, EXIT_OK};
 
@@ -100,18 +102,67 @@ fn usage(message: &str) -> DeriveError {
     ))
 }
 
+/// The option names of one engine's settings: `--tp` etc. for a single
+/// engine, `--prefill-tp` etc. for a side of a pair.
+struct EngineOptionNames {
+    tp: &'static str,
+    backend: &'static str,
+    gpu: &'static str,
+    block_size: &'static str,
+}
+
+const SINGLE: EngineOptionNames = EngineOptionNames {
+    tp: "--tp",
+    backend: "--backend",
+    gpu: "--gpu",
+    block_size: "--block-size",
+};
+const PREFILL: EngineOptionNames = EngineOptionNames {
+    tp: "--prefill-tp",
+    backend: "--prefill-backend",
+    gpu: "--prefill-gpu",
+    block_size: "--prefill-block-size",
+};
+const DECODE: EngineOptionNames = EngineOptionNames {
+    tp: "--decode-tp",
+    backend: "--decode-backend",
+    gpu: "--decode-gpu",
+    block_size: "--decode-block-size",
+};
+
+/// `error` prefixed with the option that gave the value.
+fn from_option(option: &str, error: DeriveError) -> DeriveError {
+    DeriveError::Unsupported(format!("{option}: {error}"))
+}
+
 fn engine_options(
     args: &DeriveArgs,
+    names: &EngineOptionNames,
     tp: u64,
     backend: &str,
     gpu: Option<&str>,
     block: Option<u64>,
 ) -> Result<EngineOptions, DeriveError> {
+    if tp == 0 {
+        return Err(DeriveError::ZeroOption { option: names.tp });
+    }
+    let block_option = if block.is_some() {
+        names.block_size
+    } else {
+        "--block-size"
+    };
+    let block_size = block.or(args.block_size);
+    if block_size == Some(0) {
+        return Err(DeriveError::ZeroOption {
+            option: block_option,
+        });
+    }
+    let gpu_option = if gpu.is_some() { names.gpu } else { "--gpu" };
     Ok(EngineOptions {
         tp,
-        backend: Backend::parse(backend)?,
-        gpu: Gpu::parse(gpu.unwrap_or(&args.gpu))?,
-        block_size: block.or(args.block_size),
+        backend: Backend::parse(backend).map_err(|e| from_option(names.backend, e))?,
+        gpu: Gpu::parse(gpu.unwrap_or(&args.gpu)).map_err(|e| from_option(gpu_option, e))?,
+        block_size,
         cache_dtype: CacheDtype::parse(&args.cache_dtype)?,
         mamba_cache_dtype: MambaDtype::parse("--mamba-cache-dtype", &args.mamba_cache_dtype)?,
         mamba_ssm_cache_dtype: MambaDtype::parse(
@@ -119,6 +170,66 @@ fn engine_options(
             &args.mamba_ssm_cache_dtype,
         )?,
     })
+}
+
+/// The options that only shape the geometry file of a pair, checked
+/// before anything is derived so that each refusal names its option.
+fn check_file_options(args: &DeriveArgs) -> Result<(), DeriveError> {
+    if let Some(n) = args.layer_slots {
+        if n == 0 {
+            return Err(DeriveError::ZeroOption {
+                option: "--layer-slots",
+            });
+        }
+        if n > MAX_LAYER_SLOTS {
+            return Err(DeriveError::Unsupported(format!(
+                "--layer-slots {n}: above the limit of {MAX_LAYER_SLOTS} layer slots"
+            )));
+        }
+    }
+    if let Some(list) = args.prompts.as_deref().filter(|l| *l != "boundaries") {
+        parse_prompt_list(list)
+            .map_err(|e| DeriveError::Unsupported(format!("--prompts {e}, or `boundaries`")))?;
+    }
+    if let Some(text) = &args.expect_rejection {
+        if text.trim().is_empty() {
+            return Err(DeriveError::Unsupported(
+                "--expect-rejection: must not be empty (give text the refusal contains)".into(),
+            ));
+        }
+        if text.contains(['\n', '\r']) {
+            return Err(DeriveError::Unsupported(format!(
+                "--expect-rejection {text:?}: must be one line"
+            )));
+        }
+    }
+    let bad_name = |name: &str| {
+        !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            || name.is_empty()
+    };
+    let rule = "a geometry name is ASCII letters, digits, '-', '_' and '.'";
+    match (&args.name, &args.out) {
+        (Some(name), _) if bad_name(name) => {
+            Err(DeriveError::Unsupported(format!("--name `{name}`: {rule}")))
+        }
+        (None, Some(out)) => {
+            let stem = out
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if bad_name(&stem) {
+                return Err(DeriveError::Unsupported(format!(
+                    "--out {}: the geometry's name would be the file stem `{stem}`, but {rule}; \
+                     give --name",
+                    out.display()
+                )));
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
 }
 
 fn request(args: &DeriveArgs) -> Result<Request, DeriveError> {
@@ -139,13 +250,14 @@ fn request(args: &DeriveArgs) -> Result<Request, DeriveError> {
                 .as_deref()
                 .ok_or_else(|| usage("--tp needs --backend"))?;
             Ok(Request::Single(engine_options(
-                args, tp, backend, None, None,
+                args, &SINGLE, tp, backend, None, None,
             )?))
         }
         (false, true) => {
             let missing = |what| usage(&format!("a pair needs {what}"));
             let prefill = engine_options(
                 args,
+                &PREFILL,
                 args.prefill_tp.ok_or_else(|| missing("--prefill-tp"))?,
                 args.prefill_backend
                     .as_deref()
@@ -155,6 +267,7 @@ fn request(args: &DeriveArgs) -> Result<Request, DeriveError> {
             )?;
             let decode = engine_options(
                 args,
+                &DECODE,
                 args.decode_tp.ok_or_else(|| missing("--decode-tp"))?,
                 args.decode_backend
                     .as_deref()
@@ -162,6 +275,7 @@ fn request(args: &DeriveArgs) -> Result<Request, DeriveError> {
                 args.decode_gpu.as_deref(),
                 args.decode_block_size,
             )?;
+            check_file_options(args)?;
             Ok(Request::Pair(PairOptions {
                 prefill,
                 decode,
@@ -203,7 +317,10 @@ fn run(args: &DeriveArgs) -> Result<(), DeriveError> {
             match &args.out {
                 Some(path) => {
                     std::fs::write(path, &text).map_err(|e| {
-                        DeriveError::Unsupported(format!("cannot write {}: {e}", path.display()))
+                        DeriveError::Unsupported(format!(
+                            "--out {}: cannot write: {e}",
+                            path.display()
+                        ))
                     })?;
                     eprintln!("wrote {}", path.display());
                     eprintln!("{}", pair_summary(&pair));
@@ -336,17 +453,9 @@ fn geometry_file(
     let mut body = match prompts {
         None => body,
         Some(list) => {
-            let entries: Vec<String> = list
-                .split(',')
-                .map(|e| {
-                    let e = e.trim();
-                    if e.contains("..=") {
-                        format!("\"{e}\"")
-                    } else {
-                        e.to_string()
-                    }
-                })
-                .collect();
+            parse_prompt_list(list)
+                .map_err(|e| DeriveError::Unsupported(format!("--prompts {e}, or `boundaries`")))?;
+            let entries = prompt_entries(list);
             body.replacen(
                 "\n[model]",
                 &format!("prompts = [{}]\n\n[model]", entries.join(", ")),
@@ -388,6 +497,25 @@ fn geometry_file(
         DeriveError::Unsupported(format!("the derived geometry does not load: {e}"))
     })?;
     Ok(text)
+}
+
+/// A geometry file's `prompts` entries for a list that parses
+/// (`parse_prompt_list`): each item as given, a range as `"START..=END"`.
+fn prompt_entries(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(|e| {
+            if e.contains("..=") {
+                format!("\"{e}\"")
+            } else if let Some((a, b)) = e.split_once("..") {
+                let end = b.trim().parse::<u32>().map_or(0, |b| b.saturating_sub(1));
+                format!("\"{}..={end}\"", a.trim())
+            } else {
+                e.to_string()
+            }
+        })
+        .collect()
 }
 
 /// Lengths around each block boundary of both engines: one block of each

@@ -6,10 +6,9 @@ use std::sync::Arc;
 use super::{VariantArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::derive::load_geometry_file;
 use crate::geometry::Mode;
-use crate::limits::MAX_PROMPT_LEN;
 use crate::report::explain::{explain_text, svg};
 use crate::scenario::estimate_memory;
-use crate::scenario::memory_estimate::default_budget;
+use crate::scenario::run::check_prefix_hit;
 use crate::scenario::{run_case_detailed, Case, Outcome, RunOptions, TransportKind};
 use crate::scheduler::DecodeAllocation;
 
@@ -23,6 +22,8 @@ pub struct ExplainArgs {
     pub variant: VariantArgs,
     pub transport: TransportKind,
     pub svg: Option<PathBuf>,
+    /// `--max-memory SIZE`; `None`: half of the memory available.
+    pub max_memory: Option<String>,
 }
 
 pub fn explain(args: ExplainArgs) -> u8 {
@@ -37,10 +38,18 @@ pub fn explain(args: ExplainArgs) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
-    if args.prompt == 0 || args.prompt > MAX_PROMPT_LEN {
+    if let Err(code) = super::prompt_option(args.prompt) {
+        return code;
+    }
+    if let Err(why) = check_prefix_hit(&geometry, args.prompt, args.prefix_hit) {
+        let hit = args.prefix_hit;
+        let why = why.to_string();
+        let rule = why
+            .strip_prefix(&format!("prefix hit {hit}: "))
+            .unwrap_or(&why);
         eprintln!(
-            "error: --prompt {}: a prompt length must be 1 to {MAX_PROMPT_LEN} tokens",
-            args.prompt
+            "error: --prefix-hit {hit}: {}: {rule}",
+            args.geometry.display()
         );
         return EXIT_BAD_INPUT;
     }
@@ -54,7 +63,19 @@ pub fn explain(args: ExplainArgs) -> u8 {
         seed: args.seed,
         variant,
     };
-    let budget = default_budget();
+    // An unwritable --svg is refused before the case runs.
+    if let Some(path) = &args.svg {
+        if let Err(code) = super::write_output("--svg", path, "") {
+            return code;
+        }
+    }
+    if let Err(code) = super::pools_hold(&case) {
+        return code;
+    }
+    let budget = match super::max_memory_option(args.max_memory.as_deref()) {
+        Ok(b) => b,
+        Err(code) => return code,
+    };
     let need = estimate_memory(&case);
     if need.peak_bytes > budget {
         eprintln!("error: {}", need.refusal(&case, budget));
@@ -73,9 +94,8 @@ pub fn explain(args: ExplainArgs) -> u8 {
     }
     print!("{}", explain_text(&run));
     if let Some(path) = &args.svg {
-        if let Err(e) = std::fs::write(path, svg(&run)) {
-            eprintln!("error: cannot write {}: {e}", path.display());
-            return EXIT_BAD_INPUT;
+        if let Err(code) = super::write_output("--svg", path, &svg(&run)) {
+            return code;
         }
     }
     if run.report.passed() {

@@ -83,6 +83,9 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
         Ok(p) => p,
         Err(code) => return code,
     };
+    if let Err(code) = super::random_option(args.random) {
+        return code;
+    }
     let sources = match plan::load_sources(&default_paths(args.paths.clone())) {
         Ok(s) => s,
         Err(e) => {
@@ -147,14 +150,13 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
         Format::Json => json(&live),
         Format::Junit => {
             let reports: Vec<CaseReport> = live.iter().map(|l| l.report.clone()).collect();
-            sweep_report::junit(&reports)
+            sweep_report::junit(&reports, None)
         }
     };
     match &args.out {
         Some(path) => {
-            if let Err(e) = std::fs::write(path, &text) {
-                eprintln!("error: cannot write {}: {e}", path.display());
-                return EXIT_BAD_INPUT;
+            if let Err(code) = super::write_output("--out", path, &text) {
+                return code;
             }
         }
         None => print!("{text}"),
@@ -301,9 +303,8 @@ pub fn live_explain(args: LiveExplainArgs) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
-    if args.prompt == 0 {
-        eprintln!("error: --prompt must be at least 1");
-        return EXIT_BAD_INPUT;
+    if let Err(code) = super::prompt_option(args.prompt) {
+        return code;
     }
     let python = match live::find(args.vllm_python.as_deref()) {
         Ok(p) => p,

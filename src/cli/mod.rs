@@ -21,11 +21,15 @@ pub use layout::layout;
 pub use live::{live_explain, live_sweep, ConnectorArg, LiveExplainArgs, LiveSweepArgs};
 pub use mutants::{defects, mutants};
 pub use report_merge::{merge as merge_reports, report_merge, MergeError};
+pub(crate) use sweep::threads_within_limit;
 pub use sweep::{sweep, SweepArgs};
 pub use traces::{check_trace, diff_trace};
 
+use std::path::Path;
+
 use crate::connector::NamedPolicy;
 use crate::defects::Defect;
+use crate::limits::{MAX_PROMPT_LEN, MAX_RANDOM_CASES};
 use crate::variant::Variant;
 
 /// Everything passed.
@@ -35,15 +39,16 @@ pub const EXIT_FAILED: u8 = 1;
 /// Bad input: unreadable or malformed files, unknown names, missing runtime.
 pub const EXIT_BAD_INPUT: u8 = 2;
 
-/// Parse `--defect NAME`, printing the known names when it is unknown.
+/// Parse `--defect NAME`, naming the known defects when it is unknown.
 pub(crate) fn parse_defect(name: Option<&str>) -> Result<Option<Defect>, u8> {
     match name {
         None => Ok(None),
         Some(n) => Defect::from_name(n).map(Some).ok_or_else(|| {
-            eprintln!("error: unknown defect `{n}`; known defects:");
-            for d in Defect::ALL {
-                eprintln!("  {}", d.name());
-            }
+            let known: Vec<&str> = Defect::ALL.iter().map(|d| d.name()).collect();
+            eprintln!(
+                "error: --defect {n}: unknown defect; known: {} (`kvgeom defects` describes them)",
+                known.join(", ")
+            );
             EXIT_BAD_INPUT
         }),
     }
@@ -88,9 +93,72 @@ pub(crate) fn prompts_option(text: Option<&str>) -> Result<Option<Vec<u32>>, u8>
     text.map(crate::sweep::prompts::parse_prompt_list)
         .transpose()
         .map_err(|e| {
-            eprintln!("error: --prompts: {e}");
+            eprintln!("error: --prompts {e}");
             EXIT_BAD_INPUT
         })
+}
+
+/// `--prompt N` of one case: 1 to [`MAX_PROMPT_LEN`] tokens.
+pub(crate) fn prompt_option(n: u32) -> Result<(), u8> {
+    if n == 0 || n > MAX_PROMPT_LEN {
+        eprintln!("error: --prompt {n}: a prompt length must be 1 to {MAX_PROMPT_LEN} tokens");
+        return Err(EXIT_BAD_INPUT);
+    }
+    Ok(())
+}
+
+/// `--max-memory SIZE` in bytes; half of the memory available when it is
+/// not given.
+pub(crate) fn max_memory_option(text: Option<&str>) -> Result<u64, u8> {
+    use crate::scenario::memory_estimate::{default_budget, parse_size};
+    match text.map(parse_size).transpose() {
+        Ok(b) => Ok(b.unwrap_or_else(default_budget)),
+        Err(e) => {
+            eprintln!("error: --max-memory {e}");
+            Err(EXIT_BAD_INPUT)
+        }
+    }
+}
+
+/// `--random N`: 1 to [`MAX_RANDOM_CASES`] cases.
+pub(crate) fn random_option(n: Option<usize>) -> Result<(), u8> {
+    match n {
+        Some(n) if n == 0 || n as u64 > MAX_RANDOM_CASES => {
+            eprintln!(
+                "error: --random {n}: the number of cases to draw must be 1 to {MAX_RANDOM_CASES}"
+            );
+            Err(EXIT_BAD_INPUT)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The case's request fits its engines' pools, or exit 2 naming the file
+/// and the pool field.
+pub(crate) fn pools_hold(case: &crate::scenario::Case) -> Result<(), u8> {
+    let shape = crate::scheduler::request_shape(
+        &case.geometry,
+        case.prompt_len,
+        case.prefix_hit,
+        case.allocation,
+    );
+    crate::scenario::placement::check_pools(&case.geometry, &shape).map_err(|e| {
+        let file = case.file.as_ref().map_or_else(
+            || case.geometry_name().to_string(),
+            |f| f.display().to_string(),
+        );
+        eprintln!("error: {file}: {e}");
+        EXIT_BAD_INPUT
+    })
+}
+
+/// Write `text` to the file an option (`--out`, `--svg`) names, or exit 2
+/// naming the option, the file and why.
+pub(crate) fn write_output(option: &str, path: &Path, text: &str) -> Result<(), u8> {
+    std::fs::write(path, text).map_err(|e| {
+        eprintln!("error: {option} {}: cannot write: {e}", path.display());
+        EXIT_BAD_INPUT
+    })
 }
 
 /// The default geometry folder when no path is given.

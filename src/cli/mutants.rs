@@ -17,6 +17,10 @@ pub fn defects() -> u8 {
 }
 
 pub fn mutants(paths: Vec<PathBuf>, threads: Option<usize>) -> u8 {
+    let threads = match super::threads_within_limit(threads) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
     let sources = match plan::load_sources(&default_paths(paths)) {
         Ok(s) => s,
         Err(e) => {

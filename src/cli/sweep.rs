@@ -4,9 +4,8 @@ use std::path::PathBuf;
 
 use super::{default_paths, VariantArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::geometry::Mode;
-use crate::limits::{available_cores, MAX_RANDOM_CASES, THREADS_PER_CORE};
+use crate::limits::{available_cores, THREADS_PER_CORE};
 use crate::report::sweep_report::{self, Format};
-use crate::scenario::memory_estimate::{default_budget, parse_size};
 use crate::scenario::{estimate_memory, CaseReport};
 use crate::scenario::{MemoryKind, RunOptions, TransportKind};
 use crate::scheduler::DecodeAllocation;
@@ -92,20 +91,12 @@ pub fn sweep(args: SweepArgs) -> u8 {
         Ok(p) => p,
         Err(code) => return code,
     };
-    if let Some(n) = args.random {
-        if n == 0 || n as u64 > MAX_RANDOM_CASES {
-            eprintln!(
-                "error: --random {n}: the number of cases to draw must be 1 to {MAX_RANDOM_CASES}"
-            );
-            return EXIT_BAD_INPUT;
-        }
+    if let Err(code) = super::random_option(args.random) {
+        return code;
     }
-    let budget = match args.max_memory.as_deref().map(parse_size).transpose() {
-        Ok(b) => MemoryBudget::new(b.unwrap_or_else(default_budget)),
-        Err(e) => {
-            eprintln!("error: --max-memory {e}");
-            return EXIT_BAD_INPUT;
-        }
+    let budget = match super::max_memory_option(args.max_memory.as_deref()) {
+        Ok(b) => MemoryBudget::new(b),
+        Err(code) => return code,
     };
     let threads = match threads_within_limit(args.threads) {
         Ok(t) => t,
@@ -114,10 +105,15 @@ pub fn sweep(args: SweepArgs) -> u8 {
     let paths = default_paths(args.paths);
     if let Some(out) = &args.out {
         if let Some(input) = overwritten_input(out, &paths, args.expect.as_deref()) {
+            // The input is named when --out names it another way.
+            let which = if input == *out {
+                String::new()
+            } else {
+                format!(" ({})", input.display())
+            };
             eprintln!(
-                "error: --out {}: that is an input of this sweep ({}); write the report elsewhere",
-                out.display(),
-                input.display()
+                "error: --out {}: that is an input of this sweep{which}; write the report elsewhere",
+                out.display()
             );
             return EXIT_BAD_INPUT;
         }
@@ -208,19 +204,8 @@ pub fn sweep(args: SweepArgs) -> u8 {
     // A case whose request cannot be placed, or that cannot fit alone in the
     // budget, is refused before anything is allocated.
     for case in &cases {
-        let shape = crate::scheduler::request_shape(
-            &case.geometry,
-            case.prompt_len,
-            case.prefix_hit,
-            case.allocation,
-        );
-        if let Err(e) = crate::scenario::placement::check_pools(&case.geometry, &shape) {
-            let file = case.file.as_ref().map_or_else(
-                || case.geometry_name().to_string(),
-                |f| f.display().to_string(),
-            );
-            eprintln!("error: {file}: {e}");
-            return EXIT_BAD_INPUT;
+        if let Err(code) = super::pools_hold(case) {
+            return code;
         }
     }
     if let Some((case, need)) = cases
@@ -240,18 +225,16 @@ pub fn sweep(args: SweepArgs) -> u8 {
         }
     }
     let reports = execute::run_all_within(&cases, &run_opts, threads, &budget);
+    let shard = shard.as_ref().map(|(s, p)| (s, p.as_slice()));
     let text = match args.format {
         Format::Table => sweep_report::table(&reports),
-        Format::Json => {
-            sweep_report::json(&reports, shard.as_ref().map(|(s, p)| (s, p.as_slice())))
-        }
-        Format::Junit => sweep_report::junit(&reports),
+        Format::Json => sweep_report::json(&reports, shard),
+        Format::Junit => sweep_report::junit(&reports, shard),
     };
     match &args.out {
         Some(path) => {
-            if let Err(e) = std::fs::write(path, &text) {
-                eprintln!("error: cannot write {}: {e}", path.display());
-                return EXIT_BAD_INPUT;
+            if let Err(code) = super::write_output("--out", path, &text) {
+                return code;
             }
         }
         None => print!("{text}"),

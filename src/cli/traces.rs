@@ -41,17 +41,28 @@ fn for_each_trace(
     files: &[PathBuf],
     mut check: impl FnMut(&std::path::Path, &TraceCase) -> u8,
 ) -> u8 {
+    if files.is_empty() {
+        eprintln!(
+            "error: no trace given: name .jsonl or .jsonl.gz trace files, or folders of them"
+        );
+        return EXIT_BAD_INPUT;
+    }
+    let given: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
     let files = expand(files);
     if files.is_empty() {
-        eprintln!("error: no trace files given");
+        eprintln!(
+            "error: {}: no *.jsonl or *.jsonl.gz trace files in this folder",
+            given.join(", ")
+        );
         return EXIT_BAD_INPUT;
     }
     let mut code = EXIT_OK;
     for f in &files {
         match TraceCase::read(f) {
             Ok(case) => code = worst(code, check(f, &case)),
+            // The error names the file (and line) already.
             Err(e) => {
-                eprintln!("{}: error: {e}", f.display());
+                eprintln!("error: {e}");
                 code = worst(code, EXIT_BAD_INPUT);
             }
         }
@@ -80,7 +91,7 @@ pub fn diff_trace(files: &[PathBuf], variant: &VariantArgs) -> u8 {
                 EXIT_FAILED
             }
             Err(e) => {
-                eprintln!("{}: error: {e}", f.display());
+                eprintln!("error: {}: {e}", f.display());
                 EXIT_BAD_INPUT
             }
         }
@@ -115,7 +126,7 @@ pub fn check_trace(files: &[PathBuf]) -> u8 {
             }
         }
         Err(e) => {
-            eprintln!("{}: error: {e}", f.display());
+            eprintln!("error: {}: {e}", f.display());
             EXIT_BAD_INPUT
         }
     });

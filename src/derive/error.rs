@@ -91,7 +91,7 @@ pub enum DeriveError {
         supported: Vec<&'static str>,
     },
     /// A count option (`--tp`, `--block-size`, `--layer-slots`) is 0.
-    #[error("{option} must be at least 1")]
+    #[error("{option} 0: must be at least 1")]
     ZeroOption {
         /// The option.
         option: &'static str,

@@ -128,12 +128,12 @@ fn engine_options(
     })?;
     let tp = match table.get("tp_size") {
         Some(Value::Integer(n)) if *n > 0 => *n as u64,
-        _ => {
-            return Err(invalid(
-                source,
-                &format!("{name}.tp_size"),
-                "must be a positive integer",
-            ))
+        other => {
+            let rule = other.map_or_else(
+                || "is missing; give a positive integer".to_string(),
+                |v| format!("must be a positive integer, found {v}"),
+            );
+            return Err(invalid(source, &format!("{name}.tp_size"), rule));
         }
     };
     let gpu = take_str(source, table, name, "gpu")?;

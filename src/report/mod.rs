@@ -3,5 +3,6 @@
 
 pub mod descriptor_table;
 pub mod explain;
+pub mod junit;
 pub mod layout_tables;
 pub mod sweep_report;

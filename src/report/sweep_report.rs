@@ -4,6 +4,7 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
+use super::junit::{JunitCase, JunitFailure};
 use crate::scenario::CaseReport;
 use crate::sweep::shard::Shard;
 
@@ -117,68 +118,38 @@ pub fn json(reports: &[CaseReport], shard: Option<(&Shard, &[usize])>) -> String
     .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }
 
-fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
-/// JUnit XML: one testsuite per geometry, one testcase per case.
-pub fn junit(reports: &[CaseReport]) -> String {
-    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    let s = summary(reports);
-    let _ = writeln!(
-        out,
-        "<testsuites name=\"kvgeom\" tests=\"{}\" failures=\"{}\">",
-        s.cases, s.failed
-    );
-    let mut names: Vec<&str> = reports.iter().map(|r| r.case.geometry_name()).collect();
-    names.dedup();
-    for name in names {
-        let mine: Vec<&CaseReport> = reports
-            .iter()
-            .filter(|r| r.case.geometry_name() == name)
-            .collect();
-        let failed = mine.iter().filter(|r| !r.passed()).count();
-        let _ = writeln!(
-            out,
-            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{failed}\">",
-            xml_escape(name),
-            mine.len()
-        );
-        for r in mine {
+/// JUnit XML: one testsuite per geometry, one testcase per case; a shard's
+/// report (`positions` as for [`json`]) adds the shard's properties.
+pub fn junit(reports: &[CaseReport], shard: Option<(&Shard, &[usize])>) -> String {
+    let cases: Vec<JunitCase> = reports
+        .iter()
+        .map(|r| {
             let c = &r.case;
-            let _ = write!(
-                out,
-                "    <testcase classname=\"{}\" name=\"N={} h={} {} {}\"",
-                xml_escape(name),
-                c.prompt_len,
-                c.prefix_hit,
-                c.mode,
-                c.allocation.as_str()
-            );
-            if r.passed() {
-                out.push_str("/>\n");
-                continue;
+            let failure = (!r.passed()).then(|| {
+                let mut text =
+                    format!("{}\nreplay: {}\n", r.outcome.describe(), c.replay_command());
+                for v in r.violations.iter().take(20) {
+                    let _ = writeln!(text, "{v}");
+                }
+                JunitFailure {
+                    message: r.outcome.describe(),
+                    text,
+                }
+            });
+            JunitCase {
+                suite: c.geometry_name().to_string(),
+                name: format!(
+                    "N={} h={} {} {}",
+                    c.prompt_len,
+                    c.prefix_hit,
+                    c.mode,
+                    c.allocation.as_str()
+                ),
+                failure,
             }
-            out.push_str(">\n");
-            let mut body = format!("{}\nreplay: {}\n", r.outcome.describe(), c.replay_command());
-            for v in r.violations.iter().take(20) {
-                let _ = writeln!(body, "{v}");
-            }
-            let _ = writeln!(
-                out,
-                "      <failure message=\"{}\">{}</failure>",
-                xml_escape(&r.outcome.describe()),
-                xml_escape(&body)
-            );
-            out.push_str("    </testcase>\n");
-        }
-        out.push_str("  </testsuite>\n");
-    }
-    out.push_str("</testsuites>\n");
-    out
+        })
+        .collect();
+    super::junit::write(&cases, shard)
 }
 
 /// The terminal table: one line per geometry and mode, then each failure.

@@ -8,7 +8,7 @@ pub enum PrefixHitError {
     #[error("the prompt length must be at least 1")]
     EmptyPrompt,
     /// A hit on a decode engine that caches no prefixes.
-    #[error("prefix hit {hit}: {geometry} has prefix caching off on decode")]
+    #[error("prefix hit {hit}: decode.prefix_caching is off, so the only prefix hit is 0")]
     NoPrefixCaching {
         /// The prefix hit, in tokens.
         hit: u32,
@@ -18,7 +18,7 @@ pub enum PrefixHitError {
     /// A hit that is not whole decode blocks, or that covers every
     /// transferred token.
     #[error(
-        "prefix hit {hit}: must be a multiple of decode's {block}-token block and below the \
+        "prefix hit {hit}: must be a multiple of decode.logical_block ({block}) and below the \
          {transferred} transferred tokens"
     )]
     NotWholeBlocks {

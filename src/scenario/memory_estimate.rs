@@ -129,7 +129,7 @@ pub fn human_bytes(bytes: u64) -> String {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SizeError {
     /// No number before the unit.
-    #[error("`{text}` is not a size (e.g. 1.5G, 800M, 4096)")]
+    #[error("`{text}`: not a size (e.g. 1.5G, 800M, 4096)")]
     NotANumber {
         /// The value as given.
         text: String,
@@ -142,9 +142,15 @@ pub enum SizeError {
         /// The unit, lower-cased.
         unit: String,
     },
-    /// Less than one byte, or more than 2^64.
-    #[error("`{text}` is not a size of at least one byte")]
-    OutOfRange {
+    /// Less than one byte.
+    #[error("`{text}`: must be at least one byte")]
+    TooSmall {
+        /// The value as given.
+        text: String,
+    },
+    /// More than 2^64 bytes.
+    #[error("`{text}`: above the largest size, 16 EiB")]
+    TooLarge {
         /// The value as given.
         text: String,
     },
@@ -175,8 +181,13 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
         }
     };
     let bytes = value * scale;
-    if !(1.0..=u64::MAX as f64).contains(&bytes) {
-        return Err(SizeError::OutOfRange {
+    if bytes < 1.0 {
+        return Err(SizeError::TooSmall {
+            text: text.to_string(),
+        });
+    }
+    if bytes > u64::MAX as f64 {
+        return Err(SizeError::TooLarge {
             text: text.to_string(),
         });
     }
@@ -207,7 +218,7 @@ mod tests {
         assert_eq!(parse_size("800MiB"), Ok(800 << 20));
         assert_eq!(
             parse_size("0"),
-            Err(SizeError::OutOfRange { text: "0".into() })
+            Err(SizeError::TooSmall { text: "0".into() })
         );
         let parsecs = parse_size("12 parsecs").unwrap_err();
         assert_eq!(
@@ -223,7 +234,7 @@ mod tests {
         );
         assert_eq!(
             parse_size("lots").unwrap_err().to_string(),
-            "`lots` is not a size (e.g. 1.5G, 800M, 4096)"
+            "`lots`: not a size (e.g. 1.5G, 800M, 4096)"
         );
         assert_eq!(human_bytes(12), "12 B");
         assert_eq!(human_bytes(3 << 29), "1.5 GiB");

@@ -11,20 +11,22 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::prompts::parse_prompt_list;
+use crate::limits::{read_capped, MAX_INPUT_BYTES};
 use crate::scenario::{Case, CaseReport};
 
 /// An expectations file that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ExpectationsError {
-    #[error("{file}: {source}")]
-    /// The file cannot be read.
+    #[error("{file}: {}", source.reason())]
+    /// The file cannot be read, is not a regular file, or is above the
+    /// input limit.
     Read {
         /// The expectations file.
         file: String,
         /// Why it cannot be read.
-        source: std::io::Error,
+        source: crate::limits::InputError,
     },
-    #[error("{file}: {source}")]
+    #[error("{file}: {}", source.to_string().trim_end())]
     /// The file is not valid TOML of the expected shape.
     Parse {
         /// The expectations file.
@@ -131,9 +133,16 @@ impl Expectations {
     /// Read and check an expectations file.
     pub fn load(path: &Path) -> Result<Self, ExpectationsError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ExpectationsError::Read {
+        let read = |source| ExpectationsError::Read {
             file: file.clone(),
             source,
+        };
+        let bytes = read_capped(path, MAX_INPUT_BYTES).map_err(read)?;
+        let text = String::from_utf8(bytes).map_err(|e| {
+            read(crate::limits::InputError::Io {
+                path: path.to_path_buf(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()),
+            })
         })?;
         Self::parse(&file, &text)
     }

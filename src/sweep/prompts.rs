@@ -5,32 +5,43 @@ use crate::limits::{MAX_PROMPTS, MAX_PROMPT_LEN};
 
 /// A prompt list that does not parse.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("bad prompt list `{text}`: {why} (expected e.g. `2..=39,41`)")]
+#[error("`{text}`: {why} (expected e.g. `2..=39,41`)")]
 pub struct PromptListError {
     pub text: String,
     pub why: String,
 }
 
 /// Parse a comma-separated list of lengths and inclusive (`a..=b`) or
-/// half-open (`a..b`) ranges. Lengths must be >= 1.
+/// half-open (`a..b`) ranges. Lengths must be >= 1. The error names the
+/// list, and the item at fault when the list has more than one.
 pub fn parse_prompt_list(text: &str) -> Result<Vec<u32>, PromptListError> {
     let err = |why: String| PromptListError {
         text: text.to_string(),
         why,
     };
+    let whole = text.trim();
+    // "`what` is `rule`", or the rule alone when `what` is the whole list
+    // (which the message names already).
+    let subject = |what: &str, rule: &str| {
+        if what == whole {
+            rule.to_string()
+        } else {
+            format!("`{what}` is {rule}")
+        }
+    };
     let mut out = Vec::new();
     for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let num = |s: &str| -> Result<u32, PromptListError> {
-            s.trim()
-                .parse::<u32>()
-                .map_err(|_| err(format!("`{s}` is not a prompt length")))
+            let s = s.trim();
+            s.parse::<u32>()
+                .map_err(|_| err(subject(s, "not a prompt length")))
         };
         let (start, end) = if let Some((a, b)) = item.split_once("..=") {
             (num(a)?, num(b)?)
         } else if let Some((a, b)) = item.split_once("..") {
             let b = num(b)?;
             if b == 0 {
-                return Err(err(format!("`{item}` is empty")));
+                return Err(err(subject(item, "an empty range")));
             }
             (num(a)?, b - 1)
         } else {
@@ -41,11 +52,16 @@ pub fn parse_prompt_list(text: &str) -> Result<Vec<u32>, PromptListError> {
             return Err(err("prompt lengths start at 1".into()));
         }
         if end < start {
-            return Err(err(format!("`{item}` is empty")));
+            return Err(err(subject(item, "an empty range")));
         }
         if end > MAX_PROMPT_LEN {
+            let what = if end.to_string() == whole {
+                String::new()
+            } else {
+                format!("prompt length {end} is ")
+            };
             return Err(err(format!(
-                "prompt length {end} is above the limit of {MAX_PROMPT_LEN} tokens"
+                "{what}above the limit of {MAX_PROMPT_LEN} tokens"
             )));
         }
         let count = u64::from(end - start) + 1 + out.len() as u64;
@@ -137,10 +153,19 @@ mod tests {
         );
         assert!(parse_prompt_list("0..=3").is_err());
         assert!(parse_prompt_list("5..=2").is_err());
-        assert!(parse_prompt_list("x")
+        // The item at fault is named when the list has others.
+        assert_eq!(
+            parse_prompt_list("x").unwrap_err().to_string(),
+            "`x`: not a prompt length (expected e.g. `2..=39,41`)"
+        );
+        assert!(parse_prompt_list("2, x..=4")
             .unwrap_err()
             .to_string()
-            .contains("`x` is not a prompt length"));
+            .starts_with("`2, x..=4`: `x` is not a prompt length"));
+        assert!(parse_prompt_list("2000000")
+            .unwrap_err()
+            .to_string()
+            .starts_with("`2000000`: above the limit of 1048576 tokens"));
         assert!(parse_prompt_list("").is_err());
         assert!(parse_prompt_list("3,3")
             .unwrap_err()

@@ -1,0 +1,569 @@
+//! The JUnit XML sweep report (docs/report-format.md): written from a
+//! sweep's cases, and read back by `kvgeom report merge`, which writes the
+//! shards' cases again with the same writer, so a merged report is the
+//! report of one run.
+//!
+//! A shard's report (`--shard K/N`) carries the shard, the sweep's total
+//! case count and its fingerprint as `<properties>` of `<testsuites>`, and
+//! each case's position in the whole sweep as a `kvgeom.index` property of
+//! its `<testcase>`.
+
+use std::collections::HashMap;
+use std::fmt::Write;
+
+use quick_xml::escape::resolve_predefined_entity;
+use quick_xml::events::{BytesStart, Event};
+use quick_xml::{Reader, XmlVersion};
+
+use crate::sweep::shard::{parse_shard, Shard};
+
+/// The `name` of the root `<testsuites>` of every kvgeom report.
+pub const ROOT_NAME: &str = "kvgeom";
+/// `<testsuites>` property: the shard, `K/N`.
+pub const SHARD_PROPERTY: &str = "kvgeom.shard";
+/// `<testsuites>` property: the cases of every shard.
+pub const TOTAL_PROPERTY: &str = "kvgeom.total_cases";
+/// `<testsuites>` property: the fingerprint of the sweep's inputs and options.
+pub const FINGERPRINT_PROPERTY: &str = "kvgeom.fingerprint";
+/// `<testcase>` property: the case's position in the whole sweep (0-based).
+pub const INDEX_PROPERTY: &str = "kvgeom.index";
+
+/// One `<testcase>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JunitCase {
+    /// Its `<testsuite>` (and `classname`): the geometry's name.
+    pub suite: String,
+    /// The case, e.g. `N=25 h=0 pull mainline`.
+    pub name: String,
+    /// The `<failure>` of a failing case.
+    pub failure: Option<JunitFailure>,
+}
+
+/// A failing case's `<failure>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JunitFailure {
+    /// The `message` attribute: the outcome.
+    pub message: String,
+    /// The element's text: the outcome, the replay command, the violations.
+    pub text: String,
+}
+
+/// A character XML 1.0 cannot hold, even as a reference.
+fn unrepresentable(c: char) -> bool {
+    matches!(c, '\u{0}'..='\u{8}' | '\u{b}' | '\u{c}' | '\u{e}'..='\u{1f}' | '\u{fffe}' | '\u{ffff}')
+}
+
+/// Escape `s` for an attribute value (`attribute`) or element text. Line
+/// breaks and tabs in attributes, and carriage returns anywhere, become
+/// character references (a parser would normalize them otherwise); a
+/// character XML cannot hold becomes U+FFFD.
+fn escape(s: &str, attribute: bool) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\r' => out.push_str("&#13;"),
+            '\n' if attribute => out.push_str("&#10;"),
+            '\t' if attribute => out.push_str("&#9;"),
+            c if unrepresentable(c) => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn property(out: &mut String, indent: &str, name: &str, value: &str) {
+    let _ = writeln!(
+        out,
+        "{indent}<property name=\"{}\" value=\"{}\"/>",
+        escape(name, true),
+        escape(value, true)
+    );
+}
+
+/// The report of `cases` in sweep order: one `<testsuite>` per suite, in the
+/// order of its first case, and one `<testcase>` per case. With `shard`,
+/// the shard's properties and each case's position (`positions[i]` for
+/// `cases[i]`).
+pub fn write(cases: &[JunitCase], shard: Option<(&Shard, &[usize])>) -> String {
+    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let failed = cases.iter().filter(|c| c.failure.is_some()).count();
+    let _ = writeln!(
+        out,
+        "<testsuites name=\"{ROOT_NAME}\" tests=\"{}\" failures=\"{failed}\">",
+        cases.len()
+    );
+    if let Some((s, _)) = shard {
+        out.push_str("  <properties>\n");
+        let props = [
+            (SHARD_PROPERTY, format!("{}/{}", s.index, s.count)),
+            (TOTAL_PROPERTY, s.total_cases.to_string()),
+            (FINGERPRINT_PROPERTY, s.fingerprint.clone()),
+        ];
+        for (name, value) in props {
+            property(&mut out, "    ", name, &value);
+        }
+        out.push_str("  </properties>\n");
+    }
+    let mut order: Vec<&str> = Vec::new();
+    let mut members: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, c) in cases.iter().enumerate() {
+        members
+            .entry(c.suite.as_str())
+            .or_insert_with(|| {
+                order.push(c.suite.as_str());
+                Vec::new()
+            })
+            .push(i);
+    }
+    for suite in order {
+        let mine = &members[suite];
+        let failed = mine.iter().filter(|&&i| cases[i].failure.is_some()).count();
+        let _ = writeln!(
+            out,
+            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{failed}\">",
+            escape(suite, true),
+            mine.len()
+        );
+        for &i in mine {
+            let c = &cases[i];
+            let index = shard.and_then(|(_, positions)| positions.get(i));
+            let _ = write!(
+                out,
+                "    <testcase classname=\"{}\" name=\"{}\"",
+                escape(suite, true),
+                escape(&c.name, true)
+            );
+            if index.is_none() && c.failure.is_none() {
+                out.push_str("/>\n");
+                continue;
+            }
+            out.push_str(">\n");
+            if let Some(index) = index {
+                out.push_str("      <properties>\n");
+                property(&mut out, "        ", INDEX_PROPERTY, &index.to_string());
+                out.push_str("      </properties>\n");
+            }
+            if let Some(f) = &c.failure {
+                let _ = writeln!(
+                    out,
+                    "      <failure message=\"{}\">{}</failure>",
+                    escape(&f.message, true),
+                    escape(&f.text, false)
+                );
+            }
+            out.push_str("    </testcase>\n");
+        }
+        out.push_str("  </testsuite>\n");
+    }
+    out.push_str("</testsuites>\n");
+    out
+}
+
+/// A JUnit report as read back.
+#[derive(Debug)]
+pub struct ReadReport {
+    /// The shard's properties; `None` for a report written without `--shard`.
+    pub shard: Option<Shard>,
+    /// Every case in document order, with its `kvgeom.index` where given.
+    pub cases: Vec<(Option<u64>, JunitCase)>,
+}
+
+/// Where the reader is in the document.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Root,
+    RootProperties,
+    Suite,
+    Case,
+    CaseProperties,
+    Failure,
+}
+
+impl Place {
+    fn element(self) -> &'static str {
+        match self {
+            Place::Root => "testsuites",
+            Place::RootProperties | Place::CaseProperties => "properties",
+            Place::Suite => "testsuite",
+            Place::Case => "testcase",
+            Place::Failure => "failure",
+        }
+    }
+}
+
+struct Parser {
+    stack: Vec<Place>,
+    root_seen: bool,
+    declared: Option<(u64, u64)>,
+    root_properties: Vec<(String, String)>,
+    suite: Option<String>,
+    suite_declared: (u64, u64),
+    suite_counted: (u64, u64),
+    case: Option<(Option<u64>, JunitCase)>,
+    cases: Vec<(Option<u64>, JunitCase)>,
+}
+
+fn attr(e: &BytesStart, name: &str) -> Result<Option<String>, String> {
+    for a in e.attributes() {
+        let a = a.map_err(|err| err.to_string())?;
+        if a.key.as_ref() == name.as_bytes() {
+            let value = a
+                .normalized_value(XmlVersion::Implicit1_0)
+                .map_err(|err| format!("attribute `{name}`: {err}"))?;
+            return Ok(Some(value.into_owned()));
+        }
+    }
+    Ok(None)
+}
+
+fn required(e: &BytesStart, element: &str, name: &str) -> Result<String, String> {
+    attr(e, name)?.ok_or_else(|| format!("<{element}> has no `{name}` attribute"))
+}
+
+fn count(e: &BytesStart, element: &str, name: &str) -> Result<u64, String> {
+    let text = required(e, element, name)?;
+    text.parse()
+        .map_err(|_| format!("<{element} {name}=\"{text}\">: not a count"))
+}
+
+impl Parser {
+    fn open(&mut self, e: &BytesStart, empty: bool) -> Result<(), String> {
+        let name = String::from_utf8_lossy(e.name().as_ref()).into_owned();
+        let here = self.stack.last().copied();
+        let place = match (here, name.as_str()) {
+            (None, "testsuites") if !self.root_seen => {
+                self.root_seen = true;
+                let root = attr(e, "name")?.unwrap_or_default();
+                if root != ROOT_NAME {
+                    return Err(format!(
+                        "the root is <testsuites name=\"{root}\">; a kvgeom report's is \
+                         <testsuites name=\"{ROOT_NAME}\">"
+                    ));
+                }
+                self.declared = Some((
+                    count(e, "testsuites", "tests")?,
+                    count(e, "testsuites", "failures")?,
+                ));
+                Place::Root
+            }
+            (None, _) => {
+                return Err(format!(
+                    "the root element is <{name}>; a kvgeom report's is <testsuites>"
+                ))
+            }
+            (Some(Place::Root), "properties") => Place::RootProperties,
+            (Some(Place::Root), "testsuite") => {
+                self.suite = Some(required(e, "testsuite", "name")?);
+                self.suite_declared = (
+                    count(e, "testsuite", "tests")?,
+                    count(e, "testsuite", "failures")?,
+                );
+                self.suite_counted = (0, 0);
+                Place::Suite
+            }
+            (Some(Place::Suite), "testcase") => {
+                let suite = self.suite.clone().unwrap_or_default();
+                let classname = required(e, "testcase", "classname")?;
+                if classname != suite {
+                    return Err(format!(
+                        "<testcase classname=\"{classname}\"> in <testsuite name=\"{suite}\">: \
+                         a kvgeom report's classname is its suite's name"
+                    ));
+                }
+                let case = JunitCase {
+                    suite,
+                    name: required(e, "testcase", "name")?,
+                    failure: None,
+                };
+                self.case = Some((None, case));
+                Place::Case
+            }
+            (Some(Place::Case), "properties") => Place::CaseProperties,
+            (Some(Place::Case), "failure") => {
+                let message = required(e, "failure", "message")?;
+                if let Some((_, case)) = &mut self.case {
+                    if case.failure.is_some() {
+                        return Err(format!("testcase `{}` has two <failure>s", case.name));
+                    }
+                    case.failure = Some(JunitFailure {
+                        message,
+                        text: String::new(),
+                    });
+                }
+                Place::Failure
+            }
+            (Some(Place::RootProperties | Place::CaseProperties), "property") if empty => {
+                let name = required(e, "property", "name")?;
+                let value = required(e, "property", "value")?;
+                if here == Some(Place::RootProperties) {
+                    self.root_properties.push((name, value));
+                } else if name == INDEX_PROPERTY {
+                    let index = value.parse().map_err(|_| {
+                        format!("property {INDEX_PROPERTY} = `{value}`: not a case index")
+                    })?;
+                    if let Some((slot @ None, _)) = &mut self.case {
+                        *slot = Some(index);
+                    } else {
+                        return Err(format!("a testcase has two {INDEX_PROPERTY} properties"));
+                    }
+                }
+                return Ok(());
+            }
+            (Some(here), _) => {
+                return Err(format!(
+                    "<{name}> inside <{}>: a kvgeom report has no such element there",
+                    here.element()
+                ))
+            }
+        };
+        self.stack.push(place);
+        if empty {
+            self.close()?;
+        }
+        Ok(())
+    }
+
+    fn close(&mut self) -> Result<(), String> {
+        match self.stack.pop() {
+            Some(Place::Case) => {
+                if let Some(case) = self.case.take() {
+                    self.suite_counted.0 += 1;
+                    self.suite_counted.1 += u64::from(case.1.failure.is_some());
+                    self.cases.push(case);
+                }
+            }
+            Some(Place::Suite) => {
+                let suite = self.suite.take().unwrap_or_default();
+                if self.suite_counted != self.suite_declared {
+                    return Err(format!(
+                        "<testsuite name=\"{suite}\"> says tests=\"{}\" failures=\"{}\" but \
+                         holds {} testcases, {} failing",
+                        self.suite_declared.0,
+                        self.suite_declared.1,
+                        self.suite_counted.0,
+                        self.suite_counted.1
+                    ));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn text(&mut self, text: &str) -> Result<(), String> {
+        if self.stack.last() == Some(&Place::Failure) {
+            if let Some((
+                _,
+                JunitCase {
+                    failure: Some(f), ..
+                },
+            )) = &mut self.case
+            {
+                f.text.push_str(text);
+            }
+            return Ok(());
+        }
+        if text.trim().is_empty() {
+            return Ok(());
+        }
+        let here = self.stack.last().map_or("the document", |p| p.element());
+        let shown: String = text.trim().chars().take(40).collect();
+        Err(format!(
+            "text `{shown}` inside <{here}>: a kvgeom report has text only in <failure>"
+        ))
+    }
+
+    fn shard(&self) -> Result<Option<Shard>, String> {
+        let get = |name: &str| {
+            self.root_properties
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+        };
+        let Some(shard) = get(SHARD_PROPERTY) else {
+            return Ok(None);
+        };
+        let (index, count) =
+            parse_shard(&shard).map_err(|e| format!("property {SHARD_PROPERTY}: {e}"))?;
+        let missing =
+            |name: &str| format!("property {name} is missing ({SHARD_PROPERTY} is given)");
+        let total = get(TOTAL_PROPERTY).ok_or_else(|| missing(TOTAL_PROPERTY))?;
+        let total_cases = total
+            .parse()
+            .map_err(|_| format!("property {TOTAL_PROPERTY} = `{total}`: not a count of cases"))?;
+        let fingerprint = get(FINGERPRINT_PROPERTY).ok_or_else(|| missing(FINGERPRINT_PROPERTY))?;
+        Ok(Some(Shard {
+            index,
+            count,
+            total_cases,
+            fingerprint,
+        }))
+    }
+}
+
+/// Read a kvgeom JUnit report. The error says what is wrong, and where
+/// (the byte offset) for malformed XML, without the file's name.
+pub fn read(text: &str) -> Result<ReadReport, String> {
+    let mut reader = Reader::from_str(text);
+    let mut p = Parser {
+        stack: Vec::new(),
+        root_seen: false,
+        declared: None,
+        root_properties: Vec::new(),
+        suite: None,
+        suite_declared: (0, 0),
+        suite_counted: (0, 0),
+        case: None,
+        cases: Vec::new(),
+    };
+    loop {
+        let at = reader.buffer_position();
+        let event = reader
+            .read_event()
+            .map_err(|e| format!("malformed XML at byte {}: {e}", reader.error_position()))?;
+        let step = match event {
+            Event::Start(e) => p.open(&e, false),
+            Event::Empty(e) => p.open(&e, true),
+            Event::End(_) => p.close(),
+            Event::Text(t) => match t.xml10_content() {
+                Ok(s) => p.text(&s),
+                Err(e) => Err(e.to_string()),
+            },
+            Event::CData(t) => match t.decode() {
+                Ok(s) => p.text(&s),
+                Err(e) => Err(e.to_string()),
+            },
+            Event::GeneralRef(r) => {
+                let name = r.decode().map_err(|e| e.to_string())?.into_owned();
+                match r.resolve_char_ref() {
+                    Ok(Some(c)) => p.text(&c.to_string()),
+                    Ok(None) => match resolve_predefined_entity(&name) {
+                        Some(s) => p.text(s),
+                        None => Err(format!("unknown entity `&{name};`")),
+                    },
+                    Err(e) => Err(format!("`&{name};`: {e}")),
+                }
+            }
+            Event::Decl(_) | Event::Comment(_) | Event::PI(_) | Event::DocType(_) => Ok(()),
+            Event::Eof => break,
+        };
+        step.map_err(|e| format!("at byte {at}: {e}"))?;
+    }
+    if !p.root_seen || !p.stack.is_empty() {
+        return Err("the document ends before </testsuites>".into());
+    }
+    let failing = p.cases.iter().filter(|(_, c)| c.failure.is_some()).count() as u64;
+    let held = (p.cases.len() as u64, failing);
+    if let Some((tests, failures)) = p.declared {
+        if (tests, failures) != held {
+            return Err(format!(
+                "<testsuites> says tests=\"{tests}\" failures=\"{failures}\" but holds {} \
+                 testcases, {} failing",
+                held.0, held.1
+            ));
+        }
+    }
+    Ok(ReadReport {
+        shard: p.shard()?,
+        cases: p.cases,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn case(suite: &str, name: &str, failure: Option<(&str, &str)>) -> JunitCase {
+        JunitCase {
+            suite: suite.into(),
+            name: name.into(),
+            failure: failure.map(|(m, t)| JunitFailure {
+                message: m.into(),
+                text: t.into(),
+            }),
+        }
+    }
+
+    #[test]
+    fn what_is_written_reads_back_unchanged() {
+        let cases = vec![
+            case("a", "N=1 h=0 pull mainline", None),
+            case(
+                "b&<\"x\">",
+                "N=2 h=0 push mainline",
+                Some((
+                    "two\nlines\tand \r & <tags> \u{1}",
+                    "body\r\nwith ]]> and \"quotes\"\n",
+                )),
+            ),
+            case("a", "N=3 h=0 pull mainline", None),
+        ];
+        let shard = Shard {
+            index: 2,
+            count: 3,
+            total_cases: 9,
+            fingerprint: "00ff".into(),
+        };
+        let positions = [1, 4, 7];
+        let text = write(&cases, Some((&shard, &positions)));
+        let back = read(&text).unwrap();
+        assert_eq!(back.shard, Some(shard));
+        let indices: Vec<Option<u64>> = back.cases.iter().map(|(i, _)| *i).collect();
+        // Suites group their cases: a's two, then b's.
+        assert_eq!(indices, [Some(1), Some(7), Some(4)]);
+        let mut expected = cases.clone();
+        expected.swap(1, 2);
+        // The character XML cannot hold comes back as U+FFFD.
+        if let Some(f) = &mut expected[2].failure {
+            f.message = f.message.replace('\u{1}', "\u{fffd}");
+        }
+        let read_cases: Vec<JunitCase> = back.cases.into_iter().map(|(_, c)| c).collect();
+        assert_eq!(read_cases, expected);
+        let plain = read(&write(&cases, None)).unwrap();
+        assert!(plain.shard.is_none());
+        assert!(plain.cases.iter().all(|(i, _)| i.is_none()));
+    }
+
+    #[test]
+    fn foreign_or_inconsistent_documents_are_refused() {
+        let refused = |text: &str, needle: &str| {
+            let e = read(text).unwrap_err();
+            assert!(e.contains(needle), "`{needle}` not in `{e}`");
+        };
+        refused(
+            "<testsuites name=\"pytest\" tests=\"0\" failures=\"0\"/>",
+            "name=\"pytest\"",
+        );
+        refused("<report/>", "root element is <report>");
+        refused(
+            "<testsuites name=\"kvgeom\" tests=\"1\" failures=\"0\"></testsuites>",
+            "tests=\"1\" failures=\"0\" but holds 0 testcases",
+        );
+        refused(
+            "<testsuites name=\"kvgeom\" tests=\"0\" failures=\"0\"><x/></testsuites>",
+            "<x> inside <testsuites>",
+        );
+        refused(
+            "<testsuites name=\"kvgeom\" tests=\"0\" failures=\"0\">",
+            "ends before </testsuites>",
+        );
+        refused(
+            "<testsuites name=\"kvgeom\" tests=\"0\" failures=\"0\"></testsuite>",
+            "malformed XML",
+        );
+        refused(
+            "<testsuites name=\"kvgeom\" tests=\"0\" failures=\"0\"><properties>\
+             <property name=\"kvgeom.shard\" value=\"5/4\"/></properties></testsuites>",
+            "property kvgeom.shard: `5/4`",
+        );
+        refused(
+            "<testsuites name=\"kvgeom\" tests=\"0\" failures=\"0\"><properties>\
+             <property name=\"kvgeom.shard\" value=\"1/4\"/></properties></testsuites>",
+            "property kvgeom.total_cases is missing",
+        );
+    }
+}
