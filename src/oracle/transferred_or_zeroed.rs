@@ -37,7 +37,7 @@ pub fn check(input: &OracleInput) -> Vec<Violation> {
                     &initial
                 }
                 Err(v) => {
-                    out.push(v);
+                    out.push(*v);
                     continue;
                 }
             },
@@ -76,15 +76,17 @@ fn initial_images(
     input: &OracleInput,
     layout: &EngineLayout,
     fill: &InitialFill,
-) -> Result<Vec<ArenaBytes>, Violation> {
+) -> Result<Vec<ArenaBytes>, Box<Violation>> {
     (0..layout.num_regions())
         .map(|region| {
             let mut image = vec![0u8; layout.region_len() as usize];
             fill.fill_region(&input.case, region, &mut image)
                 .map(|()| image.into())
                 .map_err(|e| {
-                    Violation::new(NAME, format!("cannot recompute the initial fill: {e}"))
-                        .on(Some(layout.side()), Some(layout.tp_rank()))
+                    Box::new(
+                        Violation::new(NAME, format!("cannot recompute the initial fill: {e}"))
+                            .on(Some(layout.side()), Some(layout.tp_rank())),
+                    )
                 })
         })
         .collect()
