@@ -279,3 +279,50 @@ fn policies_are_chosen_by_name_reported_and_judged_against_expectations() {
         text(&o)
     );
 }
+
+#[test]
+fn bench_scale_measures_each_case_against_its_touched_bytes() {
+    let out = kvgeom(&[
+        "bench",
+        "scale",
+        "geometries/deepseek-mla.toml",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(report["schema"], "kvgeom-bench-scale/1");
+    assert!(report["memcpy_bytes_per_second"].as_f64().unwrap() > 0.0);
+    let cases = report["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 9, "one pull case per prompt length");
+    for case in cases {
+        assert_eq!(case["passed"], true, "{case}");
+        assert!(case["touched_kv_bytes"].as_u64().unwrap() > 0, "{case}");
+        assert!(case["seconds"].as_f64().unwrap() > 0.0, "{case}");
+        assert!(case["prefill_ranks_touched"].as_u64() <= case["prefill_tp"].as_u64());
+    }
+    let table = kvgeom(&["bench", "scale", "geometries/deepseek-mla.toml"]);
+    assert_eq!(table.status.code(), Some(0), "{}", text(&table));
+    assert!(
+        text(&table).contains("goals: peak <= 1.25x"),
+        "{}",
+        text(&table)
+    );
+    // Options of other benchmarks are refused, not ignored.
+    let refused = kvgeom(&["bench", "scale", "--threads", "2"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    let files_elsewhere = kvgeom(&["bench", "sweep", "geometries/deepseek-mla.toml"]);
+    assert_eq!(
+        files_elsewhere.status.code(),
+        Some(2),
+        "{}",
+        text(&files_elsewhere)
+    );
+    let missing = kvgeom(&["bench", "scale", "no/such/file.toml"]);
+    assert_eq!(missing.status.code(), Some(2), "{}", text(&missing));
+    assert!(
+        text(&missing).contains("no/such/file.toml"),
+        "{}",
+        text(&missing)
+    );
+}
