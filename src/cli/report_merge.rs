@@ -87,6 +87,15 @@ pub enum MergeError {
         /// What is wrong.
         why: String,
     },
+    /// XML, but not a kvgeom JUnit sweep report.
+    #[error("{file}: not a kvgeom JUnit sweep report: {source}")]
+    NotAJunitReport {
+        /// The report.
+        file: String,
+        /// What is wrong, and where.
+        #[source]
+        source: junit::JunitReadError,
+    },
     /// A JSON report of another schema.
     #[error("{file}: `schema` is {found}; report merge reads `{SWEEP_SCHEMA}`")]
     Schema {
@@ -287,7 +296,10 @@ fn load_junit(file: &str, bytes: &[u8]) -> Result<Part<JunitCase>, MergeError> {
         why,
     };
     let text = std::str::from_utf8(bytes).map_err(|e| not_report(format!("not UTF-8: {e}")))?;
-    let report = junit::read(text).map_err(not_report)?;
+    let report = junit::read(text).map_err(|source| MergeError::NotAJunitReport {
+        file: file.to_string(),
+        source,
+    })?;
     let field = ReportKind::Junit.fields().index;
     let Some(shard) = report.shard else {
         return Err(MergeError::NotAShard {

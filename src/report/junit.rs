@@ -10,12 +10,15 @@
 
 use std::collections::HashMap;
 use std::fmt::Write;
+use std::num::ParseIntError;
 
+use quick_xml::encoding::EncodingError;
 use quick_xml::escape::resolve_predefined_entity;
+use quick_xml::events::attributes::AttrError;
 use quick_xml::events::{BytesStart, Event};
 use quick_xml::{Reader, XmlVersion};
 
-use crate::sweep::shard::{parse_shard, Shard};
+use crate::sweep::shard::{parse_shard, Shard, ShardError};
 
 /// The `name` of the root `<testsuites>` of every kvgeom report.
 pub const ROOT_NAME: &str = "kvgeom";
@@ -172,6 +175,213 @@ pub struct ReadReport {
     pub cases: Vec<(Option<u64>, JunitCase)>,
 }
 
+/// Why a document is not a kvgeom JUnit report. The message says what is
+/// wrong, and where (the byte offset) for malformed XML and for a problem
+/// with one element, text or reference, without the file's name.
+#[derive(Debug, thiserror::Error)]
+pub enum JunitReadError {
+    /// The document is not well-formed XML.
+    #[error("malformed XML at byte {offset}: {source}")]
+    Malformed {
+        /// Where the parser stopped.
+        offset: u64,
+        /// The parser's error.
+        #[source]
+        source: quick_xml::Error,
+    },
+    /// An element, text or reference a kvgeom report cannot hold.
+    #[error("at byte {offset}: {problem}")]
+    At {
+        /// Where the offending element, text or reference starts.
+        offset: u64,
+        /// What is wrong with it.
+        #[source]
+        problem: JunitEventError,
+    },
+    /// The document has no root, or ends inside an element.
+    #[error("the document ends before </testsuites>")]
+    Unfinished,
+    /// The counts of `<testsuites>` are not those of its testcases.
+    #[error(
+        "<testsuites> says tests=\"{tests}\" failures=\"{failures}\" but holds {testcases} \
+         testcases, {failing} failing"
+    )]
+    Counts {
+        /// Its `tests` attribute.
+        tests: u64,
+        /// Its `failures` attribute.
+        failures: u64,
+        /// The testcases it holds.
+        testcases: u64,
+        /// Those of them with a `<failure>`.
+        failing: u64,
+    },
+    /// The `kvgeom.shard` property is not `K/N`.
+    #[error("property {SHARD_PROPERTY}: {source}")]
+    BadShard {
+        /// Why the value is no shard.
+        #[source]
+        source: ShardError,
+    },
+    /// A property every shard's report has, absent with `kvgeom.shard`.
+    #[error("property {property} is missing ({SHARD_PROPERTY} is given)")]
+    MissingProperty {
+        /// The absent property.
+        property: &'static str,
+    },
+    /// The `kvgeom.total_cases` property is not a count.
+    #[error("property {TOTAL_PROPERTY} = `{value}`: not a count of cases")]
+    BadTotal {
+        /// The value as given.
+        value: String,
+        /// Why it does not parse.
+        #[source]
+        source: ParseIntError,
+    },
+}
+
+/// What is wrong with one element, text or reference of a document, as
+/// [`JunitReadError::At`] carries it with its byte offset.
+#[derive(Debug, thiserror::Error)]
+pub enum JunitEventError {
+    /// An attribute that does not parse.
+    #[error("{source}")]
+    Attribute {
+        /// The parser's error.
+        #[source]
+        source: AttrError,
+    },
+    /// An attribute whose value does not unescape.
+    #[error("attribute `{attribute}`: {source}")]
+    AttributeValue {
+        /// The attribute.
+        attribute: &'static str,
+        /// The parser's error.
+        #[source]
+        source: quick_xml::Error,
+    },
+    /// An element without an attribute a kvgeom report gives it.
+    #[error("<{element}> has no `{attribute}` attribute")]
+    MissingAttribute {
+        /// The element.
+        element: &'static str,
+        /// The absent attribute.
+        attribute: &'static str,
+    },
+    /// A `tests` or `failures` attribute that is not a count.
+    #[error("<{element} {attribute}=\"{value}\">: not a count")]
+    NotACount {
+        /// The element.
+        element: &'static str,
+        /// The attribute.
+        attribute: &'static str,
+        /// Its value as given.
+        value: String,
+        /// Why it does not parse.
+        #[source]
+        source: ParseIntError,
+    },
+    /// A root `<testsuites>` of another tool.
+    #[error(
+        "the root is <testsuites name=\"{name}\">; a kvgeom report's is \
+         <testsuites name=\"{ROOT_NAME}\">"
+    )]
+    WrongRootName {
+        /// Its `name` attribute; empty when it has none.
+        name: String,
+    },
+    /// A root element other than `<testsuites>`, or a second root.
+    #[error("the root element is <{element}>; a kvgeom report's is <testsuites>")]
+    WrongRoot {
+        /// The element.
+        element: String,
+    },
+    /// A `<testcase>` whose `classname` is not its suite's name.
+    #[error(
+        "<testcase classname=\"{classname}\"> in <testsuite name=\"{suite}\">: \
+         a kvgeom report's classname is its suite's name"
+    )]
+    Classname {
+        /// The testcase's `classname`.
+        classname: String,
+        /// The suite's `name`.
+        suite: String,
+    },
+    /// A `<testcase>` with a second `<failure>`.
+    #[error("testcase `{case}` has two <failure>s")]
+    TwoFailures {
+        /// The testcase's `name`.
+        case: String,
+    },
+    /// A `kvgeom.index` property that is not a case index.
+    #[error("property {INDEX_PROPERTY} = `{value}`: not a case index")]
+    BadIndex {
+        /// The value as given.
+        value: String,
+        /// Why it does not parse.
+        #[source]
+        source: ParseIntError,
+    },
+    /// A `<testcase>` with a second `kvgeom.index` property.
+    #[error("a testcase has two {INDEX_PROPERTY} properties")]
+    TwoIndices,
+    /// An element a kvgeom report has not there.
+    #[error("<{element}> inside <{parent}>: a kvgeom report has no such element there")]
+    UnexpectedElement {
+        /// The element.
+        element: String,
+        /// The element it is in.
+        parent: &'static str,
+    },
+    /// Text outside `<failure>`.
+    #[error("text `{text}` inside <{parent}>: a kvgeom report has text only in <failure>")]
+    UnexpectedText {
+        /// The text, trimmed, up to its first 40 characters.
+        text: String,
+        /// The element it is in, or `the document`.
+        parent: &'static str,
+    },
+    /// A `<testsuite>` whose counts are not those of its testcases.
+    #[error(
+        "<testsuite name=\"{suite}\"> says tests=\"{tests}\" failures=\"{failures}\" but \
+         holds {testcases} testcases, {failing} failing"
+    )]
+    SuiteCounts {
+        /// The suite's `name`.
+        suite: String,
+        /// Its `tests` attribute.
+        tests: u64,
+        /// Its `failures` attribute.
+        failures: u64,
+        /// The testcases it holds.
+        testcases: u64,
+        /// Those of them with a `<failure>`.
+        failing: u64,
+    },
+    /// Text or a reference that does not decode.
+    #[error("{source}")]
+    Encoding {
+        /// The decoder's error.
+        #[source]
+        source: EncodingError,
+    },
+    /// A reference to an entity XML does not predefine.
+    #[error("unknown entity `&{name};`")]
+    UnknownEntity {
+        /// The entity's name.
+        name: String,
+    },
+    /// A character reference that is no character.
+    #[error("`&{name};`: {source}")]
+    BadReference {
+        /// The reference, without `&` and `;`.
+        name: String,
+        /// The parser's error.
+        #[source]
+        source: quick_xml::Error,
+    },
+}
+
 /// Where the reader is in the document.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Place {
@@ -207,31 +417,49 @@ struct Parser {
     cases: Vec<(Option<u64>, JunitCase)>,
 }
 
-fn attr(e: &BytesStart, name: &str) -> Result<Option<String>, String> {
+fn attr(e: &BytesStart, name: &'static str) -> Result<Option<String>, JunitEventError> {
     for a in e.attributes() {
-        let a = a.map_err(|err| err.to_string())?;
+        let a = a.map_err(|source| JunitEventError::Attribute { source })?;
         if a.key.as_ref() == name.as_bytes() {
             let value = a
                 .normalized_value(XmlVersion::Implicit1_0)
-                .map_err(|err| format!("attribute `{name}`: {err}"))?;
+                .map_err(|source| JunitEventError::AttributeValue {
+                    attribute: name,
+                    source,
+                })?;
             return Ok(Some(value.into_owned()));
         }
     }
     Ok(None)
 }
 
-fn required(e: &BytesStart, element: &str, name: &str) -> Result<String, String> {
-    attr(e, name)?.ok_or_else(|| format!("<{element}> has no `{name}` attribute"))
+fn required(
+    e: &BytesStart,
+    element: &'static str,
+    name: &'static str,
+) -> Result<String, JunitEventError> {
+    attr(e, name)?.ok_or(JunitEventError::MissingAttribute {
+        element,
+        attribute: name,
+    })
 }
 
-fn count(e: &BytesStart, element: &str, name: &str) -> Result<u64, String> {
-    let text = required(e, element, name)?;
-    text.parse()
-        .map_err(|_| format!("<{element} {name}=\"{text}\">: not a count"))
+fn count(
+    e: &BytesStart,
+    element: &'static str,
+    name: &'static str,
+) -> Result<u64, JunitEventError> {
+    let value = required(e, element, name)?;
+    value.parse().map_err(|source| JunitEventError::NotACount {
+        element,
+        attribute: name,
+        value,
+        source,
+    })
 }
 
 impl Parser {
-    fn open(&mut self, e: &BytesStart, empty: bool) -> Result<(), String> {
+    fn open(&mut self, e: &BytesStart, empty: bool) -> Result<(), JunitEventError> {
         let name = String::from_utf8_lossy(e.name().as_ref()).into_owned();
         let here = self.stack.last().copied();
         let place = match (here, name.as_str()) {
@@ -239,10 +467,7 @@ impl Parser {
                 self.root_seen = true;
                 let root = attr(e, "name")?.unwrap_or_default();
                 if root != ROOT_NAME {
-                    return Err(format!(
-                        "the root is <testsuites name=\"{root}\">; a kvgeom report's is \
-                         <testsuites name=\"{ROOT_NAME}\">"
-                    ));
+                    return Err(JunitEventError::WrongRootName { name: root });
                 }
                 self.declared = Some((
                     count(e, "testsuites", "tests")?,
@@ -250,11 +475,7 @@ impl Parser {
                 ));
                 Place::Root
             }
-            (None, _) => {
-                return Err(format!(
-                    "the root element is <{name}>; a kvgeom report's is <testsuites>"
-                ))
-            }
+            (None, _) => return Err(JunitEventError::WrongRoot { element: name }),
             (Some(Place::Root), "properties") => Place::RootProperties,
             (Some(Place::Root), "testsuite") => {
                 self.suite = Some(required(e, "testsuite", "name")?);
@@ -269,10 +490,7 @@ impl Parser {
                 let suite = self.suite.clone().unwrap_or_default();
                 let classname = required(e, "testcase", "classname")?;
                 if classname != suite {
-                    return Err(format!(
-                        "<testcase classname=\"{classname}\"> in <testsuite name=\"{suite}\">: \
-                         a kvgeom report's classname is its suite's name"
-                    ));
+                    return Err(JunitEventError::Classname { classname, suite });
                 }
                 let case = JunitCase {
                     suite,
@@ -287,7 +505,9 @@ impl Parser {
                 let message = required(e, "failure", "message")?;
                 if let Some((_, case)) = &mut self.case {
                     if case.failure.is_some() {
-                        return Err(format!("testcase `{}` has two <failure>s", case.name));
+                        return Err(JunitEventError::TwoFailures {
+                            case: case.name.clone(),
+                        });
                     }
                     case.failure = Some(JunitFailure {
                         message,
@@ -302,22 +522,23 @@ impl Parser {
                 if here == Some(Place::RootProperties) {
                     self.root_properties.push((name, value));
                 } else if name == INDEX_PROPERTY {
-                    let index = value.parse().map_err(|_| {
-                        format!("property {INDEX_PROPERTY} = `{value}`: not a case index")
-                    })?;
+                    let index = match value.parse() {
+                        Ok(index) => index,
+                        Err(source) => return Err(JunitEventError::BadIndex { value, source }),
+                    };
                     if let Some((slot @ None, _)) = &mut self.case {
                         *slot = Some(index);
                     } else {
-                        return Err(format!("a testcase has two {INDEX_PROPERTY} properties"));
+                        return Err(JunitEventError::TwoIndices);
                     }
                 }
                 return Ok(());
             }
             (Some(here), _) => {
-                return Err(format!(
-                    "<{name}> inside <{}>: a kvgeom report has no such element there",
-                    here.element()
-                ))
+                return Err(JunitEventError::UnexpectedElement {
+                    element: name,
+                    parent: here.element(),
+                })
             }
         };
         self.stack.push(place);
@@ -327,7 +548,7 @@ impl Parser {
         Ok(())
     }
 
-    fn close(&mut self) -> Result<(), String> {
+    fn close(&mut self) -> Result<(), JunitEventError> {
         match self.stack.pop() {
             Some(Place::Case) => {
                 if let Some(case) = self.case.take() {
@@ -339,14 +560,13 @@ impl Parser {
             Some(Place::Suite) => {
                 let suite = self.suite.take().unwrap_or_default();
                 if self.suite_counted != self.suite_declared {
-                    return Err(format!(
-                        "<testsuite name=\"{suite}\"> says tests=\"{}\" failures=\"{}\" but \
-                         holds {} testcases, {} failing",
-                        self.suite_declared.0,
-                        self.suite_declared.1,
-                        self.suite_counted.0,
-                        self.suite_counted.1
-                    ));
+                    return Err(JunitEventError::SuiteCounts {
+                        suite,
+                        tests: self.suite_declared.0,
+                        failures: self.suite_declared.1,
+                        testcases: self.suite_counted.0,
+                        failing: self.suite_counted.1,
+                    });
                 }
             }
             _ => {}
@@ -354,7 +574,7 @@ impl Parser {
         Ok(())
     }
 
-    fn text(&mut self, text: &str) -> Result<(), String> {
+    fn text(&mut self, text: &str) -> Result<(), JunitEventError> {
         if self.stack.last() == Some(&Place::Failure) {
             if let Some((
                 _,
@@ -370,14 +590,13 @@ impl Parser {
         if text.trim().is_empty() {
             return Ok(());
         }
-        let here = self.stack.last().map_or("the document", |p| p.element());
-        let shown: String = text.trim().chars().take(40).collect();
-        Err(format!(
-            "text `{shown}` inside <{here}>: a kvgeom report has text only in <failure>"
-        ))
+        Err(JunitEventError::UnexpectedText {
+            text: text.trim().chars().take(40).collect(),
+            parent: self.stack.last().map_or("the document", |p| p.element()),
+        })
     }
 
-    fn shard(&self) -> Result<Option<Shard>, String> {
+    fn shard(&self) -> Result<Option<Shard>, JunitReadError> {
         let get = |name: &str| {
             self.root_properties
                 .iter()
@@ -388,13 +607,18 @@ impl Parser {
             return Ok(None);
         };
         let (index, count) =
-            parse_shard(&shard).map_err(|e| format!("property {SHARD_PROPERTY}: {e}"))?;
-        let missing =
-            |name: &str| format!("property {name} is missing ({SHARD_PROPERTY} is given)");
+            parse_shard(&shard).map_err(|source| JunitReadError::BadShard { source })?;
+        let missing = |property| JunitReadError::MissingProperty { property };
         let total = get(TOTAL_PROPERTY).ok_or_else(|| missing(TOTAL_PROPERTY))?;
-        let total_cases = total
-            .parse()
-            .map_err(|_| format!("property {TOTAL_PROPERTY} = `{total}`: not a count of cases"))?;
+        let total_cases = match total.parse() {
+            Ok(total_cases) => total_cases,
+            Err(source) => {
+                return Err(JunitReadError::BadTotal {
+                    value: total,
+                    source,
+                })
+            }
+        };
         let fingerprint = get(FINGERPRINT_PROPERTY).ok_or_else(|| missing(FINGERPRINT_PROPERTY))?;
         Ok(Some(Shard {
             index,
@@ -407,7 +631,7 @@ impl Parser {
 
 /// Read a kvgeom JUnit report. The error says what is wrong, and where
 /// (the byte offset) for malformed XML, without the file's name.
-pub fn read(text: &str) -> Result<ReadReport, String> {
+pub fn read(text: &str) -> Result<ReadReport, JunitReadError> {
     let mut reader = Reader::from_str(text);
     let mut p = Parser {
         stack: Vec::new(),
@@ -424,47 +648,60 @@ pub fn read(text: &str) -> Result<ReadReport, String> {
         let at = reader.buffer_position();
         let event = reader
             .read_event()
-            .map_err(|e| format!("malformed XML at byte {}: {e}", reader.error_position()))?;
+            .map_err(|source| JunitReadError::Malformed {
+                offset: reader.error_position(),
+                source,
+            })?;
+        let encoding = |source| JunitEventError::Encoding { source };
         let step = match event {
             Event::Start(e) => p.open(&e, false),
             Event::Empty(e) => p.open(&e, true),
             Event::End(_) => p.close(),
             Event::Text(t) => match t.xml10_content() {
                 Ok(s) => p.text(&s),
-                Err(e) => Err(e.to_string()),
+                Err(source) => Err(encoding(source)),
             },
             Event::CData(t) => match t.decode() {
                 Ok(s) => p.text(&s),
-                Err(e) => Err(e.to_string()),
+                Err(source) => Err(encoding(source)),
             },
-            Event::GeneralRef(r) => {
-                let name = r.decode().map_err(|e| e.to_string())?.into_owned();
-                match r.resolve_char_ref() {
+            Event::GeneralRef(r) => match r.decode() {
+                Err(source) => Err(encoding(source)),
+                Ok(name) => match r.resolve_char_ref() {
                     Ok(Some(c)) => p.text(&c.to_string()),
                     Ok(None) => match resolve_predefined_entity(&name) {
                         Some(s) => p.text(s),
-                        None => Err(format!("unknown entity `&{name};`")),
+                        None => Err(JunitEventError::UnknownEntity {
+                            name: name.into_owned(),
+                        }),
                     },
-                    Err(e) => Err(format!("`&{name};`: {e}")),
-                }
-            }
+                    Err(source) => Err(JunitEventError::BadReference {
+                        name: name.into_owned(),
+                        source,
+                    }),
+                },
+            },
             Event::Decl(_) | Event::Comment(_) | Event::PI(_) | Event::DocType(_) => Ok(()),
             Event::Eof => break,
         };
-        step.map_err(|e| format!("at byte {at}: {e}"))?;
+        step.map_err(|problem| JunitReadError::At {
+            offset: at,
+            problem,
+        })?;
     }
     if !p.root_seen || !p.stack.is_empty() {
-        return Err("the document ends before </testsuites>".into());
+        return Err(JunitReadError::Unfinished);
     }
     let failing = p.cases.iter().filter(|(_, c)| c.failure.is_some()).count() as u64;
-    let held = (p.cases.len() as u64, failing);
+    let testcases = p.cases.len() as u64;
     if let Some((tests, failures)) = p.declared {
-        if (tests, failures) != held {
-            return Err(format!(
-                "<testsuites> says tests=\"{tests}\" failures=\"{failures}\" but holds {} \
-                 testcases, {} failing",
-                held.0, held.1
-            ));
+        if (tests, failures) != (testcases, failing) {
+            return Err(JunitReadError::Counts {
+                tests,
+                failures,
+                testcases,
+                failing,
+            });
         }
     }
     Ok(ReadReport {
@@ -531,7 +768,7 @@ mod tests {
     #[test]
     fn foreign_or_inconsistent_documents_are_refused() {
         let refused = |text: &str, needle: &str| {
-            let e = read(text).unwrap_err();
+            let e = read(text).unwrap_err().to_string();
             assert!(e.contains(needle), "`{needle}` not in `{e}`");
         };
         refused(
@@ -564,6 +801,56 @@ mod tests {
             "<testsuites name=\"kvgeom\" tests=\"0\" failures=\"0\"><properties>\
              <property name=\"kvgeom.shard\" value=\"1/4\"/></properties></testsuites>",
             "property kvgeom.total_cases is missing",
+        );
+    }
+
+    #[test]
+    fn errors_carry_the_offset_the_names_and_the_source() {
+        let e = read("<testsuites name=\"kvgeom\" tests=\"x\" failures=\"0\"/>").unwrap_err();
+        assert!(matches!(
+            &e,
+            JunitReadError::At {
+                offset: 0,
+                problem: JunitEventError::NotACount {
+                    element: "testsuites",
+                    attribute: "tests",
+                    value,
+                    ..
+                },
+            } if value == "x"
+        ));
+        assert_eq!(
+            e.to_string(),
+            "at byte 0: <testsuites tests=\"x\">: not a count"
+        );
+        let e =
+            read("<testsuites name=\"kvgeom\" tests=\"0\" failures=\"0\">\n  <y/></testsuites>")
+                .unwrap_err();
+        assert!(matches!(
+            &e,
+            JunitReadError::At {
+                offset: 52,
+                problem: JunitEventError::UnexpectedElement {
+                    parent: "testsuites",
+                    element,
+                },
+            } if element == "y"
+        ));
+        let e = read("<testsuites name=\"kvgeom\" tests=\"0\" failures=\"0\"></a>").unwrap_err();
+        assert!(matches!(e, JunitReadError::Malformed { .. }));
+        assert!(std::error::Error::source(&e).is_some());
+        let e = read(
+            "<testsuites name=\"kvgeom\" tests=\"0\" failures=\"0\"><properties>\
+             <property name=\"kvgeom.shard\" value=\"0/2\"/></properties></testsuites>",
+        )
+        .unwrap_err();
+        assert!(matches!(
+            &e,
+            JunitReadError::BadShard { source } if source.text == "0/2"
+        ));
+        assert_eq!(
+            e.to_string(),
+            "property kvgeom.shard: `0/2`: expected K/N with 1 <= K <= N, e.g. 2/4"
         );
     }
 }
