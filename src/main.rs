@@ -214,12 +214,22 @@ enum Command {
     /// model's HF config, TP and attention backend, as vLLM 0.33.0 runs it.
     Derive(Box<cli::DeriveArgs>),
     /// Run the descriptor-level oracles on traces recorded from vLLM.
-    CheckTrace { files: Vec<PathBuf> },
+    CheckTrace {
+        /// Trace files (`.jsonl`, `.jsonl.gz`) or folders, searched recursively.
+        files: Vec<PathBuf>,
+        /// `text` (one line per file) or `json` (schema `kvgeom-trace-verdicts/1`).
+        #[arg(long, value_enum, default_value = "text")]
+        format: cli::TraceFormat,
+    },
     /// Rebuild traced vLLM cases with kvgeom's connector and compare lists and transfers.
     DiffTrace {
+        /// Trace files (`.jsonl`, `.jsonl.gz`) or folders, searched recursively.
         files: Vec<PathBuf>,
         #[command(flatten)]
         variant: cli::VariantArgs,
+        /// `text` (one line per file) or `json` (schema `kvgeom-trace-verdicts/1`).
+        #[arg(long, value_enum, default_value = "text")]
+        format: cli::TraceFormat,
     },
     /// Work with sweep reports.
     Report {
@@ -402,8 +412,12 @@ fn main() -> ExitCode {
             variant,
         } => cli::layout(&geometry, &mode.modes(), &variant),
         Command::Derive(args) => cli::derive(&args),
-        Command::CheckTrace { files } => cli::check_trace(&files),
-        Command::DiffTrace { files, variant } => cli::diff_trace(&files, &variant),
+        Command::CheckTrace { files, format } => cli::check_trace(&files, format),
+        Command::DiffTrace {
+            files,
+            variant,
+            format,
+        } => cli::diff_trace(&files, &variant, format),
         Command::Report {
             what: ReportCommand::Merge { files, out },
         } => cli::report_merge(&files, out.as_deref()),

@@ -518,7 +518,7 @@ fn files_that_are_not_regular_or_too_large_are_refused() {
     refused_with(
         &["check-trace", empty.to_str().unwrap()],
         &format!(
-            "{}: no *.jsonl or *.jsonl.gz trace files in this folder",
+            "{}: no *.jsonl or *.jsonl.gz trace files in this folder or its subfolders",
             empty.display()
         ),
     );
@@ -587,7 +587,7 @@ fn files_that_are_not_regular_or_too_large_are_refused() {
     refused_with(
         &["check-trace", bomb.to_str().unwrap()],
         &format!(
-            "{}: larger than the input limit of 67108864 bytes",
+            "{}: larger than the input limit of 67108864 bytes once decompressed",
             bomb.display()
         ),
     );

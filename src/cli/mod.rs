@@ -23,7 +23,7 @@ pub use mutants::{defects, mutants};
 pub use report_merge::{merge as merge_reports, report_merge, MergeError};
 pub(crate) use sweep::threads_within_limit;
 pub use sweep::{sweep, SweepArgs};
-pub use traces::{check_trace, diff_trace};
+pub use traces::{check_trace, diff_trace, TraceFormat, TRACE_VERDICTS_SCHEMA};
 
 use std::path::Path;
 

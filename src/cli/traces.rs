@@ -1,29 +1,81 @@
-//! `kvgeom check-trace` and `kvgeom diff-trace`.
+//! `kvgeom check-trace` and `kvgeom diff-trace`: one verdict per trace file,
+//! printed as text or as the JSON report `kvgeom-trace-verdicts/1`
+//! (docs/report-format.md).
 
-use std::path::PathBuf;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
 
 use super::{VariantArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::trace::check::check_case;
-use crate::trace::{diff_against_connector, TraceCase};
+use crate::trace::{diff_against_connector, trace_inputs, TraceCase};
 
-fn expand(files: &[PathBuf]) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for f in files {
-        if f.is_dir() {
-            let mut inner: Vec<PathBuf> = std::fs::read_dir(f)
-                .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
-                .unwrap_or_default();
-            inner.retain(|p| {
-                let s = p.to_string_lossy();
-                s.ends_with(".jsonl") || s.ends_with(".jsonl.gz")
-            });
-            inner.sort();
-            out.extend(inner);
-        } else {
-            out.push(f.clone());
+/// The `schema` of the JSON verdict report.
+pub const TRACE_VERDICTS_SCHEMA: &str = "kvgeom-trace-verdicts/1";
+
+/// How `check-trace` and `diff-trace` print their verdicts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum TraceFormat {
+    /// One line per file and a summary line.
+    #[default]
+    Text,
+    /// The JSON report (schema `kvgeom-trace-verdicts/1`).
+    Json,
+}
+
+/// What became of one trace file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Verdict {
+    /// check-trace: no oracle is violated.
+    Passed,
+    /// check-trace: some oracle is violated.
+    Violations,
+    /// check-trace: vLLM refused the trace's handshake; nothing to check.
+    Rejected,
+    /// diff-trace: kvgeom's connector did what vLLM did.
+    Match,
+    /// diff-trace: it did not.
+    Differ,
+    /// The file could not be read, understood or judged.
+    Error,
+}
+
+impl Verdict {
+    fn exit(self) -> u8 {
+        match self {
+            Verdict::Passed | Verdict::Rejected | Verdict::Match => EXIT_OK,
+            Verdict::Violations | Verdict::Differ => EXIT_FAILED,
+            Verdict::Error => EXIT_BAD_INPUT,
         }
     }
-    out
+}
+
+/// One file's verdict, as the JSON report lists it.
+#[derive(Clone, Debug, Serialize)]
+struct FileVerdict {
+    file: String,
+    verdict: Verdict,
+    message: String,
+    /// Reserved for an expectation that explains the verdict; always null.
+    explained_by: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+struct Summary {
+    files: usize,
+    passed: usize,
+    failed: usize,
+    rejected: usize,
+    error: usize,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    schema: &'static str,
+    summary: Summary,
+    files: &'a [FileVerdict],
 }
 
 /// Exit status over several files: bad input wins, then failures.
@@ -35,11 +87,25 @@ fn worst(a: u8, b: u8) -> u8 {
     }
 }
 
-/// Read every trace of `files` (folders expanded) and hand each to `check`,
-/// which prints its verdict and returns an exit status; bad input wins.
-fn for_each_trace(
+/// The text of a caught panic.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+/// Read every trace of `files` (folders searched recursively) and judge
+/// each with `judge`, which returns the verdict, its message and the lines
+/// the text format prints. A file that cannot be read, or whose judging
+/// fails (even by a panic), is an `error` verdict; the other files are still
+/// judged. Prints the verdicts in `format` and returns the exit status.
+fn judge_all(
     files: &[PathBuf],
-    mut check: impl FnMut(&std::path::Path, &TraceCase) -> u8,
+    format: TraceFormat,
+    summary_line: impl Fn(&Summary) -> String,
+    judge: impl Fn(&Path, &TraceCase) -> (Verdict, String, Vec<String>),
 ) -> u8 {
     if files.is_empty() {
         eprintln!(
@@ -47,23 +113,68 @@ fn for_each_trace(
         );
         return EXIT_BAD_INPUT;
     }
-    let given: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
-    let files = expand(files);
-    if files.is_empty() {
-        eprintln!(
-            "error: {}: no *.jsonl or *.jsonl.gz trace files in this folder",
-            given.join(", ")
-        );
-        return EXIT_BAD_INPUT;
-    }
+    let text = format == TraceFormat::Text;
+    let mut verdicts = Vec::new();
+    let mut summary = Summary::default();
     let mut code = EXIT_OK;
-    for f in &files {
-        match TraceCase::read(f) {
-            Ok(case) => code = worst(code, check(f, &case)),
-            // The error names the file (and line) already.
+    for input in trace_inputs(files) {
+        let (file, verdict, message) = match input {
+            Err(e) => (e.path.clone(), Verdict::Error, e.to_string()),
+            Ok(f) => {
+                let judged = catch_unwind(AssertUnwindSafe(|| match TraceCase::read(&f) {
+                    Ok(case) => judge(&f, &case),
+                    // The error names the file (and line) already.
+                    Err(e) => (Verdict::Error, e.to_string(), Vec::new()),
+                }));
+                let (verdict, message, lines) = judged.unwrap_or_else(|p| {
+                    let why = format!(
+                        "{}: internal error (please report it): {}",
+                        f.display(),
+                        panic_text(&*p)
+                    );
+                    (Verdict::Error, why, Vec::new())
+                });
+                if text && verdict != Verdict::Error {
+                    for line in &lines {
+                        println!("{line}");
+                    }
+                }
+                (f, verdict, message)
+            }
+        };
+        if text && verdict == Verdict::Error {
+            eprintln!("error: {message}");
+        }
+        summary.files += 1;
+        match verdict {
+            Verdict::Passed | Verdict::Match => summary.passed += 1,
+            Verdict::Violations | Verdict::Differ => summary.failed += 1,
+            Verdict::Rejected => summary.rejected += 1,
+            Verdict::Error => summary.error += 1,
+        }
+        code = worst(code, verdict.exit());
+        verdicts.push(FileVerdict {
+            file: file.display().to_string(),
+            verdict,
+            message,
+            explained_by: None,
+        });
+    }
+    if text {
+        if code != EXIT_BAD_INPUT || summary.files > summary.error {
+            println!("\n{}", summary_line(&summary));
+        }
+    } else {
+        let report = Report {
+            schema: TRACE_VERDICTS_SCHEMA,
+            summary,
+            files: &verdicts,
+        };
+        match serde_json::to_string_pretty(&report) {
+            Ok(json) => println!("{json}"),
             Err(e) => {
-                eprintln!("error: {e}");
-                code = worst(code, EXIT_BAD_INPUT);
+                eprintln!("error: cannot write the JSON report: {e}");
+                return EXIT_BAD_INPUT;
             }
         }
     }
@@ -72,66 +183,82 @@ fn for_each_trace(
 
 /// Rebuild each trace with kvgeom's connector under the chosen variant and
 /// compare lists, transfers and rewritten ids with what vLLM did.
-pub fn diff_trace(files: &[PathBuf], variant: &VariantArgs) -> u8 {
+pub fn diff_trace(files: &[PathBuf], variant: &VariantArgs, format: TraceFormat) -> u8 {
     let policy = match variant.variant() {
         Ok(v) => v.policy(),
         Err(code) => return code,
     };
-    let (mut matched, mut differ) = (0, 0);
-    let code = for_each_trace(files, |f, case| {
-        match diff_against_connector(case, policy) {
-            Ok(report) if report.is_match() => {
-                matched += 1;
-                println!("{}: MATCH", f.display());
-                EXIT_OK
-            }
-            Ok(report) => {
-                differ += 1;
-                println!("{}: {report}", f.display());
-                EXIT_FAILED
-            }
-            Err(e) => {
-                eprintln!("error: {}: {e}", f.display());
-                EXIT_BAD_INPUT
-            }
-        }
-    });
-    if code != EXIT_BAD_INPUT || matched + differ > 0 {
-        println!("\n{matched} match, {differ} differ");
-    }
-    code
+    judge_all(
+        files,
+        format,
+        |s| format!("{} match, {} differ", s.passed, s.failed),
+        |f, case| match diff_against_connector(case, policy) {
+            Ok(report) if report.is_match() => (
+                Verdict::Match,
+                "MATCH".into(),
+                vec![format!("{}: MATCH", f.display())],
+            ),
+            Ok(report) => (
+                Verdict::Differ,
+                report.to_string(),
+                vec![format!("{}: {report}", f.display())],
+            ),
+            Err(e) => (Verdict::Error, format!("{}: {e}", f.display()), Vec::new()),
+        },
+    )
 }
 
-pub fn check_trace(files: &[PathBuf]) -> u8 {
-    let (mut clean, mut broken) = (0, 0);
-    let code = for_each_trace(files, |f, case| match check_case(case) {
-        Ok(r) => {
-            if r.violations.is_empty() {
-                clean += 1;
-                println!("{}: OK", f.display());
-            } else {
-                broken += 1;
-                println!("{}: {} violations", f.display(), r.violations.len());
-                for x in r.violations.iter().take(10) {
-                    println!("  {x}");
+/// Run the descriptor-level oracles on each trace's own transfers.
+pub fn check_trace(files: &[PathBuf], format: TraceFormat) -> u8 {
+    judge_all(
+        files,
+        format,
+        |s| {
+            let mut line = format!("{} passed, {} failed", s.passed, s.failed);
+            if s.rejected > 0 {
+                line.push_str(&format!(", {} rejected", s.rejected));
+            }
+            line
+        },
+        |f, case| {
+            if let Some((rank, why)) = case
+                .remotes
+                .iter()
+                .find_map(|r| r.refused.as_ref().map(|why| (r.tp_rank, why)))
+            {
+                let message = format!("vLLM refused the handshake of remote rank {rank}: {why}");
+                let line = format!("{}: REJECTED: {message}", f.display());
+                return (Verdict::Rejected, message, vec![line]);
+            }
+            match check_case(case) {
+                Ok(r) => {
+                    let mut lines = Vec::new();
+                    let mut message;
+                    let verdict = if r.violations.is_empty() {
+                        lines.push(format!("{}: OK", f.display()));
+                        message = "OK".to_string();
+                        Verdict::Passed
+                    } else {
+                        lines.push(format!(
+                            "{}: {} violations",
+                            f.display(),
+                            r.violations.len()
+                        ));
+                        message = format!("{} violations", r.violations.len());
+                        for x in r.violations.iter().take(10) {
+                            lines.push(format!("  {x}"));
+                            message.push_str(&format!("; {x}"));
+                        }
+                        Verdict::Violations
+                    };
+                    for note in &r.notes {
+                        lines.push(format!("  note: {note}"));
+                        message.push_str(&format!("; note: {note}"));
+                    }
+                    (verdict, message, lines)
                 }
+                Err(e) => (Verdict::Error, format!("{}: {e}", f.display()), Vec::new()),
             }
-            for note in &r.notes {
-                println!("  note: {note}");
-            }
-            if r.violations.is_empty() {
-                EXIT_OK
-            } else {
-                EXIT_FAILED
-            }
-        }
-        Err(e) => {
-            eprintln!("error: {}: {e}", f.display());
-            EXIT_BAD_INPUT
-        }
-    });
-    if code != EXIT_BAD_INPUT || clean + broken > 0 {
-        println!("\n{clean} passed, {broken} failed");
-    }
-    code
+        },
+    )
 }

@@ -29,6 +29,7 @@ use super::format::{
 };
 use super::normalize::{NormRow, Region, RegionMap};
 use super::reader::{read_trace, TraceFile, TraceLine};
+use crate::limits::MAX_TP_SIZE;
 use crate::nixl::{DescList, DlistHandle, DlistTarget, MemKind, XferHandle, XferOp};
 
 /// What a prepared list is for, as far as the trace tells.
@@ -132,6 +133,8 @@ pub struct RemoteRank {
     pub dst_num_blocks: Option<u64>,
     /// The remote's kernel block count per region, when the event carries them.
     pub dst_region_num_blocks: Option<Vec<u64>>,
+    /// What vLLM raised when it refused this handshake (`None`: accepted).
+    pub refused: Option<String>,
 }
 
 impl RemoteRank {
@@ -248,7 +251,10 @@ impl TraceCase {
             match &line.event {
                 TraceEvent::Meta(m) => once(&mut meta, m.clone(), line, &err)?,
                 TraceEvent::Case(c) => once(&mut case_args, c.args.clone(), line, &err)?,
-                TraceEvent::MakeWorker(w) => once(&mut worker, w.args.clone(), line, &err)?,
+                TraceEvent::MakeWorker(w) => {
+                    check_worker(&w.args).map_err(|kind| err(Some(line.line), kind))?;
+                    once(&mut worker, w.args.clone(), line, &err)?
+                }
                 TraceEvent::NixlAgent(_) => {}
                 TraceEvent::RegisterMemory(r) => once(&mut regions, r.regions.clone(), line, &err)?,
                 TraceEvent::Dlist(d) => {
@@ -297,8 +303,14 @@ impl TraceCase {
                 TraceEvent::MakeRemoteMeta(m) => {
                     once(&mut remote_args, m.args.clone(), line, &err)?
                 }
-                TraceEvent::AddRemoteAgent(a) => remote_events.push((line.line, a.clone())),
-                TraceEvent::Request(r) => once(&mut request, r.clone(), line, &err)?,
+                TraceEvent::AddRemoteAgent(a) => {
+                    check_remote(a).map_err(|kind| err(Some(line.line), kind))?;
+                    remote_events.push((line.line, a.clone()))
+                }
+                TraceEvent::Request(r) => {
+                    check_request(r).map_err(|kind| err(Some(line.line), kind))?;
+                    once(&mut request, (line.line, r.clone()), line, &err)?
+                }
                 TraceEvent::Xfer(x) => {
                     let find = |side: &'static str, handle: DlistHandle| {
                         by_handle.get(&handle).copied().ok_or_else(|| {
@@ -331,18 +343,21 @@ impl TraceCase {
 
         let remotes = link_remotes(path, &mut dlists, &by_handle, remote_events)?;
         let need = |name: &'static str| err(None, TraceErrorKind::MissingEvent(name));
+        let (request_line, request) = request.ok_or_else(|| need("request"))?;
+        let worker = worker.ok_or_else(|| need("make_worker"))?;
+        in_pools(&request, &worker, &remotes).map_err(|kind| err(Some(request_line), kind))?;
         Ok(TraceCase {
             name: case_name(path),
             path: path.to_path_buf(),
             meta: meta.ok_or_else(|| need("meta"))?,
             case_args,
-            worker: worker.ok_or_else(|| need("make_worker"))?,
+            worker,
             agent: agent.unwrap_or(0),
             local_regions: regions.ok_or_else(|| need("register_memory"))?,
             local_geometry: geometry.ok_or_else(|| need("local_geometry"))?,
             remote_args,
             remotes,
-            request: request.ok_or_else(|| need("request"))?,
+            request,
             dlists,
             xfers,
             request_done,
@@ -395,6 +410,116 @@ impl TraceCase {
     }
 }
 
+/// `value` of `ev`'s `field` must be at least 1.
+fn nonzero(ev: &'static str, field: &'static str, value: u32) -> Result<(), TraceErrorKind> {
+    if value == 0 {
+        return Err(TraceErrorKind::ZeroField { ev, field });
+    }
+    Ok(())
+}
+
+/// `value` of `ev`'s `field` must be at most `limit`.
+fn at_most(
+    ev: &'static str,
+    field: &'static str,
+    value: u64,
+    limit: u64,
+) -> Result<(), TraceErrorKind> {
+    if value > limit {
+        return Err(TraceErrorKind::OutOfRange {
+            ev,
+            field,
+            value,
+            limit,
+        });
+    }
+    Ok(())
+}
+
+/// A TP size: from 1 to [`MAX_TP_SIZE`].
+fn tp_size(ev: &'static str, field: &'static str, value: u32) -> Result<(), TraceErrorKind> {
+    nonzero(ev, field, value)?;
+    at_most(ev, field, value.into(), MAX_TP_SIZE.into())
+}
+
+/// The local worker's sizes divide (block sizes, TP): none may be 0.
+fn check_worker(w: &WorkerArgs) -> Result<(), TraceErrorKind> {
+    const EV: &str = "make_worker";
+    nonzero(EV, "local_block_size", w.local_block_size)?;
+    nonzero(EV, "kernel_block_size", w.kernel_block_size)?;
+    tp_size(EV, "tp_size", w.tp_size)
+}
+
+/// A remote rank's block size, blocks per logical block and TP size divide;
+/// its logical block and block count must fit in 32 bits.
+fn check_remote(a: &AddRemoteAgent) -> Result<(), TraceErrorKind> {
+    const EV: &str = "add_remote_agent";
+    tp_size(EV, "remote_tp_size", a.args.remote_tp_size)?;
+    let m = &a.remote_meta;
+    nonzero(EV, "block_size", m.block_size)?;
+    let ppl = m.physical_blocks_per_logical_kv_block;
+    nonzero(EV, "physical_blocks_per_logical_kv_block", ppl)?;
+    at_most(
+        EV,
+        "physical_blocks_per_logical_kv_block",
+        ppl.into(),
+        u64::from(u32::MAX / m.block_size),
+    )?;
+    at_most(
+        EV,
+        "num_blocks",
+        m.num_blocks,
+        u64::from(u32::MAX) * u64::from(ppl),
+    )
+}
+
+/// The request's TP size divides; its block ids and counts fill 32-bit fields.
+fn check_request(r: &RequestEvent) -> Result<(), TraceErrorKind> {
+    const EV: &str = "request";
+    let b = &r.blocks;
+    tp_size(EV, "tp_size", b.tp_size)?;
+    let ids = |field, groups: &[Vec<u64>]| {
+        groups
+            .iter()
+            .flatten()
+            .try_for_each(|&id| at_most(EV, field, id, u32::MAX.into()))
+    };
+    ids("local_block_ids", &b.local_block_ids)?;
+    ids("local_physical_block_ids", &b.local_physical_block_ids)?;
+    ids("remote_block_ids", &b.remote_block_ids)?;
+    b.local_num_computed_blocks
+        .iter()
+        .try_for_each(|&n| at_most(EV, "local_num_computed_blocks", n, u32::MAX.into()))
+}
+
+/// The request's block ids lie inside the local pool and every remote
+/// rank's pool (`num_blocks / physical_blocks_per_logical_kv_block`).
+fn in_pools(
+    r: &RequestEvent,
+    w: &WorkerArgs,
+    remotes: &[RemoteRank],
+) -> Result<(), TraceErrorKind> {
+    let inside = |field, groups: &[Vec<u64>], blocks: u64| match groups
+        .iter()
+        .flatten()
+        .find(|&&id| id >= blocks)
+    {
+        Some(&id) => Err(TraceErrorKind::BlockOutOfPool { field, id, blocks }),
+        None => Ok(()),
+    };
+    inside(
+        "local_block_ids",
+        &r.blocks.local_block_ids,
+        w.num_logical_blocks.into(),
+    )?;
+    for remote in remotes {
+        let m = &remote.meta;
+        let blocks = m.num_blocks / u64::from(m.physical_blocks_per_logical_kv_block.max(1));
+        inside("remote_block_ids", &r.blocks.remote_block_ids, blocks)?;
+    }
+    Ok(())
+}
+
 /// File name without `.jsonl` / `.jsonl.gz`.
 fn case_name(path: &Path) -> String {
     let file = path
@@ -424,6 +549,10 @@ fn link_remotes(
             meta: a.remote_meta,
             dst_num_blocks: a.dst_num_blocks,
             dst_region_num_blocks: a.dst_region_num_blocks,
+            refused: a.exception.map(|e| match e {
+                serde_json::Value::String(text) => text,
+                other => other.to_string(),
+            }),
         })
         .collect();
     for (index, list) in dlists.iter_mut().enumerate() {

@@ -81,8 +81,10 @@ pub fn traced_geometry(case: &TraceCase) -> Result<Geometry, CheckError> {
         prefill: EngineGeometry {
             tp_size: remote.tp_size,
             kernel_block: m.block_size,
-            logical_block: m.block_size * ppl,
-            num_logical_blocks: Some((m.num_blocks / u64::from(ppl)) as u32),
+            logical_block: m.block_size.saturating_mul(ppl),
+            num_logical_blocks: Some(
+                u32::try_from(m.num_blocks / u64::from(ppl)).unwrap_or(u32::MAX),
+            ),
             layout: layout_of(&m.kv_cache_layout),
             host_buffer: false,
             prefix_caching: false,
@@ -124,8 +126,8 @@ pub fn check_case(case: &TraceCase) -> Result<CheckReport, CheckError> {
         )) => {
             // Enlarge the prefill pages in the model only to classify the
             // decode side; every prefill-side verdict is dropped.
-            let grow = state.div_ceil(page.max(1)) as u32;
-            geometry.prefill.logical_block *= grow;
+            let grow = u32::try_from(state.div_ceil(page.max(1))).unwrap_or(u32::MAX);
+            geometry.prefill.logical_block = geometry.prefill.logical_block.saturating_mul(grow);
             let mut report = check_with(case, &geometry, false)?;
             report.violations.retain(|v| v.side == Some(Side::Decode));
             report.notes.push(format!(
@@ -147,7 +149,11 @@ fn check_with(
     let geometry = geometry.clone();
     let ids = |v: &Vec<Vec<u64>>| -> Vec<Vec<u32>> {
         v.iter()
-            .map(|g| g.iter().map(|&b| b as u32).collect())
+            .map(|g| {
+                g.iter()
+                    .map(|&b| u32::try_from(b).unwrap_or(u32::MAX))
+                    .collect()
+            })
             .collect()
     };
     let blocks = &case.request.blocks;

@@ -156,6 +156,49 @@ pub enum TraceErrorKind {
         /// The remote agent's name.
         target: String,
     },
+    /// A gzip stream that inflates past the input limit.
+    #[error("larger than the input limit of {limit} bytes once decompressed")]
+    InflatesTooLarge {
+        /// The limit, in bytes ([`crate::limits::MAX_INPUT_BYTES`]).
+        limit: u64,
+    },
+    /// A field that must be at least 1 (a block size, TP size or blocks
+    /// per block ratio) is 0.
+    #[error("`{ev}` field `{field}` is 0; it must be at least 1")]
+    ZeroField {
+        /// The event.
+        ev: &'static str,
+        /// The field.
+        field: &'static str,
+    },
+    /// A number too large for the field it fills (a block id or count in a
+    /// 32-bit field, a TP size above the limit).
+    #[error("`{ev}` field `{field}`: {value} exceeds the largest allowed value {limit}")]
+    OutOfRange {
+        /// The event.
+        ev: &'static str,
+        /// The field.
+        field: &'static str,
+        /// The value given.
+        value: u64,
+        /// The largest value allowed.
+        limit: u64,
+    },
+    /// A request block id outside its side's pool.
+    #[error(
+        "`request` field `{field}`: block {id} is outside the pool of {blocks} logical blocks"
+    )]
+    BlockOutOfPool {
+        /// `local_block_ids` or `remote_block_ids`.
+        field: &'static str,
+        /// The block id.
+        id: u64,
+        /// Logical blocks in that side's pool.
+        blocks: u64,
+    },
+    /// A folder holding no `*.jsonl` or `*.jsonl.gz` trace, at any depth.
+    #[error("no *.jsonl or *.jsonl.gz trace files in this folder or its subfolders")]
+    EmptyFolder,
     /// A fixture that no longer matches the trace it was made from (the first difference).
     #[error("fixture differs from its source: {0}")]
     FixtureMismatch(String),

@@ -7,7 +7,8 @@
 //! a case ([`diff_run`]) and checking vLLM's own transfers with the
 //! descriptor-level oracles ([`check_case`]). [`write_fixture`] writes the
 //! project's compact copies of the traces; [`reissue()`] replays a case's own
-//! calls through the dry-run transport.
+//! calls through the dry-run transport; [`trace_inputs`] lists the trace
+//! files a command line names, searching folders recursively.
 
 pub(crate) mod case;
 pub(crate) mod check;
@@ -15,6 +16,7 @@ pub(crate) mod diff;
 pub(crate) mod error;
 pub(crate) mod fixture;
 pub mod format;
+pub(crate) mod inputs;
 pub(crate) mod normalize;
 pub(crate) mod reader;
 pub(crate) mod reissue;
@@ -26,6 +28,7 @@ pub use diff::{diff_block_ids, diff_run, ActualRun, DiffReport, Difference, Side
 pub use error::{TraceError, TraceErrorKind};
 pub use fixture::{write_fixture, FixtureStats};
 pub use format::TraceEvent;
+pub use inputs::{is_trace_name, trace_inputs};
 pub use normalize::{Location, NormRow, Region, RegionMap};
 pub use reader::{decompress, parse_trace, read_trace, TraceFile, TraceLine};
 pub use reissue::{reissue, ReissueError, Relocation};

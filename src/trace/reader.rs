@@ -68,6 +68,9 @@ pub fn decompress(path: &Path, bytes: &[u8]) -> Result<Vec<u8>, TraceError> {
         InputError::Io { source, .. } => {
             TraceError::new(path, None, TraceErrorKind::Decompress(source))
         }
+        InputError::TooLarge { limit, .. } => {
+            TraceError::new(path, None, TraceErrorKind::InflatesTooLarge { limit })
+        }
         other => TraceError::new(path, None, TraceErrorKind::Input(other)),
     })
 }

@@ -182,7 +182,11 @@ pub fn replay(case: &TraceCase, policy: Policy) -> Result<Replay, ReplayError> {
     }
     let ids32 = |v: &Vec<Vec<u64>>| -> Vec<Vec<u32>> {
         v.iter()
-            .map(|g| g.iter().map(|&b| b as u32).collect())
+            .map(|g| {
+                g.iter()
+                    .map(|&b| u32::try_from(b).unwrap_or(u32::MAX))
+                    .collect()
+            })
             .collect()
     };
     let blocks = &case.request.blocks;
@@ -206,7 +210,7 @@ pub fn replay(case: &TraceCase, policy: Policy) -> Result<Replay, ReplayError> {
         local_num_computed_blocks: blocks
             .local_num_computed_blocks
             .iter()
-            .map(|&n| n as u32)
+            .map(|&n| u32::try_from(n).unwrap_or(u32::MAX))
             .collect(),
     };
     let receiving = worker.start_read(&mut nixl, &request).map_err(connector)?;
