@@ -61,8 +61,8 @@ fn check(file: &str, prompt: u32) {
 #[test]
 fn the_estimate_is_within_ten_percent_of_the_allocated_peak() {
     // One test, so nothing else runs in this process while it measures.
-    check("geometries/g6-kimi-linear-scale.toml", 32768);
-    check("geometries/deepseek-mla.toml", 2000);
+    check("geometries/g6-kimi-linear-scale.toml", 262144);
+    check("geometries/deepseek-mla.toml", 20000);
     // 2 of 8 prefill ranks read: the other six are allocated but never touched.
     check("bench/scale/deepseek-v3-p8-d2-16k.toml", 512);
 }
