@@ -286,6 +286,11 @@ fn the_generator_reaches_every_promised_shape() {
                 "prefix hit, last-token block {}",
                 case.prefix_hit > 0 && case.allocation == DecodeAllocation::WithLastToken
             ),
+            // One Mamba2 group, replicated at TP > 1, with TP sizes that differ.
+            format!(
+                "replicated groups, tp {tp}: {}",
+                g.model.mamba.as_ref().is_some_and(|m| m.n_groups.is_some())
+            ),
         ];
         seen.extend(facts);
     }
@@ -325,6 +330,7 @@ fn the_generator_reaches_every_promised_shape() {
     }
     for tp in ["decode larger", "equal", "prefill larger"] {
         expected.push(format!("tp {tp}"));
+        expected.push(format!("replicated groups, tp {tp}: true"));
     }
     for flag in [
         "mla",
