@@ -7,9 +7,9 @@
 use serde::Serialize;
 
 use crate::connector::policy::{
-    Acceptance, DecodePushHandshake, MambaExpansion, Policy, PrefixAlignment, PrefixCountTolerance,
-    PushCompletionReport, PushRatioDirection, ReceiveZeroing, RemoteIdExpansion,
-    ReplicatedPageWriters, SplitListKey, SubBlockAddressing,
+    Acceptance, ConvSplit, DecodePushHandshake, MambaExpansion, Policy, PrefixAlignment,
+    PrefixCountTolerance, PushCompletionReport, PushRatioDirection, ReceiveZeroing,
+    RemoteIdExpansion, ReplicatedPageWriters, SplitListKey, SubBlockAddressing,
 };
 
 /// One real defect of vLLM's NIXL connector in the heterogeneous-geometry code.
@@ -53,6 +53,9 @@ pub enum Defect {
     /// The post-process zeroes through an inclusive end, one kernel block
     /// past the request's last.
     ZeroingOnePastEnd,
+    /// vLLM 0.33.0 locates the peer's conv sub-projections from the local
+    /// widths scaled by the TP ratio, which replicated Mamba2 groups break.
+    ConvOffsetsScaled,
 }
 
 /// One row of the defect table.
@@ -73,7 +76,7 @@ pub struct DefectInfo {
 }
 
 /// Every known defect, in the order `kvgeom defects` lists them.
-pub static DEFECTS: [DefectInfo; 15] = [
+pub static DEFECTS: [DefectInfo; 16] = [
     DefectInfo {
         defect: Defect::StrictPrefixTolerance,
         name: "strict-prefix-tolerance",
@@ -200,11 +203,19 @@ pub static DEFECTS: [DefectInfo; 15] = [
         in_vllm_0_33_0: false,
         select: |p| p.receive_zeroing = ReceiveZeroing::InclusiveEnd,
     },
+    DefectInfo {
+        defect: Defect::ConvOffsetsScaled,
+        name: "conv-offsets-scaled",
+        bug: "vLLM 0.33.0 locates the peer's conv sub-projections by scaling its own widths by the TP ratio; Mamba2 B and C replicated beyond n_groups (one group) keep their width at every TP",
+        symptom: "decode's B and C conv state receive half of B twice, the other projection or SSM bytes, with no error (Falcon-H1, Granite-4.0-H, Zamba2 at different TP sizes)",
+        in_vllm_0_33_0: true,
+        select: |p| p.conv_split = ConvSplit::LocalWidthsScaled,
+    },
 ];
 
 impl Defect {
     /// Every defect, in table order.
-    pub const ALL: [Defect; 15] = [
+    pub const ALL: [Defect; 16] = [
         Defect::StrictPrefixTolerance,
         Defect::NoClippedBlockZeroing,
         Defect::TwoPathZeroing,
@@ -220,6 +231,7 @@ impl Defect {
         Defect::EndTrimAlignment,
         Defect::ReplicatedHeadsNhdAccepted,
         Defect::ZeroingOnePastEnd,
+        Defect::ConvOffsetsScaled,
     ];
 
     /// This defect's row of the table.

@@ -90,6 +90,12 @@ pub mod internals {
     pub mod fixtures {
         pub use crate::geometry::fixtures::*;
     }
+    /// Where conv sub-projections move between ranks of different TP sizes
+    /// (the two policies), for the check against vLLM's own functions.
+    pub mod conv_split {
+        pub use crate::connector::conv_split::*;
+        pub use crate::connector::policy::ConvSplit;
+    }
     pub use crate::report::layout_tables::layout_tables;
     pub use crate::report::sweep_report::Format;
     pub use crate::scenario::placement::SplitMix;

@@ -109,7 +109,7 @@ enum ReportCommand {
 enum Command {
     /// Run every case of geometry files (or folders) through the connector and the oracles.
     Sweep {
-        /// Geometry files or folders (default: geometries/).
+        /// Geometry files or folders, searched recursively (default: geometries/).
         paths: Vec<PathBuf>,
         /// Prompt lengths, e.g. `2..=39,41` (default: each file's own list or the residue sweep).
         #[arg(long)]

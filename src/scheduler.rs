@@ -121,6 +121,7 @@ mod tests {
                     conv_rows: 3,
                     conv_dtype_bytes: 2,
                     ssm_state_bytes: 64,
+                    n_groups: None,
                 }),
                 groups: vec![GroupKind::Attention, GroupKind::Mamba],
                 layer_slots: 2,

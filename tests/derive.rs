@@ -9,6 +9,15 @@
 //! each case with kvgeom and compares; the regeneration test (only where
 //! `scripts/install-vllm.sh` has installed `.vllm-venv/`) runs vLLM again
 //! and compares its output with the committed table.
+//!
+//! `tests/fixtures/derive/vllm-0.33.0-conv-split.json` was produced the same
+//! way by `scripts/vllm-conv-split-reference.py`: where vLLM 0.33.0's NIXL
+//! connector puts each Mamba2 conv sub-projection when the engines' TP sizes
+//! differ. The conv-split tests compare it with kvgeom's model of 0.33.0 and
+//! show where kvgeom's own connector differs (replicated groups).
+//! `tests/fixtures/derive/vllm-0.33.0-layer-groups.json`
+//! (`scripts/vllm-layer-groups-reference.py`) is vLLM's KV-cache grouping of
+//! hybrid layer counts, with the layer slots each kind reaches.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,6 +29,8 @@ use kvgeom::derive::{
 };
 
 const TABLE: &str = "tests/fixtures/derive/vllm-0.33.0-table.json";
+const CONV_SPLIT: &str = "tests/fixtures/derive/vllm-0.33.0-conv-split.json";
+const LAYER_GROUPS: &str = "tests/fixtures/derive/vllm-0.33.0-layer-groups.json";
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -438,7 +449,11 @@ fn a_pair_file_loads_and_says_how_it_was_derived() {
     for n in [63, 64, 65, 319, 320, 321, 575, 576, 577] {
         assert!(prompts.contains(&n), "{n} in {prompts:?}");
     }
-    // Mamba2 groups replicated differently on the engines: not expressible yet.
+    // Mamba2 groups replicated on one engine only (Falcon-H1: one group,
+    // 3584 conv channels per rank at TP1, 2048 at TP2): the file states
+    // n_groups and the model's channels, each engine's widths follow.
+    let out =
+        std::env::temp_dir().join(format!("kvgeom-derive-falcon-{}.toml", std::process::id()));
     let (code, _, err) = kvgeom(&[
         "derive",
         "tests/fixtures/models/falcon-h1-7b.json",
@@ -450,12 +465,18 @@ fn a_pair_file_loads_and_says_how_it_was_derived() {
         "2",
         "--decode-backend",
         "FLASH_ATTN",
+        "--out",
+        out.to_str().expect("utf-8"),
     ]);
-    assert_eq!(code, 2);
-    assert!(
-        err.contains("prefill TP 1 holds 3584 conv channels per rank, decode TP 2 holds 2048"),
-        "{err}"
+    assert_eq!(code, 0, "{err}");
+    let g = kvgeom::derive::load_geometry_file(&out).expect("loads");
+    let m = g.model.mamba.expect("Mamba2");
+    assert_eq!(
+        (m.conv_dims.clone(), m.n_groups),
+        (vec![3072, 256, 256], Some(1))
     );
+    let channels = |tp| (0..3).map(|j| m.rank_channels(j, tp)).sum::<u32>();
+    assert_eq!((channels(1), channels(2), channels(4)), (3584, 2048, 1280));
 }
 
 #[test]
@@ -489,4 +510,395 @@ fn derived_pairs_sweep_green_or_refused_where_vllm_refuses() {
     let report: Value = serde_json::from_str(&out).expect("JSON report");
     assert_eq!(report["summary"]["failed"], 0);
     assert!(report["summary"]["passed"].as_u64() > Some(0));
+}
+
+/// `kvgeom sweep FILE --prompts N --alloc mainline ARGS --format json`: each
+/// case's mode and outcome kind.
+fn sweep_outcomes(file: &str, prompt: &str, args: &[&str]) -> Vec<(String, String)> {
+    let base = [
+        "sweep",
+        file,
+        "--prompts",
+        prompt,
+        "--alloc",
+        "mainline",
+        "--format",
+        "json",
+    ];
+    let (_, out, err) = kvgeom(&[&base[..], args].concat());
+    let report: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}{err}"));
+    report["cases"]
+        .as_array()
+        .expect("cases")
+        .iter()
+        .map(|c| {
+            (
+                c["mode"].as_str().unwrap().to_string(),
+                c["outcome"]["kind"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn falcon_h1_with_replicated_groups_transfers_right_where_vllm_reads_wrong_bytes() {
+    // P TP4 -> D TP2: 1280 conv channels per prefill rank, 2048 per decode rank.
+    let file = "geometries/models/falcon-h1-p4-flashinfer-d2-flashinfer.toml";
+    let g = kvgeom::derive::load_geometry_file(root().join(file)).expect("loads");
+    assert_eq!(g.model.mamba.as_ref().and_then(|m| m.n_groups), Some(1));
+    let ours = sweep_outcomes(file, "785", &["--mode", "pull"]);
+    assert_eq!(ours, [("pull".to_string(), "passed".to_string())]);
+    let vllm = sweep_outcomes(file, "785", &["--mode", "pull", "--policy", "vllm-0.33.0"]);
+    assert_eq!(vllm, [("pull".to_string(), "violations".to_string())]);
+}
+
+#[test]
+fn a_pair_refused_in_push_only_says_so_per_mode() {
+    // Kimi-Linear P TP1 1920/1920 -> D TP2 1024/1024 (FLASH_ATTN_MLA): pull
+    // splits the larger prefill blocks; push cannot pair them.
+    let file = "geometries/models/kimi-linear-p1-d2-flash-attn-mla-push-refused.toml";
+    let g = kvgeom::derive::load_geometry_file(root().join(file)).expect("loads");
+    let expected = g.expect_rejection.expect("a per-mode rejection");
+    assert_eq!(expected.pull, None);
+    assert_eq!(
+        expected.push.as_deref(),
+        Some("is not divisible by remote block size")
+    );
+    let mut outcomes = sweep_outcomes(file, "2", &[]);
+    outcomes.sort();
+    assert_eq!(
+        outcomes,
+        [
+            ("pull".to_string(), "passed".to_string()),
+            ("push".to_string(), "expected_rejection".to_string())
+        ]
+    );
+}
+
+// ---------------------------------------------------------------- conv split
+
+/// The model's mamba table as `derive` writes it for a pair of these TP sizes.
+fn derived_mamba(config: &str, local_tp: u64, remote_tp: u64) -> kvgeom::geometry::MambaSpec {
+    let model = load_model(&root().join(config)).expect("loads");
+    let pair = kvgeom::derive::derive_pair(
+        &model,
+        &kvgeom::derive::PairOptions {
+            prefill: EngineOptions::new(remote_tp, Backend::parse("FLASH_ATTN").unwrap()),
+            decode: EngineOptions::new(local_tp, Backend::parse("FLASH_ATTN").unwrap()),
+            layer_slots: Some(1),
+        },
+    )
+    .unwrap_or_else(|e| panic!("{config} TP{local_tp} / TP{remote_tp}: {e}"));
+    pair.geometry.model.mamba.expect("a mamba model")
+}
+
+fn pairs_of(v: &Value) -> Vec<(u64, u64)> {
+    v.as_array()
+        .expect("a list of [offset, length]")
+        .iter()
+        .map(|r| (r[0].as_u64().unwrap(), r[1].as_u64().unwrap()))
+        .collect()
+}
+
+fn regions(subs: &[kvgeom::geometry::SubRegion]) -> Vec<(u64, u64)> {
+    subs.iter().map(|s| (s.offset, s.size)).collect()
+}
+
+#[test]
+fn conv_split_of_vllm_0_33_0_is_what_vllm_computes() {
+    use kvgeom::internals::conv_split::{remote_conv_offsets, ConvPeer, ConvSplit, RankAt};
+    let table = load_table(&root().join(CONV_SPLIT));
+    assert!(table.len() >= 9);
+    let mut replicated_pairs = 0;
+    for pair in &table {
+        let config = pair["config"].as_str().unwrap();
+        let (local_tp, remote_tp) = (
+            pair["local_tp"].as_u64().unwrap() as u32,
+            pair["remote_tp"].as_u64().unwrap() as u32,
+        );
+        let t = pair["tp_ratio"].as_i64().unwrap() as i32;
+        let what = format!("{config} local TP{local_tp} <-> remote TP{remote_tp}");
+        let spec = derived_mamba(config, local_tp.into(), remote_tp.into());
+        // Each engine's widths, from derive's file: vLLM's conv decomposition.
+        for (key, tp) in [("local_channels", local_tp), ("remote_channels", remote_tp)] {
+            let widths: Vec<u64> = (0..3).map(|j| spec.rank_channels(j, tp).into()).collect();
+            let vllm: Vec<u64> = pair[key]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c.as_u64().unwrap())
+                .collect();
+            assert_eq!(widths, vllm, "{what}: {key}");
+        }
+        let (local_conv, local_ssm) = spec.ssm_sizes(local_tp);
+        let (remote_conv, remote_ssm) = spec.ssm_sizes(remote_tp);
+        let sizes = |key: &str| -> Vec<u64> {
+            pair[key]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c.as_u64().unwrap())
+                .collect()
+        };
+        assert_eq!(sizes("local_ssm_sizes"), [local_conv, local_ssm], "{what}");
+        assert_eq!(
+            sizes("remote_ssm_sizes"),
+            [remote_conv, remote_ssm],
+            "{what}"
+        );
+        let replicated =
+            (1..3).any(|j| spec.is_replicated(j, local_tp) || spec.is_replicated(j, remote_tp));
+        let mut differs = false;
+        for rank in pair["ranks"].as_array().unwrap() {
+            let r = rank["rank"].as_u64().unwrap() as u32;
+            let sources: Vec<u32> = rank["sources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s.as_u64().unwrap() as u32)
+                .collect();
+            let remote = pairs_of(&rank["remote"]);
+            for (position, &source) in sources.iter().enumerate() {
+                let peer = ConvPeer {
+                    local: RankAt {
+                        tp_size: local_tp,
+                        tp_rank: r,
+                    },
+                    peer: RankAt {
+                        tp_size: remote_tp,
+                        tp_rank: source,
+                    },
+                    local_is_destination: true,
+                    position: position as u32,
+                    ranks: sources.len() as u32,
+                };
+                let scaled = remote_conv_offsets(ConvSplit::LocalWidthsScaled, &spec, &peer, t);
+                assert_eq!(
+                    regions(&scaled),
+                    remote[..3],
+                    "{what} rank {r}: remote conv pieces"
+                );
+                let own = remote_conv_offsets(ConvSplit::PeerWidths, &spec, &peer, t);
+                differs |= regions(&own) != remote[..3];
+                // The SSM state: this rank's slice of a larger remote state,
+                // or the whole of a smaller one.
+                let read = if t >= 1 { local_ssm } else { remote_ssm };
+                let slice = if t >= 1 { u64::from(r % t as u32) } else { 0 };
+                assert_eq!(
+                    remote[3],
+                    (remote_conv + slice * read, read),
+                    "{what} rank {r}: SSM"
+                );
+                // The local pieces: with several sources, each source's even
+                // share of every local sub-region (kvgeom's split lists).
+                let local = pairs_of(&rank["local"][position]);
+                let n = sources.len() as u64;
+                let mut own_local: Vec<(u64, u64)> = spec
+                    .conv_offsets(local_tp)
+                    .iter()
+                    .map(|s| (s.offset + position as u64 * s.size / n, s.size / n))
+                    .collect();
+                own_local.push((local_conv + position as u64 * local_ssm / n, local_ssm / n));
+                assert_eq!(
+                    local, own_local,
+                    "{what} rank {r} source {source}: local pieces"
+                );
+            }
+        }
+        // kvgeom's own connector reads what vLLM reads exactly where every
+        // sub-projection is sharded on both engines.
+        let mismatched = replicated && local_tp != remote_tp;
+        assert_eq!(differs, mismatched, "{what}");
+        replicated_pairs += usize::from(mismatched);
+    }
+    assert!(replicated_pairs >= 4, "{replicated_pairs}");
+}
+
+#[test]
+fn the_conv_split_table_is_what_vllm_computes_today() {
+    let python = root().join(".vllm-venv/bin/python");
+    if !python.exists() {
+        println!(
+            "skipped: vLLM 0.33.0 is not installed in .vllm-venv/ (run scripts/install-vllm.sh); \
+             the committed conv-split table is checked by conv_split_of_vllm_0_33_0_is_what_vllm_computes"
+        );
+        return;
+    }
+    let out = Command::new(&python)
+        .arg("scripts/vllm-conv-split-reference.py")
+        .current_dir(root())
+        .output()
+        .expect("runs the reference script");
+    assert!(
+        out.status.success(),
+        "the conv-split script failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fresh: Value = serde_json::from_slice(&out.stdout).expect("the script prints JSON");
+    let committed = Value::Array(load_table(&root().join(CONV_SPLIT)));
+    assert_eq!(
+        without_key_order(&fresh),
+        without_key_order(&committed),
+        "vLLM's functions no longer give the committed conv-split table; regenerate it with \
+         .vllm-venv/bin/python scripts/vllm-conv-split-reference.py > {CONV_SPLIT}"
+    );
+}
+
+// ---------------------------------------------------------------- layer groups
+
+#[test]
+fn layer_groups_are_vllms() {
+    use kvgeom::derive::pair::layer_groups_of;
+    use kvgeom::geometry::GroupKind;
+    let table = load_table(&root().join(LAYER_GROUPS));
+    let mut rows = Vec::new();
+    for row in &table {
+        let n = |k: &str| row[k].as_u64().unwrap();
+        let (a, m, first) = (
+            n("attention_layers"),
+            n("mamba_layers"),
+            row["mamba_first"].as_bool().unwrap(),
+        );
+        let g = layer_groups_of(a, m, first);
+        let what = format!("{a} attention + {m} mamba layers");
+        let vllm: Vec<(String, u64)> = row["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| {
+                (
+                    g["kind"].as_str().unwrap().to_string(),
+                    g["layers"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        let ours: Vec<(String, u64)> = g
+            .groups
+            .iter()
+            .zip(&g.layers_per_group)
+            .map(|(k, n)| {
+                let kind = if *k == GroupKind::Attention {
+                    "attention"
+                } else {
+                    "mamba"
+                };
+                (kind.to_string(), *n)
+            })
+            .collect();
+        assert_eq!(ours, vllm, "{what}");
+        assert_eq!(g.group_size, n("slots"), "{what}");
+        assert_eq!(
+            g.slots_of(GroupKind::Attention),
+            n("attention_slots"),
+            "{what}"
+        );
+        assert_eq!(g.slots_of(GroupKind::Mamba), n("mamba_slots"), "{what}");
+        rows.push((a, m, first));
+    }
+    // Every hybrid config in tests/fixtures/models/ is a row, and in each of
+    // them every layer slot holds a layer of both kinds (partly filled groups
+    // included: Kimi-Linear's 20 KDA layers in 7, 7, 6): their transfers are
+    // those of full groups.
+    let mut hybrids = 0;
+    for entry in std::fs::read_dir(root().join("tests/fixtures/models")).unwrap() {
+        let model = load_model(&entry.unwrap().path()).expect("loads");
+        if model.mamba.is_none() {
+            continue;
+        }
+        hybrids += 1;
+        let key = (
+            model.attention_layers,
+            model.mamba_layers,
+            model.mamba_first,
+        );
+        assert!(rows.contains(&key), "{key:?} not in {LAYER_GROUPS}");
+        let g = kvgeom::derive::pair::layer_groups(&model);
+        assert_eq!(g.slots_of(GroupKind::Mamba), g.group_size, "{key:?}");
+        assert_eq!(g.slots_of(GroupKind::Attention), g.group_size, "{key:?}");
+    }
+    assert_eq!(hybrids, 8);
+    // Where the mamba layers reach fewer slots (15 in groups of 7: three of
+    // 5), vLLM registers state only in the slots that hold it.
+    assert!(table
+        .iter()
+        .any(|r| r["mamba_slots"].as_u64() < r["slots"].as_u64()));
+}
+
+#[test]
+fn the_layer_groups_table_is_what_vllm_computes_today() {
+    let python = root().join(".vllm-venv/bin/python");
+    if !python.exists() {
+        println!(
+            "skipped: vLLM 0.33.0 is not installed in .vllm-venv/ (run scripts/install-vllm.sh); \
+             the committed layer-groups table is checked by layer_groups_are_vllms"
+        );
+        return;
+    }
+    let out = Command::new(&python)
+        .arg("scripts/vllm-layer-groups-reference.py")
+        .current_dir(root())
+        .output()
+        .expect("runs the reference script");
+    assert!(
+        out.status.success(),
+        "the layer-groups script failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fresh: Value = serde_json::from_slice(&out.stdout).expect("the script prints JSON");
+    let committed = Value::Array(load_table(&root().join(LAYER_GROUPS)));
+    assert_eq!(
+        without_key_order(&fresh),
+        without_key_order(&committed),
+        "vLLM's grouping no longer gives the committed table; regenerate it with \
+         .vllm-venv/bin/python scripts/vllm-layer-groups-reference.py > {LAYER_GROUPS}"
+    );
+}
+
+#[test]
+fn slots_without_a_mamba_layer_are_not_modelled() {
+    // Kimi-Linear cut to 22 layers: 7 MLA and 15 KDA, so vLLM's KDA groups
+    // hold 5 layers each and slots 5 and 6 have no KDA layer.
+    let mut config: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("tests/fixtures/models/kimi-linear-48b-a3b.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let full = [4, 8, 12, 16, 20, 21, 22];
+    config["num_hidden_layers"] = 22.into();
+    config["linear_attn_config"]["full_attn_layers"] = full.to_vec().into();
+    config["linear_attn_config"]["kda_layers"] = (1..=22)
+        .filter(|l| !full.contains(l))
+        .collect::<Vec<u32>>()
+        .into();
+    let path = temp_file("kimi-22.json", &config.to_string());
+    let path = path.to_str().unwrap();
+    let pair = [
+        "derive",
+        path,
+        "--prefill-tp",
+        "2",
+        "--prefill-backend",
+        "FLASHMLA",
+        "--decode-tp",
+        "2",
+        "--decode-backend",
+        "FLASHMLA",
+    ];
+    let (code, out, err) = kvgeom(&pair);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(
+            "7 attention + 15 mamba layers in groups of 7 (mamba layers in the first 5 slots only"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("layer_slots = 5\n"), "{out}");
+    let (code, _, err) = kvgeom(&[&pair[..], &["--layer-slots", "6"]].concat());
+    assert_eq!(code, 2);
+    assert!(
+        err.contains(
+            "--layer-slots 6: only the first 5 of vLLM's 7 layer slots hold a mamba layer"
+        ),
+        "{err}"
+    );
 }

@@ -1,9 +1,11 @@
-//! `--policy vllm-0.33.0` over `geometries/` fails exactly where
-//! `expected/vllm-0.33.0.toml` says vLLM 0.33.0 is wrong (each entry citing
-//! its page of docs/findings/), and the default policy fails nowhere the
-//! file lists.
+//! `--policy vllm-0.33.0` over `geometries/` (with `geometries/models/`)
+//! fails exactly where `expected/vllm-0.33.0.toml` says vLLM 0.33.0 is wrong
+//! (each entry citing its page of docs/findings/), and the default policy
+//! fails nowhere the file lists.
 
 use std::path::PathBuf;
+
+mod default_sweep;
 
 use kvgeom::connector::NamedPolicy;
 use kvgeom::scenario::RunOptions;
@@ -21,14 +23,9 @@ fn expectations() -> Expectations {
 
 #[test]
 fn vllm_0_33_0_fails_exactly_where_the_findings_say() {
-    let sources = plan::load_sources(&[root().join("geometries")]).unwrap();
-    let cases = plan::grid(
-        &sources,
-        &plan::PlanOptions {
-            variant: Variant::Policy(NamedPolicy::Vllm0330),
-            ..plan::PlanOptions::default()
-        },
-    );
+    // geometries/ and, at one prompt each, the derived pairs below it (the
+    // release sweep of .ci/run checks their full lists against the file).
+    let cases = default_sweep::default_grid(Variant::Policy(NamedPolicy::Vllm0330));
     let reports = execute::run_all(&cases, &RunOptions::default(), None);
     let expected = expectations();
     let disagreements = expected.compare(&reports);

@@ -5,8 +5,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use kvgeom::geometry::{
-    load_geometries, load_geometry, parse_geometry, to_toml, AttentionSpec, Geometry,
-    GeometryError, KvLayout, MambaKind, Rule,
+    load_geometries, load_geometry, parse_geometry, to_toml, AttentionSpec, ExpectedRejection,
+    Geometry, GeometryError, KvLayout, MambaKind, Rule,
 };
 
 const FILE: &str = "geometries/bad.toml";
@@ -106,8 +106,14 @@ fn geometries_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("geometries")
 }
 
+/// Every shipped geometry, `geometries/models/` included (some of its files
+/// name a model config, so they load through the sweep's loader).
 fn shipped() -> Vec<Geometry> {
-    load_geometries(&[geometries_dir()]).expect("every shipped geometry loads")
+    kvgeom::sweep::plan::load_sources(&[geometries_dir()])
+        .expect("every shipped geometry loads")
+        .into_iter()
+        .map(|s| (*s.geometry).clone())
+        .collect()
 }
 
 fn find<'a>(all: &'a [Geometry], name: &str) -> &'a Geometry {
@@ -135,6 +141,8 @@ fn shipped_geometries_load_in_name_order() {
             "gqa-prefill-logical-larger",
             "jamba-gqa-mamba1",
             "llama-gqa-prefix-cache",
+            "mamba2-replicated-groups-p1-d2",
+            "mamba2-replicated-groups-p4-d2",
             "mla-decode-logical-larger",
             "mla-interleaved-kernel-ratio2",
             "mla-kda-decode-tp2",
@@ -149,6 +157,18 @@ fn shipped_geometries_load_in_name_order() {
             "reject-gqa-nhd-replicated-heads",
             "reject-host-buffer-kernel-ratio",
             "reject-nemotron-h-decode-kernel-smaller",
+            // geometries/models/, after the folder's own files
+            "deepseek-v3-p8-flashmla-d4-flash-attn-mla-block-size-64",
+            "falcon-h1-p4-flashinfer-d2-flashinfer",
+            "kimi-linear-p1-d2-flash-attn-mla-push-refused",
+            "kimi-linear-p8-flashmla-d2-cutlass-mla",
+            "nemotron-h-p2-flashinfer-d2-flash-attn",
+            "qwen3-next-p2-d4-flashinfer-block-size-64",
+            "qwen3-next-p8-d2-flashinfer-from-config",
+            "qwen3-next-p8-flashinfer-d2-flashinfer",
+            "reject-deepseek-v3-p8-flashmla-d4-flash-attn-mla",
+            "reject-jamba-p2-flash-attn-d1-flashinfer",
+            "reject-qwen3-next-p2-d4-flashinfer",
         ]
     );
 }
@@ -300,7 +320,8 @@ fn rejection_geometries_use_the_connector_messages() {
             "Heterogeneous TP head-dimension splitting requires contiguous heads",
         ),
     ] {
-        assert_eq!(find(&all, name).expect_rejection.as_deref(), Some(message));
+        let expected = find(&all, name).expect_rejection.as_ref();
+        assert_eq!(expected.and_then(|r| r.in_both()), Some(message));
     }
     let host = find(&all, "reject-host-buffer-kernel-ratio");
     assert!(host.decode.host_buffer && host.prefill.host_buffer);
@@ -312,9 +333,35 @@ fn rejection_geometries_use_the_connector_messages() {
     let sharded = find(&all, "reject-gqa-mamba2-head-sharded-kernel-ratio");
     assert_eq!(sharded.ratios().pull_tp_ratio, Some(-2));
     assert_eq!(sharded.ratios().pull_block_size_ratio, Some(2));
-    // Every geometry without a rejection is one the connector must serve.
-    let rejecting = all.iter().filter(|g| g.expect_rejection.is_some()).count();
-    assert_eq!(rejecting, 5);
+    // Every geometry without a rejection is one the connector must serve:
+    // five here, three derived pairs in geometries/models/, and one derived
+    // pair refused in push only.
+    let both = all
+        .iter()
+        .filter(|g| {
+            g.expect_rejection
+                .as_ref()
+                .is_some_and(|r| r.in_both().is_some())
+        })
+        .count();
+    assert_eq!(both, 8);
+    let kimi = find(&all, "kimi-linear-p1-d2-flash-attn-mla-push-refused");
+    assert_eq!(
+        kimi.expect_rejection,
+        Some(ExpectedRejection {
+            pull: None,
+            push: Some("is not divisible by remote block size".into()),
+        })
+    );
+    let per_mode = all
+        .iter()
+        .filter(|g| {
+            g.expect_rejection
+                .as_ref()
+                .is_some_and(|r| r.in_both().is_none())
+        })
+        .count();
+    assert_eq!(per_mode, 1);
 }
 
 // ---------------------------------------------------------------- parsing and writing
@@ -380,7 +427,9 @@ fn every_optional_field_round_trips() {
     let mut g = parse_geometry(FILE, GQA).unwrap();
     g.name = "all.fields_1".into();
     g.description = r#"quotes " and \ backslash, 'single' too"#.into();
-    g.expect_rejection = Some("is not divisible by remote block size".into());
+    g.expect_rejection = Some(ExpectedRejection::both(
+        "is not divisible by remote block size",
+    ));
     g.prompts = Some(vec![40, 1, 2, 3, 7, 8, 100, 101, 102, 103]);
     g.decode.num_logical_blocks = Some(12);
     g.decode.layout = KvLayout::Hnd;
@@ -442,6 +491,139 @@ fn rule_expect_rejection_not_empty() {
         &format!("expect_rejection = \"\"\n{BASE}"),
         "expect_rejection",
         "must not be empty",
+    );
+}
+
+#[test]
+fn expect_rejection_per_mode_parses_and_round_trips() {
+    let g = parse_geometry(
+        FILE,
+        &format!("expect_rejection = {{ push = \"is not divisible\" }}\n{BASE}"),
+    )
+    .unwrap();
+    let expected = g.expect_rejection.clone().unwrap();
+    assert_eq!(expected.in_mode(kvgeom::geometry::Mode::Pull), None);
+    assert_eq!(
+        expected.in_mode(kvgeom::geometry::Mode::Push),
+        Some("is not divisible")
+    );
+    assert_eq!(expected.in_both(), None);
+    let text = to_toml(&g);
+    assert!(
+        text.contains(r#"expect_rejection = { push = "is not divisible" }"#),
+        "{text}"
+    );
+    assert_eq!(parse_geometry(FILE, &text).unwrap(), g);
+    // A table naming both modes with one text is the single form.
+    let same = parse_geometry(
+        FILE,
+        &format!("expect_rejection = {{ pull = \"x\", push = \"x\" }}\n{BASE}"),
+    )
+    .unwrap();
+    assert_eq!(same.expect_rejection, Some(ExpectedRejection::both("x")));
+    assert!(to_toml(&same).contains("expect_rejection = \"x\"\n"));
+}
+
+#[test]
+fn rule_expect_rejection_per_mode() {
+    assert_rule(
+        &format!("expect_rejection = {{}}\n{BASE}"),
+        "expect_rejection",
+        "names no mode: give `pull`, `push` or both (`{ push = \"...\" }`), or one string for both modes",
+    );
+    assert_rule(
+        &format!("expect_rejection = {{ pull = \"\" }}\n{BASE}"),
+        "expect_rejection.pull",
+        "must not be empty",
+    );
+    assert_rule(
+        &format!("expect_rejection = {{ pull = \"a\", push = \"b\\nc\" }}\n{BASE}"),
+        "expect_rejection.push",
+        "must be one line",
+    );
+    assert_syntax(
+        &format!("expect_rejection = {{ pulls = \"a\" }}\n{BASE}"),
+        1,
+        &["unknown field `pulls`, expected `pull` or `push`"],
+    );
+    assert_syntax(
+        &format!("expect_rejection = 3\n{BASE}"),
+        1,
+        &["a string (both modes) or a table with `pull` and/or `push` strings"],
+    );
+}
+
+/// BASE with a Mamba2 model of one B/C group and engines of TP `p` and `d`.
+fn mamba2(n_groups: &str, p: u32, d: u32) -> String {
+    edit(
+        BASE,
+        &[
+            ("kind = \"kda\"", "kind = \"mamba2\""),
+            (
+                "conv_dims = [2, 2, 4]",
+                &format!("conv_dims = [8, 2, 2]{n_groups}"),
+            ),
+            ("tp_size = 2", &format!("tp_size = {p}")),
+            ("tp_size = 1", &format!("tp_size = {d}")),
+        ],
+    )
+}
+
+#[test]
+fn replicated_mamba2_groups_keep_their_width() {
+    let g = parse_geometry(FILE, &mamba2("\nn_groups = 1", 2, 1)).unwrap();
+    let m = g.model.mamba.as_ref().unwrap();
+    assert_eq!(m.n_groups, Some(1));
+    // x splits over TP; the one group is whole on every rank.
+    assert_eq!(m.conv_projection_bytes(2), [24, 12, 12]);
+    assert_eq!(m.conv_projection_bytes(1), [48, 12, 12]);
+    assert!(to_toml(&g).contains("n_groups = 1\n"));
+    assert_eq!(parse_geometry(FILE, &to_toml(&g)).unwrap(), g);
+    // Without n_groups the same totals shard B and C too.
+    let sharded = parse_geometry(FILE, &mamba2("", 2, 1)).unwrap();
+    assert_eq!(
+        sharded.model.mamba.unwrap().conv_projection_bytes(2),
+        [24, 6, 6]
+    );
+}
+
+#[test]
+fn rule_n_groups() {
+    assert_rule(
+        &mamba2("\nn_groups = 2", 4, 1),
+        "model.mamba.n_groups",
+        "2 Mamba2 groups do not split over prefill.tp_size = 4; vLLM replicates groups only when \
+         there is one (\"If tensor parallel world size does not divide num_groups, then num_groups \
+         must equal 1.\")",
+    );
+    assert_rule(
+        &mamba2("\nn_groups = 4", 1, 1),
+        "model.mamba.conv_dims[1]",
+        "2 B channels are not a whole number of 4 groups",
+    );
+    assert_rule(
+        &mamba2("\nn_groups = 0", 1, 1),
+        "model.mamba.n_groups",
+        "must be at least 1, found 0",
+    );
+    assert_rule(
+        &edit(
+            BASE,
+            &[(
+                "conv_dims = [2, 2, 4]",
+                "conv_dims = [2, 2, 4]\nn_groups = 1",
+            )],
+        ),
+        "model.mamba.n_groups",
+        "n_groups only applies to kind \"mamba2\" (its B and C groups), found kind \"kda\"",
+    );
+    // Sharded sub-projections must still split: x over TP 4.
+    assert_rule(
+        &mamba2("\nn_groups = 1", 1, 1)
+            .replace("conv_dims = [8, 2, 2]", "conv_dims = [6, 2, 2]")
+            .replace("tp_size = 1", "tp_size = 4"),
+        "model.mamba.conv_dims[0]",
+        "6 conv channels do not split evenly over prefill.tp_size = 4",
     );
 }
 
@@ -923,7 +1105,41 @@ fn folders_load_their_toml_files_sorted_by_name() {
         .into_iter()
         .map(|g| g.name)
         .collect();
-    assert_eq!(names, ["a", "b", "z"]);
+    // A folder's own files, then its subfolders (even one named *.toml).
+    assert_eq!(names, ["a", "b", "c", "z"]);
+}
+
+#[test]
+fn folders_are_searched_recursively_and_link_loops_end() {
+    let dir = scratch("recursive");
+    fs::write(dir.join("b.toml"), format!("name = \"top-b\"\n{BASE}")).unwrap();
+    fs::create_dir_all(dir.join("a/deeper")).unwrap();
+    fs::create_dir(dir.join("empty")).unwrap();
+    fs::write(dir.join("a/x.toml"), format!("name = \"a-x\"\n{GQA}")).unwrap();
+    fs::write(
+        dir.join("a/deeper/y.toml"),
+        format!("name = \"deep-y\"\n{BASE}"),
+    )
+    .unwrap();
+    // Links back up the tree and to a sibling: every folder is searched once.
+    std::os::unix::fs::symlink(&dir, dir.join("a/deeper/up")).unwrap();
+    std::os::unix::fs::symlink(dir.join("a"), dir.join("z-again")).unwrap();
+    let names: Vec<String> = load_geometries(std::slice::from_ref(&dir))
+        .unwrap()
+        .into_iter()
+        .map(|g| g.name)
+        .collect();
+    assert_eq!(names, ["top-b", "a-x", "deep-y"]);
+    let files = kvgeom::geometry::toml_files_in(&dir).unwrap();
+    assert_eq!(files.len(), 3, "{files:?}");
+}
+
+#[test]
+fn a_folder_holding_only_a_link_loop_to_itself_is_empty() {
+    let dir = scratch("only-a-loop");
+    std::os::unix::fs::symlink(&dir, dir.join("self")).unwrap();
+    let err = load_geometries(std::slice::from_ref(&dir)).unwrap_err();
+    assert!(matches!(err, GeometryError::EmptyFolder { .. }), "{err}");
 }
 
 #[test]

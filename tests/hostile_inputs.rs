@@ -559,6 +559,14 @@ fn files_that_are_not_regular_or_too_large_are_refused() {
     std::os::unix::fs::symlink(&looped, &looped).unwrap();
     refused(&["sweep", dir.to_str().unwrap()], &["loop.toml"]);
     std::fs::remove_file(&looped).unwrap();
+    // A folder link back up the tree: the recursive search ends.
+    let up = dir.join("up");
+    std::os::unix::fs::symlink(&dir, &up).unwrap();
+    refused(
+        &["sweep", dir.to_str().unwrap()],
+        &["no *.toml geometry files in this folder"],
+    );
+    std::fs::remove_file(&up).unwrap();
     // A FIFO: refused at once, never read (a read would block).
     let fifo = dir.join("fifo.toml");
     let made = Command::new("mkfifo").arg(&fifo).status();

@@ -56,7 +56,7 @@ proptest! {
         match &case.expected {
             Expected::Invalid(expected) => prop_assert_eq!(validate(&case.geometry), Err(expected.clone())),
             Expected::Refused(refusal) => {
-                let message = case.geometry.expect_rejection.as_deref();
+                let message = case.geometry.expect_rejection.as_ref().and_then(|r| r.in_both());
                 prop_assert_eq!(message, Some(refusal.message()));
             }
             Expected::Pass => unreachable!("filtered out"),
@@ -286,6 +286,11 @@ fn the_generator_reaches_every_promised_shape() {
                 "prefix hit, last-token block {}",
                 case.prefix_hit > 0 && case.allocation == DecodeAllocation::WithLastToken
             ),
+            // One Mamba2 group, replicated at TP > 1, with TP sizes that differ.
+            format!(
+                "replicated groups, tp {tp}: {}",
+                g.model.mamba.as_ref().is_some_and(|m| m.n_groups.is_some())
+            ),
         ];
         seen.extend(facts);
     }
@@ -325,6 +330,7 @@ fn the_generator_reaches_every_promised_shape() {
     }
     for tp in ["decode larger", "equal", "prefill larger"] {
         expected.push(format!("tp {tp}"));
+        expected.push(format!("replicated groups, tp {tp}: true"));
     }
     for flag in [
         "mla",

@@ -8,7 +8,7 @@ use crate::derive::{
     derive_engine, derive_pair, load_model, Backend, CacheDtype, DeriveError, EngineDerivation,
     EngineOptions, Gpu, MambaDtype, ModelArch, PairDerivation, PairOptions,
 };
-use crate::geometry::{parse_geometry, to_toml};
+use crate::geometry::{parse_geometry, to_toml, ExpectedRejection};
 use crate::limits::MAX_LAYER_SLOTS;
 use crate::sweep::prompts::parse_prompt_list;
 
@@ -82,9 +82,16 @@ pub struct DeriveArgs {
     #[arg(long)]
     pub prompts: Option<String>,
     /// A pair: the text the connector's handshake error must contain, for a
-    /// pair vLLM refuses.
-    #[arg(long)]
+    /// pair vLLM refuses (in both modes).
+    #[arg(long, conflicts_with_all = ["expect_rejection_pull", "expect_rejection_push"])]
     pub expect_rejection: Option<String>,
+    /// A pair: the text the handshake error must contain in pull mode, for
+    /// a pair refused in pull only (or differently in each mode).
+    #[arg(long)]
+    pub expect_rejection_pull: Option<String>,
+    /// A pair: the text the handshake error must contain in push mode.
+    #[arg(long)]
+    pub expect_rejection_push: Option<String>,
     /// A pair: the geometry name (default: the --out file stem).
     #[arg(long)]
     pub name: Option<String>,
@@ -425,7 +432,18 @@ fn geometry_file(
         .unwrap_or_else(|| format!("{}-derived", p.model_type.replace('_', "-")));
     let mut geometry = pair.geometry.clone();
     geometry.name = name;
-    geometry.expect_rejection = args.expect_rejection.clone();
+    geometry.expect_rejection = match (
+        &args.expect_rejection,
+        &args.expect_rejection_pull,
+        &args.expect_rejection_push,
+    ) {
+        (Some(both), _, _) => Some(ExpectedRejection::both(both)),
+        (None, None, None) => None,
+        (None, pull, push) => Some(ExpectedRejection {
+            pull: pull.clone(),
+            push: push.clone(),
+        }),
+    };
     geometry.description = format!(
         "{} from {}: P TP{} {} {}/{} (ppl {}) -> D TP{} {} {}/{} (ppl {})",
         model.family.models(),
@@ -467,6 +485,14 @@ fn geometry_file(
         body.push('\n');
     }
     let g = &pair.groups;
+    let state_slots = g.slots_of(crate::geometry::GroupKind::Mamba);
+    let partial = if g.mamba_layers > 0 && state_slots < g.group_size {
+        format!(
+            " (mamba layers in the first {state_slots} slots only: vLLM registers no state in the others)"
+        )
+    } else {
+        String::new()
+    };
     let mut head = String::new();
     let _ = writeln!(
         head,
@@ -480,12 +506,14 @@ fn geometry_file(
     let _ = writeln!(head, "# decode  {}", engine_line(d));
     let _ = writeln!(
         head,
-        "# KV-cache groups: {} attention + {} mamba layers in groups of {}; layer_slots = {}{}",
+        "# KV-cache groups: {} attention + {} mamba layers in groups of {}{partial}; layer_slots = {}{}",
         g.attention_layers,
         g.mamba_layers,
         g.group_size,
         geometry.model.layer_slots,
-        if u64::from(geometry.model.layer_slots) == g.group_size {
+        if u64::from(geometry.model.layer_slots) == g.group_size
+            || (!partial.is_empty() && u64::from(geometry.model.layer_slots) == state_slots)
+        {
             ""
         } else {
             " (fewer slots than vLLM's group size, to keep the sweep small)"

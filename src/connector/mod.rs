@@ -15,6 +15,7 @@
 //! never the harness (see docs/architecture.md).
 
 pub(crate) mod block_mapping;
+pub(crate) mod conv_split;
 pub(crate) mod desc_ids;
 pub(crate) mod handshake;
 pub(crate) mod local_lists;

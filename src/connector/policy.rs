@@ -100,6 +100,21 @@ pub enum MambaExpansion {
     RatioExpanded,
 }
 
+/// How the conv state's sub-projections (x | B | C, Q | K | V) are located
+/// in the peer's page when the engines' TP sizes differ.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConvSplit {
+    /// From both engines' own widths: replicated Mamba2 groups are moved
+    /// once, whole, into every decode rank that holds them.
+    #[default]
+    PeerWidths,
+    /// The local widths scaled by the TP ratio (vLLM 0.33.0's
+    /// `remote_conv_offsets`): right only when every sub-projection is
+    /// sharded on both engines.
+    LocalWidthsScaled,
+}
+
 /// Whether a handshake check refuses or accepts a combination.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -202,6 +217,8 @@ pub struct Policy {
     pub remote_id_expansion: RemoteIdExpansion,
     /// Whether mamba state descriptors follow the block-size ratio.
     pub mamba_expansion: MambaExpansion,
+    /// Where each conv sub-projection lies in the peer's page.
+    pub conv_split: ConvSplit,
     /// The push (WRITE) protocol: handshake, completion, ratio, replicated pages.
     pub push: PushProtocol,
     /// Which pairings the handshake refuses.
@@ -210,10 +227,12 @@ pub struct Policy {
 
 impl Policy {
     /// vLLM 0.33.0 as released: end-trim prefix alignment, its push
-    /// protocol, and NHD pages accepted when gathering replicated heads.
+    /// protocol, NHD pages accepted when gathering replicated heads, and
+    /// conv offsets scaled from the local widths.
     pub fn vllm_0_33_0() -> Policy {
         Policy {
             prefix_alignment: PrefixAlignment::EndTrim,
+            conv_split: ConvSplit::LocalWidthsScaled,
             push: PushProtocol::VLLM_0_33_0,
             handshake: HandshakeStrictness {
                 gathered_replicated_heads_nhd: Acceptance::Accept,

@@ -176,7 +176,8 @@ impl Worker {
                     .and_then(|v| v.get(position))
                     .map(|(h, _)| *h)
             } else {
-                self.local_handle(1, engine.block_size, position, 1)
+                self.share_handle(t, engine.block_size)
+                    .or_else(|| self.local_handle(1, engine.block_size, position, 1))
             }
             .ok_or(PlanError::NoLocalList)?;
             let blocks = TransferBlocks {

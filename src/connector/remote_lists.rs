@@ -9,34 +9,6 @@ use super::tp_mapping::TpMapping;
 use crate::geometry::SubRegion;
 use crate::nixl::{DescList, StridedRun};
 
-/// Offsets of this rank's conv sub-projection slices inside one remote page.
-/// `local_sizes` are the local sub-projection byte sizes; `slice` is this
-/// rank's slice index when the remote page is bigger (tp_ratio > 1).
-pub fn remote_conv_offsets(local_sizes: &[u64], slice: u64, tp_ratio: i32) -> Vec<SubRegion> {
-    let mut base = 0;
-    local_sizes
-        .iter()
-        .map(|&size| {
-            if tp_ratio >= 1 {
-                let sub = SubRegion {
-                    offset: base + slice * size,
-                    size,
-                };
-                base += size * tp_ratio.unsigned_abs() as u64;
-                sub
-            } else {
-                let remote_size = size / u64::from(tp_ratio.unsigned_abs());
-                let sub = SubRegion {
-                    offset: base,
-                    size: remote_size,
-                };
-                base += remote_size;
-                sub
-            }
-        })
-        .collect()
-}
-
 /// Attention part of a remote rank's list. With `sub_pages > 1` (kvgeom's
 /// push into larger decode kernel blocks) every remote page is split into
 /// that many sub-pages, each receiving one whole local page.
@@ -83,16 +55,16 @@ pub fn attention_runs(
     runs
 }
 
-/// Mamba part of a remote rank's list.
+/// Mamba part of a remote rank's list; `conv` are the conv sub-projection
+/// pieces of the remote page (`conv_split.rs`).
 pub fn mamba_runs(
     reg: &Registration,
     tp_rank: u32,
     meta: &HandshakeMetadata,
     tp_ratio: i32,
+    conv: &[SubRegion],
 ) -> Vec<StridedRun> {
     let slice = u64::from(tp_rank % tp_ratio.max(1) as u32);
-    let local_sizes: Vec<u64> = reg.conv_offsets.iter().map(|s| s.size).collect();
-    let conv = remote_conv_offsets(&local_sizes, slice, tp_ratio);
     let ssm_read = if tp_ratio >= 1 {
         reg.ssm_sizes.1
     } else {
@@ -104,7 +76,7 @@ pub fn mamba_runs(
     for &i in &reg.ssm_regions {
         let base = meta.kv_caches_base_addr[i];
         let stride = meta.block_strides[i] * remote_ppl;
-        for sub in &conv {
+        for sub in conv {
             runs.push(StridedRun {
                 addr: base + sub.offset,
                 len: sub.size,
@@ -135,30 +107,11 @@ pub fn remote_list(
     ratio: u32,
     sub_pages: u32,
     tp_ratio: i32,
+    conv: &[SubRegion],
 ) -> DescList {
     let mut runs = attention_runs(reg, mapping, first_attention_group, meta, ratio, sub_pages);
     if reg.has_mamba() {
-        runs.extend(mamba_runs(reg, tp_rank, meta, tp_ratio));
+        runs.extend(mamba_runs(reg, tp_rank, meta, tp_ratio, conv));
     }
     DescList::from_runs(runs)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn conv_offsets_follow_the_tp_direction() {
-        let sizes = [12, 12, 24];
-        let bigger: Vec<_> = remote_conv_offsets(&sizes, 1, 2)
-            .iter()
-            .map(|s| (s.offset, s.size))
-            .collect();
-        assert_eq!(bigger, [(12, 12), (36, 12), (72, 24)]);
-        let smaller: Vec<_> = remote_conv_offsets(&sizes, 0, -2)
-            .iter()
-            .map(|s| (s.offset, s.size))
-            .collect();
-        assert_eq!(smaller, [(0, 6), (6, 6), (12, 12)]);
-    }
 }

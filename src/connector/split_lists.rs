@@ -4,7 +4,7 @@
 
 use super::registration::Registration;
 use super::tp_mapping::TpMapping;
-use crate::geometry::GroupKind;
+use crate::geometry::{GroupKind, SubRegion};
 use crate::nixl::{DescList, StridedRun};
 
 /// Why split lists cannot be built.
@@ -19,6 +19,9 @@ pub enum SplitError {
 
 /// Build one list per entry of `mapping.all_source_ranks` from `src` (the
 /// local list at remote granularity); `num_fa` is the attention/state boundary.
+/// `conv`, when given, holds per source position the piece of each conv
+/// sub-projection in the local page (`conv_split.rs`); otherwise every
+/// state sub-region is split evenly over the sources, as vLLM does.
 pub fn split_lists(
     reg: &Registration,
     mapping: &TpMapping,
@@ -26,6 +29,7 @@ pub fn split_lists(
     src: &DescList,
     num_fa: u64,
     ratio: u32,
+    conv: Option<&[Vec<SubRegion>]>,
 ) -> Result<Vec<DescList>, SplitError> {
     let first = |kind| groups.iter().position(|g| *g == kind);
     let fa_splits = first(GroupKind::Attention)
@@ -62,14 +66,27 @@ pub fn split_lists(
         .enumerate()
         .map(|(position, &rank)| {
             let slot = u64::from(mapping.attention_slot(rank));
+            // State runs come per SSM region: each conv sub-projection, then the SSM state.
+            let per_region = reg.conv_offsets.len() + 1;
+            let mut state_run = 0;
             DescList::from_runs(runs.iter().map(|&(run, is_fa, replicated)| {
                 let mut run = run;
                 if is_fa && !replicated {
                     run.len /= fa_splits;
                     run.addr += slot * run.len;
                 } else if !is_fa && ssm_splits > 0 {
-                    run.len /= ssm_splits;
-                    run.addr += position as u64 * run.len;
+                    let part = state_run % per_region;
+                    state_run += 1;
+                    match conv.and_then(|c| c.get(position)?.get(part)) {
+                        Some(piece) => {
+                            run.addr = run.addr - reg.conv_offsets[part].offset + piece.offset;
+                            run.len = piece.size;
+                        }
+                        None => {
+                            run.len /= ssm_splits;
+                            run.addr += position as u64 * run.len;
+                        }
+                    }
                 }
                 run
             }))

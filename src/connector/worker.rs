@@ -4,18 +4,21 @@
 
 use std::collections::BTreeMap;
 
+use super::conv_split::{conv_pieces, remote_conv_offsets, ConvPeer, RankAt};
 use super::handshake::{self, HandshakeError, LocalSide};
 use super::local_lists;
 use super::metadata::HandshakeMetadata;
 use super::planner::{ListGeometry, PlanError, TransferGeometry};
-use super::policy::{DecodePushHandshake, Policy, PushRatioDirection, SplitListKey};
+use super::policy::{ConvSplit, DecodePushHandshake, Policy, PushRatioDirection, SplitListKey};
 use super::post_process::PageGeometry;
 use super::registration::{KvTensor, Registration};
 use super::remote_lists;
 use super::role::Role;
 use super::split_lists::split_lists;
 use super::tp_mapping::{compute_tp_mapping, TpMapping};
-use crate::geometry::{block_size_ratio, tp_ratio, EngineGeometry, GroupKind, Mode, ModelSpec};
+use crate::geometry::{
+    block_size_ratio, tp_ratio, EngineGeometry, GroupKind, Mode, ModelSpec, SubRegion,
+};
 use crate::nixl::{AgentId, DescList, DlistHandle, DlistTarget, MemKind, Nixl, NixlError};
 
 /// Everything a worker is configured with.
@@ -137,6 +140,9 @@ pub struct Worker {
     /// Local lists by the remote kernel block size they serve (own size first).
     pub(crate) lists_by_block_size: BTreeMap<u32, (DlistHandle, DescList)>,
     pub(crate) split_handles: BTreeMap<SplitKey, Vec<(DlistHandle, DescList)>>,
+    /// Push with `P_TP > D_TP` and replicated Mamba2 groups: this prefill
+    /// rank's list with only its share of the groups, by split key.
+    pub(crate) share_lists: BTreeMap<SplitKey, (DlistHandle, DescList)>,
     pub(crate) remotes: BTreeMap<String, RemoteEngine>,
 }
 
@@ -167,6 +173,7 @@ impl Worker {
             reg,
             lists_by_block_size,
             split_handles: BTreeMap::new(),
+            share_lists: BTreeMap::new(),
             remotes: BTreeMap::new(),
         })
     }
@@ -240,6 +247,13 @@ impl Worker {
                     list,
                 ));
             }
+        }
+        for ((t, size), (h, list)) in &self.share_lists {
+            out.push((
+                format!("local share of replicated groups (tp_ratio {t}, remote block {size})"),
+                *h,
+                list,
+            ));
         }
         for (engine, remote) in &self.remotes {
             for (rank, r) in &remote.ranks {
@@ -324,8 +338,8 @@ impl Worker {
         let views = self.peer_views(meta, remote_tp)?;
         let agent_name = nixl.add_remote_agent(self.agent, &meta.agent_metadata)?;
         let peer = self.check_pair(views, remote_tp)?;
-        self.prepare_local_lists(nixl, &peer)?;
-        let list = self.prepare_remote_list(nixl, &peer, &agent_name)?;
+        self.prepare_local_lists(nixl, &peer, remote_tp)?;
+        let list = self.prepare_remote_list(nixl, &peer, &agent_name, remote_rank, remote_tp)?;
         self.record_remote(remote_rank, remote_tp, &peer, &agent_name, Some(list));
         Ok(agent_name)
     }
@@ -411,6 +425,7 @@ impl Worker {
         &mut self,
         nixl: &mut dyn Nixl,
         peer: &CheckedPeer,
+        remote_tp: u32,
     ) -> Result<(), ConnectorError> {
         let (t, ratio) = (peer.tp_ratio, peer.ratio);
         let remote_block = peer.checked.block_size;
@@ -426,6 +441,7 @@ impl Worker {
                 .insert(remote_block, (handle, list));
         }
         let key = self.split_key(t, remote_block);
+        self.prepare_share_list(nixl, peer, remote_tp, key)?;
         if !self.needs_split_lists(t, &peer.mapping) || self.split_handles.contains_key(&key) {
             return Ok(());
         }
@@ -449,6 +465,7 @@ impl Worker {
                 ratio,
             )
         };
+        let conv = self.split_conv_pieces(peer, remote_tp);
         let lists = split_lists(
             &self.reg,
             &peer.mapping,
@@ -456,6 +473,7 @@ impl Worker {
             src,
             num_fa,
             split_ratio,
+            conv.as_deref(),
         )
         .map_err(HandshakeError::from)?;
         let mut handles = Vec::new();
@@ -472,13 +490,152 @@ impl Worker {
         Ok(())
     }
 
+    /// How this rank exchanges conv state with `remote_rank` of an engine of
+    /// `remote_tp` ranks: the destination's sources, and this one's position
+    /// among them (the position in the per-source lists when decode reads
+    /// from several prefill ranks; among the prefill ranks writing one
+    /// decode rank in push).
+    fn conv_peer(&self, peer: &CheckedPeer, remote_rank: u32, remote_tp: u32) -> ConvPeer {
+        let t = peer.tp_ratio;
+        let local_is_destination = self.cfg.role.is_decode();
+        let (position, ranks) = match (local_is_destination, t < 0) {
+            (true, true) => (
+                peer.mapping
+                    .all_source_ranks
+                    .iter()
+                    .position(|&r| r == remote_rank)
+                    .unwrap_or(0) as u32,
+                t.unsigned_abs(),
+            ),
+            (false, false) => (self.cfg.tp_rank % t.unsigned_abs(), t.unsigned_abs()),
+            _ => (0, 1),
+        };
+        ConvPeer {
+            local: RankAt {
+                tp_size: self.cfg.engine.tp_size,
+                tp_rank: self.cfg.tp_rank,
+            },
+            peer: RankAt {
+                tp_size: remote_tp,
+                tp_rank: remote_rank,
+            },
+            local_is_destination,
+            position,
+            ranks,
+        }
+    }
+
+    /// Under [`ConvSplit::PeerWidths`], the local piece of each conv
+    /// sub-projection per source position of the split lists; `None` splits
+    /// every state sub-region evenly (vLLM 0.33.0).
+    fn split_conv_pieces(&self, peer: &CheckedPeer, remote_tp: u32) -> Option<Vec<Vec<SubRegion>>> {
+        let spec = self.cfg.model.mamba.as_ref()?;
+        if self.cfg.policy.conv_split != ConvSplit::PeerWidths || !self.reg.has_mamba() {
+            return None;
+        }
+        Some(
+            peer.mapping
+                .all_source_ranks
+                .iter()
+                .map(|&r| {
+                    conv_pieces(spec, &self.conv_peer(peer, r, remote_tp))
+                        .iter()
+                        .map(|c| c.local)
+                        .collect()
+                })
+                .collect(),
+        )
+    }
+
+    /// Push with `P_TP > D_TP` under [`ConvSplit::PeerWidths`]: when this
+    /// prefill rank moves only a share of its conv state (replicated Mamba2
+    /// groups that the other writers of the decode rank hold too), the list
+    /// its WRITEs use, with those sub-projections narrowed to the share.
+    fn prepare_share_list(
+        &mut self,
+        nixl: &mut dyn Nixl,
+        peer: &CheckedPeer,
+        remote_tp: u32,
+        key: SplitKey,
+    ) -> Result<(), ConnectorError> {
+        let t = peer.tp_ratio;
+        let Some(spec) = self.cfg.model.mamba.as_ref() else {
+            return Ok(());
+        };
+        if self.cfg.role != Role::PushWriter
+            || t <= 1
+            || self.cfg.policy.conv_split != ConvSplit::PeerWidths
+            || !self.reg.has_mamba()
+            || self.share_lists.contains_key(&key)
+        {
+            return Ok(());
+        }
+        let target = self.cfg.tp_rank / t.unsigned_abs();
+        let pieces: Vec<SubRegion> = conv_pieces(spec, &self.conv_peer(peer, target, remote_tp))
+            .iter()
+            .map(|c| c.local)
+            .collect();
+        if pieces == self.reg.conv_offsets {
+            return Ok(());
+        }
+        let remote_block = peer.checked.block_size;
+        let base = if self.lists_by_block_size.contains_key(&remote_block) {
+            &self.lists_by_block_size[&remote_block].1
+        } else {
+            &self.lists_by_block_size[&self.reg.kernel_block].1
+        };
+        // The state runs close the list: per SSM region, each conv
+        // sub-projection, then the SSM state.
+        let per_region = self.reg.conv_offsets.len() + 1;
+        let first_state = base.runs().len() - self.state_lists() as usize;
+        let runs = base.runs().iter().enumerate().map(|(i, run)| {
+            let mut run = *run;
+            if let Some(k) = i.checked_sub(first_state) {
+                if let Some(piece) = pieces.get(k % per_region) {
+                    let sub = self.reg.conv_offsets[k % per_region];
+                    run.addr = run.addr - sub.offset + piece.offset;
+                    run.len = piece.size;
+                }
+            }
+            run
+        });
+        let list = DescList::from_runs(runs.collect::<Vec<_>>());
+        let handle = nixl.prepare_dlist(
+            self.agent,
+            &DlistTarget::Local,
+            self.cfg.platform_mem,
+            &list,
+        )?;
+        self.share_lists.insert(key, (handle, list));
+        Ok(())
+    }
+
+    /// The list a push WRITE to an engine `t` ranks narrower uses when this
+    /// rank moves only a share of replicated groups.
+    pub(crate) fn share_handle(&self, t: i32, remote_block: u32) -> Option<DlistHandle> {
+        self.share_lists
+            .get(&self.split_key(t, remote_block))
+            .map(|(h, _)| *h)
+    }
+
     /// The remote rank's list, prepared against its agent.
     fn prepare_remote_list(
         &self,
         nixl: &mut dyn Nixl,
         peer: &CheckedPeer,
         agent_name: &str,
+        remote_rank: u32,
+        remote_tp: u32,
     ) -> Result<RemoteList, ConnectorError> {
+        let conv = match &self.cfg.model.mamba {
+            Some(spec) if self.reg.has_mamba() => remote_conv_offsets(
+                self.cfg.policy.conv_split,
+                spec,
+                &self.conv_peer(peer, remote_rank, remote_tp),
+                peer.tp_ratio,
+            ),
+            _ => Vec::new(),
+        };
         let descs = remote_lists::remote_list(
             &self.reg,
             &peer.mapping,
@@ -488,6 +645,7 @@ impl Worker {
             peer.ratio,
             peer.sub_ratio,
             peer.tp_ratio,
+            &conv,
         );
         let handle = nixl.prepare_dlist(
             self.agent,

@@ -7,7 +7,7 @@ use crate::geometry::{
 
 use super::engine::{derive_engine, EngineDerivation, EngineOptions};
 use super::error::DeriveError;
-use super::families::ModelArch;
+use super::families::{MambaArch, ModelArch};
 
 /// Both engines' options and what the geometry file should hold besides.
 #[derive(Clone, Debug)]
@@ -21,36 +21,62 @@ pub struct PairOptions {
 }
 
 /// vLLM 0.33.0's KV-cache grouping for a hybrid model
-/// (`_get_kv_cache_groups_uniform_page_size`): every group holds
+/// (`_get_kv_cache_groups_uniform_page_size`): every group holds at most
 /// `group_size` layers, the smaller layer count of the two kinds, or the
 /// larger when it is below 1.5 times the smaller; each kind fills
-/// `ceil(layers / group_size)` groups (the last may be partly filled), the
-/// kinds in the order of their first layer.
+/// `ceil(layers / group_size)` groups, group `i` taking every
+/// `groups`-th layer from layer `i`, the kinds in the order of their first
+/// layer. Layer `l` of every group overlays layer slot `l`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LayerGroups {
-    /// Layers per KV-cache group (also the default layer slots).
+    /// Layers per KV-cache group at most (also the default layer slots).
     pub group_size: u64,
     /// The kind of each group, in vLLM's order.
     pub groups: Vec<GroupKind>,
-    /// Layers per kind, to say how full the last group of each kind is.
+    /// The layers each group holds (fewer than `group_size` in a partly
+    /// filled group), in the order of `groups`.
+    pub layers_per_group: Vec<u64>,
+    /// Layers per kind, to say how full the groups of each kind are.
     pub attention_layers: u64,
     /// Layers with mamba state.
     pub mamba_layers: u64,
 }
 
-/// The KV-cache groups of `model`; a model with one kind of layer has one
-/// group of all its layers.
-pub fn layer_groups(model: &ModelArch) -> LayerGroups {
-    let (a, m) = (model.attention_layers, model.mamba_layers);
-    if model.mamba.is_none() || m == 0 || a == 0 {
+impl LayerGroups {
+    /// The layer slots (from slot 0) that hold a layer of `kind`: those of
+    /// its fullest group.
+    pub fn slots_of(&self, kind: GroupKind) -> u64 {
+        self.groups
+            .iter()
+            .zip(&self.layers_per_group)
+            .filter(|(k, _)| **k == kind)
+            .map(|(_, n)| *n)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// `layers` of one kind in groups of at most `size`: the layers of each group.
+fn fill(layers: u64, size: u64) -> Vec<u64> {
+    let groups = layers.div_ceil(size);
+    (0..groups).map(|i| (layers - i).div_ceil(groups)).collect()
+}
+
+/// The KV-cache groups of a model with `attention` and `mamba` layers, the
+/// mamba layers first when `mamba_first`.
+pub fn layer_groups_of(attention: u64, mamba: u64, mamba_first: bool) -> LayerGroups {
+    let (a, m) = (attention, mamba);
+    if m == 0 || a == 0 {
         let kind = if a > 0 {
             GroupKind::Attention
         } else {
             GroupKind::Mamba
         };
+        let size = a.max(m).max(1);
         return LayerGroups {
-            group_size: a.max(m).max(1),
+            group_size: size,
             groups: vec![kind],
+            layers_per_group: vec![size],
             attention_layers: a,
             mamba_layers: m,
         };
@@ -58,19 +84,46 @@ pub fn layer_groups(model: &ModelArch) -> LayerGroups {
     let (min, max) = (a.min(m), a.max(m));
     // max < 1.5 * min, in integers.
     let group_size = if 2 * max < 3 * min { max } else { min };
-    let attention = vec![GroupKind::Attention; a.div_ceil(group_size) as usize];
-    let mamba = vec![GroupKind::Mamba; m.div_ceil(group_size) as usize];
-    let groups = if model.mamba_first {
-        [mamba, attention].concat()
+    let attention = fill(a, group_size);
+    let mamba = fill(m, group_size);
+    let kinds = |kind, n: &Vec<u64>| vec![kind; n.len()];
+    let (groups, layers_per_group) = if mamba_first {
+        (
+            [
+                kinds(GroupKind::Mamba, &mamba),
+                kinds(GroupKind::Attention, &attention),
+            ]
+            .concat(),
+            [mamba, attention].concat(),
+        )
     } else {
-        [attention, mamba].concat()
+        (
+            [
+                kinds(GroupKind::Attention, &attention),
+                kinds(GroupKind::Mamba, &mamba),
+            ]
+            .concat(),
+            [attention, mamba].concat(),
+        )
     };
     LayerGroups {
         group_size,
         groups,
+        layers_per_group,
         attention_layers: a,
         mamba_layers: m,
     }
+}
+
+/// The KV-cache groups of `model`; a model with one kind of layer has one
+/// group of all its layers.
+pub fn layer_groups(model: &ModelArch) -> LayerGroups {
+    let mamba = if model.mamba.is_some() {
+        model.mamba_layers
+    } else {
+        0
+    };
+    layer_groups_of(model.attention_layers, mamba, model.mamba_first)
 }
 
 /// A derived pair: both engines and the geometry.
@@ -120,9 +173,26 @@ fn attention_spec(e: &EngineDerivation) -> Result<AttentionSpec, DeriveError> {
     })
 }
 
+/// Whether the engine replicates its Mamba2 groups (TP does not divide them).
+fn replicates_groups(e: &EngineDerivation, model: &ModelArch) -> bool {
+    match (&e.mamba, &model.mamba) {
+        (Some(state), Some(MambaArch::Mamba2 { n_groups, .. })) => {
+            state.groups_after_replication != Some(*n_groups)
+        }
+        _ => false,
+    }
+}
+
 /// The mamba table of the file: channel totals over TP, as the format
-/// requires (one rank holds `total / tp`).
-fn mamba_spec(e: &EngineDerivation) -> Result<Option<MambaSpec>, DeriveError> {
+/// requires (one rank holds `total / tp`). With `groups` (a pair where an
+/// engine replicates Mamba2 groups), B and C are the model's `n_groups x
+/// state size` channels and `n_groups` is stated, so that each engine's
+/// per-rank widths follow from its own TP.
+fn mamba_spec(
+    e: &EngineDerivation,
+    model: &ModelArch,
+    groups: bool,
+) -> Result<Option<MambaSpec>, DeriveError> {
     let Some(m) = &e.mamba else { return Ok(None) };
     let kind = match m.kind {
         "mamba1" => MambaKind::Mamba1,
@@ -130,17 +200,33 @@ fn mamba_spec(e: &EngineDerivation) -> Result<Option<MambaSpec>, DeriveError> {
         "gdn" => MambaKind::Gdn,
         _ => MambaKind::Kda,
     };
-    let conv_dims = m
+    let mut conv_dims = m
         .conv_split
         .iter()
         .map(|c| u32_of(c * e.tp, "conv channels"))
         .collect::<Result<Vec<_>, _>>()?;
+    let mut n_groups = None;
+    if let (
+        true,
+        Some(MambaArch::Mamba2 {
+            n_groups: g,
+            state_size,
+            ..
+        }),
+    ) = (groups, &model.mamba)
+    {
+        let bc = u32_of(g * state_size, "B/C channels")?;
+        conv_dims[1] = bc;
+        conv_dims[2] = bc;
+        n_groups = Some(u32_of(*g, "Mamba2 groups")?);
+    }
     Ok(Some(MambaSpec {
         kind,
         conv_dims,
         conv_rows: u32_of(m.conv_shape[1], "conv rows")?,
         conv_dtype_bytes: if m.conv_dtype == "float32" { 4 } else { 2 },
         ssm_state_bytes: m.ssm_bytes * e.tp,
+        n_groups,
     }))
 }
 
@@ -160,8 +246,8 @@ fn engine_geometry(e: &EngineDerivation, mla: bool) -> Result<EngineGeometry, De
 
 /// Derive both engines and the geometry file for the pair. Fails when an
 /// engine fails, when the engines disagree on what the file states once for
-/// the model (attention, mamba state), when Mamba2 groups are replicated
-/// differently at the two TP sizes, or when `--layer-slots` is 0.
+/// the model (attention, mamba state), or when `--layer-slots` is 0 or more
+/// than the slots that hold a mamba layer.
 pub fn derive_pair(
     model: &ModelArch,
     options: &PairOptions,
@@ -174,33 +260,42 @@ pub fn derive_pair(
         attention_spec(&prefill)?,
         attention_spec(&decode)?,
     )?;
-    let (p_mamba, d_mamba) = (mamba_spec(&prefill)?, mamba_spec(&decode)?);
-    if p_mamba != d_mamba {
-        let (p, d) = (prefill.mamba.as_ref(), decode.mamba.as_ref());
-        let replicated = p.and_then(|s| s.groups_after_replication)
-            != d.and_then(|s| s.groups_after_replication);
-        if replicated {
-            return Err(DeriveError::Unsupported(format!(
-                "Mamba2 groups are replicated differently on the two engines (prefill TP {} holds {} conv channels per rank, \
-                 decode TP {} holds {}), so per-rank conv widths cannot be derived from one total over TP: \
-                 the geometry format cannot state this pair yet",
-                prefill.tp,
-                p.map_or(0, |s| s.conv_shape[0]),
-                decode.tp,
-                d.map_or(0, |s| s.conv_shape[0]),
-            )));
-        }
-        same("mamba state", p_mamba.clone(), d_mamba)?;
-    }
+    // Replicated Mamba2 groups: the file states n_groups, and B and C as the
+    // model's channels, so that each engine's widths follow from its TP.
+    let replicated = replicates_groups(&prefill, model) || replicates_groups(&decode, model);
+    let p_mamba = mamba_spec(&prefill, model, replicated)?;
+    let p_mamba = same(
+        "mamba state",
+        p_mamba,
+        mamba_spec(&decode, model, replicated)?,
+    )?;
     let mla = attention.is_mla();
+    // A geometry file gives every group a layer in every slot. Where the
+    // mamba layers reach fewer slots than the group size, vLLM registers no
+    // state in the other slots (`_ssm_region_indices`), so only the slots
+    // holding both kinds are modelled; attention covers every slot in
+    // vLLM's lists whether or not a layer uses it.
+    let state_slots = if groups.groups.contains(&GroupKind::Mamba) {
+        groups.slots_of(GroupKind::Mamba)
+    } else {
+        groups.group_size
+    };
     let layer_slots = match options.layer_slots {
         Some(0) => {
             return Err(DeriveError::ZeroOption {
                 option: "--layer-slots",
             })
         }
+        Some(n) if u64::from(n) > state_slots => {
+            return Err(DeriveError::Unsupported(format!(
+                "--layer-slots {n}: only the first {state_slots} of vLLM's {} layer slots hold a mamba layer \
+                 ({} mamba layers in groups of {}); a geometry file gives every group a layer in every slot, \
+                 so at most {state_slots} slots can be modelled",
+                groups.group_size, groups.mamba_layers, groups.group_size
+            )))
+        }
         Some(n) => n,
-        None => u32_of(groups.group_size, "layer slots")?,
+        None => u32_of(state_slots, "layer slots")?,
     };
     let geometry = Geometry {
         name: String::new(),
@@ -256,5 +351,24 @@ mod tests {
         // Pure MLA: one group of all layers.
         let d = groups_of("deepseek-v3.json");
         assert_eq!((d.group_size, d.groups), (61, vec![A]));
+    }
+
+    #[test]
+    fn groups_take_every_nth_layer_so_a_kind_may_miss_slots() {
+        use GroupKind::{Attention as A, Mamba as M};
+        // 20 KDA layers in groups of 7: 7, 7, 6; every slot holds one.
+        let k = layer_groups_of(7, 20, true);
+        assert_eq!(k.layers_per_group, [7, 7, 6, 7]);
+        assert_eq!((k.slots_of(M), k.slots_of(A)), (7, 7));
+        // 15 in groups of 7: three groups of 5, so slots 5 and 6 hold no mamba layer.
+        let s = layer_groups_of(7, 15, true);
+        assert_eq!(s.slots_of(M), 5);
+        assert_eq!(
+            (s.groups, s.layers_per_group),
+            (vec![M, M, M, A], vec![5, 5, 5, 7])
+        );
+        // 13 attention and 20 mamba layers: groups of 13, the mamba ones of 10.
+        let t = layer_groups_of(13, 20, false);
+        assert_eq!(t.layers_per_group, [13, 10, 10]);
     }
 }

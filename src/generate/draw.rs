@@ -19,8 +19,8 @@
 use arbitrary::{Result, Unstructured};
 
 use crate::geometry::{
-    AttentionSpec, EngineGeometry, Geometry, GroupKind, KvLayout, MambaKind, MambaSpec, Mode,
-    ModelSpec,
+    AttentionSpec, EngineGeometry, ExpectedRejection, Geometry, GroupKind, KvLayout, MambaKind,
+    MambaSpec, Mode, ModelSpec,
 };
 use crate::scheduler::{request_shape, DecodeAllocation};
 
@@ -224,7 +224,7 @@ pub(crate) fn draw(u: &mut Unstructured<'_>, refusal: Option<Refusal>) -> Result
         prefill,
         decode,
         prompts: None,
-        expect_rejection: refusal.map(|r| r.message().to_string()),
+        expect_rejection: refusal.map(|r| ExpectedRejection::both(r.message())),
     };
     let max_logical = geometry
         .prefill
@@ -524,12 +524,20 @@ fn draw_mamba(
         MambaKind::Gdn => units[1] = units[0],
         MambaKind::Mamba1 | MambaKind::Kda => {}
     }
+    // Mamba2 with one B/C group (Falcon-H1, Granite-4.0-H, Zamba2): every
+    // rank at TP > 1 holds the whole group, so B and C need not split.
+    let one_group = kind == MambaKind::Mamba2 && u.arbitrary::<bool>()?;
     let spec = |units: &[u32], rows, dtype, ssm_units: u64| MambaSpec {
         kind,
-        conv_dims: units.iter().map(|c| c * unit).collect(),
+        conv_dims: units
+            .iter()
+            .enumerate()
+            .map(|(j, c)| if one_group && j > 0 { *c } else { c * unit })
+            .collect(),
         conv_rows: rows,
         conv_dtype_bytes: dtype,
         ssm_state_bytes: ssm_units * u64::from(unit),
+        n_groups: one_group.then_some(1),
     };
     let rows = u.int_in_range(1..=MAX_CONV_ROWS)?;
     let dtype = pick(u, &DTYPE_BYTES)?;

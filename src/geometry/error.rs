@@ -147,6 +147,11 @@ pub enum Rule {
     /// A file naming `model.hf_config`: what derivation found wrong.
     #[error("{0}")]
     Derived(String),
+    /// An `expect_rejection` table that names no mode.
+    #[error(
+        "names no mode: give `pull`, `push` or both (`{{ push = \"...\" }}`), or one string for both modes"
+    )]
+    NoRejectedMode,
     /// A string with a line break.
     #[error("must be one line")]
     MultiLine,
@@ -242,6 +247,38 @@ pub enum Rule {
         value: u64,
         /// What is being split, plural: "conv channels", "SSM state bytes".
         what: &'static str,
+        /// The engine.
+        engine: Engine,
+        /// Its TP size.
+        tp: u32,
+    },
+    /// `n_groups` on a mamba kind without B/C groups.
+    #[error(
+        "n_groups only applies to kind \"mamba2\" (its B and C groups), found kind \"{}\"",
+        mamba_kind_name(*kind)
+    )]
+    GroupsNotMamba2 {
+        /// The mamba kind.
+        kind: MambaKind,
+    },
+    /// B (and C) channels that are not a whole number of groups.
+    #[error("{channels} B channels are not a whole number of {groups} groups")]
+    GroupsDoNotSplitChannels {
+        /// B channels over all ranks.
+        channels: u32,
+        /// The model's groups.
+        groups: u32,
+    },
+    /// Mamba2 groups that TP neither divides nor can replicate (vLLM
+    /// replicates only a single group).
+    #[error(
+        "{groups} Mamba2 groups do not split over {engine}.tp_size = {tp}; vLLM replicates \
+         groups only when there is one (\"If tensor parallel world size does not divide \
+         num_groups, then num_groups must equal 1.\")"
+    )]
+    GroupsVsTp {
+        /// The model's groups.
+        groups: u32,
         /// The engine.
         engine: Engine,
         /// Its TP size.

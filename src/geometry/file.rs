@@ -16,7 +16,7 @@ use serde::Deserialize;
 use super::engine::EngineGeometry;
 use super::error::{mamba_kind_name, GeometryError, Rule, Violation};
 use super::model::{AttentionSpec, GroupKind, KvLayout, MambaKind, MambaSpec, ModelSpec};
-use super::pair::Geometry;
+use super::pair::{ExpectedRejection, Geometry};
 use super::validate::{validate, MAX_PROMPTS};
 
 /// Parse and validate one geometry. `source` is the file path or another name
@@ -80,7 +80,7 @@ struct GeometryFile {
     #[serde(default)]
     prompts: Option<Vec<PromptEntry>>,
     #[serde(default)]
-    expect_rejection: Option<String>,
+    expect_rejection: Option<RejectionFile>,
     model: ModelFile,
     prefill: EngineFile,
     decode: EngineFile,
@@ -122,6 +122,8 @@ struct MambaFile {
     conv_rows: u32,
     conv_dtype_bytes: u32,
     ssm_state_bytes: u64,
+    #[serde(default)]
+    n_groups: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -144,6 +146,45 @@ struct EngineFile {
 
 fn default_layout() -> KvLayout {
     KvLayout::Nhd
+}
+
+/// `expect_rejection`: one text for both modes, or a table naming the modes
+/// (`{ pull = "...", push = "..." }`) in which the pair must be refused.
+#[derive(Debug)]
+struct RejectionFile(ExpectedRejection);
+
+impl<'de> Deserialize<'de> for RejectionFile {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct RejectionVisitor;
+        impl<'de> Visitor<'de> for RejectionVisitor {
+            type Value = RejectionFile;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string (both modes) or a table with `pull` and/or `push` strings")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RejectionFile, E> {
+                Ok(RejectionFile(ExpectedRejection::both(v)))
+            }
+            fn visit_map<A: de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<RejectionFile, A::Error> {
+                let mut modes = ExpectedRejection::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    let slot = match key.as_str() {
+                        "pull" => &mut modes.pull,
+                        "push" => &mut modes.push,
+                        _ => return Err(de::Error::unknown_field(&key, &["pull", "push"])),
+                    };
+                    if slot.is_some() {
+                        return Err(de::Error::custom(format_args!("duplicate field `{key}`")));
+                    }
+                    *slot = Some(map.next_value()?);
+                }
+                Ok(RejectionFile(modes))
+            }
+        }
+        deserializer.deserialize_any(RejectionVisitor)
+    }
 }
 
 /// One entry of `prompts`: a length, or an inclusive range string `"2..=39"`.
@@ -185,7 +226,7 @@ impl GeometryFile {
             prefill: self.prefill.into_engine(),
             decode: self.decode.into_engine(),
             prompts,
-            expect_rejection: self.expect_rejection,
+            expect_rejection: self.expect_rejection.map(|r| r.0),
         })
     }
 }
@@ -201,6 +242,7 @@ impl ModelFile {
                 conv_rows: m.conv_rows,
                 conv_dtype_bytes: m.conv_dtype_bytes,
                 ssm_state_bytes: m.ssm_state_bytes,
+                n_groups: m.n_groups,
             }),
             groups: self.groups,
             layer_slots: self.layer_slots,
@@ -340,7 +382,16 @@ fn write_toml(out: &mut String, g: &Geometry) -> fmt::Result {
         writeln!(out, "prompts = {}", list(compress_prompts(prompts)))?;
     }
     if let Some(expected) = &g.expect_rejection {
-        writeln!(out, "expect_rejection = {}", quoted(expected))?;
+        match expected.in_both() {
+            Some(text) => writeln!(out, "expect_rejection = {}", quoted(text))?,
+            None => {
+                let modes: Vec<String> = [("pull", &expected.pull), ("push", &expected.push)]
+                    .into_iter()
+                    .filter_map(|(mode, text)| Some(format!("{mode} = {}", quoted(text.as_ref()?))))
+                    .collect();
+                writeln!(out, "expect_rejection = {{ {} }}", modes.join(", "))?;
+            }
+        }
     }
     let model = &g.model;
     writeln!(out, "\n[model]")?;
@@ -376,6 +427,9 @@ fn write_toml(out: &mut String, g: &Geometry) -> fmt::Result {
         writeln!(out, "conv_rows = {}", m.conv_rows)?;
         writeln!(out, "conv_dtype_bytes = {}", m.conv_dtype_bytes)?;
         writeln!(out, "ssm_state_bytes = {}", m.ssm_state_bytes)?;
+        if let Some(groups) = m.n_groups {
+            writeln!(out, "n_groups = {groups}")?;
+        }
     }
     write_engine(out, "prefill", &g.prefill)?;
     write_engine(out, "decode", &g.decode)

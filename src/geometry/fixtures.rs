@@ -17,6 +17,7 @@ pub fn mla_kda(conv_dims: [u32; 3], ssm_state_bytes: u64) -> ModelSpec {
             conv_rows: 3,
             conv_dtype_bytes: 2,
             ssm_state_bytes,
+            n_groups: None,
         }),
         groups: vec![GroupKind::Attention, GroupKind::Mamba, GroupKind::Mamba],
         layer_slots: 2,

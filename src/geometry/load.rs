@@ -1,6 +1,6 @@
 //! Loading geometry files and folders of them from disk.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -32,10 +32,10 @@ pub fn load_geometry_with(
     parse(&path.display().to_string(), &text)
 }
 
-/// Load files and folders in the order given; a folder contributes its
-/// `*.toml` files (not recursive), sorted by file name. Fails on the first
-/// bad file, on a folder without geometry files, and when two files define
-/// the same geometry name.
+/// Load files and folders in the order given; a folder contributes the
+/// `*.toml` files under it ([`toml_files_in`]). Fails on the first bad file,
+/// on a folder without geometry files, and when two files define the same
+/// geometry name.
 pub fn load_geometries(paths: &[PathBuf]) -> Result<Vec<Geometry>, GeometryError> {
     let mut geometries = Vec::new();
     let mut first_source: HashMap<String, String> = HashMap::new();
@@ -62,27 +62,53 @@ pub fn load_geometries(paths: &[PathBuf]) -> Result<Vec<Geometry>, GeometryError
     Ok(geometries)
 }
 
-/// The `*.toml` files directly inside `dir`, sorted by file name.
+/// The `*.toml` files under `dir`, searched recursively: a folder's own
+/// files sorted by name, then each of its subfolders, sorted by name, in
+/// turn. Links are followed, but a folder already searched (a link back up
+/// the tree, two links to one folder) is searched once, so link loops end.
+/// Fails when nothing under `dir` is a geometry file.
 pub fn toml_files_in(dir: &Path) -> Result<Vec<PathBuf>, GeometryError> {
-    let read_error = |source| GeometryError::Read {
-        path: dir.to_path_buf(),
-        source,
-    };
     let mut files = Vec::new();
-    for entry in fs::read_dir(dir).map_err(read_error)? {
-        let path = entry.map_err(read_error)?.path();
-        // Every `*.toml` entry but a folder counts: one that is not a
-        // regular file (a device, a FIFO, a dangling or looping link) is then
-        // reported by name instead of being skipped in silence.
-        if path.extension().is_some_and(|ext| ext == "toml") && !path.is_dir() {
-            files.push(path);
-        }
-    }
+    let mut searched = HashSet::new();
+    collect_toml_files(dir, &mut searched, &mut files)?;
     if files.is_empty() {
         return Err(GeometryError::EmptyFolder {
             dir: dir.to_path_buf(),
         });
     }
-    files.sort_by(|a, b| a.file_name().cmp(&b.file_name()));
     Ok(files)
+}
+
+fn collect_toml_files(
+    dir: &Path,
+    searched: &mut HashSet<PathBuf>,
+    files: &mut Vec<PathBuf>,
+) -> Result<(), GeometryError> {
+    let read_error = |source| GeometryError::Read {
+        path: dir.to_path_buf(),
+        source,
+    };
+    if !searched.insert(fs::canonicalize(dir).map_err(read_error)?) {
+        return Ok(());
+    }
+    let mut own = Vec::new();
+    let mut folders = Vec::new();
+    for entry in fs::read_dir(dir).map_err(read_error)? {
+        let path = entry.map_err(read_error)?.path();
+        if path.is_dir() {
+            folders.push(path);
+        } else if path.extension().is_some_and(|ext| ext == "toml") {
+            // Every other `*.toml` entry counts: one that is not a regular
+            // file (a device, a FIFO, a dangling or looping link) is then
+            // reported by name instead of being skipped in silence.
+            own.push(path);
+        }
+    }
+    own.sort_by(|a, b| a.file_name().cmp(&b.file_name()));
+    folders.sort_by(|a, b| a.file_name().cmp(&b.file_name()));
+    files.extend(own);
+    for folder in folders {
+        collect_toml_files(&folder, searched, files)?;
+    }
+    Ok(())
 }

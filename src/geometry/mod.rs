@@ -15,5 +15,5 @@ pub use error::{Engine, GeometryError, Rule, Violation};
 pub use file::{parse_geometry, to_toml};
 pub use load::{load_geometries, load_geometry, load_geometry_with, toml_files_in};
 pub use model::{AttentionSpec, GroupKind, KvLayout, MambaKind, MambaSpec, ModelSpec, SubRegion};
-pub use pair::{Geometry, Mode, PairRatios};
+pub use pair::{ExpectedRejection, Geometry, Mode, PairRatios};
 pub use validate::validate;

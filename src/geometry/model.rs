@@ -126,13 +126,15 @@ impl MambaKind {
 }
 
 /// Mamba-style state of one layer. Every dimension is the model total and is
-/// sharded evenly across TP ranks.
+/// sharded evenly across TP ranks, except Mamba2's B and C when `n_groups`
+/// says they are replicated.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MambaSpec {
     /// Which mamba variant, which fixes how the conv state splits.
     pub kind: MambaKind,
     /// Channels of each conv sub-projection, summed over all TP ranks
-    /// (one entry for Mamba1, three otherwise).
+    /// (one entry for Mamba1, three otherwise). With `n_groups`, B and C are
+    /// the model's `n_groups x state size` channels, before any replication.
     pub conv_dims: Vec<u32>,
     /// Rows of conv state kept per channel (conv kernel width - 1).
     pub conv_rows: u32,
@@ -140,6 +142,12 @@ pub struct MambaSpec {
     pub conv_dtype_bytes: u32,
     /// Bytes of the temporal (SSM) state, summed over all TP ranks.
     pub ssm_state_bytes: u64,
+    /// Mamba2 only: the model's B/C groups. At a TP size that does not
+    /// divide them (vLLM then requires one group) every rank holds the whole
+    /// group: B and C are replicated, not sharded. `None`: B and C are
+    /// sharded at every TP size.
+    #[serde(default)]
+    pub n_groups: Option<u32>,
 }
 
 /// One conv sub-projection inside a mamba page: byte offset from the page start and size.
@@ -152,16 +160,53 @@ pub struct SubRegion {
 }
 
 impl MambaSpec {
+    /// Whether conv sub-projection `j` is replicated at `tp_size`: Mamba2's B
+    /// and C when TP does not divide `n_groups` (vLLM's
+    /// `extra_groups_for_head_shards`: each rank then holds whole groups).
+    pub fn is_replicated(&self, j: usize, tp_size: u32) -> bool {
+        self.kind == MambaKind::Mamba2 && j > 0 && self.n_groups.is_some_and(|g| g % tp_size != 0)
+    }
+
+    /// Channels of conv sub-projection `j` on one rank at `tp_size`.
+    pub fn rank_channels(&self, j: usize, tp_size: u32) -> u32 {
+        let dim = self.conv_dims[j];
+        match self.n_groups {
+            // n_groups + (tp - n_groups) groups over tp ranks: one group each.
+            Some(groups) if self.is_replicated(j, tp_size) => dim / groups,
+            _ => dim / tp_size,
+        }
+    }
+
+    /// Channels of the full (all-rank) state before rank `tp_rank`'s slice
+    /// of conv sub-projection `j` at `tp_size`: `tp_rank x` its width when
+    /// sharded; for replicated groups, the first channel of the group the
+    /// rank holds (rank `r` holds group `r x n_groups / tp`).
+    pub fn rank_first_channel(&self, j: usize, tp_size: u32, tp_rank: u32) -> u64 {
+        let width = u64::from(self.rank_channels(j, tp_size));
+        match self.n_groups {
+            Some(groups) if self.is_replicated(j, tp_size) => {
+                u64::from(tp_rank) * u64::from(groups) / u64::from(tp_size) * width
+            }
+            _ => u64::from(tp_rank) * width,
+        }
+    }
+
+    /// Bytes of one conv channel's state (its rows).
+    pub fn channel_bytes(&self) -> u64 {
+        u64::from(self.conv_rows) * u64::from(self.conv_dtype_bytes)
+    }
+
     /// Bytes of each conv sub-projection on one rank.
     pub fn conv_projection_bytes(&self, tp_size: u32) -> Vec<u64> {
-        self.conv_dims
-            .iter()
-            .map(|d| {
-                u64::from(d / tp_size)
-                    * u64::from(self.conv_rows)
-                    * u64::from(self.conv_dtype_bytes)
-            })
+        (0..self.conv_dims.len())
+            .map(|j| u64::from(self.rank_channels(j, tp_size)) * self.channel_bytes())
             .collect()
+    }
+
+    /// Byte of the full (all-rank) state of conv sub-projection `j` where
+    /// rank `tp_rank`'s slice starts.
+    pub fn conv_global_start(&self, j: usize, tp_size: u32, tp_rank: u32) -> u64 {
+        self.rank_first_channel(j, tp_size, tp_rank) * self.channel_bytes()
     }
 
     /// Contiguous conv sub-projections of one rank's page, from offset 0.

@@ -47,10 +47,48 @@ pub struct Geometry {
     pub decode: EngineGeometry,
     /// Prompt lengths to sweep; `None` means the default residue sweep.
     pub prompts: Option<Vec<u32>>,
-    /// Set when the connector must refuse this pair at handshake: a substring
-    /// of the expected rejection message. A sweep then passes a case only if
-    /// the handshake rejects it loudly with that message.
-    pub expect_rejection: Option<String>,
+    /// Set when the connector must refuse this pair at handshake, in one
+    /// mode or both: a substring of the expected rejection message. A sweep
+    /// then passes a case of that mode only if the handshake rejects it
+    /// loudly with that message.
+    pub expect_rejection: Option<ExpectedRejection>,
+}
+
+/// The handshake refusal a geometry expects, per mode: the text the error
+/// must contain, or `None` for a mode in which the pair must work.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ExpectedRejection {
+    /// Expected in pull mode.
+    pub pull: Option<String>,
+    /// Expected in push mode.
+    pub push: Option<String>,
+}
+
+impl ExpectedRejection {
+    /// The same refusal in both modes (the single-string form of the file).
+    pub fn both(text: impl Into<String>) -> Self {
+        let text = text.into();
+        ExpectedRejection {
+            pull: Some(text.clone()),
+            push: Some(text),
+        }
+    }
+
+    /// The text expected in `mode`, if the pair must be refused there.
+    pub fn in_mode(&self, mode: Mode) -> Option<&str> {
+        match mode {
+            Mode::Pull => self.pull.as_deref(),
+            Mode::Push => self.push.as_deref(),
+        }
+    }
+
+    /// The text, when both modes expect the same refusal.
+    pub fn in_both(&self) -> Option<&str> {
+        match (&self.pull, &self.push) {
+            (Some(a), Some(b)) if a == b => Some(a),
+            _ => None,
+        }
+    }
 }
 
 /// Ratios derived for a P/D pair, seen from D (pull) and from P (push).
@@ -82,6 +120,11 @@ impl Geometry {
             decode_ppl: d.ppl(),
             prefill_ppl: p.ppl(),
         }
+    }
+
+    /// The refusal expected in `mode`, if the pair must be refused there.
+    pub fn expected_rejection(&self, mode: Mode) -> Option<&str> {
+        self.expect_rejection.as_ref()?.in_mode(mode)
     }
 
     /// Tokens whose KV is transferred for a prompt of `prompt_len` tokens:

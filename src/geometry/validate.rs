@@ -61,7 +61,18 @@ fn check_text(geometry: &Geometry) -> Result<(), Violation> {
         ));
     }
     if let Some(expected) = &geometry.expect_rejection {
-        check_one_line("expect_rejection", expected)?;
+        if let Some(text) = expected.in_both() {
+            check_one_line("expect_rejection", text)?;
+        } else {
+            if expected.pull.is_none() && expected.push.is_none() {
+                return Err(Violation::new("expect_rejection", Rule::NoRejectedMode));
+            }
+            for (mode, text) in [("pull", &expected.pull), ("push", &expected.push)] {
+                if let Some(text) = text {
+                    check_one_line(&format!("expect_rejection.{mode}"), text)?;
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -196,7 +207,25 @@ fn check_mamba(mamba: &MambaSpec) -> Result<(), Violation> {
     }
     positive("model.mamba.conv_rows", mamba.conv_rows.into())?;
     dtype("model.mamba.conv_dtype_bytes", mamba.conv_dtype_bytes)?;
-    positive("model.mamba.ssm_state_bytes", mamba.ssm_state_bytes)
+    positive("model.mamba.ssm_state_bytes", mamba.ssm_state_bytes)?;
+    if let Some(groups) = mamba.n_groups {
+        const FIELD: &str = "model.mamba.n_groups";
+        if mamba.kind != MambaKind::Mamba2 {
+            return Err(Violation::new(
+                FIELD,
+                Rule::GroupsNotMamba2 { kind: mamba.kind },
+            ));
+        }
+        positive(FIELD, groups.into())?;
+        let channels = mamba.conv_dims[1];
+        if channels % groups != 0 {
+            return Err(Violation::new(
+                "model.mamba.conv_dims[1]",
+                Rule::GroupsDoNotSplitChannels { channels, groups },
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn check_engine(engine: Engine, geom: &EngineGeometry) -> Result<(), Violation> {
@@ -235,8 +264,17 @@ fn check_tp_split(model: &ModelSpec, engine: Engine, tp: u32) -> Result<(), Viol
         }
     }
     if let Some(mamba) = &model.mamba {
+        if let Some(groups) = mamba.n_groups {
+            if groups % tp != 0 && groups != 1 {
+                return Err(Violation::new(
+                    "model.mamba.n_groups",
+                    Rule::GroupsVsTp { groups, engine, tp },
+                ));
+            }
+        }
         for (i, dim) in mamba.conv_dims.iter().enumerate() {
-            if dim % tp != 0 {
+            // Replicated groups: every rank holds whole groups, nothing is split.
+            if dim % tp != 0 && !mamba.is_replicated(i, tp) {
                 return Err(Violation::new(
                     format!("model.mamba.conv_dims[{i}]"),
                     Rule::NotSplitOverTp {
@@ -281,7 +319,9 @@ fn attention_bytes_per_token(attention: &AttentionSpec, tp: u32) -> u128 {
 
 /// `(conv, ssm)` state bytes of one rank.
 fn mamba_state_bytes(mamba: &MambaSpec, tp: u32) -> (u128, u128) {
-    let channels: u128 = mamba.conv_dims.iter().map(|d| u128::from(d / tp)).sum();
+    let channels: u128 = (0..mamba.conv_dims.len())
+        .map(|j| u128::from(mamba.rank_channels(j, tp)))
+        .sum();
     let conv = channels * u128::from(mamba.conv_rows) * u128::from(mamba.conv_dtype_bytes);
     let ssm = u128::from(mamba.ssm_state_bytes / u64::from(tp));
     (conv, ssm)

@@ -28,6 +28,7 @@ pub(crate) fn gqa(total_kv_heads: u32, mamba: bool) -> ModelSpec {
             conv_rows: 3,
             conv_dtype_bytes: 2,
             ssm_state_bytes: 64,
+            n_groups: None,
         }),
         groups: if mamba {
             vec![GroupKind::Attention, GroupKind::Mamba]

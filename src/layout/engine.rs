@@ -49,6 +49,11 @@ pub struct MambaPage {
     pub conv: Vec<SubRegion>,
     /// The SSM temporal state, right after the conv state.
     pub ssm: SubRegion,
+    /// Byte of the full (all-rank) state where each conv sub-projection of
+    /// this rank starts: `rank x size` when sharded, the held group's start
+    /// when Mamba2 groups are replicated.
+    #[serde(default)]
+    pub conv_global: Vec<u64>,
 }
 
 impl MambaPage {
@@ -153,6 +158,9 @@ impl EngineLayout {
                 let conv = spec.conv_offsets(tp_size);
                 let (conv_size, ssm_size) = spec.ssm_sizes(tp_size);
                 let page = MambaPage {
+                    conv_global: (0..conv.len())
+                        .map(|j| spec.conv_global_start(j, tp_size, tp_rank))
+                        .collect(),
                     conv,
                     ssm: SubRegion {
                         offset: conv_size,
@@ -446,14 +454,18 @@ impl EngineLayout {
     }
 
     /// Global byte of the full (all-rank) state for byte `offset` of `part`
-    /// on this rank: rank `k` holds bytes `[k × size, (k + 1) × size)`.
+    /// on this rank: rank `k` holds bytes `[k × size, (k + 1) × size)`,
+    /// except replicated Mamba2 groups, which every rank holding the group
+    /// holds at the same global bytes.
     pub fn mamba_global_byte(&self, part: MambaPart, offset: u64) -> u64 {
-        let size = self.mamba.as_ref().map_or(0, |m| match part {
-            MambaPart::Conv(j) => m.conv.get(j as usize).map_or(0, |s| s.size),
-            MambaPart::Ssm => m.ssm.size,
+        let start = self.mamba.as_ref().map_or(0, |m| match part {
+            MambaPart::Conv(j) => m.conv_global.get(j as usize).copied().unwrap_or_else(|| {
+                u64::from(self.tp_rank) * m.conv.get(j as usize).map_or(0, |s| s.size)
+            }),
+            MambaPart::Ssm => u64::from(self.tp_rank) * m.ssm.size,
             MambaPart::Padding => 0,
         });
-        u64::from(self.tp_rank) * size + offset
+        start + offset
     }
 
     /// Sub-regions touched by `len` bytes at `offset` of a mamba state page.

@@ -385,7 +385,7 @@ fn run_batch_in(
         let live = match p {
             Err(outcome) => LiveReport {
                 plan: not_run(&outcome.describe()),
-                report: report(case, judge(&case.geometry, outcome, &[])),
+                report: report(case, judge(&case.geometry, case.mode, outcome, &[])),
                 result: None,
                 oracle_input: None,
             },
@@ -483,7 +483,7 @@ fn judge_case(
     if outcome != Outcome::Passed {
         let plan = compare_plans(reference_plan, &Err(outcome.clone()));
         return LiveReport {
-            report: report(case, judge(&case.geometry, outcome, &[])),
+            report: report(case, judge(&case.geometry, case.mode, outcome, &[])),
             plan,
             result: Some(result),
             oracle_input: None,
@@ -556,7 +556,7 @@ fn judge_case(
         memory_bytes: 0,
     };
     let plan = compare_plans(reference_plan, &Ok(plan_keys(&input)));
-    let outcome = judge(&case.geometry, Outcome::Passed, &violations);
+    let outcome = judge(&case.geometry, case.mode, Outcome::Passed, &violations);
     LiveReport {
         report: CaseReport {
             case: case.clone(),

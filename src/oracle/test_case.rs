@@ -70,6 +70,7 @@ pub(crate) fn geometry() -> Geometry {
             conv_rows: 3,
             conv_dtype_bytes: 2,
             ssm_state_bytes: 64,
+            n_groups: None,
         }),
         groups: vec![GroupKind::Attention, GroupKind::Mamba, GroupKind::Mamba],
         layer_slots: 2,

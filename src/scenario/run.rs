@@ -107,22 +107,27 @@ pub fn run_case_detailed(case: &Case, opts: &RunOptions) -> CaseRun {
         oracle_input: None,
     };
     let outcome = execute(case, opts, &mut run);
-    run.report.outcome = judge(&case.geometry, outcome, &run.report.violations);
+    run.report.outcome = judge(&case.geometry, case.mode, outcome, &run.report.violations);
     run.report.stats.memory_bytes = super::memory_estimate::estimate(case).peak_bytes;
     run
 }
 
-/// Apply the geometry's expectation about rejections.
-pub fn judge(geometry: &Geometry, outcome: Outcome, violations: &[oracle::Violation]) -> Outcome {
-    match (outcome, &geometry.expect_rejection) {
+/// Apply the geometry's expectation about rejections in `mode`.
+pub fn judge(
+    geometry: &Geometry,
+    mode: Mode,
+    outcome: Outcome,
+    violations: &[oracle::Violation],
+) -> Outcome {
+    match (outcome, geometry.expected_rejection(mode)) {
         (Outcome::UnexpectedRejection { side, message }, Some(expected))
-            if message.contains(expected.as_str()) =>
+            if message.contains(expected) =>
         {
             Outcome::ExpectedRejection { side, message }
         }
         (Outcome::Passed, Some(expected)) | (Outcome::Violations, Some(expected)) => {
             Outcome::MissingRejection {
-                expected: expected.clone(),
+                expected: expected.to_string(),
             }
         }
         (Outcome::Passed, None) if !violations.is_empty() => Outcome::Violations,

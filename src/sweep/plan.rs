@@ -22,7 +22,8 @@ pub struct SourcedGeometry {
     pub file: Option<PathBuf>,
 }
 
-/// Load files and folders (a folder contributes its `*.toml`, sorted).
+/// Load files and folders (a folder contributes the `*.toml` files under
+/// it, searched recursively: see `geometry::toml_files_in`).
 pub fn load_sources(paths: &[PathBuf]) -> Result<Vec<SourcedGeometry>, GeometryError> {
     let mut out = Vec::new();
     for path in paths {

@@ -93,6 +93,7 @@ pub fn traced_model(case: &TraceCase) -> Result<ModelSpec, ReplayError> {
             conv_rows: 3,
             conv_dtype_bytes: 2,
             ssm_state_bytes: ssm * u64::from(g.world_size.max(1)),
+            n_groups: None,
         })
     } else {
         None
