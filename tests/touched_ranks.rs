@@ -18,8 +18,8 @@ fn the_ranks_the_estimate_counts_are_the_ranks_a_pull_touches() {
     use kvgeom::scenario::{run_case_detailed, touched_prefill_ranks, Outcome};
 
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let sources =
-        plan::load_sources(&[root.join("geometries"), root.join("geometries/models")]).unwrap();
+    // The folder is searched recursively: geometries/models/ included.
+    let sources = plan::load_sources(&[root.join("geometries")]).unwrap();
     let cases = plan::grid(
         &sources,
         &plan::PlanOptions {
