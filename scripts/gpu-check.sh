@@ -538,7 +538,7 @@ step_vram_loopback_sweep() {
     ms="${MS}"
     local rc=0
     run_sweep vram-loopback-sweep vram-loopback-sweep "${ms}" -- \
-        geometries --memory "${MEMORY}" --transport loopback --compare-host || rc=$?
+        geometries/*.toml --memory "${MEMORY}" --transport loopback --compare-host || rc=$?
     case "${rc}" in
     0) record vram-loopback-sweep "ok" "${SWEEP_DETAIL}" "${STEP_MS}" ;;
     124) record vram-loopback-sweep "CUT" "${SWEEP_DETAIL}" "${STEP_MS}" ;;
@@ -661,7 +661,7 @@ step_nixl_sweep() {
     local ucx rc=0
     mapfile -t ucx < <(ucx_env nixl-sweep)
     run_sweep nixl-sweep nixl-sweep "${ms}" "${NIXL_ENV[@]}" "${ucx[@]}" -- \
-        geometries --random "${n}" --seed 17 --memory "${MEMORY}" --transport nixl --compare-host || rc=$?
+        geometries/*.toml --random "${n}" --seed 17 --memory "${MEMORY}" --transport nixl --compare-host || rc=$?
     case "${rc}" in
     0) record nixl-sweep "ok" "${SWEEP_DETAIL} (--random ${n} --seed 17, at $(secs "${per_case}") s a case)" "${STEP_MS}" ;;
     124) record nixl-sweep "CUT" "${SWEEP_DETAIL}" "${STEP_MS}" ;;
