@@ -40,7 +40,7 @@ export LD_LIBRARY_PATH="${OUT}${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
 
 cd "${ROOT}"
 cargo test --features cuda --test gpu
-cargo run --features cuda -- sweep --memory vram --compare-host geometries >/dev/null
+cargo run --features cuda -- sweep --memory vram --compare-host geometries/*.toml >/dev/null
 
 # A device fault mid-sweep: every later CUDA call fails with it (sticky), and
 # kvgeom must report it per case and exit non-zero, never panic or hang.
