@@ -376,9 +376,12 @@ mod checks {
         }
         // The synthetic geometries (geometries/*.toml): the real-scale pairs
         // under geometries/models/ would not fit the device check's budget.
-        let top = root().join("geometries");
-        let mut sources = attempt!(plan::load_sources(&[top.clone()]));
-        sources.retain(|s| s.file.as_deref().and_then(|f| f.parent()) == Some(top.as_path()));
+        let mut files: Vec<PathBuf> = attempt!(std::fs::read_dir(root().join("geometries")))
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .collect();
+        files.sort();
+        let sources = attempt!(plan::load_sources(&files));
         let mut cases = plan::grid(
             &sources,
             &plan::PlanOptions {
