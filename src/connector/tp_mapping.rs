@@ -37,18 +37,26 @@ pub fn pull_source_ranks(
     decode_tp: u32,
     prefill_tp: u32,
 ) -> Vec<u32> {
-    let total_heads = model.attention.as_ref().map_or(1, |a| a.total_kv_heads());
-    let mut ranks = compute_tp_mapping(
-        decode_rank,
-        decode_tp,
-        prefill_tp,
-        model.is_mla(),
-        total_heads,
-        &model.groups,
-    )
-    .all_source_ranks;
+    let mut ranks = model_tp_mapping(model, decode_rank, decode_tp, prefill_tp).all_source_ranks;
     ranks.retain(|&r| r < prefill_tp);
     ranks
+}
+
+/// [`compute_tp_mapping`] with the MLA flag, KV heads and groups taken from `model`.
+pub(crate) fn model_tp_mapping(
+    model: &ModelSpec,
+    tp_rank: u32,
+    tp_size: u32,
+    remote_tp: u32,
+) -> TpMapping {
+    compute_tp_mapping(
+        tp_rank,
+        tp_size,
+        remote_tp,
+        model.is_mla(),
+        model.attention.as_ref().map_or(1, |a| a.total_kv_heads()),
+        &model.groups,
+    )
 }
 
 fn head_offset(tp_rank: u32, tp_size: u32, remote_tp: u32, total_heads: u32) -> u64 {

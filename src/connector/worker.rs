@@ -15,7 +15,7 @@ use super::registration::{KvTensor, Registration};
 use super::remote_lists;
 use super::role::Role;
 use super::split_lists::split_lists;
-use super::tp_mapping::{compute_tp_mapping, TpMapping};
+use super::tp_mapping::{model_tp_mapping, TpMapping};
 use crate::geometry::{
     block_size_ratio, tp_ratio, EngineGeometry, GroupKind, Mode, ModelSpec, SubRegion,
 };
@@ -366,14 +366,7 @@ impl Worker {
             (meta.clone(), 1)
         };
         let tp_ratio = handshake::tp_ratio(self.cfg.engine.tp_size, remote_tp)?;
-        let mapping = compute_tp_mapping(
-            self.cfg.tp_rank,
-            self.cfg.engine.tp_size,
-            remote_tp,
-            model.is_mla(),
-            model.attention.as_ref().map_or(1, |a| a.total_kv_heads()),
-            &model.groups,
-        );
+        let mapping = model_tp_mapping(model, self.cfg.tp_rank, self.cfg.engine.tp_size, remote_tp);
         Ok(CheckedPeer {
             meta,
             checked,
@@ -709,14 +702,7 @@ impl Worker {
             sub_ratio: 1,
             tp_ratio: 0,
             ratio: 0,
-            mapping: compute_tp_mapping(
-                self.cfg.tp_rank,
-                self.cfg.engine.tp_size,
-                remote_tp,
-                model.is_mla(),
-                model.attention.as_ref().map_or(1, |a| a.total_kv_heads()),
-                &model.groups,
-            ),
+            mapping: model_tp_mapping(model, self.cfg.tp_rank, self.cfg.engine.tp_size, remote_tp),
         };
         self.record_remote(remote_rank, remote_tp, &peer, &agent_name, None);
         Ok(agent_name)
