@@ -125,6 +125,7 @@ mod tests {
                 }),
                 groups: vec![GroupKind::Attention, GroupKind::Mamba],
                 layer_slots: 2,
+                state_slots: None,
             },
             prefill: engine(2, p_block),
             decode: engine(1, d_block),

@@ -855,7 +855,7 @@ fn the_layer_groups_table_is_what_vllm_computes_today() {
 }
 
 #[test]
-fn slots_without_a_mamba_layer_are_not_modelled() {
+fn slots_without_a_mamba_layer_hold_no_state() {
     // Kimi-Linear cut to 22 layers: 7 MLA and 15 KDA, so vLLM's KDA groups
     // hold 5 layers each and slots 5 and 6 have no KDA layer.
     let mut config: Value = serde_json::from_str(
@@ -888,17 +888,36 @@ fn slots_without_a_mamba_layer_are_not_modelled() {
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains(
-            "7 attention + 15 mamba layers in groups of 7 (mamba layers in the first 5 slots only"
+            "7 attention + 15 mamba layers in groups of 7 (a mamba layer in the first 5 slots only"
         ),
         "{out}"
     );
-    assert!(out.contains("layer_slots = 5\n"), "{out}");
-    let (code, _, err) = kvgeom(&[&pair[..], &["--layer-slots", "6"]].concat());
+    assert!(out.contains("layer_slots = 7\nstate_slots = 5\n"), "{out}");
+    // The file loads as written, with state in the first 5 slots only, and
+    // every oracle passes on it.
+    let file = temp_file("kimi-22-pair.toml", &out);
+    let g = kvgeom::geometry::load_geometry(&file).expect("the derived file loads");
+    assert_eq!((g.model.layer_slots, g.model.state_slot_count()), (7, 5));
+    let outcomes = sweep_outcomes(file.to_str().unwrap(), "1..=3", &["--mode", "pull"]);
+    assert!(!outcomes.is_empty());
+    assert!(
+        outcomes.iter().all(|(_, kind)| kind == "passed"),
+        "{outcomes:?}"
+    );
+    // Fewer slots than the mamba layers reach: every modelled slot holds state.
+    let (code, out, err) = kvgeom(&[&pair[..], &["--layer-slots", "3"]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("layer_slots = 3\n") && !out.contains("state_slots"),
+        "{out}"
+    );
+    let (code, out, err) = kvgeom(&[&pair[..], &["--layer-slots", "6"]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("layer_slots = 6\nstate_slots = 5\n"), "{out}");
+    let (code, _, err) = kvgeom(&[&pair[..], &["--layer-slots", "8"]].concat());
     assert_eq!(code, 2);
     assert!(
-        err.contains(
-            "--layer-slots 6: only the first 5 of vLLM's 7 layer slots hold a mamba layer"
-        ),
+        err.contains("--layer-slots 8: vLLM 0.33.0 gives this model 7 layer slots (7 attention + 15 mamba layers in groups of 7); at most 7 can be modelled"),
         "{err}"
     );
 }

@@ -138,6 +138,7 @@ fn shipped_geometries_load_in_name_order() {
             "g5-mla-kda-mixed-kernel",
             "g6-kimi-linear-scale",
             "gqa-kernel-ratio4",
+            "gqa-mamba2-partly-filled-groups",
             "gqa-prefill-logical-larger",
             "jamba-gqa-mamba1",
             "llama-gqa-prefix-cache",
@@ -633,6 +634,44 @@ fn rule_layer_slots_positive() {
         &edit(BASE, &[("layer_slots = 2", "layer_slots = 0")]),
         "model.layer_slots",
         "must be at least 1, found 0",
+    );
+}
+
+#[test]
+fn rule_state_slots_within_layer_slots_on_a_mamba_model() {
+    let with = |n: &str| {
+        edit(
+            BASE,
+            &[(
+                "layer_slots = 2",
+                &format!("layer_slots = 2\nstate_slots = {n}"),
+            )],
+        )
+    };
+    assert_rule(
+        &with("0"),
+        "model.state_slots",
+        "must be at least 1, found 0",
+    );
+    assert_rule(
+        &with("3"),
+        "model.state_slots",
+        "3 is more than model.layer_slots (2): it counts the layer slots that hold a mamba layer",
+    );
+    assert_rule(
+        &edit(GQA, &[("layer_slots = 1", "layer_slots = 1\nstate_slots = 1")]),
+        "model.state_slots",
+        "only applies to a model with mamba groups: it counts the layer slots holding a mamba layer",
+    );
+    let g = parse_geometry(FILE, &with("1")).expect("one of two slots holds state");
+    assert_eq!((g.model.layer_slots, g.model.state_slot_count()), (2, 1));
+    // Written back, it reads the same.
+    let again = parse_geometry(FILE, &to_toml(&g)).unwrap();
+    assert_eq!(again.model, g.model);
+    let full = parse_geometry(FILE, BASE).unwrap();
+    assert_eq!(
+        (full.model.state_slots, full.model.state_slot_count()),
+        (None, 2)
     );
 }
 

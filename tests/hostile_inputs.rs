@@ -479,7 +479,7 @@ fn geometry_files_are_bounded() {
     once(&run.text, &typo);
     once(
         &run.text,
-        "unknown field `layer_slotz`, expected one of `layer_slots`, `groups`, `attention`, `mamba`",
+        "unknown field `layer_slotz`, expected one of `layer_slots`, `state_slots`, `groups`, `attention`, `mamba`",
     );
 }
 

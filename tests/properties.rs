@@ -269,6 +269,10 @@ fn the_generator_reaches_every_promised_shape() {
             format!("fixed pool {}", d.num_logical_blocks.is_some()),
             format!("layer slots {}", g.model.layer_slots),
             format!(
+                "slots without mamba state {}",
+                g.model.state_slot_count() < g.model.layer_slots && g.model.has_mamba()
+            ),
+            format!(
                 "attention first {}",
                 g.model.groups[0] == GroupKind::Attention
             ),
@@ -344,6 +348,7 @@ fn the_generator_reaches_every_promised_shape() {
         "no mamba, lists end apart",
         "prefix hit, logical blocks differ",
         "prefix hit, last-token block",
+        "slots without mamba state",
     ] {
         expected.push(format!("{flag} true"));
         expected.push(format!("{flag} false"));

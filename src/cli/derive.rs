@@ -485,10 +485,10 @@ fn geometry_file(
         body.push('\n');
     }
     let g = &pair.groups;
-    let state_slots = g.slots_of(crate::geometry::GroupKind::Mamba);
-    let partial = if g.mamba_layers > 0 && state_slots < g.group_size {
+    let mamba_slots = g.slots_of(crate::geometry::GroupKind::Mamba);
+    let partial = if g.mamba_layers > 0 && mamba_slots < g.group_size {
         format!(
-            " (mamba layers in the first {state_slots} slots only: vLLM registers no state in the others)"
+            " (a mamba layer in the first {mamba_slots} slots only: vLLM registers no state in the others)"
         )
     } else {
         String::new()
@@ -511,12 +511,10 @@ fn geometry_file(
         g.mamba_layers,
         g.group_size,
         geometry.model.layer_slots,
-        if u64::from(geometry.model.layer_slots) == g.group_size
-            || (!partial.is_empty() && u64::from(geometry.model.layer_slots) == state_slots)
-        {
+        if u64::from(geometry.model.layer_slots) == g.group_size {
             ""
         } else {
-            " (fewer slots than vLLM's group size, to keep the sweep small)"
+            " (the first slots only, to keep the sweep small)"
         }
     );
     let text = format!("{head}{body}");

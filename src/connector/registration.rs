@@ -73,16 +73,27 @@ impl Registration {
         let replicated = model.is_mla();
         let mut regions: Vec<Region> = Vec::new();
         let mut memory = Vec::new();
-        for t in tensors {
+        // Regions holding a mamba layer, as vLLM's `_ssm_region_indices`:
+        // slot `s` holds one when `s < state_slot_count`.
+        let state_slots = model.state_slot_count() as usize;
+        let mut state_regions: Vec<usize> = Vec::new();
+        for (slot, t) in tensors.iter().enumerate() {
+            let holds_state = slot < state_slots;
             memory.push(MemRegion {
                 addr: t.base,
                 len: t.len,
                 mem,
                 dev: device,
             });
-            if let Some(existing) = regions.iter_mut().find(|r| r.base == t.base) {
-                existing.replicated |= replicated;
+            if let Some(i) = regions.iter().position(|r| r.base == t.base) {
+                regions[i].replicated |= replicated;
+                if holds_state && !state_regions.contains(&i) {
+                    state_regions.push(i);
+                }
                 continue;
+            }
+            if holds_state {
+                state_regions.push(regions.len());
             }
             regions.push(Region {
                 base: t.base,
@@ -96,7 +107,7 @@ impl Registration {
             (Some(m), true) => (
                 m.conv_offsets(engine.tp_size),
                 m.ssm_sizes(engine.tp_size),
-                (0..regions.len()).collect(),
+                state_regions,
             ),
             _ => (Vec::new(), (0, 0), Vec::new()),
         };
@@ -143,5 +154,55 @@ impl Registration {
     /// Bytes between consecutive kernel blocks, per region.
     pub fn block_strides(&self) -> Vec<u64> {
         self.regions.iter().map(|r| r.block_stride).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::geometry::fixtures;
+
+    fn tensors(n: u64) -> Vec<KvTensor> {
+        (0..n)
+            .map(|i| KvTensor {
+                base: (i + 1) << 20,
+                len: 1 << 16,
+            })
+            .collect()
+    }
+
+    fn register(model: &ModelSpec, slots: u64) -> Registration {
+        let g = fixtures::g1();
+        Registration::new(model, &g.decode, 8, &tensors(slots), MemKind::Dram, 0)
+    }
+
+    #[test]
+    fn every_slot_holds_state_by_default() {
+        let mut model = fixtures::mla_kda([2, 2, 4], 64);
+        model.layer_slots = 3;
+        let reg = register(&model, 3);
+        assert_eq!(reg.num_regions(), 3);
+        assert_eq!(reg.ssm_regions, vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn only_the_slots_with_a_mamba_layer_hold_state() {
+        let mut model = fixtures::mla_kda([2, 2, 4], 64);
+        model.layer_slots = 3;
+        model.state_slots = Some(2);
+        let reg = register(&model, 3);
+        assert_eq!(reg.num_regions(), 3);
+        assert_eq!(reg.ssm_regions, vec![0, 1]);
+        // Attention still covers every region.
+        assert_eq!(reg.num_descs(), 3 * reg.num_kernel_blocks);
+    }
+
+    #[test]
+    fn a_model_without_mamba_has_no_state_regions() {
+        let mut model = fixtures::mla_kda([2, 2, 4], 64);
+        model.mamba = None;
+        model.groups = vec![crate::geometry::GroupKind::Attention];
+        let reg = register(&model, 2);
+        assert!(reg.ssm_regions.is_empty() && !reg.has_mamba());
     }
 }

@@ -171,7 +171,7 @@ fn derived(source: &str, file: &mut Table, hf_config: &str) -> Result<String, Ge
         .get_mut("model")
         .and_then(Value::as_table_mut)
         .ok_or_else(|| invalid(source, "model", "missing table"))?;
-    for key in ["groups", "attention", "mamba"] {
+    for key in ["groups", "state_slots", "attention", "mamba"] {
         if model_table.contains_key(key) {
             return Err(invalid(
                 source,

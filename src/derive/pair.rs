@@ -270,33 +270,36 @@ pub fn derive_pair(
         mamba_spec(&decode, model, replicated)?,
     )?;
     let mla = attention.is_mla();
-    // A geometry file gives every group a layer in every slot. Where the
-    // mamba layers reach fewer slots than the group size, vLLM registers no
-    // state in the other slots (`_ssm_region_indices`), so only the slots
-    // holding both kinds are modelled; attention covers every slot in
-    // vLLM's lists whether or not a layer uses it.
-    let state_slots = if groups.groups.contains(&GroupKind::Mamba) {
-        groups.slots_of(GroupKind::Mamba)
-    } else {
-        groups.group_size
-    };
+    // vLLM registers state only in the slots holding a mamba layer
+    // (`_ssm_region_indices`); attention covers every slot in vLLM's lists
+    // whether or not a layer uses it. `--layer-slots n` models the first n.
+    let mamba_slots = groups.slots_of(GroupKind::Mamba);
     let layer_slots = match options.layer_slots {
         Some(0) => {
             return Err(DeriveError::ZeroOption {
                 option: "--layer-slots",
             })
         }
-        Some(n) if u64::from(n) > state_slots => {
+        Some(n) if u64::from(n) > groups.group_size => {
             return Err(DeriveError::Unsupported(format!(
-                "--layer-slots {n}: only the first {state_slots} of vLLM's {} layer slots hold a mamba layer \
-                 ({} mamba layers in groups of {}); a geometry file gives every group a layer in every slot, \
-                 so at most {state_slots} slots can be modelled",
-                groups.group_size, groups.mamba_layers, groups.group_size
+                "--layer-slots {n}: vLLM 0.33.0 gives this model {} layer slots ({} attention + {} mamba \
+                 layers in groups of {}); at most {} can be modelled",
+                groups.group_size,
+                groups.attention_layers,
+                groups.mamba_layers,
+                groups.group_size,
+                groups.group_size
             )))
         }
         Some(n) => n,
-        None => u32_of(state_slots, "layer slots")?,
+        None => u32_of(groups.group_size, "layer slots")?,
     };
+    let state_slots =
+        if groups.groups.contains(&GroupKind::Mamba) && mamba_slots < u64::from(layer_slots) {
+            Some(u32_of(mamba_slots, "state slots")?)
+        } else {
+            None
+        };
     let geometry = Geometry {
         name: String::new(),
         description: String::new(),
@@ -305,6 +308,7 @@ pub fn derive_pair(
             mamba: p_mamba,
             groups: groups.groups.clone(),
             layer_slots,
+            state_slots,
         },
         prefill: engine_geometry(&prefill, mla)?,
         decode: engine_geometry(&decode, mla)?,

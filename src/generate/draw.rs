@@ -190,6 +190,7 @@ pub(crate) fn draw(u: &mut Unstructured<'_>, refusal: Option<Refusal>) -> Result
         mamba: None,
         groups,
         layer_slots,
+        state_slots: None,
     };
     if let Some(kind) = shape.mamba {
         let mamba = draw_mamba(u, kind, &model, &prefill, &decode)?;
@@ -260,6 +261,14 @@ pub(crate) fn draw(u: &mut Unstructured<'_>, refusal: Option<Refusal>) -> Result
         }
         prefix_hit = prefix_hit_clamped(&geometry, prompt_len, prefix_hit);
         size_pools(&mut geometry, prompt_len, prefix_hit, allocation, pools);
+    }
+    // A partly filled last mamba group: only the first slots hold state.
+    // Drawn last, and 0 (what an exhausted input gives) means every slot,
+    // so that inputs saved before this draw existed decode as they did.
+    let slots = geometry.model.layer_slots;
+    if geometry.model.has_mamba() && slots > 1 {
+        let without_state = u.int_in_range(0..=slots - 1)?;
+        geometry.model.state_slots = (without_state > 0).then(|| slots - without_state);
     }
     Ok(Drawn {
         geometry,

@@ -205,6 +205,17 @@ pub enum Rule {
          that holds one mamba state is sized from attention bytes per token"
     )]
     MambaWithoutAttention,
+    /// `model.state_slots` on a model without mamba groups.
+    #[error("only applies to a model with mamba groups: it counts the layer slots holding a mamba layer")]
+    StateSlotsWithoutMamba,
+    /// `model.state_slots` above `model.layer_slots`.
+    #[error("{found} is more than model.layer_slots ({layer_slots}): it counts the layer slots that hold a mamba layer")]
+    StateSlotsAboveLayerSlots {
+        /// The value given.
+        found: u32,
+        /// `model.layer_slots`.
+        layer_slots: u32,
+    },
     /// Full attention without `total_kv_heads`.
     #[error("kind \"full\" needs total_kv_heads")]
     MissingKvHeads,

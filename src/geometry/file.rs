@@ -90,6 +90,8 @@ struct GeometryFile {
 #[serde(deny_unknown_fields)]
 struct ModelFile {
     layer_slots: u32,
+    #[serde(default)]
+    state_slots: Option<u32>,
     groups: Vec<GroupKind>,
     #[serde(default)]
     attention: Option<AttentionFile>,
@@ -246,6 +248,7 @@ impl ModelFile {
             }),
             groups: self.groups,
             layer_slots: self.layer_slots,
+            state_slots: self.state_slots,
         })
     }
 }
@@ -396,6 +399,9 @@ fn write_toml(out: &mut String, g: &Geometry) -> fmt::Result {
     let model = &g.model;
     writeln!(out, "\n[model]")?;
     writeln!(out, "layer_slots = {}", model.layer_slots)?;
+    if let Some(n) = model.state_slots {
+        writeln!(out, "state_slots = {n}")?;
+    }
     writeln!(
         out,
         "groups = {}",

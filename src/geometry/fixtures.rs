@@ -21,6 +21,7 @@ pub fn mla_kda(conv_dims: [u32; 3], ssm_state_bytes: u64) -> ModelSpec {
         }),
         groups: vec![GroupKind::Attention, GroupKind::Mamba, GroupKind::Mamba],
         layer_slots: 2,
+        state_slots: None,
     }
 }
 

@@ -264,6 +264,10 @@ pub struct ModelSpec {
     pub groups: Vec<GroupKind>,
     /// Shared tensors (layer slots); each is one region.
     pub layer_slots: u32,
+    /// Layer slots holding a mamba layer, when fewer than `layer_slots`:
+    /// slots `0..n` hold one, the others attention layers only (a partly
+    /// filled group). `None`: every slot holds a layer of each kind.
+    pub state_slots: Option<u32>,
 }
 
 impl ModelSpec {
@@ -275,6 +279,16 @@ impl ModelSpec {
     /// Whether the attention is MLA.
     pub fn is_mla(&self) -> bool {
         self.attention.as_ref().is_some_and(AttentionSpec::is_mla)
+    }
+
+    /// Layer slots holding mamba state (vLLM's `_ssm_region_indices`):
+    /// slots `0..n`; 0 without mamba.
+    pub fn state_slot_count(&self) -> u32 {
+        if self.has_mamba() {
+            self.state_slots.unwrap_or(self.layer_slots)
+        } else {
+            0
+        }
     }
 
     /// Index of the first group of `kind`, if any.

@@ -127,6 +127,22 @@ fn check_model(model: &ModelSpec) -> Result<(), Violation> {
         return Err(Violation::new("model.groups", Rule::NoGroups));
     }
     let uses = |kind| model.groups.contains(&kind);
+    if let Some(n) = model.state_slots {
+        const FIELD: &str = "model.state_slots";
+        if !uses(GroupKind::Mamba) {
+            return Err(Violation::new(FIELD, Rule::StateSlotsWithoutMamba));
+        }
+        positive(FIELD, n.into())?;
+        if n > model.layer_slots {
+            return Err(Violation::new(
+                FIELD,
+                Rule::StateSlotsAboveLayerSlots {
+                    found: n,
+                    layer_slots: model.layer_slots,
+                },
+            ));
+        }
+    }
     for (kind, given, field) in [
         (
             GroupKind::Attention,

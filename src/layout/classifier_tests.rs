@@ -36,6 +36,7 @@ pub(crate) fn gqa(total_kv_heads: u32, mamba: bool) -> ModelSpec {
             vec![GroupKind::Attention]
         },
         layer_slots: 1,
+        state_slots: None,
     }
 }
 

@@ -101,6 +101,7 @@ pub struct EngineLayout {
     heads: HeadSlice,
     bytes_per_head_token: u64,
     mamba: Option<MambaPage>,
+    state_regions: u32,
     receive_view: Option<PageView>,
 }
 
@@ -194,6 +195,7 @@ impl EngineLayout {
             heads,
             bytes_per_head_token: attention.bytes_per_head_token(),
             mamba,
+            state_regions: model.state_slot_count(),
             receive_view: None,
         };
         layout.check_regions_disjoint()?;
@@ -311,6 +313,12 @@ impl EngineLayout {
     /// Regions (layer slots).
     pub fn num_regions(&self) -> u32 {
         self.region_bases.len() as u32
+    }
+
+    /// Regions holding mamba state: regions `0..n` (the layer slots with a
+    /// mamba layer); 0 without mamba.
+    pub fn state_regions(&self) -> u32 {
+        self.state_regions
     }
 
     /// Base address of each region.

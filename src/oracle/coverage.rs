@@ -1,7 +1,7 @@
 //! Coverage: on every decode rank and region, every (token < M, head) cell
 //! of the request's attention transfer blocks is written by some posted pair
 //! (the finest granularity), and every byte of each transferred mamba slot's
-//! conv and SSM state is written.
+//! conv and SSM state is written, in every region holding state.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -145,7 +145,8 @@ fn mamba(
             continue;
         }
         let start = u64::from(block) * u;
-        for (region, set) in written.iter().enumerate() {
+        let state_regions = layout.state_regions() as usize;
+        for (region, set) in written.iter().enumerate().take(state_regions) {
             let gaps = set.gaps(start..start + page.state_bytes());
             if gaps.is_empty() {
                 continue;

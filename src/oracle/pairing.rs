@@ -251,6 +251,7 @@ mod tests {
             mamba: None,
             groups: vec![GroupKind::Attention],
             layer_slots: 1,
+            state_slots: None,
         };
         let engine = EngineGeometry {
             num_logical_blocks: Some(4),

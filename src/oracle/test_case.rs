@@ -56,9 +56,16 @@ pub(crate) enum Fault {
     DropAttentionPair,
     /// Rank 1 does not send its shard of kda_b's SSM state in region 0.
     DropMambaShard,
+    /// No rank sends any mamba state of region 1 (right when region 1
+    /// holds no mamba layer: [`run_state_in_region_0_only`]).
+    DropRegion1State,
 }
 
 pub(crate) fn geometry() -> Geometry {
+    geometry_with_state_slots(None)
+}
+
+fn geometry_with_state_slots(state_slots: Option<u32>) -> Geometry {
     let model = ModelSpec {
         attention: Some(AttentionSpec::Mla {
             head_size: 6,
@@ -74,6 +81,7 @@ pub(crate) fn geometry() -> Geometry {
         }),
         groups: vec![GroupKind::Attention, GroupKind::Mamba, GroupKind::Mamba],
         layer_slots: 2,
+        state_slots,
     };
     let engine = |tp_size, kernel_block, logical_block, pool| EngineGeometry {
         num_logical_blocks: Some(pool),
@@ -93,13 +101,17 @@ pub(crate) fn geometry() -> Geometry {
 }
 
 pub(crate) fn case() -> CaseLayout {
+    case_of(geometry())
+}
+
+fn case_of(geometry: Geometry) -> CaseLayout {
     let blocks = RequestBlocks {
         decode: vec![vec![1, 3], vec![0], vec![6]],
         decode_transfer: vec![vec![1, 3], vec![0], vec![6]],
         prefill: vec![vec![2, 4, 6, 8], vec![1], vec![0]],
     };
     CaseLayout::from_bases(
-        geometry(),
+        geometry,
         Mode::Pull,
         blocks,
         vec![DECODE_BASES.to_vec()],
@@ -134,6 +146,9 @@ fn plan(case: &CaseLayout, fault: Fault) -> Vec<Vec<(DescRow, DescRow)>> {
             prefill.mamba().expect("mamba"),
         );
         for (region, &d_base) in DECODE_BASES.iter().enumerate() {
+            if fault == Fault::DropRegion1State && region == 1 {
+                continue;
+            }
             for &(d_slot, p_slot) in &SLOTS {
                 for ((_, d_sub), (_, p_sub)) in d_page.parts().zip(p_page.parts()) {
                     let dst = d_base
@@ -175,7 +190,16 @@ fn plan(case: &CaseLayout, fault: Fault) -> Vec<Vec<(DescRow, DescRow)>> {
 /// Records the transfers through `Recording<DryRun>`, moves the bytes
 /// between memory images, runs the post-process, and returns the oracle input.
 pub(crate) fn run(fault: Fault) -> OracleInput {
-    let case = case();
+    run_case(case(), fault)
+}
+
+/// [`run`] on the same case with mamba state in region 0 only
+/// (`state_slots = 1`: region 1 holds attention layers only).
+pub(crate) fn run_state_in_region_0_only(fault: Fault) -> OracleInput {
+    run_case(case_of(geometry_with_state_slots(Some(1))), fault)
+}
+
+fn run_case(case: CaseLayout, fault: Fault) -> OracleInput {
     let xfers = plan(&case, fault);
 
     let mut nixl = Recording::new(DryRun::new());
@@ -281,6 +305,30 @@ mod tests {
         assert!(input.pairs.iter().all(|p| p.posted && p.op == XferOp::Read));
         let violations = run_all(&input);
         assert!(violations.is_empty(), "{violations:#?}");
+    }
+
+    #[test]
+    fn state_is_needed_only_in_regions_holding_a_mamba_layer() {
+        // Region 1 holds no mamba layer: leaving its state out is right.
+        let input = run_state_in_region_0_only(Fault::DropRegion1State);
+        assert_eq!(input.pairs.len(), 16 + 16);
+        let violations = run_all(&input);
+        assert!(violations.is_empty(), "{violations:#?}");
+        // Where region 1 holds state, the same transfer misses it.
+        let oracles: BTreeSet<&str> = run_all(&run(Fault::DropRegion1State))
+            .iter()
+            .map(|v| v.oracle)
+            .collect();
+        assert_eq!(
+            oracles,
+            BTreeSet::from(["coverage", "transferred_or_zeroed"])
+        );
+        // And region 0's state is still required.
+        let oracles: BTreeSet<&str> = run_all(&run_state_in_region_0_only(Fault::DropMambaShard))
+            .iter()
+            .map(|v| v.oracle)
+            .collect();
+        assert!(oracles.contains("coverage"), "{oracles:?}");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! request's decode attention transfer blocks holds prefill's byte for its
 //! coordinate (required for tokens below M) or zero (allowed only for
 //! tokens at or past M); every byte of a transferred mamba slot's state
-//! equals prefill's state exactly.
+//! (in every region holding state) equals prefill's state exactly.
 
 use crate::geometry::GroupKind;
 use crate::layout::{EngineLayout, Side};
@@ -197,7 +197,8 @@ fn mamba(
         if !case.is_decode_transfer_block(block) {
             continue;
         }
-        for (region, image) in after.iter().enumerate() {
+        let state_regions = layout.state_regions() as usize;
+        for (region, image) in after.iter().enumerate().take(state_regions) {
             for (part, sub) in page.parts() {
                 let mut expected = vec![0u8; sub.size as usize];
                 mamba_pattern(

@@ -117,7 +117,7 @@ pub fn layout_tables(geometry: &Geometry, mode: Mode, policy: Policy) -> String 
         let attention_rows = if state_parts == 0 {
             list.len()
         } else {
-            let state_runs = geometry.model.layer_slots as usize * state_parts;
+            let state_runs = geometry.model.state_slot_count() as usize * state_parts;
             let runs = list.runs();
             runs[..runs.len().saturating_sub(state_runs)]
                 .iter()

@@ -313,13 +313,23 @@ fn transfer(
     let zeroed = zeroed_bytes(&run.post_process, &engines);
     // The transfers are over: the arenas' bytes become the final images; the
     // oracles recompute the initial fill instead of keeping a copy. A rank
-    // whose fill never ran was never accessed: no pair may address it.
+    // whose fill never ran was never accessed: no pair may address it. A
+    // rank with some regions accessed is judged whole: the others (e.g. a
+    // slot without mamba state that no attention pair reached) get their
+    // fill now.
     for (side, rank, fill) in fills {
         let arenas = &engines.side(side)[rank as usize].arenas;
-        let after: Option<Vec<_>> = arenas
+        let accessed: Vec<_> = arenas
             .iter()
             .map(HostArena::take_bytes_if_accessed)
             .collect();
+        let after: Option<Vec<_>> = accessed.iter().any(Option::is_some).then(|| {
+            accessed
+                .into_iter()
+                .zip(arenas)
+                .map(|(bytes, arena)| bytes.unwrap_or_else(|| arena.take_bytes()))
+                .collect()
+        });
         match after {
             Some(after) => input.set_memory(
                 side,

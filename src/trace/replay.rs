@@ -106,6 +106,7 @@ pub fn traced_model(case: &TraceCase) -> Result<ModelSpec, ReplayError> {
         mamba,
         groups: kinds,
         layer_slots: g.num_regions,
+        state_slots: None,
     })
 }
 
