@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::{VariantArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
-use crate::trace::check::check_case;
+use crate::trace::check::{check_case, skipped_names, SkippedCheck};
 use crate::trace::{diff_against_connector, explain_difference, trace_inputs, TraceCase};
 use crate::variant::Variant;
 
@@ -62,6 +62,8 @@ struct FileVerdict {
     /// diff-trace under kvgeom's policy: the known defects (names joined by
     /// `+`) that reproduce a differing trace exactly; null otherwise.
     explained_by: Option<String>,
+    /// check-trace: the checks it could not run on this trace, by name.
+    skipped_checks: Vec<&'static str>,
 }
 
 /// What `judge_all`'s judge says about one trace.
@@ -73,6 +75,8 @@ struct Judged {
     lines: Vec<String>,
     /// The report's `explained_by`.
     explained_by: Option<String>,
+    /// The checks not run on the trace.
+    skipped: Vec<SkippedCheck>,
 }
 
 impl Judged {
@@ -82,6 +86,7 @@ impl Judged {
             message,
             lines,
             explained_by: None,
+            skipped: Vec::new(),
         }
     }
 
@@ -90,7 +95,7 @@ impl Judged {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 struct Summary {
     files: usize,
     passed: usize,
@@ -99,6 +104,11 @@ struct Summary {
     error: usize,
     /// Verdicts `differ` that known defects explain.
     explained: usize,
+    /// Verdicts of traces on which some check was skipped.
+    skipped_checks: usize,
+    /// Every check skipped on some trace, in [`SkippedCheck::ALL`] order.
+    #[serde(skip)]
+    skipped: Vec<SkippedCheck>,
 }
 
 #[derive(Serialize)]
@@ -174,6 +184,7 @@ fn judge_all(
             verdict,
             message,
             explained_by,
+            skipped,
             ..
         } = judged;
         if text && verdict == Verdict::Error {
@@ -187,12 +198,18 @@ fn judge_all(
             Verdict::Error => summary.error += 1,
         }
         summary.explained += usize::from(explained_by.is_some());
+        summary.skipped_checks += usize::from(!skipped.is_empty());
+        summary.skipped = SkippedCheck::ALL
+            .into_iter()
+            .filter(|c| summary.skipped.contains(c) || skipped.contains(c))
+            .collect();
         code = worst(code, verdict.exit());
         verdicts.push(FileVerdict {
             file: file.display().to_string(),
             verdict,
             message,
             explained_by,
+            skipped_checks: skipped.iter().map(|c| c.name()).collect(),
         });
     }
     if text {
@@ -271,6 +288,13 @@ pub fn check_trace(files: &[PathBuf], format: TraceFormat) -> u8 {
             if s.rejected > 0 {
                 line.push_str(&format!(", {} rejected", s.rejected));
             }
+            if s.skipped_checks > 0 {
+                line.push_str(&format!(
+                    "; {} with checks skipped (a prefill page too small for what it advertises): {}",
+                    s.skipped_checks,
+                    skipped_names(&s.skipped)
+                ));
+            }
             line
         },
         |f, case| {
@@ -308,7 +332,9 @@ pub fn check_trace(files: &[PathBuf], format: TraceFormat) -> u8 {
                         lines.push(format!("  note: {note}"));
                         message.push_str(&format!("; note: {note}"));
                     }
-                    Judged::new(verdict, message, lines)
+                    let mut judged = Judged::new(verdict, message, lines);
+                    judged.skipped = r.skipped;
+                    judged
                 }
                 Err(e) => Judged::error(format!("{}: {e}", f.display())),
             }

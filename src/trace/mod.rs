@@ -25,7 +25,7 @@ pub(crate) mod reissue;
 pub(crate) mod replay;
 
 pub use case::{ExpectedDlist, ExpectedXfer, ListRole, RemoteRank, TraceCase};
-pub use check::check_case;
+pub use check::{check_case, CheckReport, SkippedCheck};
 pub use diff::{diff_block_ids, diff_run, ActualRun, DiffReport, Difference, Side};
 pub use error::{TraceError, TraceErrorKind};
 pub use explain::{explain_difference, smallest_explaining_set, Explanation};
