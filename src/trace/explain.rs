@@ -95,7 +95,9 @@ pub fn smallest_explaining_set(mut reproduces: impl FnMut(&Policy) -> bool) -> E
 
 /// What explains `case`'s difference from kvgeom's connector. A candidate
 /// policy explains it only if its rebuild matches the trace exactly; one
-/// whose connector refuses the case explains nothing.
+/// whose connector refuses the case explains nothing. Meant for a trace that
+/// kvgeom's policy does not reproduce: on one it does, the first defect that
+/// changes nothing there (a push defect on a pull trace) would be named.
 pub fn explain_difference(case: &TraceCase) -> Explanation {
     smallest_explaining_set(|policy| {
         diff_against_connector(case, *policy).is_ok_and(|report| report.is_match())
