@@ -65,6 +65,8 @@ pub struct DefectInfo {
     pub defect: Defect,
     /// The name used on the command line.
     pub name: &'static str,
+    /// A few words naming the defect in reports.
+    pub title: &'static str,
     /// What the bug was.
     pub bug: &'static str,
     /// The real-world symptom it caused.
@@ -80,6 +82,7 @@ pub static DEFECTS: [DefectInfo; 16] = [
     DefectInfo {
         defect: Defect::StrictPrefixTolerance,
         name: "strict-prefix-tolerance",
+        title: "strict prefix-cache count bound",
         bug: "prefix-cache count check uses max(local ppl, remote ppl) as a strict bound",
         symptom: "legitimate transfers refused (AssertionError), e.g. 12- vs 8-token blocks at N=25",
         in_vllm_0_33_0: false,
@@ -88,6 +91,7 @@ pub static DEFECTS: [DefectInfo; 16] = [
     DefectInfo {
         defect: Defect::NoClippedBlockZeroing,
         name: "no-clipped-block-zeroing",
+        title: "clipped block tail never zeroed",
         bug: "with equal kernel pages but different logical blocks, the clipped tail is never zeroed",
         symptom: "stale tail bytes surfacing as garbage mid-response",
         in_vllm_0_33_0: false,
@@ -96,6 +100,7 @@ pub static DEFECTS: [DefectInfo; 16] = [
     DefectInfo {
         defect: Defect::TwoPathZeroing,
         name: "two-path-zeroing",
+        title: "older two-path receive zeroing",
         bug: "older split zeroing: ratio tail path (non-MLA, last block only) plus a whole-kernel-block path for ppl mismatch",
         symptom: "stale kernel blocks when both regimes meet (11 of 16 mixed-regime lengths)",
         in_vllm_0_33_0: false,
@@ -104,6 +109,7 @@ pub static DEFECTS: [DefectInfo; 16] = [
     DefectInfo {
         defect: Defect::DiscardedBlockIds,
         name: "discarded-block-ids",
+        title: "post-process block ids dropped",
         bug: "block ids for the post-process are computed but not passed on, so nothing is zeroed",
         symptom: "every clipped block keeps stale bytes",
         in_vllm_0_33_0: false,
@@ -112,6 +118,7 @@ pub static DEFECTS: [DefectInfo; 16] = [
     DefectInfo {
         defect: Defect::PaddedSubblockAddress,
         name: "padded-subblock-address",
+        title: "sub-block addresses as index x stride / ratio",
         bug: "sub-block addresses computed as index x stride / ratio, right only when stride equals length",
         symptom: "sub-blocks written outside the layer's page on interleaved layouts",
         in_vllm_0_33_0: false,
@@ -120,6 +127,7 @@ pub static DEFECTS: [DefectInfo; 16] = [
     DefectInfo {
         defect: Defect::RemoteIdsLocalPpl,
         name: "remote-ids-local-ppl",
+        title: "remote ids expanded with the local ppl",
         bug: "remote logical ids expanded to kernel ids with the local ppl instead of the remote one",
         symptom: "reads from the wrong prefill blocks (Qwen3.5 4P2D bug class)",
         in_vllm_0_33_0: false,
@@ -128,6 +136,7 @@ pub static DEFECTS: [DefectInfo; 16] = [
     DefectInfo {
         defect: Defect::MambaRatioExpanded,
         name: "mamba-ratio-expanded",
+        title: "mamba state expanded by the block-size ratio",
         bug: "mamba state descriptors and desc ids expanded by the block-size ratio like attention",
         symptom: "mamba state read from and written to wrong sub-regions",
         in_vllm_0_33_0: false,
@@ -136,6 +145,7 @@ pub static DEFECTS: [DefectInfo; 16] = [
     DefectInfo {
         defect: Defect::HostBufferRatioAccepted,
         name: "host-buffer-ratio-accepted",
+        title: "host-buffer mode accepted with a block-size ratio",
         bug: "handshake accepts host-buffer mode with a block-size ratio",
         symptom: "host staging copies at the wrong granularity, corrupting KV",
         in_vllm_0_33_0: false,
@@ -144,6 +154,7 @@ pub static DEFECTS: [DefectInfo; 16] = [
     DefectInfo {
         defect: Defect::SplitHandleKeyRatioOnly,
         name: "split-handle-key-ratio-only",
+        title: "split lists keyed by the TP ratio alone",
         bug: "per-source split lists keyed by tp_ratio alone and built at local granularity",
         symptom: "multi-read transfers use descriptors of the wrong granularity",
         in_vllm_0_33_0: false,
@@ -152,6 +163,7 @@ pub static DEFECTS: [DefectInfo; 16] = [
     DefectInfo {
         defect: Defect::PushEmptyRemoteIds,
         name: "push-empty-remote-ids",
+        title: "vLLM 0.33.0 push: empty remote block list on decode",
         bug: "vLLM 0.33.0 push: D keeps an empty remote block list and fails on completion when ppl differs",
         symptom: "decode crashes with IndexError; request never finishes",
         in_vllm_0_33_0: true,
@@ -163,6 +175,7 @@ pub static DEFECTS: [DefectInfo; 16] = [
     DefectInfo {
         defect: Defect::PushOneWayRatio,
         name: "push-one-way-ratio",
+        title: "vLLM 0.33.0 push: one-way block-size ratio",
         bug: "vLLM 0.33.0 push: P and D compute the block-size ratio in opposite directions",
         symptom: "assertion on one side, decode waits forever for a push that never comes",
         in_vllm_0_33_0: true,
@@ -174,6 +187,7 @@ pub static DEFECTS: [DefectInfo; 16] = [
     DefectInfo {
         defect: Defect::PushReplicatedDoubleWrite,
         name: "push-replicated-double-write",
+        title: "vLLM 0.33.0 push: replicated pages written by every prefill rank",
         bug: "vLLM 0.33.0 push with P_TP > D_TP: every prefill rank writes the replicated MLA pages",
         symptom: "the same decode bytes written by several concurrent WRITEs (NIXL does not detect it)",
         in_vllm_0_33_0: true,
@@ -182,6 +196,7 @@ pub static DEFECTS: [DefectInfo; 16] = [
     DefectInfo {
         defect: Defect::EndTrimAlignment,
         name: "end-trim-alignment",
+        title: "vLLM 0.33.0 end-trim alignment",
         bug: "vLLM 0.33.0's prefix alignment end-aligns P's list to D's, wrong when P's list does not end where D's does",
         symptom: "D receives the wrong tokens after a prefix hit with the last-token block, or with different logical blocks on a model without mamba (silent corruption); a longer D list is refused",
         in_vllm_0_33_0: true,
@@ -190,6 +205,7 @@ pub static DEFECTS: [DefectInfo; 16] = [
     DefectInfo {
         defect: Defect::ReplicatedHeadsNhdAccepted,
         name: "replicated-heads-nhd-accepted",
+        title: "vLLM 0.33.0 NHD pages accepted for gathered replicated heads",
         bug: "vLLM 0.33.0's handshake accepts token-major (NHD) pages when a rank gathers heads from prefill ranks that replicate them",
         symptom: "each prefill page lands in a byte slot, not a head slot: tokens and heads scrambled",
         in_vllm_0_33_0: true,
@@ -198,6 +214,7 @@ pub static DEFECTS: [DefectInfo; 16] = [
     DefectInfo {
         defect: Defect::ZeroingOnePastEnd,
         name: "zeroing-one-past-end",
+        title: "receive zeroing one kernel block past the end",
         bug: "the receive post-process zeroes its stale blocks through an inclusive end: one kernel block past the request's last is zeroed too",
         symptom: "the block after the request's, which belongs to another request or the free pool, loses its KV (silent corruption of a co-resident request)",
         in_vllm_0_33_0: false,
@@ -206,6 +223,7 @@ pub static DEFECTS: [DefectInfo; 16] = [
     DefectInfo {
         defect: Defect::ConvOffsetsScaled,
         name: "conv-offsets-scaled",
+        title: "vLLM 0.33.0 conv offsets scaled from the local widths",
         bug: "vLLM 0.33.0 locates the peer's conv sub-projections by scaling its own widths by the TP ratio; Mamba2 B and C replicated beyond n_groups (one group) keep their width at every TP",
         symptom: "decode's B and C conv state receive half of B twice, the other projection or SSM bytes, with no error (Falcon-H1, Granite-4.0-H, Zamba2 at different TP sizes)",
         in_vllm_0_33_0: true,
@@ -255,6 +273,11 @@ impl Defect {
             .map(|row| row.defect)
     }
 
+    /// A few words naming the defect in reports.
+    pub fn title(self) -> &'static str {
+        self.info().title
+    }
+
     /// What the bug was.
     pub fn description(self) -> &'static str {
         self.info().bug
@@ -265,12 +288,33 @@ impl Defect {
         self.info().symptom
     }
 
+    /// Whether vLLM 0.33.0 as released has it.
+    pub fn in_vllm_0_33_0(self) -> bool {
+        self.info().in_vllm_0_33_0
+    }
+
+    /// The defects of vLLM 0.33.0 as released, in table order.
+    pub fn of_vllm_0_33_0() -> Vec<Defect> {
+        Defect::ALL
+            .into_iter()
+            .filter(|d| d.in_vllm_0_33_0())
+            .collect()
+    }
+
     /// kvgeom's policy with this defect's decision.
     pub fn policy(self) -> Policy {
-        let mut policy = Policy::default();
-        (self.info().select)(&mut policy);
-        policy
+        policy_with(&[self])
     }
+}
+
+/// kvgeom's policy with the decisions of every defect in `defects`, applied
+/// in the order given.
+pub fn policy_with(defects: &[Defect]) -> Policy {
+    let mut policy = Policy::default();
+    for d in defects {
+        (d.info().select)(&mut policy);
+    }
+    policy
 }
 
 impl std::fmt::Display for Defect {
@@ -310,5 +354,23 @@ mod tests {
             (row.select)(&mut policy);
         }
         assert_eq!(policy, Policy::vllm_0_33_0());
+        assert_eq!(
+            policy_with(&Defect::of_vllm_0_33_0()),
+            Policy::vllm_0_33_0()
+        );
+        assert_eq!(policy_with(&[]), Policy::default());
+    }
+
+    #[test]
+    fn titles_are_short_and_distinct() {
+        let mut seen = std::collections::HashSet::new();
+        for row in &DEFECTS {
+            assert!(
+                !row.title.is_empty() && row.title.len() <= 70,
+                "{}",
+                row.name
+            );
+            assert!(seen.insert(row.title), "{} repeats a title", row.name);
+        }
     }
 }

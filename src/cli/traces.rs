@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::{VariantArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
-use crate::trace::check::check_case;
-use crate::trace::{diff_against_connector, trace_inputs, TraceCase};
+use crate::trace::check::{check_case, skipped_names, SkippedCheck};
+use crate::trace::{diff_against_connector, explain_difference, trace_inputs, TraceCase};
+use crate::variant::Variant;
 
 /// The `schema` of the JSON verdict report.
 pub const TRACE_VERDICTS_SCHEMA: &str = "kvgeom-trace-verdicts/1";
@@ -58,17 +59,56 @@ struct FileVerdict {
     file: String,
     verdict: Verdict,
     message: String,
-    /// Reserved for an expectation that explains the verdict; always null.
+    /// diff-trace under kvgeom's policy: the known defects (names joined by
+    /// `+`) that reproduce a differing trace exactly; null otherwise.
     explained_by: Option<String>,
+    /// check-trace: the checks it could not run on this trace, by name.
+    skipped_checks: Vec<&'static str>,
 }
 
-#[derive(Clone, Copy, Debug, Default, Serialize)]
+/// What `judge_all`'s judge says about one trace.
+struct Judged {
+    verdict: Verdict,
+    /// The verdict in words (the report's `message`).
+    message: String,
+    /// What the text format prints for the file.
+    lines: Vec<String>,
+    /// The report's `explained_by`.
+    explained_by: Option<String>,
+    /// The checks not run on the trace.
+    skipped: Vec<SkippedCheck>,
+}
+
+impl Judged {
+    fn new(verdict: Verdict, message: String, lines: Vec<String>) -> Judged {
+        Judged {
+            verdict,
+            message,
+            lines,
+            explained_by: None,
+            skipped: Vec::new(),
+        }
+    }
+
+    fn error(message: String) -> Judged {
+        Judged::new(Verdict::Error, message, Vec::new())
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
 struct Summary {
     files: usize,
     passed: usize,
     failed: usize,
     rejected: usize,
     error: usize,
+    /// Verdicts `differ` that known defects explain.
+    explained: usize,
+    /// Verdicts of traces on which some check was skipped.
+    skipped_checks: usize,
+    /// Every check skipped on some trace, in [`SkippedCheck::ALL`] order.
+    #[serde(skip)]
+    skipped: Vec<SkippedCheck>,
 }
 
 #[derive(Serialize)]
@@ -97,15 +137,14 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Read every trace of `files` (folders searched recursively) and judge
-/// each with `judge`, which returns the verdict, its message and the lines
-/// the text format prints. A file that cannot be read, or whose judging
+/// each with `judge`. A file that cannot be read, or whose judging
 /// fails (even by a panic), is an `error` verdict; the other files are still
 /// judged. Prints the verdicts in `format` and returns the exit status.
 fn judge_all(
     files: &[PathBuf],
     format: TraceFormat,
     summary_line: impl Fn(&Summary) -> String,
-    judge: impl Fn(&Path, &TraceCase) -> (Verdict, String, Vec<String>),
+    judge: impl Fn(&Path, &TraceCase) -> Judged,
 ) -> u8 {
     if files.is_empty() {
         eprintln!(
@@ -118,30 +157,36 @@ fn judge_all(
     let mut summary = Summary::default();
     let mut code = EXIT_OK;
     for input in trace_inputs(files) {
-        let (file, verdict, message) = match input {
-            Err(e) => (e.path.clone(), Verdict::Error, e.to_string()),
+        let (file, judged) = match input {
+            Err(e) => (e.path.clone(), Judged::error(e.to_string())),
             Ok(f) => {
                 let judged = catch_unwind(AssertUnwindSafe(|| match TraceCase::read(&f) {
                     Ok(case) => judge(&f, &case),
                     // The error names the file (and line) already.
-                    Err(e) => (Verdict::Error, e.to_string(), Vec::new()),
+                    Err(e) => Judged::error(e.to_string()),
                 }));
-                let (verdict, message, lines) = judged.unwrap_or_else(|p| {
-                    let why = format!(
+                let judged = judged.unwrap_or_else(|p| {
+                    Judged::error(format!(
                         "{}: internal error (please report it): {}",
                         f.display(),
                         panic_text(&*p)
-                    );
-                    (Verdict::Error, why, Vec::new())
+                    ))
                 });
-                if text && verdict != Verdict::Error {
-                    for line in &lines {
+                if text && judged.verdict != Verdict::Error {
+                    for line in &judged.lines {
                         println!("{line}");
                     }
                 }
-                (f, verdict, message)
+                (f, judged)
             }
         };
+        let Judged {
+            verdict,
+            message,
+            explained_by,
+            skipped,
+            ..
+        } = judged;
         if text && verdict == Verdict::Error {
             eprintln!("error: {message}");
         }
@@ -152,12 +197,19 @@ fn judge_all(
             Verdict::Rejected => summary.rejected += 1,
             Verdict::Error => summary.error += 1,
         }
+        summary.explained += usize::from(explained_by.is_some());
+        summary.skipped_checks += usize::from(!skipped.is_empty());
+        summary.skipped = SkippedCheck::ALL
+            .into_iter()
+            .filter(|c| summary.skipped.contains(c) || skipped.contains(c))
+            .collect();
         code = worst(code, verdict.exit());
         verdicts.push(FileVerdict {
             file: file.display().to_string(),
             verdict,
             message,
-            explained_by: None,
+            explained_by,
+            skipped_checks: skipped.iter().map(|c| c.name()).collect(),
         });
     }
     if text {
@@ -182,28 +234,46 @@ fn judge_all(
 }
 
 /// Rebuild each trace with kvgeom's connector under the chosen variant and
-/// compare lists, transfers and rewritten ids with what vLLM did.
+/// compare lists, transfers and rewritten ids with what vLLM did. Under
+/// kvgeom's own policy, a differing trace is rebuilt again with the known
+/// defects to name those that reproduce it ([`explain_difference`]); under
+/// any other variant nothing is sought, since that variant is already the
+/// reproduction being judged.
 pub fn diff_trace(files: &[PathBuf], variant: &VariantArgs, format: TraceFormat) -> u8 {
-    let policy = match variant.variant() {
-        Ok(v) => v.policy(),
+    let variant = match variant.variant() {
+        Ok(v) => v,
         Err(code) => return code,
     };
+    let policy = variant.policy();
+    let explain = variant == Variant::KVGEOM;
     judge_all(
         files,
         format,
-        |s| format!("{} match, {} differ", s.passed, s.failed),
+        |s| {
+            let mut line = format!("{} match, {} differ", s.passed, s.failed);
+            if explain && s.failed > 0 {
+                line.push_str(&format!(" ({} explained by known defects)", s.explained));
+            }
+            line
+        },
         |f, case| match diff_against_connector(case, policy) {
-            Ok(report) if report.is_match() => (
+            Ok(report) if report.is_match() => Judged::new(
                 Verdict::Match,
                 "MATCH".into(),
                 vec![format!("{}: MATCH", f.display())],
             ),
-            Ok(report) => (
-                Verdict::Differ,
-                report.to_string(),
-                vec![format!("{}: {report}", f.display())],
-            ),
-            Err(e) => (Verdict::Error, format!("{}: {e}", f.display()), Vec::new()),
+            Ok(report) => {
+                let mut lines = vec![format!("{}: {report}", f.display())];
+                let mut judged = Judged::new(Verdict::Differ, report.to_string(), Vec::new());
+                if explain {
+                    let explanation = explain_difference(case);
+                    lines.push(format!("  differs; {explanation}"));
+                    judged.explained_by = explanation.names();
+                }
+                judged.lines = lines;
+                judged
+            }
+            Err(e) => Judged::error(format!("{}: {e}", f.display())),
         },
     )
 }
@@ -218,6 +288,13 @@ pub fn check_trace(files: &[PathBuf], format: TraceFormat) -> u8 {
             if s.rejected > 0 {
                 line.push_str(&format!(", {} rejected", s.rejected));
             }
+            if s.skipped_checks > 0 {
+                line.push_str(&format!(
+                    "; {} with checks skipped (a prefill page too small for what it advertises): {}",
+                    s.skipped_checks,
+                    skipped_names(&s.skipped)
+                ));
+            }
             line
         },
         |f, case| {
@@ -228,7 +305,7 @@ pub fn check_trace(files: &[PathBuf], format: TraceFormat) -> u8 {
             {
                 let message = format!("vLLM refused the handshake of remote rank {rank}: {why}");
                 let line = format!("{}: REJECTED: {message}", f.display());
-                return (Verdict::Rejected, message, vec![line]);
+                return Judged::new(Verdict::Rejected, message, vec![line]);
             }
             match check_case(case) {
                 Ok(r) => {
@@ -255,9 +332,11 @@ pub fn check_trace(files: &[PathBuf], format: TraceFormat) -> u8 {
                         lines.push(format!("  note: {note}"));
                         message.push_str(&format!("; note: {note}"));
                     }
-                    (verdict, message, lines)
+                    let mut judged = Judged::new(verdict, message, lines);
+                    judged.skipped = r.skipped;
+                    judged
                 }
-                Err(e) => (Verdict::Error, format!("{}: {e}", f.display()), Vec::new()),
+                Err(e) => Judged::error(format!("{}: {e}", f.display())),
             }
         },
     )

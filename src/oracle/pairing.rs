@@ -20,16 +20,29 @@ pub fn check(input: &OracleInput) -> Vec<Violation> {
         .collect()
 }
 
-fn check_pair(case: &CaseLayout, pair: &OraclePair) -> Option<Violation> {
+/// The part of pairing that needs no layout: both ends of every pair have
+/// the same length (for traces whose source side cannot be modelled).
+pub fn check_lengths(input: &OracleInput) -> Vec<Violation> {
+    input
+        .pairs
+        .iter()
+        .filter_map(|p| length_mismatch(p).map(|problem| violation(p, vec![problem])))
+        .collect()
+}
+
+fn length_mismatch(pair: &OraclePair) -> Option<String> {
     let (dst, src) = (&pair.destination, &pair.source);
-    let mut problems = Vec::new();
-    if dst.row.len != src.row.len {
-        problems.push(format!(
+    (dst.row.len != src.row.len).then(|| {
+        format!(
             "lengths differ: destination {} bytes, source {} bytes",
             dst.row.len, src.row.len
-        ));
-    }
-    let (d, s) = (&dst.location, &src.location);
+        )
+    })
+}
+
+fn check_pair(case: &CaseLayout, pair: &OraclePair) -> Option<Violation> {
+    let mut problems: Vec<String> = length_mismatch(pair).into_iter().collect();
+    let (d, s) = (&pair.destination.location, &pair.source.location);
     match (&d.kind, &s.kind) {
         (LocationKind::Attention(da), LocationKind::Attention(sa)) => {
             if d.region != s.region {
@@ -69,19 +82,22 @@ fn check_pair(case: &CaseLayout, pair: &OraclePair) -> Option<Violation> {
     if problems.is_empty() {
         return None;
     }
-    Some(
-        Violation::new(
-            NAME,
-            format!("{} {}: {}", pair.op.as_str(), pair.id, problems.join("; ")),
-        )
-        .on(d.side, d.rank)
-        .region(d.region)
-        .block(d.logical_block)
-        .bytes(d.byte_range(), d.len)
-        .expected(s.to_string())
-        .found(d.to_string())
-        .pair(pair.id),
+    Some(violation(pair, problems))
+}
+
+fn violation(pair: &OraclePair, problems: Vec<String>) -> Violation {
+    let (d, s) = (&pair.destination.location, &pair.source.location);
+    Violation::new(
+        NAME,
+        format!("{} {}: {}", pair.op.as_str(), pair.id, problems.join("; ")),
     )
+    .on(d.side, d.rank)
+    .region(d.region)
+    .block(d.logical_block)
+    .bytes(d.byte_range(), d.len)
+    .expected(s.to_string())
+    .found(d.to_string())
+    .pair(pair.id)
 }
 
 fn attention_mismatch(

@@ -15,9 +15,46 @@ use crate::oracle::{pairing, registry, run_descriptor_level, OracleInput, Oracle
 /// The oracles' verdict on one trace.
 #[derive(Clone, Debug, Default)]
 pub struct CheckReport {
+    /// Every violation found, in the order the oracles ran.
     pub violations: Vec<Violation>,
     /// What could not be checked, and why.
     pub notes: Vec<String>,
+    /// The checks that were not run, in the order [`SkippedCheck::ALL`]
+    /// lists them (empty when every descriptor-level check ran).
+    pub skipped: Vec<SkippedCheck>,
+}
+
+/// A descriptor-level check that `check_case` could not run on a trace
+/// because it needs the prefill page the trace cannot hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SkippedCheck {
+    /// Pairing's comparison of both ends' regions, tokens, heads and state
+    /// slices (pair lengths are still compared).
+    PairingBeyondLengths,
+    /// Containment of every source row in the request's prefill blocks.
+    PrefillContainment,
+}
+
+impl SkippedCheck {
+    /// Every check that can be skipped, in report order.
+    pub const ALL: [SkippedCheck; 2] = [
+        SkippedCheck::PairingBeyondLengths,
+        SkippedCheck::PrefillContainment,
+    ];
+
+    /// How reports name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SkippedCheck::PairingBeyondLengths => "pairing beyond pair lengths",
+            SkippedCheck::PrefillContainment => "prefill-side containment",
+        }
+    }
+}
+
+impl std::fmt::Display for SkippedCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// Why a trace cannot be checked; each names the trace case first.
@@ -111,8 +148,9 @@ pub fn traced_geometry(case: &TraceCase) -> Result<Geometry, CheckError> {
 /// harness advertises remote mamba state larger than the remote page (e.g.
 /// 56 bytes of state in 48-byte pages), so its remote state rows run into
 /// the next block. Such a prefill layout cannot be modelled; the decode side
-/// (destination containment, coverage, double writes) is still checked and
-/// a note says what was skipped.
+/// (destination containment, coverage, double writes) is still checked,
+/// pair lengths are compared, [`CheckReport::skipped`] names what was not
+/// checked and a note says why.
 pub fn check_case(case: &TraceCase) -> Result<CheckReport, CheckError> {
     let mut geometry = traced_geometry(case)?;
     match check_with(case, &geometry, true) {
@@ -130,15 +168,24 @@ pub fn check_case(case: &TraceCase) -> Result<CheckReport, CheckError> {
             geometry.prefill.logical_block = geometry.prefill.logical_block.saturating_mul(grow);
             let mut report = check_with(case, &geometry, false)?;
             report.violations.retain(|v| v.side == Some(Side::Decode));
+            report.skipped = SkippedCheck::ALL.to_vec();
             report.notes.push(format!(
                 "prefill side not checked: the trace advertises {state} bytes of mamba state in {page}-byte prefill \
                  pages, so its remote state rows run past the request's prefill blocks (a geometry vLLM's \
-                 scheduler cannot produce); decode-side containment, coverage and double writes checked"
+                 scheduler cannot produce); skipped: {}; decode-side containment, coverage, double writes \
+                 and pair lengths checked",
+                skipped_names(&report.skipped)
             ));
             Ok(report)
         }
         other => other,
     }
+}
+
+/// `names` of `skipped`, comma-separated.
+pub fn skipped_names(skipped: &[SkippedCheck]) -> String {
+    let names: Vec<&str> = skipped.iter().map(|c| c.name()).collect();
+    names.join(", ")
 }
 
 fn check_with(
@@ -228,16 +275,19 @@ fn check_with(
     if let Some(m) = case.request.matched_tokens {
         input = input.with_transferred_tokens(m);
     }
-    // Without prefill's side, pairing (which compares both ends) is skipped.
+    // Without prefill's side, pairing (which compares both ends) is reduced
+    // to the pair lengths, which need no layout.
     let violations = if both_sides {
         run_descriptor_level(&input)
     } else {
-        registry::run_where(&input, |o| {
+        let mut v = registry::run_where(&input, |o| {
             o.level == OracleLevel::Descriptor && o.name != pairing::NAME
-        })
+        });
+        v.extend(pairing::check_lengths(&input));
+        v
     };
     Ok(CheckReport {
         violations,
-        notes: Vec::new(),
+        ..CheckReport::default()
     })
 }

@@ -4,7 +4,8 @@
 //! ([`TraceCase`]), normalising addresses to (region, offset)
 //! ([`RegionMap`]), replaying a case through kvgeom's connector
 //! ([`replay`], [`diff_against_connector`]), diffing a recorded run against
-//! a case ([`diff_run`]) and checking vLLM's own transfers with the
+//! a case ([`diff_run`]), naming the known defects that explain a
+//! difference ([`explain_difference`]) and checking vLLM's own transfers with the
 //! descriptor-level oracles ([`check_case`]). [`write_fixture`] writes the
 //! project's compact copies of the traces; [`reissue()`] replays a case's own
 //! calls through the dry-run transport; [`trace_inputs`] lists the trace
@@ -14,6 +15,7 @@ pub(crate) mod case;
 pub(crate) mod check;
 pub(crate) mod diff;
 pub(crate) mod error;
+pub(crate) mod explain;
 pub(crate) mod fixture;
 pub mod format;
 pub(crate) mod inputs;
@@ -23,9 +25,10 @@ pub(crate) mod reissue;
 pub(crate) mod replay;
 
 pub use case::{ExpectedDlist, ExpectedXfer, ListRole, RemoteRank, TraceCase};
-pub use check::check_case;
+pub use check::{check_case, CheckReport, SkippedCheck};
 pub use diff::{diff_block_ids, diff_run, ActualRun, DiffReport, Difference, Side};
 pub use error::{TraceError, TraceErrorKind};
+pub use explain::{explain_difference, smallest_explaining_set, Explanation};
 pub use fixture::{write_fixture, FixtureStats};
 pub use format::TraceEvent;
 pub use inputs::{is_trace_name, trace_inputs};
