@@ -148,6 +148,7 @@ fn shipped_geometries_load_in_name_order() {
             "mla-interleaved-kernel-ratio2",
             "mla-kda-decode-tp2",
             "mla-kda-equal-ppl-prefix-cache",
+            "mla-kda-kernel-ratio-equal-ppl-prefix-cache",
             "mla-kda-prefill-kernel-larger",
             "mla-kda-push-prefix-cache-prefill-kernel-larger",
             "mla-kernel-ratio4-prefix-cache",
