@@ -274,14 +274,6 @@ fn main() -> ExitCode {
     let args = Cli::parse();
     let code = match args.command {
         Command::Sweep {
-            shard: Some(_),
-            connector: cli::ConnectorArg::Vllm,
-            ..
-        } => {
-            eprintln!("error: --shard is not supported with --connector vllm");
-            2
-        }
-        Command::Sweep {
             paths,
             prompts,
             mode,
@@ -291,14 +283,14 @@ fn main() -> ExitCode {
             variant,
             random,
             seed,
-            threads: _,
+            threads,
             format,
             out,
-            no_shrink: _,
+            no_shrink,
             compare_host,
             expect,
-            max_memory: _,
-            shard: None,
+            max_memory,
+            shard,
             connector: cli::ConnectorArg::Vllm,
             vllm_python,
         } => cli::live_sweep(cli::LiveSweepArgs {
@@ -312,11 +304,15 @@ fn main() -> ExitCode {
             out,
             expect,
             vllm_python,
+            shard,
+            shrink: !no_shrink,
             transport,
             memory,
             defect: variant.defect,
             policy: variant.policy,
             compare_host,
+            threads,
+            max_memory,
         }),
         Command::Sweep {
             paths,

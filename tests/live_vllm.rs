@@ -82,6 +82,18 @@ fn options_that_do_not_apply_are_refused() {
         (&["--memory", "vram"][..], "--memory vram"),
         (&["--transport", "nixl"][..], "--transport nixl"),
         (&["--policy", "kvgeom"][..], "--policy"),
+        (
+            &["--threads", "2"][..],
+            "--threads 2: the live mode runs every case in one vLLM driver process",
+        ),
+        (
+            &["--max-memory", "1G"][..],
+            "--max-memory 1G: the live mode holds one case at a time",
+        ),
+        (
+            &["--shard", "3/2"][..],
+            "--shard `3/2`: expected K/N with 1 <= K <= N",
+        ),
     ] {
         let mut all = vec![
             "sweep",
@@ -221,4 +233,81 @@ fn explain_with_vllm_refuses_kvgeom_variants_and_names_a_missing_venv() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("scripts/install-vllm.sh"));
+}
+
+/// `--shard K/N` on a live sweep: the shards' JSON reports merge into the
+/// unsharded report byte for byte; a failure is shrunk to a minimal replay
+/// on vLLM's connector (and `--no-shrink` keeps the case as run).
+#[test]
+fn live_shards_merge_into_the_whole_and_failures_shrink() {
+    if interpreter("live_shards_merge_into_the_whole_and_failures_shrink").is_none() {
+        return;
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("live-shards");
+    std::fs::create_dir_all(&dir).unwrap();
+    // No expectations: 0.33.0's dead-block pairing fails N = 5 and 6 (and
+    // every shorter prompt, so the shrink reaches N = 1).
+    let none = dir.join("no-expectations.toml");
+    std::fs::write(&none, "# nothing expected\n").unwrap();
+    let base = |extra: &[&str]| -> Output {
+        let mut args = vec![
+            "sweep",
+            "--connector",
+            "vllm",
+            "--mode",
+            "pull",
+            "geometries/gqa-prefill-logical-larger.toml",
+            "--prompts",
+            "5,6",
+            "--expect",
+            none.to_str().unwrap(),
+            "--format",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        kvgeom(&args)
+    };
+    let whole = base(&[]);
+    assert_eq!(whole.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&whole.stderr);
+    assert!(
+        err.contains(
+            "replay: kvgeom explain geometries/gqa-prefill-logical-larger.toml --prompt 1 --prefix-hit 0 \
+             --mode pull --alloc mainline --seed 0 --connector vllm"
+        ),
+        "{err}"
+    );
+    let mut shards = Vec::new();
+    for shard in ["1/2", "2/2"] {
+        let out = dir.join(format!("shard-{}.json", &shard[..1]));
+        let run = base(&[
+            "--shard",
+            shard,
+            "--no-shrink",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(run.status.code(), Some(1), "{shard}");
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert!(
+            err.contains(&format!("shard {shard}: 1 of 2 cases")),
+            "{err}"
+        );
+        assert!(
+            err.contains("--prompt 5 ") || err.contains("--prompt 6 "),
+            "not shrunk: {err}"
+        );
+        shards.push(out);
+    }
+    let merged = kvgeom(&[
+        "report",
+        "merge",
+        shards[0].to_str().unwrap(),
+        shards[1].to_str().unwrap(),
+    ]);
+    assert_eq!(merged.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&merged.stdout),
+        String::from_utf8_lossy(&whole.stdout)
+    );
 }

@@ -12,6 +12,7 @@ use crate::scenario::{CaseReport, MemoryKind, TransportKind};
 use crate::scheduler::DecodeAllocation;
 use crate::sweep::expectations::Expectations;
 use crate::sweep::plan;
+use crate::sweep::shard::{self, parse_shard, Shard};
 use crate::variant::Variant;
 
 /// Which connector a sweep runs.
@@ -36,12 +37,18 @@ pub struct LiveSweepArgs {
     pub out: Option<PathBuf>,
     pub expect: Option<PathBuf>,
     pub vllm_python: Option<PathBuf>,
+    /// `--shard K/N`.
+    pub shard: Option<String>,
+    /// Shrink the first failures to a minimal replay (not `--no-shrink`).
+    pub shrink: bool,
     /// Refused options, as given.
     pub transport: TransportKind,
     pub memory: MemoryKind,
     pub defect: Option<String>,
     pub policy: Option<String>,
     pub compare_host: bool,
+    pub threads: Option<usize>,
+    pub max_memory: Option<String>,
 }
 
 /// The expectations file of the pinned vLLM.
@@ -70,6 +77,17 @@ fn refused(args: &LiveSweepArgs) -> Option<String> {
     }
     if args.compare_host {
         return Some("--compare-host: the live mode always runs on host memory".into());
+    }
+    if let Some(n) = args.threads {
+        return Some(format!(
+            "--threads {n}: the live mode runs every case in one vLLM driver process, one after the other"
+        ));
+    }
+    if let Some(m) = &args.max_memory {
+        return Some(format!(
+            "--max-memory {m}: the live mode holds one case at a time (the driver's tensors and kvgeom's images), \
+             so there is no budget to share"
+        ));
     }
     None
 }
@@ -126,9 +144,31 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
         variant: Variant::Policy(NamedPolicy::Vllm0330),
         seed: args.seed,
     };
-    let cases = match args.random {
+    let shard_of = match args.shard.as_deref().map(parse_shard).transpose() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: --shard {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let all_cases = match args.random {
         Some(n) => plan::random(&sources, n, args.seed, &opts),
         None => plan::grid(&sources, &opts),
+    };
+    let (cases, shard) = match shard_of {
+        None => (all_cases, None),
+        Some(of) => {
+            let options = format!("{:?} connector vllm {}", args.random, python.vllm_version);
+            let (mine, info, positions) = shard::select(&all_cases, of, &sources, &opts, &options);
+            eprintln!(
+                "shard {}/{}: {} of {} cases",
+                info.index,
+                info.count,
+                positions.len(),
+                all_cases.len()
+            );
+            (mine, Some((info, positions)))
+        }
     };
     let started = std::time::Instant::now();
     let live = match live::run_batch(&cases, &python, live::CASE_LIMIT) {
@@ -145,12 +185,13 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
         live.len(),
         started.elapsed().as_secs_f64()
     );
+    let shard = shard.as_ref().map(|(s, p)| (s, p.as_slice()));
     let text = match args.format {
         Format::Table => table(&live),
-        Format::Json => json(&live),
+        Format::Json => json(&live, shard),
         Format::Junit => {
             let reports: Vec<CaseReport> = live.iter().map(|l| l.report.clone()).collect();
-            sweep_report::junit(&reports, None)
+            sweep_report::junit(&reports, shard)
         }
     };
     match &args.out {
@@ -161,7 +202,59 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
         }
         None => print!("{text}"),
     }
-    judge(&live, expectations.as_ref())
+    let code = judge(&live, expectations.as_ref());
+    if code != EXIT_OK {
+        show_replays(&live, expectations.as_ref(), &python, args.shrink);
+    }
+    code
+}
+
+/// A minimal replay (shrunk unless `--no-shrink`) of the first unexpected
+/// failures, one per geometry, mode and outcome.
+fn show_replays(
+    live: &[LiveReport],
+    expectations: Option<&Expectations>,
+    python: &live::Interpreter,
+    shrink: bool,
+) {
+    let mut shown: Vec<(String, Mode, String)> = Vec::new();
+    let mut failures: Vec<&CaseReport> = Vec::new();
+    for l in live {
+        let r = &l.report;
+        let expected = expectations.is_some_and(|e| e.failures.iter().any(|f| f.covers(&r.case)));
+        if r.passed() || expected {
+            continue;
+        }
+        let key = (
+            r.case.geometry_name().to_string(),
+            r.case.mode,
+            r.outcome.label().to_string(),
+        );
+        if shown.contains(&key) || shown.len() >= 5 {
+            continue;
+        }
+        shown.push(key);
+        failures.push(r);
+    }
+    if failures.is_empty() {
+        return;
+    }
+    let minimal = if shrink {
+        match live::shrink_live(&failures, python, live::CASE_LIMIT) {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("note: shrinking failed ({e}); replays are of the cases as run");
+                failures.iter().map(|r| r.case.clone()).collect()
+            }
+        }
+    } else {
+        failures.iter().map(|r| r.case.clone()).collect()
+    };
+    eprintln!("\nminimal replays:");
+    for (r, m) in failures.iter().zip(&minimal) {
+        eprintln!("- {}: {}", case_label(r), r.outcome.describe());
+        eprintln!("  replay: {}", live::live_replay_command(m));
+    }
 }
 
 /// The expectations without their message texts: a message names kvgeom's
@@ -250,9 +343,9 @@ fn table(live: &[LiveReport]) -> String {
 }
 
 /// The sweep's JSON report with `"connector": "vllm"` and each case's `plan`.
-fn json(live: &[LiveReport]) -> String {
+fn json(live: &[LiveReport], shard: Option<(&Shard, &[usize])>) -> String {
     let reports: Vec<CaseReport> = live.iter().map(|l| l.report.clone()).collect();
-    let text = sweep_report::json(&reports, None);
+    let text = sweep_report::json(&reports, shard);
     let Ok(mut doc) = serde_json::from_str::<serde_json::Value>(&text) else {
         return text;
     };
@@ -263,7 +356,10 @@ fn json(live: &[LiveReport]) -> String {
             c["plan"] = serde_json::to_value(&l.plan).unwrap_or_default();
         }
     }
-    serde_json::to_string_pretty(&doc).unwrap_or(text)
+    match serde_json::to_string_pretty(&doc) {
+        Ok(pretty) => pretty + "\n",
+        Err(_) => text,
+    }
 }
 
 /// `kvgeom explain --connector vllm`: one case on vLLM's connector.

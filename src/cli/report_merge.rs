@@ -481,11 +481,20 @@ pub fn merge(files: &[PathBuf]) -> Result<(String, u8), MergeError> {
                 .filter(|c| c.get("passed").and_then(Value::as_bool) == Some(true))
                 .count();
             let failed = cases.len() - passed;
-            let merged = json!({
+            // A live sweep's shards (`--connector vllm`: their fingerprint
+            // names the connector) keep its top-level `connector`.
+            let live = !cases.is_empty()
+                && cases
+                    .iter()
+                    .all(|c| c.get("connector").and_then(Value::as_str) == Some("vllm"));
+            let mut merged = json!({
                 "schema": SWEEP_SCHEMA,
                 "summary": {"cases": cases.len(), "passed": passed, "failed": failed},
                 "cases": cases,
             });
+            if live {
+                merged["connector"] = "vllm".into();
+            }
             let text = serde_json::to_string_pretty(&merged).unwrap_or_default();
             Ok((text, if failed > 0 { EXIT_FAILED } else { EXIT_OK }))
         }

@@ -162,38 +162,16 @@ pub fn sweep(args: SweepArgs) -> u8 {
     };
     let (cases, shard) = match shard_of {
         None => (all_cases, None),
-        Some((index, count)) => {
-            let mut parts: Vec<String> = sources
-                .iter()
-                .map(|s| {
-                    let file = s.file.as_ref().map(|f| f.display().to_string());
-                    format!("{file:?}\n{}", crate::geometry::to_toml(&s.geometry))
-                })
-                .collect();
-            parts.push(format!(
-                "{:?} {:?} {:?} {:?} {} {:?} {:?} {:?}",
-                opts.prompts,
-                opts.modes,
-                opts.allocations,
-                opts.variant,
-                opts.seed,
-                args.random,
-                args.transport,
-                args.memory
-            ));
-            let positions = shard::positions(all_cases.len(), index, count);
-            let info = shard::Shard {
-                index,
-                count,
-                total_cases: all_cases.len(),
-                fingerprint: shard::fingerprint(&parts),
-            };
+        Some(of) => {
+            let options = format!("{:?} {:?} {:?}", args.random, args.transport, args.memory);
+            let (mine, info, positions) = shard::select(&all_cases, of, &sources, &opts, &options);
             eprintln!(
-                "shard {index}/{count}: {} of {} cases",
+                "shard {}/{}: {} of {} cases",
+                info.index,
+                info.count,
                 positions.len(),
                 all_cases.len()
             );
-            let mine = positions.iter().map(|&i| all_cases[i].clone()).collect();
             (mine, Some((info, positions)))
         }
     };

@@ -64,7 +64,7 @@ pub fn run_all_within(
 const SHRINK_ALL_UP_TO: u32 = 256;
 
 /// The lengths below `prompt_len` a shrink tries, smallest first.
-fn shrink_candidates(prompt_len: u32) -> impl Iterator<Item = u32> {
+pub(crate) fn shrink_candidates(prompt_len: u32) -> impl Iterator<Item = u32> {
     let dense = 1..prompt_len.min(SHRINK_ALL_UP_TO + 1);
     let sparse = std::iter::successors(Some(512u32), |&n| n.checked_mul(2))
         .take_while(move |&n| n < prompt_len)

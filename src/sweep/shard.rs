@@ -6,6 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::plan::{PlanOptions, SourcedGeometry};
+use crate::scenario::Case;
+
 /// One shard of a sweep.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Shard {
@@ -58,6 +61,39 @@ pub fn fingerprint(parts: &[String]) -> String {
         }
     }
     format!("{hash:016x}")
+}
+
+/// Shard `index` of `count` of a sweep's cases: the cases it keeps, its
+/// [`Shard`] record and their positions in the whole sweep. The fingerprint
+/// covers the geometries, the plan options and `options` (whatever else
+/// changes the cases' outcomes, e.g. the transport or the connector).
+pub fn select(
+    all_cases: &[Case],
+    (index, count): (u32, u32),
+    sources: &[SourcedGeometry],
+    plan: &PlanOptions,
+    options: &str,
+) -> (Vec<Case>, Shard, Vec<usize>) {
+    let mut parts: Vec<String> = sources
+        .iter()
+        .map(|s| {
+            let file = s.file.as_ref().map(|f| f.display().to_string());
+            format!("{file:?}\n{}", crate::geometry::to_toml(&s.geometry))
+        })
+        .collect();
+    parts.push(format!(
+        "{:?} {:?} {:?} {:?} {} {options}",
+        plan.prompts, plan.modes, plan.allocations, plan.variant, plan.seed
+    ));
+    let positions = positions(all_cases.len(), index, count);
+    let info = Shard {
+        index,
+        count,
+        total_cases: all_cases.len(),
+        fingerprint: fingerprint(&parts),
+    };
+    let mine = positions.iter().map(|&i| all_cases[i].clone()).collect();
+    (mine, info, positions)
 }
 
 #[cfg(test)]
