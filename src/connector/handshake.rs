@@ -21,6 +21,14 @@ pub enum HandshakeError {
         /// The peer's kernel block size, in tokens.
         remote: u32,
     },
+    #[error(
+        "NIXL pull does not yet support a mixed-memory producer: the peer's regions are {types:?}"
+    )]
+    /// The peer advertises regions of different memory types.
+    MixedMemoryPeer {
+        /// The memory type of each of the peer's regions.
+        types: Vec<crate::memory::MemKind>,
+    },
     #[error("TP sizes are not multiples of one another: local {local}, remote {remote}")]
     /// Neither TP size divides the other.
     TpNotDivisible {
@@ -321,6 +329,13 @@ fn validate_as_vllm(local: &LocalSide<'_>, remote: &RemoteSide<'_>) -> Result<()
             first: first_num_blocks,
             this: meta.num_blocks,
         });
+    }
+    if let Some(types) = &meta.region_mem_types {
+        if types.windows(2).any(|w| w[0] != w[1]) {
+            return Err(HandshakeError::MixedMemoryPeer {
+                types: types.clone(),
+            });
+        }
     }
     if meta.kv_caches_base_addr.len() != local.reg.num_regions() {
         return Err(HandshakeError::RegionCount {

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::geometry::KvLayout;
+use crate::memory::MemKind;
 
 /// What one rank tells its peers at handshake (vLLM's `NixlAgentMetadata`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,4 +32,9 @@ pub struct HandshakeMetadata {
     pub physical_blocks_per_logical_kv_block: u32,
     /// KV is staged through host buffers.
     pub host_buffer: bool,
+    /// The memory type of each region, when the rank advertises them (vLLM's
+    /// `region_mem_types`); a peer prepares its list of this rank with it,
+    /// else with its platform's type.
+    #[serde(default)]
+    pub region_mem_types: Option<Vec<MemKind>>,
 }

@@ -284,6 +284,7 @@ impl Worker {
             ssm_sizes: self.reg.ssm_sizes,
             physical_blocks_per_logical_kv_block: self.reg.ppl,
             host_buffer: self.cfg.engine.host_buffer,
+            region_mem_types: Some(vec![self.reg.mem; self.reg.num_regions()]),
         })
     }
 
@@ -424,12 +425,10 @@ impl Worker {
         let remote_block = peer.checked.block_size;
         if ratio > 1 && !self.lists_by_block_size.contains_key(&remote_block) {
             let list = local_lists::local_list(&self.reg, ratio, self.cfg.policy);
-            let handle = nixl.prepare_dlist(
-                self.agent,
-                &DlistTarget::Local,
-                self.cfg.platform_mem,
-                &list,
-            )?;
+            // Like the own list, in the regions' type (vLLM's
+            // `register_local_xfer_handler`), not the platform's.
+            let handle =
+                nixl.prepare_dlist(self.agent, &DlistTarget::Local, self.cfg.mem, &list)?;
             self.lists_by_block_size
                 .insert(remote_block, (handle, list));
         }
@@ -640,10 +639,18 @@ impl Worker {
             peer.tp_ratio,
             &conv,
         );
+        // The peer's advertised region type (the handshake refused mixed
+        // ones), else the platform's.
+        let mem = peer
+            .meta
+            .region_mem_types
+            .as_ref()
+            .and_then(|types| types.first().copied())
+            .unwrap_or(self.cfg.platform_mem);
         let handle = nixl.prepare_dlist(
             self.agent,
             &DlistTarget::Remote(agent_name.to_string()),
-            self.cfg.platform_mem,
+            mem,
             &descs,
         )?;
         Ok(RemoteList { handle, descs })

@@ -450,6 +450,9 @@ pub struct RemoteMeta {
     #[serde(default)]
     /// Prefill context parallel size, when sent.
     pub pcp_size: Option<u32>,
+    #[serde(default)]
+    /// The memory type of each region, when sent.
+    pub region_mem_types: Option<Vec<MemKind>>,
     #[serde(flatten)]
     /// Every other field of the metadata, verbatim.
     pub other: BTreeMap<String, Value>,

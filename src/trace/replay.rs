@@ -176,6 +176,7 @@ pub fn replay(case: &TraceCase, policy: Policy) -> Result<Replay, ReplayError> {
             ),
             physical_blocks_per_logical_kv_block: m.physical_blocks_per_logical_kv_block,
             host_buffer: false,
+            region_mem_types: m.region_mem_types.clone(),
         };
         worker
             .add_remote_agent(&mut nixl, &meta, remote.tp_rank, remote.tp_size)
