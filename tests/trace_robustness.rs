@@ -412,3 +412,52 @@ fn json_verdicts_and_exit_statuses() {
     assert!(stdout.contains("good.jsonl.gz: OK") && stdout.contains("1 passed, 0 failed"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn state_regions_of_a_trace_rebuild_as_state_slots_or_are_named() {
+    let dir = scratch("state-regions");
+    let verdict = |path: &Path| -> (Option<i32>, Value) {
+        let out = kvgeom(&["diff-trace", path.to_str().unwrap(), "--format", "json"]);
+        (out.status.code(), json_report(&out)["files"][0].clone())
+    };
+    // Regions 0 and 1 hold state, as in every fixture: the trace matches.
+    let whole = dir.join("whole.jsonl");
+    write_edited(&whole, |_| {});
+    assert_eq!(verdict(&whole).1["verdict"], "match");
+    // State in region 0 only (one state slot): kvgeom then lists state for
+    // region 0 alone, which the recorded lists (state in both) do not show.
+    let first = dir.join("first.jsonl");
+    write_edited(
+        &first,
+        set(
+            "local_geometry",
+            "/geometry/_ssm_region_indices",
+            serde_json::json!([0]),
+        ),
+    );
+    let (code, file) = verdict(&first);
+    assert_eq!(
+        (code, file["verdict"].as_str()),
+        (Some(1), Some("differ")),
+        "{file}"
+    );
+    // State in region 1 only is not a leading run: an error naming it.
+    let second = dir.join("second.jsonl");
+    write_edited(
+        &second,
+        set(
+            "local_geometry",
+            "/geometry/_ssm_region_indices",
+            serde_json::json!([1]),
+        ),
+    );
+    let (code, file) = verdict(&second);
+    assert_eq!(code, Some(2));
+    let message = file["message"].as_str().unwrap();
+    assert!(
+        message.contains(
+            "mamba state in regions [1]: kvgeom's format states a leading run of layer slots"
+        ),
+        "{message}"
+    );
+}

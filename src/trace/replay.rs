@@ -103,11 +103,32 @@ pub fn traced_model(case: &TraceCase) -> Result<ModelSpec, ReplayError> {
             head_size: per_token as u32,
             dtype_bytes: 1,
         }),
+        state_slots: state_slots(case, mamba.is_some())?,
         mamba,
         groups: kinds,
         layer_slots: g.num_regions,
-        state_slots: None,
     })
+}
+
+/// The layer slots holding state, from vLLM's `_ssm_region_indices`: `None`
+/// when every region does (or, in older traces, none is listed), else the
+/// count of a leading run of regions; other sets cannot be stated.
+fn state_slots(case: &TraceCase, has_mamba: bool) -> Result<Option<u32>, ReplayError> {
+    let g = &case.local_geometry;
+    let indices = &g.ssm_region_indices;
+    if !has_mamba || indices.is_empty() || indices.len() as u32 == g.num_regions {
+        return Ok(None);
+    }
+    if indices.iter().enumerate().any(|(i, &r)| r != i as u32) {
+        return Err(ReplayError::Model {
+            case: case.name.clone(),
+            why: format!(
+                "mamba state in regions {indices:?}: kvgeom's format states a leading run of \
+                 layer slots (model.state_slots)"
+            ),
+        });
+    }
+    Ok(Some(indices.len() as u32))
 }
 
 /// Replay `case` through the project's connector under `policy`.
