@@ -311,3 +311,70 @@ fn live_shards_merge_into_the_whole_and_failures_shrink() {
         String::from_utf8_lossy(&whole.stdout)
     );
 }
+
+/// Another vLLM (a branch, a pull request) that lacks what the driver
+/// drives: the sweep is exit 2 naming every missing class and method. A
+/// stand-in `vllm` package without the NIXL connector plays that vLLM, so
+/// the test needs only a Python 3, not the venv.
+#[test]
+fn a_vllm_without_the_connector_classes_is_named_exit_2() {
+    let Some(python3) = ["python3", "python"].into_iter().find(|p| {
+        Command::new(p)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }) else {
+        println!("a_vllm_without_the_connector_classes_is_named_exit_2: skipped: no python3");
+        return;
+    };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fake-vllm");
+    let site = dir.join("site");
+    let package = site.join("vllm");
+    let config = package.join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::create_dir_all(site.join("vllm-0.0.1.dist-info")).unwrap();
+    std::fs::write(package.join("__init__.py"), "__version__ = '0.0.1'\n").unwrap();
+    // vllm.config imports but has no VllmConfig; everything else is absent.
+    std::fs::write(config.join("__init__.py"), "class ModelConfig: pass\n").unwrap();
+    std::fs::write(
+        site.join("vllm-0.0.1.dist-info").join("METADATA"),
+        "Metadata-Version: 2.1\nName: vllm\nVersion: 0.0.1\n",
+    )
+    .unwrap();
+    let wrapper = dir.join("python");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nPYTHONPATH='{}' exec {python3} \"$@\"\n",
+            site.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = kvgeom(&[
+        "sweep",
+        "--connector",
+        "vllm",
+        "--vllm-python",
+        wrapper.to_str().unwrap(),
+        "--mode",
+        "pull",
+        "--prompts",
+        "3",
+        "geometries/deepseek-mla.toml",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for needed in [
+        "vLLM 0.0.1 (",
+        "lacks what the driver needs:",
+        "  - vllm.distributed.kv_transfer.kv_connector.v1.nixl.worker.NixlConnectorWorker (the pull worker; the module does not import",
+        "  - vllm.distributed.kv_transfer.kv_connector.v1.nixl.worker.NixlConnectorWorker._read_blocks_for_req (planning a pull;",
+        "  - vllm.config.VllmConfig (the engine config)\n",
+        "  - vllm.v1.worker.utils.allocate_kv_cache (allocating the caches as vLLM does;",
+    ] {
+        assert!(err.contains(needed), "{needed:?} not in: {err}");
+    }
+    assert!(!err.contains("vllm.config.ModelConfig"), "{err}");
+}

@@ -16,6 +16,8 @@ import traceback
 
 RESULT_FORMAT = "kvgeom-vllm-result/1"
 BATCH_FORMAT = "kvgeom-vllm-batch/1"
+# Exit status when the installed vLLM lacks a class or method the driver needs.
+MISSING_API_STATUS = 3
 
 
 def agent(side, rank):
@@ -62,6 +64,14 @@ def main(argv):
         print(f"driver: batch format {batch.get('format')!r} is not {BATCH_FORMAT}", file=sys.stderr)
         return 2
     started = time.time()
+    import api_check
+
+    lacking = api_check.missing()
+    if lacking:
+        print("driver: this vLLM lacks what the driver needs:", file=sys.stderr)
+        for item in lacking:
+            print(f"  - {item}", file=sys.stderr)
+        return MISSING_API_STATUS
     import live_case  # imports vLLM (the slow part)
 
     live_case.warm()

@@ -70,6 +70,21 @@ pub enum BatchError {
     /// The driver's interpreter could not be run.
     #[error(transparent)]
     Process(#[from] ProcessError),
+    /// The interpreter's vLLM lacks classes or methods the driver drives
+    /// (another vLLM than the pinned one: a branch or a pull request).
+    #[error(
+        "vLLM {vllm_version} ({}) lacks what the driver needs:\n  - {}",
+        python.display(),
+        missing.join("\n  - ")
+    )]
+    MissingApi {
+        /// The interpreter that ran the driver.
+        python: PathBuf,
+        /// Its vLLM's version.
+        vllm_version: String,
+        /// Each missing name, with what the driver uses it for.
+        missing: Vec<String>,
+    },
     /// The driver ended with a failure status before its time-out.
     #[error(
         "the vLLM driver ({}) failed with status {status:?}:\n{stderr_tail}",
@@ -84,6 +99,10 @@ pub enum BatchError {
         stderr_tail: String,
     },
 }
+
+/// The driver's exit status when the installed vLLM lacks a class or method
+/// it needs (`vllm-driver/api_check.py`); it names each on stderr.
+const MISSING_API_STATUS: i32 = 3;
 
 /// Why a case's `result.json` is unusable.
 #[derive(Debug, thiserror::Error)]
@@ -363,6 +382,18 @@ fn run_batch_in(
     cmd.arg(&script).arg(dir);
     let limit = IMPORT_LIMIT + case_limit * (batch.cases.len() as u32 + 1);
     let done = run_bounded(cmd, &dir.join("driver"), limit)?;
+    if done.status == Some(MISSING_API_STATUS) {
+        return Err(BatchError::MissingApi {
+            python: python.python.clone(),
+            vllm_version: python.vllm_version.clone(),
+            missing: done
+                .stderr
+                .lines()
+                .filter_map(|l| l.trim_start().strip_prefix("- "))
+                .map(str::to_string)
+                .collect(),
+        });
+    }
     if done.status != Some(0) && !done.timed_out() {
         return Err(BatchError::DriverFailed {
             python: python.python.clone(),
