@@ -110,7 +110,7 @@ class _Log:
     def watch(self, w, name):
         log_failure = w._log_failure
 
-        def logged(failure_type, req_id=None, msg=None, error=None, **kwargs):
+        def logged(failure_type, req_id=None, msg="", error=None, **kwargs):
             self.failures.append(
                 {
                     "agent": name,
@@ -167,7 +167,7 @@ def _text(e):
     return f"{type(e).__name__}: {text}"
 
 
-def _idle(workers, fabric):
+def _idle(workers):
     """Nothing in flight: no handshake, no queued writer work, no notification."""
     for w in workers:
         if w._handshake_futures:
@@ -321,7 +321,7 @@ def _drive(spec, ranks, fabric, log, result):
             break
         now = time.monotonic()
         state = _progress(fabric, log)
-        if state != last or not _idle(prefill + decode, fabric):
+        if state != last or not _idle(prefill + decode):
             last, quiet_since = state, now
         if now - quiet_since >= SETTLE_S or now > deadline:
             result.update(status="hung", message=_pending(spec, prefill, decode, received, log))
@@ -357,8 +357,7 @@ def _pending(spec, prefill, decode, received, log):
 
 
 def _finish(result, ranks, fabric, case_dir):
-    flat = {k: (w, raw) for k, (w, raw) in ranks.items()}
-    out = live_case.finish(result, flat, fabric, case_dir)
+    out = live_case.finish(result, ranks, fabric, case_dir)
     name = fabric.name_of
     out["notifs"] = [{"from": name(s), "to": name(r), "text": _notif_text(m)} for s, r, m in fabric.notifs]
     return out
