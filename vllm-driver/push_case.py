@@ -11,6 +11,11 @@ Faked on top of live_case's fakes: the handshake's ZMQ socket. A request to
 an engine's side channel is answered in process with the asked rank's own
 handshake payload, as vLLM's listener would answer it.
 
+From live_case it shares the cache building and worker construction
+(`make_worker`, given the push worker class), `finish` (final memory, lists
+and transfers) and `Unsupported`: a geometry live_case cannot build is
+refused here with the same message.
+
 The case ends when decode has reported the request received, when a worker
 raised, or when nothing can progress any more (every handshake and writer
 queue drained, no notification in flight) while decode still waits: that is
