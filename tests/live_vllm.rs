@@ -16,6 +16,7 @@ use kvgeom::live::{self, Interpreter, LiveReport};
 use kvgeom::oracle;
 use kvgeom::scenario::{run_case, Case, Outcome, RunOptions};
 use kvgeom::scheduler::DecodeAllocation;
+use kvgeom::sweep::expectations::Expectations;
 use kvgeom::sweep::plan;
 use kvgeom::variant::Variant;
 
@@ -39,6 +40,10 @@ fn interpreter(test: &str) -> Option<Interpreter> {
 }
 
 fn cases(file: &str, prompts: &[u32]) -> Vec<Case> {
+    cases_in(file, prompts, Mode::Pull)
+}
+
+fn cases_in(file: &str, prompts: &[u32], mode: Mode) -> Vec<Case> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("geometries")
         .join(file);
@@ -47,7 +52,7 @@ fn cases(file: &str, prompts: &[u32]) -> Vec<Case> {
         &sources,
         &plan::PlanOptions {
             prompts: Some(prompts.to_vec()),
-            modes: vec![Mode::Pull],
+            modes: vec![mode],
             allocations: Some(vec![DecodeAllocation::Mainline]),
             variant: Variant::Policy(NamedPolicy::Vllm0330),
             seed: 0,
@@ -377,4 +382,218 @@ fn a_vllm_without_the_connector_classes_is_named_exit_2() {
         assert!(err.contains(needed), "{needed:?} not in: {err}");
     }
     assert!(!err.contains("vllm.config.ModelConfig"), "{err}");
+/// The pinned expectations, without their message texts (vLLM words its
+/// exceptions differently from kvgeom's reproduction).
+fn expectations() -> Expectations {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("expected/vllm-0.33.0.toml");
+    let mut e = Expectations::load(&path).expect("expectations load");
+    for f in &mut e.failures {
+        f.message = None;
+    }
+    e
+}
+
+fn label(case: &Case) -> String {
+    format!(
+        "{} N={} h={} {}",
+        case.geometry_name(),
+        case.prompt_len,
+        case.prefix_hit,
+        case.mode.as_str()
+    )
+}
+
+/// vLLM's live verdict against kvgeom's `--policy vllm-0.33.0` run of the
+/// same case: outcome kind, oracle set and plan.
+fn check_against_reproduction(case: &Case, l: &LiveReport) {
+    let label = label(case);
+    let reference = run_case(case, &RunOptions::default());
+    assert!(l.plan.equal, "{label}: {:?}", l.plan.first_difference);
+    assert_eq!(
+        kind(&l.report.outcome),
+        kind(&reference.outcome),
+        "{label}: vLLM {} / kvgeom {}",
+        l.report.outcome.describe(),
+        reference.outcome.describe()
+    );
+    let mut got: Vec<_> = l.report.violations.iter().map(|v| v.oracle).collect();
+    let mut want: Vec<_> = reference.violations.iter().map(|v| v.oracle).collect();
+    got.sort();
+    got.dedup();
+    want.sort();
+    want.dedup();
+    assert_eq!(got, want, "{label}");
+}
+
+/// Push mode on vLLM's real push workers: where 0.33.0 push is right
+/// (equal TP-compatible GQA with prefix caching), where it double-writes
+/// (MLA with P TP > D TP), where prefill's handshake refuses and decode
+/// waits forever (hung, with what was pending), and where decode's or
+/// prefill's push path raises. Each verdict and plan is pinned, against
+/// kvgeom's reproduction and against expected/vllm-0.33.0.toml.
+#[test]
+fn vllm_push_agrees_with_the_reproduction_and_the_expectations() {
+    let Some(python) = interpreter("vllm_push_agrees_with_the_reproduction_and_the_expectations")
+    else {
+        return;
+    };
+    let push = |file: &str, prompts: &[u32]| cases_in(file, prompts, Mode::Push);
+    let mut all = push("llama-gqa-prefix-cache.toml", &[37]);
+    let right = all.len();
+    all.extend(push("deepseek-mla.toml", &[65]));
+    all.extend(push("gqa-kernel-ratio4.toml", &[5]));
+    all.extend(push("gqa-prefill-logical-larger.toml", &[5]));
+    all.extend(push("mla-decode-logical-larger.toml", &[3, 13]));
+    all.extend(push("g1-mla-kda-ppl3-vs-2.toml", &[29]));
+    let live = live::run_batch(&all, &python, Duration::from_secs(30)).expect("driver runs");
+    assert_eq!(live.len(), all.len());
+    let expected = expectations();
+    let (mut pinned, mut moved) = (0, 0);
+    for (case, l) in all.iter().zip(&live) {
+        let label = label(case);
+        let outcome = &l.report.outcome;
+        let text = outcome.describe();
+        if case.geometry.model.mamba.is_some() {
+            // Hybrids are refused per case until the driver builds their
+            // caches; once it does, they are judged like the others.
+            if let Outcome::Error { message } = outcome {
+                assert!(message.contains("hybrid"), "{label}: {message}");
+                assert!(!message.contains("Traceback"), "{label}: {message}");
+                let result = l.result.as_ref().expect("driver result");
+                assert!(result.xfers.is_empty(), "{label}");
+                continue;
+            }
+        }
+        check_against_reproduction(case, l);
+        let disagreements = expected.compare(std::slice::from_ref(&l.report));
+        assert!(disagreements.is_empty(), "{label}: {disagreements:?}");
+        let result = l.result.as_ref().expect("driver result");
+        match case.geometry_name() {
+            "llama-gqa-prefix-cache" => {
+                assert!(l.report.passed(), "{label}: {text}");
+                assert!(
+                    result
+                        .xfers
+                        .iter()
+                        .all(|x| x.op == "WRITE" && x.agent.starts_with("prefill")),
+                    "{label}: push posts prefill's WRITEs only"
+                );
+                let input = l.oracle_input.as_ref().expect("oracle input");
+                let images = input.memory(Side::Decode, 0).expect("decode memory");
+                let after: Vec<Vec<u8>> = images.after.iter().map(|a| a.to_vec()).collect();
+                if images.before != after.into() {
+                    moved += 1;
+                }
+                pinned += 1;
+            }
+            "deepseek-mla" => {
+                assert_eq!(*outcome, Outcome::Violations, "{label}: {text}");
+                assert!(l
+                    .report
+                    .violations
+                    .iter()
+                    .all(|v| v.oracle == "no_double_write"));
+                pinned += 1;
+            }
+            "gqa-kernel-ratio4" => {
+                assert!(matches!(outcome, Outcome::Hung { .. }), "{label}: {text}");
+                // Reported at once with what was pending, not waited out.
+                assert!(text.contains("decode-0 still waits"), "{label}: {text}");
+                assert!(text.contains("push_handshake_failed"), "{label}: {text}");
+                assert!(!text.contains("did not complete within"), "{label}: {text}");
+                pinned += 1;
+            }
+            "gqa-prefill-logical-larger" => {
+                assert!(
+                    matches!(
+                        outcome,
+                        Outcome::Crashed {
+                            side: Side::Decode,
+                            ..
+                        }
+                    ),
+                    "{label}: {text}"
+                );
+                assert!(text.contains("IndexError"), "{label}: {text}");
+                pinned += 1;
+            }
+            "mla-decode-logical-larger" if case.prompt_len == 3 => {
+                assert!(
+                    matches!(
+                        outcome,
+                        Outcome::Crashed {
+                            side: Side::Prefill,
+                            ..
+                        }
+                    ),
+                    "{label}: {text}"
+                );
+                assert!(text.contains("AssertionError"), "{label}: {text}");
+                pinned += 1;
+            }
+            "mla-decode-logical-larger" => {
+                assert!(
+                    matches!(
+                        outcome,
+                        Outcome::Crashed {
+                            side: Side::Decode,
+                            ..
+                        }
+                    ),
+                    "{label}: {text}"
+                );
+                assert!(text.contains("IndexError"), "{label}: {text}");
+                pinned += 1;
+            }
+            other => panic!("{label}: unexpected geometry {other}"),
+        }
+    }
+    assert!(right >= 1 && pinned >= 6, "{pinned} pinned cases");
+    assert!(
+        moved >= 1,
+        "vLLM's WRITEs changed decode's memory in {moved} cases"
+    );
+}
+
+/// A push case whose thread never returns (a test hook blocks it inside the
+/// case, vLLM's workers and writer threads alive) is reported hung at the
+/// driver's time-out, and the driver starts afresh for the rest of the
+/// batch: the cases after it get the same verdicts as alone.
+#[test]
+fn a_blocked_push_case_is_hung_and_does_not_poison_the_batch() {
+    let Some(python) = interpreter("a_blocked_push_case_is_hung_and_does_not_poison_the_batch")
+    else {
+        return;
+    };
+    let mut all = cases_in("deepseek-mla.toml", &[65], Mode::Push);
+    all.truncate(1);
+    all.extend(
+        cases_in("deepseek-mla.toml", &[65], Mode::Push)
+            .into_iter()
+            .take(1),
+    );
+    all.extend(
+        cases_in("llama-gqa-prefix-cache.toml", &[37], Mode::Push)
+            .into_iter()
+            .take(1),
+    );
+    all.extend(cases("deepseek-mla.toml", &[65]).into_iter().take(1));
+    let hooks = live::Hooks {
+        block_cases: vec![0],
+        ..live::Hooks::default()
+    };
+    let live =
+        live::run_batch_hooked(&all, &python, Duration::from_secs(4), &hooks).expect("driver runs");
+    assert_eq!(live.len(), all.len());
+    let text = live[0].report.outcome.describe();
+    assert!(
+        matches!(live[0].report.outcome, Outcome::Hung { .. }),
+        "{text}"
+    );
+    assert!(text.contains("did not complete within 4 s"), "{text}");
+    assert!(text.contains("blocked at"), "{text}");
+    assert!(!live[0].plan.equal, "a hung case's plan is not comparable");
+    for (case, l) in all.iter().zip(&live).skip(1) {
+        check_against_reproduction(case, l);
+    }
 }

@@ -1,10 +1,15 @@
 """kvgeom's driver for vLLM's own NIXL connector workers.
 
-Usage: python driver.py BATCH_DIR
+Usage: python driver.py BATCH_DIR [--resume]
 
 Reads BATCH_DIR/batch.json (format kvgeom-vllm-batch/1), runs every case in
 this one process and writes, per case, the final memory of every rank and
 result.json (format kvgeom-vllm-result/1). See README.md for the protocol.
+
+A case still running at the time-out leaves its thread behind, blocked in
+vLLM's code with whatever state it holds; the driver then starts itself
+afresh (`--resume`: the cases that have a result are skipped) so that no
+later case shares a process with it.
 """
 
 import json
@@ -33,7 +38,8 @@ def write_result(case_dir, result):
 
 
 def run_with_timeout(fn, limit):
-    """Run fn() in a daemon thread; ('hung', None) when it outlives limit."""
+    """Run fn() in a daemon thread; ('hung', where it is blocked) when it
+    outlives limit."""
     box = {}
 
     def target():
@@ -47,15 +53,17 @@ def run_with_timeout(fn, limit):
     t.start()
     t.join(limit)
     if t.is_alive():
-        return "hung", None
+        frame = sys._current_frames().get(t.ident)
+        return "hung", "".join(traceback.format_stack(frame)) if frame is not None else ""
     if "error" in box:
         return "error", box
     return "ok", box.get("value")
 
 
 def main(argv):
-    if len(argv) != 2:
-        print("usage: driver.py BATCH_DIR", file=sys.stderr)
+    resume = argv[2:] == ["--resume"]
+    if len(argv) != 2 and not resume:
+        print("usage: driver.py BATCH_DIR [--resume]", file=sys.stderr)
         return 2
     batch_dir = argv[1]
     with open(os.path.join(batch_dir, "batch.json")) as f:
@@ -73,22 +81,30 @@ def main(argv):
             print(f"  - {item}", file=sys.stderr)
         return MISSING_API_STATUS
     import live_case  # imports vLLM (the slow part)
+    import push_case
 
     live_case.warm()
 
     print(f"driver: vLLM imported in {time.time() - started:.1f} s", flush=True)
     limit = float(batch.get("case_timeout_s", 10.0))
-    for spec in batch["cases"]:
+    push_case.CASE_LIMIT_S = limit
+    cases = batch["cases"]
+    for i, spec in enumerate(cases):
         case_dir = os.path.join(batch_dir, spec["dir"])
+        if resume and os.path.exists(os.path.join(case_dir, "result.json")):
+            continue
         state, value = run_with_timeout(lambda: live_case.run(spec, case_dir), limit)
         if state == "ok":
             result = value
         elif state == "hung":
             # The case's thread is left behind (a daemon); its memory is not
             # returned, kvgeom reports the case hung.
+            last = [l.strip() for l in value.strip().splitlines()[-2:]]
             result = {
                 "status": "hung",
-                "message": f"vLLM's connector did not complete within {limit:g} s",
+                "message": f"vLLM's connector did not complete within {limit:g} s"
+                + (f"; blocked at {' '.join(last)}" if last else ""),
+                "trace": value,
             }
         else:
             e = value["error"]
@@ -99,6 +115,10 @@ def main(argv):
             }
         write_result(case_dir, result)
         print(f"driver: {spec['id']} {result['status']}", flush=True)
+        if state == "hung" and i + 1 < len(cases):
+            print("driver: a case's thread is left blocked; restarting for the rest", flush=True)
+            sys.stderr.flush()
+            os.execv(sys.executable, [sys.executable, os.path.abspath(__file__), batch_dir, "--resume"])
     return 0
 
 

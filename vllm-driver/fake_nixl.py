@@ -4,6 +4,7 @@ between the real host tensors, by address."""
 
 import ctypes
 import itertools
+import threading
 
 
 class Fabric:
@@ -16,6 +17,9 @@ class Fabric:
         self.dlists = []
         self.xfers = []
         self.handles = itertools.count(1)
+        # Push runs vLLM's writer threads: notifications cross threads.
+        self.lock = threading.Lock()
+        self.notifs = []  # every notification delivered: sender, receiver, text
 
     def name_of(self, vllm_name):
         return self.alias.get(vllm_name, vllm_name)
@@ -126,9 +130,7 @@ class FakeNixlWrapper:
             remote_name = next(
                 d["target"] for d in self.fabric.dlists if d["handle"] == record["remote"]
             )
-            peer = self.fabric.agents.get(remote_name)
-            if peer is not None:
-                peer.notifs.append((self.name, record["notif"]))
+            self.deliver(remote_name, record["notif"])
         return "DONE"
 
     def check_xfer_state(self, handle):
@@ -141,17 +143,27 @@ class FakeNixlWrapper:
         return None
 
     # -- notifications --
-    def send_notif(self, agent_name, notif_msg):
+    def deliver(self, agent_name, msg):
         peer = self.fabric.agents.get(agent_name)
         if peer is not None:
-            peer.notifs.append((self.name, bytes(notif_msg)))
+            with self.fabric.lock:
+                peer.notifs.append((self.name, bytes(msg)))
+                self.fabric.notifs.append((self.name, agent_name, bytes(msg)))
+
+    def send_notif(self, agent_name, notif_msg):
+        self.deliver(agent_name, notif_msg)
 
     def get_new_notifs(self):
+        with self.fabric.lock:
+            taken, self.notifs = self.notifs, []
         out = {}
-        for sender, msg in self.notifs:
+        for sender, msg in taken:
             out.setdefault(sender, []).append(msg)
-        self.notifs = []
         return out
+
+    def pending_notifs(self):
+        with self.fabric.lock:
+            return len(self.notifs)
 
 
 def expand(descs):

@@ -258,7 +258,7 @@ def build_engine(spec, side, rank, case_dir):
     return kv_cache_config, tensors, raw
 
 
-def make_worker(spec, side, rank, fabric, case_dir):
+def make_worker(spec, side, rank, fabric, case_dir, worker_cls=NixlConnectorWorker):
     geometry = spec["geometry"]
     engine = geometry[side]
     cfg = build_vllm_config(geometry, engine, side, engine["tp_size"])
@@ -267,14 +267,18 @@ def make_worker(spec, side, rank, fabric, case_dir):
     base_worker.get_current_attn_backends = lambda *a, **k: [backend]
     _TP.rank, _TP.size = rank, engine["tp_size"]
     fabric.pending_alias = agent(side, rank)
-    w = NixlConnectorWorker(cfg, side, kv_cache_config)
+    w = worker_cls(cfg, side, kv_cache_config)
     w.register_kv_caches(tensors)
     return w, raw
 
 
 def run(spec, case_dir):
+    if spec["mode"] == "push":
+        import push_case
+
+        return push_case.run(spec, case_dir)
     if spec["mode"] != "pull":
-        return {"status": "error", "message": "push mode: not driven yet"}
+        return {"status": "error", "message": f"mode {spec['mode']!r}: the driver runs pull and push"}
     fabric = fake_nixl.Fabric()
     fake_nixl.FABRIC[0] = fabric
     geometry = spec["geometry"]

@@ -10,5 +10,8 @@ pub mod shrink;
 
 pub use process::ProcessError;
 pub use python::{find, FindError, Interpreter, INSTALL_SCRIPT, PINNED_VLLM};
-pub use run::{run_batch, run_batch_with, BatchError, LiveReport, PlanComparison, CASE_LIMIT};
+pub use run::{
+    run_batch, run_batch_hooked, run_batch_with, BatchError, Hooks, LiveReport, PlanComparison,
+    CASE_LIMIT,
+};
 pub use shrink::{live_replay_command, shrink_live};

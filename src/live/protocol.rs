@@ -51,6 +51,11 @@ pub struct CaseSpec {
     /// then stay as the READs left them). Omitted when false.
     #[serde(skip_serializing_if = "std::ops::Not::not", default)]
     pub skip_receive_post_process: bool,
+    /// Test hook (push cases): the case's thread stays blocked inside the
+    /// case with vLLM's workers alive, so the driver's time-out and restart
+    /// are exercised. Omitted when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub block_in_case: bool,
 }
 
 /// One engine of a case.

@@ -268,6 +268,7 @@ fn prepare(case: &Case, id: &str) -> Result<Prepared, Outcome> {
         ),
         decode: decode_spec,
         skip_receive_post_process: false,
+        block_in_case: false,
     };
     Ok(Prepared {
         layout,
@@ -330,8 +331,32 @@ pub fn run_batch_with(
     case_limit: Duration,
     skip_receive_post_process: bool,
 ) -> Result<Vec<LiveReport>, BatchError> {
+    let hooks = Hooks {
+        skip_receive_post_process,
+        ..Hooks::default()
+    };
+    run_batch_hooked(cases, python, case_limit, &hooks)
+}
+
+/// Faults a test injects into the driver.
+#[derive(Clone, Debug, Default)]
+pub struct Hooks {
+    /// Skip vLLM's receive post-process on every case.
+    pub skip_receive_post_process: bool,
+    /// Indices of push cases whose thread the driver leaves blocked inside
+    /// the case (the driver's time-out and restart).
+    pub block_cases: Vec<usize>,
+}
+
+/// [`run_batch`] with test hooks.
+pub fn run_batch_hooked(
+    cases: &[Case],
+    python: &Interpreter,
+    case_limit: Duration,
+    hooks: &Hooks,
+) -> Result<Vec<LiveReport>, BatchError> {
     let dir = scratch_dir();
-    let result = run_batch_in(&dir, cases, python, case_limit, skip_receive_post_process);
+    let result = run_batch_in(&dir, cases, python, case_limit, hooks);
     if std::env::var_os("KVGEOM_KEEP_LIVE").is_none() {
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -343,7 +368,7 @@ fn run_batch_in(
     cases: &[Case],
     python: &Interpreter,
     case_limit: Duration,
-    skip_receive_post_process: bool,
+    hooks: &Hooks,
 ) -> Result<Vec<LiveReport>, BatchError> {
     std::fs::create_dir_all(dir).map_err(|source| BatchError::CreateDir {
         path: dir.to_path_buf(),
@@ -353,7 +378,8 @@ fn run_batch_in(
     for (i, case) in cases.iter().enumerate() {
         let mut p = prepare(case, &format!("c{i}"));
         if let Ok(p) = &mut p {
-            p.spec.skip_receive_post_process = skip_receive_post_process;
+            p.spec.skip_receive_post_process = hooks.skip_receive_post_process;
+            p.spec.block_in_case = hooks.block_cases.contains(&i);
         }
         if let Ok(p) = &p {
             write_inputs(dir, p)?;

@@ -1,0 +1,375 @@
+"""One kvgeom case on vLLM's real NIXL connector workers in push mode.
+
+Real: NixlPushConnectorWorker on every rank of both engines, with its
+registration, `start_load_kv` (decode's registration with prefill, prefill's
+finished blocks), its writer threads (decode's notification-only handshake
+and PUSH_REG; prefill's full handshake with decode and the WRITEs of
+`_xfer_blocks_for_req`), and `get_transfer_results` on both engines
+(decode's completion count and its receive post-process on the tensors).
+
+Faked on top of live_case's fakes: the handshake's ZMQ socket. A request to
+an engine's side channel is answered in process with the asked rank's own
+handshake payload, as vLLM's listener would answer it.
+
+From live_case it shares the cache building and worker construction
+(`make_worker`, given the push worker class), `finish` (final memory, lists
+and transfers) and `Unsupported`: a geometry live_case cannot build is
+refused here with the same message.
+
+The case ends when decode has reported the request received, when a worker
+raised, or when nothing can progress any more (every handshake and writer
+queue drained, no notification in flight) while decode still waits: that is
+reported `hung` with what was pending, without waiting out the time-out.
+"""
+
+import contextlib
+import threading
+import time
+import traceback
+
+import msgspec
+
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl import base_worker
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl.metadata import (
+    GET_META_MSG,
+    PUSH_REG_NOTIF_PREFIX,
+    NixlConnectorMetadata,
+    RemoteMeta,
+    ReqMeta,
+)
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl.push_worker import (
+    NixlPushConnectorWorker,
+)
+
+import fake_nixl
+import live_case
+from live_case import Unsupported, agent
+
+# The request's id on both engines (vLLM matches them by their base id).
+REQUEST = "req-0"
+# Side channels of the two engines, as the proxy would advertise them.
+CHANNELS = {"prefill": ("127.0.0.1", 5601), "decode": ("127.0.0.1", 5602)}
+# The driver sets this from the batch: a case's whole budget.
+CASE_LIMIT_S = 10.0
+# Nothing may move for this long before a waiting case counts as stuck.
+SETTLE_S = 0.25
+POLL_S = 0.001
+
+
+class _SideChannels:
+    """The engines' handshake listeners: ZMQ path -> {(pp, tp): payload}."""
+
+    def __init__(self):
+        self.served = {}
+
+    def serve(self, side, rank, worker):
+        host, port = CHANNELS[side]
+        path = f"tcp://{host}:{port}"
+        payload = msgspec.msgpack.encode(worker.xfer_handshake_metadata)
+        self.served.setdefault(path, {})[(0, rank)] = payload
+
+
+_CHANNELS = [None]
+
+
+class _Socket:
+    """The REQ socket of `_nixl_handshake`, answered in process."""
+
+    def __init__(self, path):
+        self.path = path
+        self.reply = None
+
+    def setsockopt(self, *args, **kwargs):
+        return None
+
+    def send(self, msg):
+        kind, pp_rank, tp_rank = msgspec.msgpack.decode(msg)
+        table = _CHANNELS[0].served.get(self.path, {})
+        if kind != GET_META_MSG or (pp_rank, tp_rank) not in table:
+            # vLLM's socket would time out (RCVTIMEO) on a silent peer.
+            raise TimeoutError(f"no handshake listener for rank {tp_rank} at {self.path}")
+        self.reply = [table[(pp_rank, tp_rank)], msgspec.msgpack.encode(time.perf_counter())]
+
+    def recv_multipart(self):
+        reply, self.reply = self.reply, None
+        return reply
+
+
+@contextlib.contextmanager
+def _zmq_ctx(socket_type, path):
+    yield _Socket(path)
+
+
+base_worker.zmq_ctx = _zmq_ctx
+
+
+class _Log:
+    """What the workers did that vLLM only logs: failures, handshakes, raises."""
+
+    def __init__(self, fabric):
+        self.fabric = fabric
+        self.failures = []  # vLLM's _log_failure calls
+        self.raised = []  # exceptions the writer threads swallow
+        self.handshakes = []
+
+    def watch(self, w, name):
+        log_failure = w._log_failure
+
+        def logged(failure_type, req_id=None, msg="", error=None, **kwargs):
+            self.failures.append(
+                {
+                    "agent": name,
+                    "failure_type": failure_type,
+                    "error": _text(error) if error is not None else msg,
+                }
+            )
+            return log_failure(failure_type=failure_type, req_id=req_id, msg=msg, error=error, **kwargs)
+
+        w._log_failure = logged
+        for method in ("add_remote_agent", "_add_notif_only_remote_agent"):
+            w.__dict__[method] = self._handshake(getattr(w, method), name)
+        for method in ("_do_start_push_kv", "_send_registration_to_p"):
+            w.__dict__[method] = self._raising(getattr(w, method), name, method)
+
+    def _handshake(self, fn, name):
+        full = fn.__name__ == "add_remote_agent"
+
+        def traced(meta, *args, **kwargs):
+            rank = (args[0] if args else kwargs.get("remote_tp_rank", 0)) if full else "?"
+            entry = {"agent": name, "remote": f"{meta.engine_id}-{rank}", "ok": False, "notif_only": not full}
+            self.handshakes.append(entry)
+            try:
+                out = fn(meta, *args, **kwargs)
+            except Exception as e:
+                entry["message"] = _text(e)
+                raise
+            entry["ok"] = True
+            if not full:
+                # The notification-only handshake names no rank; its agent does.
+                entry["remote"] = self.fabric.name_of(out)
+            return out
+
+        traced.__name__ = fn.__name__
+        return traced
+
+    def _raising(self, fn, name, method):
+        def traced(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:
+                self.raised.append({"agent": name, "in": method, "message": _text(e), "trace": traceback.format_exc()})
+                raise
+
+        return traced
+
+
+def _text(e):
+    """An exception as `Type: text`; a bare assertion names its line instead."""
+    text = str(e)
+    if not text and e.__traceback__ is not None:
+        frame = traceback.extract_tb(e.__traceback__)[-1]
+        text = f"{frame.line} ({frame.filename.split('site-packages/')[-1]}:{frame.lineno})"
+    return f"{type(e).__name__}: {text}"
+
+
+def _idle(workers):
+    """Nothing in flight: no handshake, no queued writer work, no notification."""
+    for w in workers:
+        if w._handshake_futures:
+            return False
+        for q in (w._reg_send_inbox, w._deferred_push_inbox, w._finished_blocks_inbox, w._pending_completion_notifs):
+            if not q.empty():
+                return False
+        if w.nixl_wrapper.pending_notifs():
+            return False
+    return True
+
+
+def _progress(fabric, log):
+    return (len(fabric.xfers), len(fabric.notifs), len(log.failures), len(log.raised), len(log.handshakes))
+
+
+def run(spec, case_dir):
+    fabric = fake_nixl.Fabric()
+    fake_nixl.FABRIC[0] = fabric
+    channels = _SideChannels()
+    _CHANNELS[0] = channels
+    log = _Log(fabric)
+    geometry = spec["geometry"]
+    ranks = {}
+    try:
+        try:
+            for side in ("prefill", "decode"):
+                for r in range(geometry[side]["tp_size"]):
+                    w, raw = live_case.make_worker(spec, side, r, fabric, case_dir, NixlPushConnectorWorker)
+                    ranks[(side, r)] = (w, raw)
+                    channels.serve(side, r, w)
+                    log.watch(w, agent(side, r))
+        except Unsupported as e:
+            return {"status": "error", "message": f"push mode: {e}"}
+        result = {
+            "regions": {agent(side, r): list(raw) for (side, r), (_, raw) in ranks.items()},
+            "handshakes": log.handshakes,
+            "post_process": [],
+        }
+        _drive(spec, ranks, fabric, log, result)
+        result["failures"] = log.failures
+        if log.raised:
+            result["raised"] = log.raised
+        return _finish(result, ranks, fabric, case_dir)
+    finally:
+        for w, _ in ranks.values():
+            with contextlib.suppress(Exception):
+                w.shutdown()
+
+
+def _drive(spec, ranks, fabric, log, result):
+    geometry = spec["geometry"]
+    p_tp = geometry["prefill"]["tp_size"]
+    d_tp = geometry["decode"]["tp_size"]
+    prefill = [ranks[("prefill", r)][0] for r in range(p_tp)]
+    decode = [ranks[("decode", r)][0] for r in range(d_tp)]
+    transfer_blocks = [list(g) for g in spec["decode"]["transfer_blocks"]]
+
+    # Prefill's scheduler: the request finished, its blocks wait for decode.
+    for w in prefill:
+        meta = NixlConnectorMetadata()
+        meta.push_finished_blocks[REQUEST] = tuple(list(g) for g in spec["prefill"]["request_blocks"])
+        meta.reqs_in_batch.add(REQUEST)
+        meta.reqs_to_send[REQUEST] = time.perf_counter() + 3600.0
+        meta.scheduler_clock = time.perf_counter()
+        w.start_load_kv(meta)
+    # Decode's scheduler: the request waits for prefill's push; its
+    # registration names decode's blocks (the remote list stays empty, as
+    # vLLM's push scheduler leaves it).
+    host, port = CHANNELS["decode"]
+    p_host, p_port = CHANNELS["prefill"]
+    for w in decode:
+        meta = NixlConnectorMetadata()
+        meta.reqs_to_recv[REQUEST] = ReqMeta(
+            local_block_ids=tuple(transfer_blocks),
+            local_physical_block_ids=tuple(transfer_blocks),
+            tp_size=p_tp,
+            local_num_computed_blocks=tuple(spec["decode"]["computed_blocks"]),
+            remote=RemoteMeta(
+                block_ids=(),
+                host=p_host,
+                port=p_port,
+                engine_id="prefill",
+                request_id=REQUEST,
+                num_tokens=spec["transferred_tokens"],
+            ),
+            awaiting_kvs=True,
+        )
+        meta.push_registrations[REQUEST] = {
+            "request_id": REQUEST,
+            "decode_engine_id": "decode",
+            "decode_host": host,
+            "decode_port": port,
+            "decode_tp_size": d_tp,
+            "local_block_ids": tuple(transfer_blocks),
+            "remote_engine_id": "prefill",
+            "remote_host": p_host,
+            "remote_port": p_port,
+            "remote_tp_size": p_tp,
+            "remote_pp_size": 1,
+        }
+        if spec.get("skip_receive_post_process"):
+            w.post_process_device_kv_on_receive = lambda *a, **k: None
+        w.start_load_kv(meta)
+    if spec.get("block_in_case"):
+        # Test hook: the case's thread stays blocked with the workers and
+        # their writer threads alive, as if vLLM's code never returned.
+        threading.Event().wait()
+
+    # Engine steps: each engine asks its workers for finished transfers
+    # (which also wakes their writer threads) until decode has the request.
+    received = {}
+    failed = {}
+    started = time.monotonic()
+    deadline = started + 0.8 * CASE_LIMIT_S
+    quiet_since = None
+    last = None
+    while True:
+        for d, w in enumerate(decode):
+            if d in received or d in failed:
+                continue
+            try:
+                results = w.get_transfer_results()
+            except Exception as e:
+                result.update(status="crashed", side="decode", message=_text(e), trace=traceback.format_exc())
+                return
+            if REQUEST in results.failed_recving:
+                failed[d] = sorted(results.finished_recving)
+            elif REQUEST in results.finished_recving:
+                received[d] = sorted(results.finished_recving)
+                result["post_process"].append({"agent": agent("decode", d), "done_recving": received[d]})
+        for p, w in enumerate(prefill):
+            try:
+                w.get_transfer_results()
+            except Exception as e:
+                result.update(status="crashed", side="prefill", message=_text(e), trace=traceback.format_exc())
+                return
+        if log.raised:
+            # vLLM's writer thread logs this and goes on; decode would wait.
+            first = log.raised[0]
+            side = "prefill" if first["agent"].startswith("prefill") else "decode"
+            result.update(
+                status="crashed",
+                side=side,
+                message=f"{first['agent']} {first['in']}: {first['message']}"
+                " (vLLM's push writer thread logs it and goes on; decode would wait for the push)",
+                trace=first["trace"],
+            )
+            return
+        if len(received) + len(failed) == d_tp:
+            break
+        now = time.monotonic()
+        state = _progress(fabric, log)
+        if state != last or not _idle(prefill + decode):
+            last, quiet_since = state, now
+        if now - quiet_since >= SETTLE_S or now > deadline:
+            result.update(status="hung", message=_pending(spec, prefill, decode, received, log))
+            return
+        time.sleep(POLL_S)
+    if failed:
+        d = min(failed)
+        why = [f for f in log.failures if f["agent"] == agent("decode", d)]
+        message = why[0]["error"] if why else "decode reported the request failed"
+        result.update(status="rejected", side="decode", message=f"decode-{d}: {message}")
+        return
+    result["status"] = "done"
+
+
+def _pending(spec, prefill, decode, received, log):
+    """Why the case cannot finish: who waits, and what vLLM logged."""
+    waiting = [agent("decode", d) for d in range(len(decode)) if d not in received]
+    verb = "waits" if len(waiting) == 1 else "wait"
+    parts = [f"{', '.join(waiting)} still {verb} for the push of {REQUEST}"]
+    for d, w in enumerate(decode):
+        if d in received:
+            continue
+        got = w.consumer_notification_counts_by_req.get(REQUEST, 0)
+        parts.append(f"{agent('decode', d)} has {got} completion notification(s)")
+    for p, w in enumerate(prefill):
+        if w._push_finished_blocks:
+            parts.append(f"{agent('prefill', p)} holds finished blocks no registration matched")
+        if w._pending_d_registrations:
+            parts.append(f"{agent('prefill', p)} holds registrations of {sorted(w._pending_d_registrations)}")
+    for f in log.failures:
+        parts.append(f"{f['agent']} logged {f['failure_type']}: {f['error']}")
+    return "; ".join(parts)
+
+
+def _finish(result, ranks, fabric, case_dir):
+    out = live_case.finish(result, ranks, fabric, case_dir)
+    name = fabric.name_of
+    out["notifs"] = [{"from": name(s), "to": name(r), "text": _notif_text(m)} for s, r, m in fabric.notifs]
+    return out
+
+
+def _notif_text(msg):
+    if msg.startswith(PUSH_REG_NOTIF_PREFIX):
+        reg = msgspec.msgpack.decode(msg[len(PUSH_REG_NOTIF_PREFIX) :])
+        return f"{PUSH_REG_NOTIF_PREFIX.decode()}{reg.get('request_id')} blocks {reg.get('local_block_ids')}"
+    return msg.decode("utf-8", "replace")
