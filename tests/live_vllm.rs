@@ -382,6 +382,8 @@ fn a_vllm_without_the_connector_classes_is_named_exit_2() {
         assert!(err.contains(needed), "{needed:?} not in: {err}");
     }
     assert!(!err.contains("vllm.config.ModelConfig"), "{err}");
+}
+
 /// The pinned expectations, without their message texts (vLLM words its
 /// exceptions differently from kvgeom's reproduction).
 fn expectations() -> Expectations {
