@@ -308,19 +308,28 @@ fn violated_oracles(violations: &[kvgeom::oracle::Violation]) -> Vec<&'static st
 
 /// A fault that only the bytes reveal: with vLLM's receive post-process
 /// skipped, its transfers are still the right ones (plan equal, descriptor
-/// oracles clean), but decode's pages stay in prefill's sub-block layout;
-/// only the byte-level oracles, run on vLLM's real final memory, see it.
+/// oracles clean), but decode's pages keep what the READs left (prefill's
+/// sub-block layout, bytes the post-process would have zeroed); only the
+/// byte-level oracles, run on vLLM's real final memory, see it.
 #[test]
 fn only_the_bytes_reveal_a_skipped_receive_post_process() {
     let Some(python) = interpreter("only_the_bytes_reveal_a_skipped_receive_post_process") else {
         return;
     };
-    let all = cases("gqa-kernel-ratio4.toml", &[5, 16]);
+    let mut all = cases("gqa-kernel-ratio4.toml", &[5, 16]);
+    // Hybrids: vLLM's post-process works on the attention views of the
+    // tensors the mamba state shares; skipping it shows in their bytes too.
+    all.extend(cases("g1-mla-kda-ppl3-vs-2.toml", &[5]));
+    all.extend(cases("nemotron-h-gqa-mamba2-hnd.toml", &[9]));
     let healthy = live::run_batch(&all, &python, Duration::from_secs(30)).expect("driver runs");
     let faulty =
         live::run_batch_with(&all, &python, Duration::from_secs(30), true).expect("driver runs");
     for (ok, bad) in healthy.iter().zip(&faulty) {
-        let label = format!("N={}", ok.report.case.prompt_len);
+        let label = format!(
+            "{} N={}",
+            ok.report.case.geometry_name(),
+            ok.report.case.prompt_len
+        );
         check_healthy(ok, &label);
         assert!(bad.plan.equal, "{label}: {:?}", bad.plan.first_difference);
         let input = bad.oracle_input.as_ref().expect("oracle input");
