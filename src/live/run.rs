@@ -150,6 +150,18 @@ struct Prepared {
     spec: CaseSpec,
 }
 
+impl Prepared {
+    /// Bytes of the case's initial memory, every region of every rank.
+    fn memory_bytes(&self) -> u64 {
+        self.before
+            .iter()
+            .flatten()
+            .flatten()
+            .map(|region| region.len() as u64)
+            .sum()
+    }
+}
+
 fn side_index(side: Side) -> usize {
     match side {
         Side::Prefill => 0,
@@ -326,21 +338,118 @@ fn run_batch_in(
     case_limit: Duration,
     skip_receive_post_process: bool,
 ) -> Result<Vec<LiveReport>, BatchError> {
-    std::fs::create_dir_all(dir).map_err(|source| BatchError::CreateDir {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    let mut prepared = Vec::new();
+    let mut out = Vec::with_capacity(cases.len());
+    let mut budget = ChunkBudget::new(CHUNK_MEMORY_BYTES);
+    let mut chunk = Chunk::default();
+    let mut chunks_started = 0;
     for (i, case) in cases.iter().enumerate() {
         let mut p = prepare(case, &format!("c{i}"));
         if let Ok(p) = &mut p {
             p.spec.skip_receive_post_process = skip_receive_post_process;
         }
-        if let Ok(p) = &p {
-            write_inputs(dir, p)?;
+        let bytes = p.as_ref().map_or(0, Prepared::memory_bytes);
+        if !budget.admits(bytes) {
+            let full = std::mem::take(&mut chunk);
+            out.extend(full.run(dir, cases, python, case_limit)?);
         }
-        prepared.push(p);
+        if chunk.prepared.is_empty() {
+            chunk.first = i;
+            chunk.index = chunks_started;
+            chunks_started += 1;
+        }
+        if let Ok(p) = &p {
+            write_inputs(&chunk.dir(dir), p)?;
+        }
+        chunk.prepared.push(p);
     }
+    if !chunk.prepared.is_empty() {
+        out.extend(chunk.run(dir, cases, python, case_limit)?);
+    }
+    Ok(out)
+}
+
+/// Bytes of initial memory one driver process takes at most: kvgeom keeps
+/// every case's initial images until it judges the case, and the driver's
+/// folder holds their files, so a larger batch runs as several driver
+/// processes (each paying vLLM's import).
+pub const CHUNK_MEMORY_BYTES: u64 = 2 << 30;
+
+/// The running total of one chunk's memory; a chunk always takes its first
+/// case, whatever its size.
+#[derive(Clone, Copy, Debug)]
+struct ChunkBudget {
+    limit: u64,
+    used: u64,
+    cases: usize,
+}
+
+impl ChunkBudget {
+    fn new(limit: u64) -> Self {
+        ChunkBudget {
+            limit,
+            used: 0,
+            cases: 0,
+        }
+    }
+
+    /// Whether a case of `bytes` joins the current chunk; when not, the
+    /// current chunk is full and the case starts the next one.
+    fn admits(&mut self, bytes: u64) -> bool {
+        let joins = self.cases == 0 || self.used.saturating_add(bytes) <= self.limit;
+        if joins {
+            self.used = self.used.saturating_add(bytes);
+            self.cases += 1;
+        } else {
+            self.used = bytes;
+            self.cases = 1;
+        }
+        joins
+    }
+}
+
+/// Consecutive cases run by one driver process, in their own folder.
+#[derive(Default)]
+struct Chunk {
+    /// Index of the first case in the batch.
+    first: usize,
+    /// Index of the chunk's folder (`chunk<index>`).
+    index: usize,
+    prepared: Vec<Result<Prepared, Outcome>>,
+}
+
+impl Chunk {
+    fn dir(&self, batch_dir: &Path) -> PathBuf {
+        batch_dir.join(format!("chunk{}", self.index))
+    }
+
+    fn run(
+        self,
+        batch_dir: &Path,
+        cases: &[Case],
+        python: &Interpreter,
+        case_limit: Duration,
+    ) -> Result<Vec<LiveReport>, BatchError> {
+        let dir = self.dir(batch_dir);
+        let cases = &cases[self.first..self.first + self.prepared.len()];
+        let result = run_chunk(&dir, cases, self.prepared, python, case_limit);
+        if std::env::var_os("KVGEOM_KEEP_LIVE").is_none() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        result
+    }
+}
+
+fn run_chunk(
+    dir: &Path,
+    cases: &[Case],
+    prepared: Vec<Result<Prepared, Outcome>>,
+    python: &Interpreter,
+    case_limit: Duration,
+) -> Result<Vec<LiveReport>, BatchError> {
+    std::fs::create_dir_all(dir).map_err(|source| BatchError::CreateDir {
+        path: dir.to_path_buf(),
+        source,
+    })?;
     let batch = Batch {
         format: BATCH_FORMAT,
         case_timeout_s: case_limit.as_secs_f64(),
@@ -739,5 +848,42 @@ fn compare_plans(
     PlanComparison {
         equal: first_difference.is_none(),
         first_difference,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ChunkBudget;
+
+    /// Admitted sizes per chunk, for a run of case sizes.
+    fn chunks(limit: u64, sizes: &[u64]) -> Vec<Vec<u64>> {
+        let mut budget = ChunkBudget::new(limit);
+        let mut out: Vec<Vec<u64>> = Vec::new();
+        for &bytes in sizes {
+            if !budget.admits(bytes) || out.is_empty() {
+                out.push(Vec::new());
+            }
+            out.last_mut().expect("a chunk").push(bytes);
+        }
+        out
+    }
+
+    #[test]
+    fn a_chunk_takes_cases_up_to_its_limit() {
+        assert_eq!(chunks(10, &[4, 6, 1]), [vec![4, 6], vec![1]]);
+        assert_eq!(chunks(10, &[3, 3, 3, 3]), [vec![3, 3, 3], vec![3]]);
+        assert_eq!(chunks(10, &[0, 0, 10, 0]), [vec![0, 0, 10, 0]]);
+    }
+
+    #[test]
+    fn a_case_larger_than_the_limit_runs_alone() {
+        assert_eq!(chunks(10, &[11, 11, 2]), [vec![11], vec![11], vec![2]]);
+        assert_eq!(chunks(10, &[2, 11, 2]), [vec![2], vec![11], vec![2]]);
+    }
+
+    #[test]
+    fn sizes_near_the_top_of_u64_do_not_overflow() {
+        let limit = u64::MAX - 1;
+        assert_eq!(chunks(limit, &[limit, 2]), [vec![limit], vec![2]]);
     }
 }
