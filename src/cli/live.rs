@@ -131,7 +131,7 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
         None => plan::grid(&sources, &opts),
     };
     let started = std::time::Instant::now();
-    let live = match live::run_batch(&cases, &python, live::CASE_LIMIT) {
+    let live = match live::run_sweep(&cases, &python, live::CASE_LIMIT) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");

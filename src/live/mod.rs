@@ -9,4 +9,7 @@ pub mod run;
 
 pub use process::ProcessError;
 pub use python::{find, FindError, Interpreter, INSTALL_SCRIPT, PINNED_VLLM};
-pub use run::{run_batch, run_batch_with, BatchError, LiveReport, PlanComparison, CASE_LIMIT};
+pub use run::{
+    run_batch, run_batch_with, run_sweep, BatchError, LiveReport, PlanComparison, CASE_LIMIT,
+    CHUNK_MEMORY_BYTES,
+};

@@ -305,14 +305,38 @@ fn scratch_dir() -> PathBuf {
     ))
 }
 
-/// Run every case through vLLM's connector in one driver process.
-/// `Err` when the driver cannot run at all (the caller exits 2).
+/// What a batch keeps of each judged case beyond its report and plan
+/// comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Retention {
+    /// The driver's result and the oracle input (every rank's memory
+    /// images), for `explain` and the tests.
+    Everything,
+    /// Neither: a sweep's memory then stays within one driver batch.
+    Verdicts,
+}
+
+/// Run every case through vLLM's connector, in driver batches of at most
+/// [`CHUNK_MEMORY_BYTES`] of initial memory, keeping each case's driver
+/// result and oracle input. `Err` when the driver cannot run at all (the
+/// caller exits 2).
 pub fn run_batch(
     cases: &[Case],
     python: &Interpreter,
     case_limit: Duration,
 ) -> Result<Vec<LiveReport>, BatchError> {
     run_batch_with(cases, python, case_limit, false)
+}
+
+/// [`run_batch`] for a sweep: only each case's report and plan comparison
+/// are kept (`result` and `oracle_input` are `None`), so that memory does
+/// not grow with the number of cases.
+pub fn run_sweep(
+    cases: &[Case],
+    python: &Interpreter,
+    case_limit: Duration,
+) -> Result<Vec<LiveReport>, BatchError> {
+    run_in_scratch(cases, python, case_limit, false, Retention::Verdicts)
 }
 
 /// [`run_batch`], optionally with vLLM's receive post-process skipped (a
@@ -323,8 +347,31 @@ pub fn run_batch_with(
     case_limit: Duration,
     skip_receive_post_process: bool,
 ) -> Result<Vec<LiveReport>, BatchError> {
+    run_in_scratch(
+        cases,
+        python,
+        case_limit,
+        skip_receive_post_process,
+        Retention::Everything,
+    )
+}
+
+fn run_in_scratch(
+    cases: &[Case],
+    python: &Interpreter,
+    case_limit: Duration,
+    skip_receive_post_process: bool,
+    retention: Retention,
+) -> Result<Vec<LiveReport>, BatchError> {
     let dir = scratch_dir();
-    let result = run_batch_in(&dir, cases, python, case_limit, skip_receive_post_process);
+    let result = run_batch_in(
+        &dir,
+        cases,
+        python,
+        case_limit,
+        skip_receive_post_process,
+        retention,
+    );
     if std::env::var_os("KVGEOM_KEEP_LIVE").is_none() {
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -337,6 +384,7 @@ fn run_batch_in(
     python: &Interpreter,
     case_limit: Duration,
     skip_receive_post_process: bool,
+    retention: Retention,
 ) -> Result<Vec<LiveReport>, BatchError> {
     let mut out = Vec::with_capacity(cases.len());
     let mut budget = ChunkBudget::new(CHUNK_MEMORY_BYTES);
@@ -350,7 +398,7 @@ fn run_batch_in(
         let bytes = p.as_ref().map_or(0, Prepared::memory_bytes);
         if !budget.admits(bytes) {
             let full = std::mem::take(&mut chunk);
-            out.extend(full.run(dir, cases, python, case_limit)?);
+            out.extend(full.run(dir, cases, python, case_limit, retention)?);
         }
         if chunk.prepared.is_empty() {
             chunk.first = i;
@@ -363,7 +411,7 @@ fn run_batch_in(
         chunk.prepared.push(p);
     }
     if !chunk.prepared.is_empty() {
-        out.extend(chunk.run(dir, cases, python, case_limit)?);
+        out.extend(chunk.run(dir, cases, python, case_limit, retention)?);
     }
     Ok(out)
 }
@@ -428,10 +476,11 @@ impl Chunk {
         cases: &[Case],
         python: &Interpreter,
         case_limit: Duration,
+        retention: Retention,
     ) -> Result<Vec<LiveReport>, BatchError> {
         let dir = self.dir(batch_dir);
         let cases = &cases[self.first..self.first + self.prepared.len()];
-        let result = run_chunk(&dir, cases, self.prepared, python, case_limit);
+        let result = run_chunk(&dir, cases, self.prepared, python, case_limit, retention);
         if std::env::var_os("KVGEOM_KEEP_LIVE").is_none() {
             let _ = std::fs::remove_dir_all(&dir);
         }
@@ -445,6 +494,7 @@ fn run_chunk(
     prepared: Vec<Result<Prepared, Outcome>>,
     python: &Interpreter,
     case_limit: Duration,
+    retention: Retention,
 ) -> Result<Vec<LiveReport>, BatchError> {
     std::fs::create_dir_all(dir).map_err(|source| BatchError::CreateDir {
         path: dir.to_path_buf(),
@@ -500,7 +550,14 @@ fn run_chunk(
             },
             Ok(p) => judge_case(dir, case, p, killed, &reference_plan),
         };
-        out.push(live);
+        out.push(match retention {
+            Retention::Everything => live,
+            Retention::Verdicts => LiveReport {
+                result: None,
+                oracle_input: None,
+                ..live
+            },
+        });
     }
     Ok(out)
 }
