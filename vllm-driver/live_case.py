@@ -6,9 +6,11 @@ receive post-process). Faked: NIXL (fake_nixl), the platform, the attention
 backend and the TP group.
 """
 
+import atexit
 import ctypes
 import json
 import os
+import shutil
 import tempfile
 import traceback
 
@@ -104,6 +106,8 @@ _MODEL_DIR = [None]
 def model_dir():
     if _MODEL_DIR[0] is None:
         d = tempfile.mkdtemp(prefix="kvgeom-opt-config-")
+        # One folder per driver process, and a sweep may start several.
+        atexit.register(shutil.rmtree, d, ignore_errors=True)
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(OPT_CONFIG, f)
         _MODEL_DIR[0] = d
