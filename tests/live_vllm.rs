@@ -44,6 +44,14 @@ fn cases(file: &str, prompts: &[u32]) -> Vec<Case> {
 }
 
 fn cases_in(file: &str, prompts: &[u32], mode: Mode) -> Vec<Case> {
+    cases_of(file, prompts, mode, DecodeAllocation::Mainline)
+}
+
+fn cases_with_allocation(file: &str, prompts: &[u32], allocation: DecodeAllocation) -> Vec<Case> {
+    cases_of(file, prompts, Mode::Pull, allocation)
+}
+
+fn cases_of(file: &str, prompts: &[u32], mode: Mode, allocation: DecodeAllocation) -> Vec<Case> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("geometries")
         .join(file);
@@ -53,7 +61,7 @@ fn cases_in(file: &str, prompts: &[u32], mode: Mode) -> Vec<Case> {
         &plan::PlanOptions {
             prompts: Some(prompts.to_vec()),
             modes: vec![mode],
-            allocations: Some(vec![DecodeAllocation::Mainline]),
+            allocations: Some(vec![allocation]),
             variant: Variant::Policy(NamedPolicy::Vllm0330),
             seed: 0,
         },
@@ -170,21 +178,179 @@ fn vllm_agrees_with_the_reproduction_on_a_handful_of_cases() {
     );
 }
 
+/// Hybrids (attention + mamba state) on vLLM's real pull worker, in one
+/// driver process: MLA + KDA with different ppl on P and D, GQA + Mamba2,
+/// GQA + Mamba1, GQA + GDN with D_TP > P_TP, and two cases where vLLM
+/// 0.33.0 is known to be wrong: a replicated Mamba2 B/C group (it reads the
+/// wrong bytes) and MLA + KDA prefix hits under the with-last-token
+/// allocation (end-trim alignment). Each verdict, each violated oracle and
+/// each plan must be the ones kvgeom's `--policy vllm-0.33.0` reproduction
+/// gives, and vLLM must have moved mamba state. A hybrid the driver cannot
+/// build is refused per case, naming what it lacks, without stopping the
+/// batch.
+#[test]
+fn hybrids_on_vllm_agree_with_the_reproduction() {
+    let Some(python) = interpreter("hybrids_on_vllm_agree_with_the_reproduction") else {
+        return;
+    };
+    let mut all = cases("g1-mla-kda-ppl3-vs-2.toml", &[5, 13]);
+    all.extend(cases("nemotron-h-gqa-mamba2-hnd.toml", &[9]));
+    all.extend(cases("jamba-gqa-mamba1.toml", &[17]));
+    all.extend(cases("qwen3-next-gqa-gdn-decode-tp2.toml", &[20]));
+    all.extend(cases("mamba2-replicated-groups-p1-d2.toml", &[5]));
+    all.extend(cases_with_allocation(
+        "mla-kda-equal-ppl-prefix-cache.toml",
+        &[33],
+        DecodeAllocation::WithLastToken,
+    ));
+    // expected/vllm-0.33.0.toml: vllm-0.33.0-replicated-mamba2-groups.md
+    // and vllm-0.33.0-end-trim-alignment.md#1 (33/16, with-last-token).
+    let known_failures = [
+        ("mamba2-replicated-groups-p1-d2", 5, 0),
+        ("mla-kda-equal-ppl-prefix-cache", 33, 16),
+    ];
+    let unbuildable = all.len();
+    all.extend(unbuildable_kda_cases());
+    let live = live::run_batch(&all, &python, Duration::from_secs(30)).expect("driver runs");
+    assert_eq!(live.len(), all.len());
+    let mut failed_as_known = 0;
+    for (case, l) in all.iter().zip(&live).take(unbuildable) {
+        let label = format!(
+            "{} N={} h={}",
+            case.geometry_name(),
+            case.prompt_len,
+            case.prefix_hit
+        );
+        let reference = run_case(case, &RunOptions::default());
+        assert!(l.plan.equal, "{label}: {:?}", l.plan.first_difference);
+        assert_eq!(
+            kind(&l.report.outcome),
+            kind(&reference.outcome),
+            "{label}: vLLM {} / kvgeom {}",
+            l.report.outcome.describe(),
+            reference.outcome.describe()
+        );
+        assert_eq!(
+            violated_oracles(&l.report.violations),
+            violated_oracles(&reference.violations),
+            "{label}"
+        );
+        let input = l
+            .oracle_input
+            .as_ref()
+            .expect("vLLM's final memory was judged");
+        let state_pairs = input
+            .posted_pairs()
+            .filter(|p| p.destination.location.kind.name() == "mamba")
+            .count();
+        assert!(state_pairs > 0, "{label}: vLLM moved no mamba state");
+        let known = (case.geometry_name(), case.prompt_len, case.prefix_hit);
+        if known_failures.contains(&known) {
+            assert_eq!(l.report.outcome, Outcome::Violations, "{label}");
+            assert_eq!(
+                violated_oracles(&l.report.violations),
+                ["pairing", "transferred_or_zeroed"],
+                "{label}"
+            );
+            failed_as_known += 1;
+        } else {
+            check_healthy(l, &label);
+        }
+    }
+    assert_eq!(failed_as_known, known_failures.len());
+    let refused = &live[unbuildable];
+    let Outcome::Error { message } = &refused.report.outcome else {
+        panic!(
+            "expected a driver error, got {}",
+            refused.report.outcome.describe()
+        );
+    };
+    assert!(
+        message.contains("the driver cannot build this case")
+            && message.contains("Q (1) and K (2) of different widths"),
+        "{message}"
+    );
+    assert!(!message.contains("Traceback"), "{message}");
+    assert!(!refused.plan.equal);
+}
+
+/// A KDA hybrid whose Q and K differ in width (allowed by the geometry
+/// format for KDA, not by vLLM 0.33.0's conv decomposition, which splits
+/// Q | K evenly).
+fn unbuildable_kda_cases() -> Vec<Case> {
+    let text = r#"
+description = "MLA + KDA with Q narrower than K"
+[model]
+layer_slots = 1
+groups = ["attention", "mamba"]
+[model.attention]
+kind = "mla"
+head_size = 6
+dtype_bytes = 2
+[model.mamba]
+kind = "kda"
+conv_dims = [2, 4, 4]
+conv_rows = 3
+conv_dtype_bytes = 2
+ssm_state_bytes = 64
+[prefill]
+tp_size = 2
+kernel_block = 4
+logical_block = 8
+[decode]
+tp_size = 2
+kernel_block = 4
+logical_block = 8
+"#;
+    let dir = std::env::temp_dir().join(format!("kvgeom-live-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("kda-unequal-q-k.toml");
+    std::fs::write(&path, text).expect("write geometry");
+    let sources = plan::load_sources(&[path]).expect("geometry loads");
+    let _ = std::fs::remove_dir_all(&dir);
+    plan::grid(
+        &sources,
+        &plan::PlanOptions {
+            prompts: Some(vec![5]),
+            modes: vec![Mode::Pull],
+            allocations: Some(vec![DecodeAllocation::Mainline]),
+            variant: Variant::Policy(NamedPolicy::Vllm0330),
+            seed: 0,
+        },
+    )
+}
+
+fn violated_oracles(violations: &[kvgeom::oracle::Violation]) -> Vec<&'static str> {
+    let mut names: Vec<_> = violations.iter().map(|v| v.oracle).collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
 /// A fault that only the bytes reveal: with vLLM's receive post-process
 /// skipped, its transfers are still the right ones (plan equal, descriptor
-/// oracles clean), but decode's pages stay in prefill's sub-block layout;
-/// only the byte-level oracles, run on vLLM's real final memory, see it.
+/// oracles clean), but decode's pages keep what the READs left (prefill's
+/// sub-block layout, bytes the post-process would have zeroed); only the
+/// byte-level oracles, run on vLLM's real final memory, see it.
 #[test]
 fn only_the_bytes_reveal_a_skipped_receive_post_process() {
     let Some(python) = interpreter("only_the_bytes_reveal_a_skipped_receive_post_process") else {
         return;
     };
-    let all = cases("gqa-kernel-ratio4.toml", &[5, 16]);
+    let mut all = cases("gqa-kernel-ratio4.toml", &[5, 16]);
+    // Hybrids: vLLM's post-process works on the attention views of the
+    // tensors the mamba state shares; skipping it shows in their bytes too.
+    all.extend(cases("g1-mla-kda-ppl3-vs-2.toml", &[5]));
+    all.extend(cases("nemotron-h-gqa-mamba2-hnd.toml", &[9]));
     let healthy = live::run_batch(&all, &python, Duration::from_secs(30)).expect("driver runs");
     let faulty =
         live::run_batch_with(&all, &python, Duration::from_secs(30), true).expect("driver runs");
     for (ok, bad) in healthy.iter().zip(&faulty) {
-        let label = format!("N={}", ok.report.case.prompt_len);
+        let label = format!(
+            "{} N={}",
+            ok.report.case.geometry_name(),
+            ok.report.case.prompt_len
+        );
         check_healthy(ok, &label);
         assert!(bad.plan.equal, "{label}: {:?}", bad.plan.first_difference);
         let input = bad.oracle_input.as_ref().expect("oracle input");

@@ -6,13 +6,20 @@ receive post-process). Faked: NIXL (fake_nixl), the platform, the attention
 backend and the TP group.
 """
 
+import atexit
 import ctypes
 import json
 import os
+import shutil
 import tempfile
 import traceback
 
-import torch
+# vLLM's NIXL worker moves mamba conv state only in the DS layout (dim,
+# state_len), whose sub-projections are contiguous; kvgeom's geometry is laid
+# out that way.
+os.environ["VLLM_SSM_CONV_STATE_LAYOUT"] = "DS"
+
+import torch  # noqa: E402
 
 import vllm
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl import base_worker
@@ -99,6 +106,8 @@ _MODEL_DIR = [None]
 def model_dir():
     if _MODEL_DIR[0] is None:
         d = tempfile.mkdtemp(prefix="kvgeom-opt-config-")
+        # One folder per driver process, and a sweep may start several.
+        atexit.register(shutil.rmtree, d, ignore_errors=True)
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(OPT_CONFIG, f)
         _MODEL_DIR[0] = d
@@ -166,13 +175,18 @@ def build_vllm_config(geometry, engine, side, tp_size):
         # buffer to the faked device, as on a GPU.
         kv_buffer_device="cpu" if engine.get("host_buffer") else "cuda",
     )
-    return VllmConfig(
+    config = VllmConfig(
         model_config=model_config,
         cache_config=cache,
         parallel_config=ParallelConfig(tensor_parallel_size=tp_size),
         kv_transfer_config=kvt,
         device_config=DeviceConfig(device="cpu"),
     )
+    if geometry["model"].get("mamba") is not None:
+        # The hybrid allocator, as on a GPU platform (the CPU platform turns
+        # it off; NIXL supports it and a mamba hybrid needs it).
+        config.scheduler_config.disable_hybrid_kv_cache_manager = False
+    return config
 
 
 _MLA_CLASSES = {}
@@ -193,7 +207,124 @@ def warm():
 
 
 def dtype_of(nbytes):
-    return {1: torch.uint8, 2: torch.bfloat16, 4: torch.float32}[nbytes]
+    """A torch dtype of `nbytes` bytes per element (the geometry states sizes only)."""
+    return {1: torch.uint8, 2: torch.bfloat16, 4: torch.float32, 8: torch.float64}[nbytes]
+
+
+def attention_spec(attn, engine):
+    """vLLM's spec of one attention layer on one rank of `engine`."""
+    logical = engine["logical_block"]
+    if attn["kind"] == "mla":
+        return kvi.MLAAttentionSpec(
+            block_size=logical,
+            num_kv_heads=1,
+            head_size=attn["head_size"],
+            dtype=dtype_of(attn["dtype_bytes"]),
+        )
+    heads = max(1, attn["total_kv_heads"] // engine["tp_size"])
+    return kvi.FullAttentionSpec(
+        block_size=logical,
+        num_kv_heads=heads,
+        head_size=attn["head_size"],
+        dtype=dtype_of(attn["dtype_bytes"]),
+    )
+
+
+def rank_channels(mamba, j, tp):
+    """Conv channels of sub-projection j on one rank (kvgeom's geometry rule:
+    Mamba2's B and C stay whole when TP does not divide n_groups)."""
+    dim = mamba["conv_dims"][j]
+    groups = mamba.get("n_groups")
+    if mamba["kind"] == "mamba2" and j > 0 and groups is not None and groups % tp != 0:
+        return dim // groups
+    return dim // tp
+
+
+def _temporal_shape(lead, width, ssm_bytes, what):
+    """A temporal-state shape `lead + (width, rest)` holding `ssm_bytes` in the
+    widest dtype that divides it; vLLM reads `width` back as the channels of
+    the sub-projection named by `what`."""
+    for dtype in (torch.float32, torch.float16, torch.uint8):
+        size = torch.tensor([], dtype=dtype).element_size()
+        if ssm_bytes % (width * size) == 0:
+            return lead + (width, ssm_bytes // (width * size)), dtype
+    raise Unsupported(
+        f"{what}: one rank's SSM state ({ssm_bytes} bytes) is not a whole number of "
+        f"rows of {width} channels, so no vLLM temporal-state shape gives "
+        "vLLM's conv decomposition these channels"
+    )
+
+
+def mamba_spec(mamba, engine, page_bytes):
+    """vLLM's MambaSpec of one mamba layer on one rank of `engine`: shapes and
+    dtypes chosen so that vLLM's own conv decomposition
+    (derive_mamba_conv_split) recovers kvgeom's sub-projections, and the
+    page padded to the unified page."""
+    from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum as Kinds
+
+    tp = engine["tp_size"]
+    kind = mamba["kind"]
+    dims = [rank_channels(mamba, j, tp) for j in range(len(mamba["conv_dims"]))]
+    rows = mamba["conv_rows"]
+    conv_dtype = dtype_of(mamba["conv_dtype_bytes"])
+    ssm_bytes = mamba["ssm_state_bytes"] // tp
+    conv = (sum(dims), rows)
+    if kind == "mamba1":
+        # Temporal state (channels, state): vLLM checks channels == conv dim.
+        temporal, ssm_dtype = _temporal_shape((), dims[0], ssm_bytes, "mamba1 x")
+        vllm_kind = Kinds.MAMBA1
+    elif kind == "mamba2":
+        # Temporal state (heads, head_dim, state): vLLM takes x as
+        # heads x head_dim and splits the rest of the conv dim into B = C.
+        temporal, ssm_dtype = _temporal_shape((1,), dims[0], ssm_bytes, "mamba2 x")
+        vllm_kind = Kinds.MAMBA2
+    elif kind in ("gdn", "kda"):
+        # vLLM 0.33.0 knows KDA's state only as GDN's (one conv tensor
+        # Q | K | V, temporal (v_heads, v_dim, k_dim)); it takes V as
+        # v_heads x v_dim and splits the rest into Q = K.
+        if dims[0] != dims[1]:
+            raise Unsupported(
+                f"{kind} with Q ({dims[0]}) and K ({dims[1]}) of different widths: "
+                "vLLM 0.33.0's conv decomposition splits Q | K evenly"
+            )
+        temporal, ssm_dtype = _temporal_shape((1,), dims[2], ssm_bytes, f"{kind} V")
+        vllm_kind = Kinds.GDN_ATTN
+    else:
+        raise Unsupported(f"mamba kind {kind!r}")
+    spec = kvi.MambaSpec(
+        block_size=engine["logical_block"],
+        shapes=(conv, temporal),
+        dtypes=(conv_dtype, ssm_dtype),
+        page_size_padded=page_bytes,
+        mamba_type=vllm_kind,
+    )
+    check_conv_decomposition(spec, tp, dims, mamba)
+    return spec
+
+
+def check_conv_decomposition(spec, tp, dims, mamba):
+    """vLLM's own decomposition of `spec` must give kvgeom's sub-projections."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.ssm_conv_transfer_utils import (
+        derive_mamba_conv_split,
+    )
+
+    split = derive_mamba_conv_split(spec, tp)
+    row_bytes = mamba["conv_rows"] * mamba["conv_dtype_bytes"]
+    want = []
+    offset = 0
+    for d in dims:
+        want.append((offset, d * row_bytes))
+        offset += d * row_bytes
+    if list(split.local_conv_offsets) != want:
+        raise Unsupported(
+            f"{mamba['kind']} at TP {tp}: vLLM's conv decomposition gives sub-projections "
+            f"{list(split.local_conv_offsets)}, kvgeom's geometry {want}"
+        )
+
+
+def layer_name(slot, group, kind):
+    """One layer of a KV-cache group; every group's layer `slot` shares tensor `slot`."""
+    return f"model.layers.{slot}.group{group}.{'mixer' if kind == 'mamba' else 'self_attn'}"
 
 
 def build_engine(spec, side, rank, case_dir):
@@ -202,52 +333,50 @@ def build_engine(spec, side, rank, case_dir):
     model = geometry["model"]
     engine = geometry[side]
     s = spec[side]
-    if model.get("mamba") is not None or model["groups"] != ["attention"]:
-        raise Unsupported(
-            "hybrid (attention + mamba) geometries: the driver builds attention-only caches so far"
-        )
-    attn = model["attention"]
+    if engine.get("block_padding_bytes", 0) and model.get("mamba") is not None:
+        raise Unsupported("hybrid geometries with padded kernel pages (block_padding_bytes)")
     kernel = engine["kernel_block"]
     logical = engine["logical_block"]
-    tp = engine["tp_size"]
-    ratio = logical // kernel
     num_blocks = s["num_logical_blocks"]
-    if attn["kind"] == "mla":
-        spec_obj = kvi.MLAAttentionSpec(
-            block_size=logical,
-            num_kv_heads=1,
-            head_size=attn["head_size"],
-            dtype=dtype_of(attn["dtype_bytes"]),
-        )
-    else:
-        heads = max(1, attn["total_kv_heads"] // tp)
-        spec_obj = kvi.FullAttentionSpec(
-            block_size=logical,
-            num_kv_heads=heads,
-            head_size=attn["head_size"],
-            dtype=dtype_of(attn["dtype_bytes"]),
-        )
-    names = [f"model.layers.{i}.self_attn" for i in range(s["regions"])]
+    slots = s["regions"]
     region_bytes = s["region_bytes"]
-    # One backing allocation; layer l's pages start l regions in (the
-    # layer-compact layouts LBNHC/LBHNC), as the engine core resolves them.
-    tensor = kvi.KVCacheTensor(
-        size=region_bytes * len(names),
-        layers=list(names),
-        layer_stride=region_bytes,
-        block_stride=s["page_bytes"],
-    )
+    page_bytes = s["page_bytes"]
+    groups = []
+    tensors_spec = []
+    kernel_blocks = []
+    for g, kind in enumerate(model["groups"]):
+        if kind == "attention":
+            group_spec = attention_spec(model["attention"], engine)
+            kernel_blocks.append(kernel)
+        elif kind == "mamba":
+            group_spec = mamba_spec(model["mamba"], engine, page_bytes)
+            kernel_blocks.append(logical)
+        else:
+            raise Unsupported(f"KV-cache group kind {kind!r}")
+        names = [layer_name(i, g, kind) for i in range(slots)]
+        groups.append(kvi.KVCacheGroupSpec(layer_names=names, kv_cache_spec=group_spec))
+        # One backing allocation that every group overlays: layer l's pages
+        # start l regions in (the layer-compact layouts LBNHC/LBHNC), as the
+        # engine core resolves them under the hybrid allocator.
+        tensors_spec.append(
+            kvi.KVCacheTensor(
+                size=region_bytes * slots,
+                layers=list(names),
+                layer_stride=region_bytes,
+                block_stride=page_bytes,
+            )
+        )
     kv_cache_config = kvi.KVCacheConfig(
         num_blocks=num_blocks,
-        kv_cache_tensors=[tensor],
-        kv_cache_groups=[kvi.KVCacheGroupSpec(layer_names=names, kv_cache_spec=spec_obj)],
+        kv_cache_tensors=tensors_spec,
+        kv_cache_groups=groups,
     )
     layout = KVCacheLayout[vllm_layout_name(engine)]
     kv_cache_config.kv_cache_layout = layout.name
-    tensors = allocate_kv_cache(kv_cache_config, torch.device("cpu"), layout, [kernel])
+    tensors = allocate_kv_cache(kv_cache_config, torch.device("cpu"), layout, kernel_blocks)
     base = next(iter(tensors.values())).untyped_storage().data_ptr()
     raw = []
-    for i, name in enumerate(names):
+    for i in range(slots):
         path = os.path.join(case_dir, f"{agent(side, rank)}.r{i}.in")
         data = open(path, "rb").read()
         if len(data) != region_bytes:
@@ -288,7 +417,15 @@ def run(spec, case_dir):
             for r in range(geometry[side]["tp_size"]):
                 ranks[(side, r)] = make_worker(spec, side, r, fabric, case_dir)
     except Unsupported as e:
-        return {"status": "error", "message": str(e)}
+        return {"status": "error", "message": f"the driver cannot build this case: {e}"}
+    except Exception as e:
+        # vLLM's own classes refused what the driver built (a spec, a view,
+        # the worker): a driver limit, not a verdict on the connector.
+        return {
+            "status": "error",
+            "message": f"vLLM's classes refused the driver's build of this case: {type(e).__name__}: {e}",
+            "trace": traceback.format_exc(),
+        }
     regions = {}
     for (side, r), (w, raw) in ranks.items():
         regions[agent(side, r)] = list(raw)

@@ -171,7 +171,7 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
         }
     };
     let started = std::time::Instant::now();
-    let live = match live::run_batch(&cases, &python, live::CASE_LIMIT) {
+    let live = match live::run_sweep(&cases, &python, live::CASE_LIMIT) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");

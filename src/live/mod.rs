@@ -11,7 +11,7 @@ pub mod shrink;
 pub use process::ProcessError;
 pub use python::{find, FindError, Interpreter, INSTALL_SCRIPT, PINNED_VLLM};
 pub use run::{
-    run_batch, run_batch_hooked, run_batch_with, BatchError, Hooks, LiveReport, PlanComparison,
-    CASE_LIMIT,
+    run_batch, run_batch_hooked, run_batch_with, run_sweep, BatchError, Hooks, LiveReport,
+    PlanComparison, CASE_LIMIT, CHUNK_MEMORY_BYTES,
 };
 pub use shrink::{live_replay_command, shrink_live};

@@ -169,6 +169,18 @@ struct Prepared {
     spec: CaseSpec,
 }
 
+impl Prepared {
+    /// Bytes of the case's initial memory, every region of every rank.
+    fn memory_bytes(&self) -> u64 {
+        self.before
+            .iter()
+            .flatten()
+            .flatten()
+            .map(|region| region.len() as u64)
+            .sum()
+    }
+}
+
 fn side_index(side: Side) -> usize {
     match side {
         Side::Prefill => 0,
@@ -313,14 +325,44 @@ fn scratch_dir() -> PathBuf {
     ))
 }
 
-/// Run every case through vLLM's connector in one driver process.
-/// `Err` when the driver cannot run at all (the caller exits 2).
+/// What a batch keeps of each judged case beyond its report and plan
+/// comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Retention {
+    /// The driver's result and the oracle input (every rank's memory
+    /// images), for `explain` and the tests.
+    Everything,
+    /// Neither: a sweep's memory then stays within one driver batch.
+    Verdicts,
+}
+
+/// Run every case through vLLM's connector, in driver batches of at most
+/// [`CHUNK_MEMORY_BYTES`] of initial memory, keeping each case's driver
+/// result and oracle input. `Err` when the driver cannot run at all (the
+/// caller exits 2).
 pub fn run_batch(
     cases: &[Case],
     python: &Interpreter,
     case_limit: Duration,
 ) -> Result<Vec<LiveReport>, BatchError> {
     run_batch_with(cases, python, case_limit, false)
+}
+
+/// [`run_batch`] for a sweep: only each case's report and plan comparison
+/// are kept (`result` and `oracle_input` are `None`), so that memory does
+/// not grow with the number of cases.
+pub fn run_sweep(
+    cases: &[Case],
+    python: &Interpreter,
+    case_limit: Duration,
+) -> Result<Vec<LiveReport>, BatchError> {
+    run_in_scratch(
+        cases,
+        python,
+        case_limit,
+        &Hooks::default(),
+        Retention::Verdicts,
+    )
 }
 
 /// [`run_batch`], optionally with vLLM's receive post-process skipped (a
@@ -355,8 +397,18 @@ pub fn run_batch_hooked(
     case_limit: Duration,
     hooks: &Hooks,
 ) -> Result<Vec<LiveReport>, BatchError> {
+    run_in_scratch(cases, python, case_limit, hooks, Retention::Everything)
+}
+
+fn run_in_scratch(
+    cases: &[Case],
+    python: &Interpreter,
+    case_limit: Duration,
+    hooks: &Hooks,
+    retention: Retention,
+) -> Result<Vec<LiveReport>, BatchError> {
     let dir = scratch_dir();
-    let result = run_batch_in(&dir, cases, python, case_limit, hooks);
+    let result = run_batch_in(&dir, cases, python, case_limit, hooks, retention);
     if std::env::var_os("KVGEOM_KEEP_LIVE").is_none() {
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -369,23 +421,123 @@ fn run_batch_in(
     python: &Interpreter,
     case_limit: Duration,
     hooks: &Hooks,
+    retention: Retention,
 ) -> Result<Vec<LiveReport>, BatchError> {
-    std::fs::create_dir_all(dir).map_err(|source| BatchError::CreateDir {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    let mut prepared = Vec::new();
+    let mut out = Vec::with_capacity(cases.len());
+    let mut budget = ChunkBudget::new(CHUNK_MEMORY_BYTES);
+    let mut chunk = Chunk::default();
+    let mut chunks_started = 0;
     for (i, case) in cases.iter().enumerate() {
         let mut p = prepare(case, &format!("c{i}"));
         if let Ok(p) = &mut p {
             p.spec.skip_receive_post_process = hooks.skip_receive_post_process;
             p.spec.block_in_case = hooks.block_cases.contains(&i);
         }
-        if let Ok(p) = &p {
-            write_inputs(dir, p)?;
+        let bytes = p.as_ref().map_or(0, Prepared::memory_bytes);
+        if !budget.admits(bytes) {
+            let full = std::mem::take(&mut chunk);
+            out.extend(full.run(dir, cases, python, case_limit, retention)?);
         }
-        prepared.push(p);
+        if chunk.prepared.is_empty() {
+            chunk.first = i;
+            chunk.index = chunks_started;
+            chunks_started += 1;
+        }
+        if let Ok(p) = &p {
+            write_inputs(&chunk.dir(dir), p)?;
+        }
+        chunk.prepared.push(p);
     }
+    if !chunk.prepared.is_empty() {
+        out.extend(chunk.run(dir, cases, python, case_limit, retention)?);
+    }
+    Ok(out)
+}
+
+/// Bytes of initial memory one driver process takes at most: kvgeom keeps
+/// every case's initial images until it judges the case, and the driver's
+/// folder holds their files, so a larger batch runs as several driver
+/// processes (each paying vLLM's import).
+pub const CHUNK_MEMORY_BYTES: u64 = 2 << 30;
+
+/// The running total of one chunk's memory; a chunk always takes its first
+/// case, whatever its size.
+#[derive(Clone, Copy, Debug)]
+struct ChunkBudget {
+    limit: u64,
+    used: u64,
+    cases: usize,
+}
+
+impl ChunkBudget {
+    fn new(limit: u64) -> Self {
+        ChunkBudget {
+            limit,
+            used: 0,
+            cases: 0,
+        }
+    }
+
+    /// Whether a case of `bytes` joins the current chunk; when not, the
+    /// current chunk is full and the case starts the next one.
+    fn admits(&mut self, bytes: u64) -> bool {
+        let joins = self.cases == 0 || self.used.saturating_add(bytes) <= self.limit;
+        if joins {
+            self.used = self.used.saturating_add(bytes);
+            self.cases += 1;
+        } else {
+            self.used = bytes;
+            self.cases = 1;
+        }
+        joins
+    }
+}
+
+/// Consecutive cases run by one driver process, in their own folder.
+#[derive(Default)]
+struct Chunk {
+    /// Index of the first case in the batch.
+    first: usize,
+    /// Index of the chunk's folder (`chunk<index>`).
+    index: usize,
+    prepared: Vec<Result<Prepared, Outcome>>,
+}
+
+impl Chunk {
+    fn dir(&self, batch_dir: &Path) -> PathBuf {
+        batch_dir.join(format!("chunk{}", self.index))
+    }
+
+    fn run(
+        self,
+        batch_dir: &Path,
+        cases: &[Case],
+        python: &Interpreter,
+        case_limit: Duration,
+        retention: Retention,
+    ) -> Result<Vec<LiveReport>, BatchError> {
+        let dir = self.dir(batch_dir);
+        let cases = &cases[self.first..self.first + self.prepared.len()];
+        let result = run_chunk(&dir, cases, self.prepared, python, case_limit, retention);
+        if std::env::var_os("KVGEOM_KEEP_LIVE").is_none() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        result
+    }
+}
+
+fn run_chunk(
+    dir: &Path,
+    cases: &[Case],
+    prepared: Vec<Result<Prepared, Outcome>>,
+    python: &Interpreter,
+    case_limit: Duration,
+    retention: Retention,
+) -> Result<Vec<LiveReport>, BatchError> {
+    std::fs::create_dir_all(dir).map_err(|source| BatchError::CreateDir {
+        path: dir.to_path_buf(),
+        source,
+    })?;
     let batch = Batch {
         format: BATCH_FORMAT,
         case_timeout_s: case_limit.as_secs_f64(),
@@ -448,7 +600,14 @@ fn run_batch_in(
             },
             Ok(p) => judge_case(dir, case, p, killed, &reference_plan),
         };
-        out.push(live);
+        out.push(match retention {
+            Retention::Everything => live,
+            Retention::Verdicts => LiveReport {
+                result: None,
+                oracle_input: None,
+                ..live
+            },
+        });
     }
     Ok(out)
 }
@@ -796,5 +955,42 @@ fn compare_plans(
     PlanComparison {
         equal: first_difference.is_none(),
         first_difference,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ChunkBudget;
+
+    /// Admitted sizes per chunk, for a run of case sizes.
+    fn chunks(limit: u64, sizes: &[u64]) -> Vec<Vec<u64>> {
+        let mut budget = ChunkBudget::new(limit);
+        let mut out: Vec<Vec<u64>> = Vec::new();
+        for &bytes in sizes {
+            if !budget.admits(bytes) || out.is_empty() {
+                out.push(Vec::new());
+            }
+            out.last_mut().expect("a chunk").push(bytes);
+        }
+        out
+    }
+
+    #[test]
+    fn a_chunk_takes_cases_up_to_its_limit() {
+        assert_eq!(chunks(10, &[4, 6, 1]), [vec![4, 6], vec![1]]);
+        assert_eq!(chunks(10, &[3, 3, 3, 3]), [vec![3, 3, 3], vec![3]]);
+        assert_eq!(chunks(10, &[0, 0, 10, 0]), [vec![0, 0, 10, 0]]);
+    }
+
+    #[test]
+    fn a_case_larger_than_the_limit_runs_alone() {
+        assert_eq!(chunks(10, &[11, 11, 2]), [vec![11], vec![11], vec![2]]);
+        assert_eq!(chunks(10, &[2, 11, 2]), [vec![2], vec![11], vec![2]]);
+    }
+
+    #[test]
+    fn sizes_near_the_top_of_u64_do_not_overflow() {
+        let limit = u64::MAX - 1;
+        assert_eq!(chunks(limit, &[limit, 2]), [vec![limit], vec![2]]);
     }
 }
