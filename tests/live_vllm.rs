@@ -765,3 +765,39 @@ fn a_blocked_push_case_is_hung_and_does_not_poison_the_batch() {
         check_against_reproduction(case, l);
     }
 }
+
+/// A partly filled mamba group (`state_slots = 3` of 4 layer slots): vLLM's
+/// own worker, built with mamba layers in the first three slots only, lists
+/// state for those regions alone, exactly as kvgeom's connector does, in
+/// both modes, and every oracle passes on its memory.
+#[test]
+fn vllm_lists_state_only_in_the_slots_holding_a_mamba_layer() {
+    let Some(python) = interpreter("vllm_lists_state_only_in_the_slots_holding_a_mamba_layer")
+    else {
+        return;
+    };
+    let file = "gqa-mamba2-partly-filled-groups.toml";
+    let mut all = cases_in(file, &[9], Mode::Pull);
+    all.extend(cases_in(file, &[9], Mode::Push));
+    assert_eq!(all[0].geometry.model.state_slot_count(), 3);
+    let live = live::run_batch(&all, &python, Duration::from_secs(30)).expect("driver runs");
+    for (case, l) in all.iter().zip(&live) {
+        let label = label(case);
+        assert!(l.plan.equal, "{label}: {:?}", l.plan.first_difference);
+        assert!(l.report.passed(), "{label}: {}", l.report.outcome.describe());
+        // Region 3 (attention only) receives attention pairs, never state.
+        let input = l.oracle_input.as_ref().expect("judged");
+        let into_region_3: Vec<_> = input
+            .pairs
+            .iter()
+            .filter(|p| p.destination.location.region == Some(3))
+            .collect();
+        assert!(!into_region_3.is_empty(), "{label}");
+        assert!(
+            into_region_3
+                .iter()
+                .all(|p| p.destination.location.attention().is_some()),
+            "{label}: state pairs into region 3"
+        );
+    }
+}

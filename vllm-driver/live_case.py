@@ -353,7 +353,12 @@ def build_engine(spec, side, rank, case_dir):
             kernel_blocks.append(logical)
         else:
             raise Unsupported(f"KV-cache group kind {kind!r}")
-        names = [layer_name(i, g, kind) for i in range(slots)]
+        # A partly filled group (`state_slots`): the mamba layers lie in the
+        # first slots only; the others hold attention layers alone.
+        held = slots
+        if kind == "mamba" and model.get("state_slots") is not None:
+            held = model["state_slots"]
+        names = [layer_name(i, g, kind) for i in range(held)]
         groups.append(kvi.KVCacheGroupSpec(layer_names=names, kv_cache_spec=group_spec))
         # One backing allocation that every group overlays: layer l's pages
         # start l regions in (the layer-compact layouts LBNHC/LBHNC), as the
