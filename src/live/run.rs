@@ -25,6 +25,7 @@ use crate::scenario::{Case, CaseReport, Outcome, RunOptions, Stats};
 use crate::scheduler::request_shape;
 use crate::variant::Variant;
 
+use super::blocks::{self, BlockCheck, BlocksComparison, EngineBlocks, PairBlocks};
 use super::process::{run_bounded, ProcessError};
 use super::protocol::{
     memory_file, Batch, CaseResult, CaseSpec, SideSpec, BATCH_FORMAT, RESULT_FORMAT,
@@ -156,6 +157,9 @@ pub struct LiveReport {
     pub result: Option<CaseResult>,
     /// What the oracles judged, for `explain`.
     pub oracle_input: Option<OracleInput>,
+    /// vLLM's blocks against the geometry's, for a geometry that names its
+    /// model config (`None` for any other).
+    pub blocks: Option<BlocksComparison>,
 }
 
 /// A case's memory as kvgeom's scenario prepares it.
@@ -355,8 +359,21 @@ pub fn run_batch_hooked(
     case_limit: Duration,
     hooks: &Hooks,
 ) -> Result<Vec<LiveReport>, BatchError> {
+    run_batch_checked(cases, &[], python, case_limit, hooks)
+}
+
+/// [`run_batch_hooked`], with vLLM's own block derivation run in the same
+/// driver process on each check's deployment: every case of a checked
+/// geometry (matched by name) gets [`LiveReport::blocks`].
+pub fn run_batch_checked(
+    cases: &[Case],
+    checks: &[BlockCheck],
+    python: &Interpreter,
+    case_limit: Duration,
+    hooks: &Hooks,
+) -> Result<Vec<LiveReport>, BatchError> {
     let dir = scratch_dir();
-    let result = run_batch_in(&dir, cases, python, case_limit, hooks);
+    let result = run_batch_in(&dir, cases, checks, python, case_limit, hooks);
     if std::env::var_os("KVGEOM_KEEP_LIVE").is_none() {
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -366,6 +383,7 @@ pub fn run_batch_hooked(
 fn run_batch_in(
     dir: &Path,
     cases: &[Case],
+    checks: &[BlockCheck],
     python: &Interpreter,
     case_limit: Duration,
     hooks: &Hooks,
@@ -392,6 +410,11 @@ fn run_batch_in(
         cases: prepared
             .iter()
             .filter_map(|p| p.as_ref().ok().map(|p| p.spec.clone()))
+            .collect(),
+        block_checks: checks
+            .iter()
+            .enumerate()
+            .map(|(i, c)| c.spec(format!("b{i}")))
             .collect(),
     };
     let text = serde_json::to_string(&batch).map_err(BatchError::Encode)?;
@@ -445,12 +468,55 @@ fn run_batch_in(
                 report: report(case, judge(&case.geometry, case.mode, outcome, &[])),
                 result: None,
                 oracle_input: None,
+                blocks: None,
             },
             Ok(p) => judge_case(dir, case, p, killed, &reference_plan),
         };
         out.push(live);
     }
+    let compared = compare_blocks(dir, checks, killed);
+    for live in &mut out {
+        live.blocks = compared
+            .iter()
+            .find(|(name, _)| *name == live.report.case.geometry_name())
+            .map(|(_, c)| c.clone());
+    }
     Ok(out)
+}
+
+/// Each check's geometry name and its comparison with what the driver's
+/// `blocks.json` says vLLM chose.
+fn compare_blocks(
+    dir: &Path,
+    checks: &[BlockCheck],
+    killed: bool,
+) -> Vec<(String, BlocksComparison)> {
+    if checks.is_empty() {
+        return Vec::new();
+    }
+    let vllm = blocks::read_blocks(&dir.join("blocks.json"));
+    checks
+        .iter()
+        .enumerate()
+        .map(|(i, check)| {
+            let g = &check.geometry;
+            let ours = PairBlocks {
+                prefill: EngineBlocks::of(g, &g.prefill),
+                decode: EngineBlocks::of(g, &g.decode),
+            };
+            let comparison = match &vllm {
+                Ok(all) => match all.get(&format!("b{i}")) {
+                    Some(theirs) => blocks::compare(&ours, theirs),
+                    None => blocks::not_derived(&ours, "the driver returned no blocks for it"),
+                },
+                Err(_) if killed => {
+                    blocks::not_derived(&ours, "the vLLM driver was stopped at its time-out")
+                }
+                Err(e) => blocks::not_derived(&ours, &e.to_string()),
+            };
+            (g.name.clone(), comparison)
+        })
+        .collect()
 }
 
 fn report(case: &Case, outcome: Outcome) -> CaseReport {
@@ -515,6 +581,7 @@ fn judge_case(
                 report: report(case, outcome),
                 result: None,
                 oracle_input: None,
+                blocks: None,
             };
         }
     };
@@ -535,6 +602,7 @@ fn judge_case(
             plan: not_run(message),
             result: Some(result),
             oracle_input: None,
+            blocks: None,
         };
     }
     if outcome != Outcome::Passed {
@@ -544,6 +612,7 @@ fn judge_case(
             plan,
             result: Some(result),
             oracle_input: None,
+            blocks: None,
         };
     }
     let pairs = match resolve_pairs(&result, &p) {
@@ -554,6 +623,7 @@ fn judge_case(
                 plan: not_run("its transfers could not be resolved"),
                 result: Some(result),
                 oracle_input: None,
+                blocks: None,
             }
         }
     };
@@ -580,6 +650,7 @@ fn judge_case(
                             plan: not_run("no final memory"),
                             result: Some(result),
                             oracle_input: None,
+                            blocks: None,
                         };
                     }
                     Err(e) => {
@@ -589,6 +660,7 @@ fn judge_case(
                             plan: not_run("no final memory"),
                             result: Some(result),
                             oracle_input: None,
+                            blocks: None,
                         };
                     }
                 }
@@ -624,6 +696,7 @@ fn judge_case(
         plan,
         result: Some(result),
         oracle_input: Some(input),
+        blocks: None,
     }
 }
 
