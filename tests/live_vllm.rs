@@ -784,7 +784,11 @@ fn vllm_lists_state_only_in_the_slots_holding_a_mamba_layer() {
     for (case, l) in all.iter().zip(&live) {
         let label = label(case);
         assert!(l.plan.equal, "{label}: {:?}", l.plan.first_difference);
-        assert!(l.report.passed(), "{label}: {}", l.report.outcome.describe());
+        assert!(
+            l.report.passed(),
+            "{label}: {}",
+            l.report.outcome.describe()
+        );
         // Region 3 (attention only) receives attention pairs, never state.
         let input = l.oracle_input.as_ref().expect("judged");
         let into_region_3: Vec<_> = input
@@ -800,4 +804,219 @@ fn vllm_lists_state_only_in_the_slots_holding_a_mamba_layer() {
             "{label}: state pairs into region 3"
         );
     }
+}
+
+/// A geometry file that names DeepSeek-V3's HF config (attention only, so
+/// vLLM's connector runs its cases), written where the tests keep scratch
+/// files; `name` is the shipped derived pair's, so the pinned expectations
+/// apply to it.
+fn deepseek_v3_from_config(dir: &std::path::Path) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join("deepseek-v3-from-config.toml");
+    let config =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/deepseek-v3.json");
+    std::fs::write(
+        &path,
+        format!(
+            "name = \"deepseek-v3-p8-flashmla-d4-flash-attn-mla-block-size-64\"\n\
+             description = \"DeepSeek-V3 from its HF config: P TP8 FLASHMLA -> D TP4 FLASH_ATTN_MLA\"\n\
+             [model]\nhf_config = \"{}\"\nlayer_slots = 2\n\
+             [prefill]\ntp_size = 8\nbackend = \"FLASHMLA\"\n\
+             [decode]\ntp_size = 4\nbackend = \"FLASH_ATTN_MLA\"\nblock_size = 64\n",
+            config.display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// Geometries that name their model config: vLLM's own block-size
+/// derivation, run in the sweep's driver process on the same deployment,
+/// chooses the blocks `kvgeom derive` gave (the shipped Qwen3-Next pair,
+/// whose hybrid cases the driver itself refuses for now, and DeepSeek-V3,
+/// whose cases run); a plain geometry has no `blocks`.
+#[test]
+fn vllm_chooses_the_blocks_kvgeom_derives_from_model_configs() {
+    if interpreter("vllm_chooses_the_blocks_kvgeom_derives_from_model_configs").is_none() {
+        return;
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("live-blocks-equal");
+    let deepseek = deepseek_v3_from_config(&dir);
+    let out = kvgeom(&[
+        "sweep",
+        "--connector",
+        "vllm",
+        "--mode",
+        "pull",
+        "--prompts",
+        "65",
+        "--alloc",
+        "mainline",
+        "--no-shrink",
+        "--format",
+        "json",
+        "geometries/models/qwen3-next-p8-d2-flashinfer-from-config.toml",
+        deepseek.to_str().unwrap(),
+        "geometries/deepseek-mla.toml",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    // Qwen3-Next's hybrid case is a driver error, so the sweep fails; the
+    // blocks do not.
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(!err.contains("blocks vLLM derives differ"), "{err}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let cases = doc["cases"].as_array().expect("cases");
+    assert_eq!(cases.len(), 3);
+    let engine = |b: &serde_json::Value, side: &str| {
+        (
+            b["vllm"][side]["logical_block"].as_u64(),
+            b["vllm"][side]["kernel_block"].as_u64(),
+            b["vllm"][side]["page_bytes"].as_u64(),
+        )
+    };
+    for c in cases {
+        let name = c["geometry"].as_str().unwrap_or_default();
+        let blocks = &c["blocks"];
+        match name {
+            "qwen3-next-p8-d2-flashinfer-from-config" => {
+                assert_eq!(blocks["equal"], true, "{blocks}");
+                assert!(blocks["first_difference"].is_null(), "{blocks}");
+                assert_eq!(
+                    engine(blocks, "prefill"),
+                    (Some(144), Some(16), Some(147456))
+                );
+                assert_eq!(
+                    engine(blocks, "decode"),
+                    (Some(544), Some(32), Some(557056))
+                );
+                assert_eq!(blocks["vllm"], blocks["kvgeom"]);
+            }
+            "deepseek-v3-p8-flashmla-d4-flash-attn-mla-block-size-64" => {
+                assert_eq!(blocks["equal"], true, "{blocks}");
+                assert_eq!(engine(blocks, "prefill"), (Some(64), Some(64), Some(73728)));
+                assert_eq!(engine(blocks, "decode"), (Some(64), Some(64), Some(73728)));
+                assert_eq!(c["passed"], true, "{c}");
+                assert_eq!(c["plan"]["equal"], true, "{c}");
+            }
+            "deepseek-mla" => assert!(blocks.is_null(), "{c}"),
+            other => panic!("unexpected geometry {other}"),
+        }
+    }
+}
+
+/// Another vLLM (played by the pinned one with a `sitecustomize` that
+/// halves the kernel block its real attention backends select) disagrees
+/// with kvgeom's derivation: the sweep lists the difference like a plan
+/// difference and exits 1 although every case passes, and `explain` prints
+/// it and exits 1.
+#[test]
+fn blocks_that_differ_from_vllms_are_reported_and_exit_1() {
+    let Some(python) = interpreter("blocks_that_differ_from_vllms_are_reported_and_exit_1") else {
+        return;
+    };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("live-blocks-differ");
+    let deepseek = deepseek_v3_from_config(&dir);
+    let site = dir.join("site");
+    std::fs::create_dir_all(&site).unwrap();
+    std::fs::write(
+        site.join("sitecustomize.py"),
+        r#"import importlib.abc
+import importlib.util
+import sys
+
+
+class Halve(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "vllm.v1.worker.utils":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        load = spec.loader.exec_module
+
+        def exec_module(module):
+            load(module)
+            select = module.select_common_block_size
+
+            def halved(block, backends, *args, **kwargs):
+                chosen = select(block, backends, *args, **kwargs)
+                real = all(getattr(b, "__module__", "").startswith("vllm.") for b in backends)
+                return chosen // 2 if real else chosen
+
+            module.select_common_block_size = halved
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, Halve())
+"#,
+    )
+    .unwrap();
+    let wrapper = dir.join("python");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nPYTHONPATH='{}' exec '{}' \"$@\"\n",
+            site.display(),
+            python.python.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = kvgeom(&[
+        "sweep",
+        "--connector",
+        "vllm",
+        "--vllm-python",
+        wrapper.to_str().unwrap(),
+        "--mode",
+        "pull",
+        "--prompts",
+        "65",
+        "--no-shrink",
+        deepseek.to_str().unwrap(),
+    ]);
+    let (stdout, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(1), "{stdout}{err}");
+    assert!(stdout.contains("1 passed, 0 failed"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "blocks of deepseek-v3-p8-flashmla-d4-flash-attn-mla-block-size-64 vs vLLM's derivation: \
+             differ: prefill kernel_block: kvgeom 64, vLLM 32"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        err.contains(
+            "1 geometries: the blocks vLLM derives differ from kvgeom's derivation\n\
+             - deepseek-v3-p8-flashmla-d4-flash-attn-mla-block-size-64: prefill kernel_block: kvgeom 64, vLLM 32"
+        ),
+        "{err}"
+    );
+    assert!(
+        !err.contains("disagreements with the expectations"),
+        "{err}"
+    );
+    assert!(!err.contains("differ from kvgeom's --policy"), "{err}");
+    let explain = kvgeom(&[
+        "explain",
+        deepseek.to_str().unwrap(),
+        "--prompt",
+        "65",
+        "--connector",
+        "vllm",
+        "--vllm-python",
+        wrapper.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&explain.stdout);
+    assert_eq!(explain.status.code(), Some(1), "{text}");
+    assert!(text.contains("outcome: passed"), "{text}");
+    assert!(
+        text.contains("deepseek-v3.json: differ: prefill kernel_block: kvgeom 64, vLLM 32"),
+        "{text}"
+    );
 }

@@ -2,9 +2,11 @@
 
 Usage: python driver.py BATCH_DIR [--resume]
 
-Reads BATCH_DIR/batch.json (format kvgeom-vllm-batch/1), runs every case in
-this one process and writes, per case, the final memory of every rank and
-result.json (format kvgeom-vllm-result/1). See README.md for the protocol.
+Reads BATCH_DIR/batch.json (format kvgeom-vllm-batch/1), runs its block
+checks (vLLM's own block-size derivation, written to blocks.json) and every
+case in this one process and writes, per case, the final memory of every
+rank and result.json (format kvgeom-vllm-result/1). See README.md for the
+protocol.
 
 A case still running at the time-out leaves its thread behind, blocked in
 vLLM's code with whatever state it holds; the driver then starts itself
@@ -21,6 +23,7 @@ import traceback
 
 RESULT_FORMAT = "kvgeom-vllm-result/1"
 BATCH_FORMAT = "kvgeom-vllm-batch/1"
+BLOCKS_FORMAT = "kvgeom-vllm-blocks/1"
 # Exit status when the installed vLLM lacks a class or method the driver needs.
 MISSING_API_STATUS = 3
 
@@ -80,6 +83,17 @@ def main(argv):
         for item in lacking:
             print(f"  - {item}", file=sys.stderr)
         return MISSING_API_STATUS
+    checks = batch.get("block_checks") or []
+    blocks_file = os.path.join(batch_dir, "blocks.json")
+    if checks and not (resume and os.path.exists(blocks_file)):
+        import block_sizes  # vLLM's own block-size derivation
+
+        blocks = {"format": BLOCKS_FORMAT, "checks": block_sizes.run_checks(checks)}
+        tmp = blocks_file + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(blocks, f)
+        os.replace(tmp, blocks_file)
+        print(f"driver: {len(checks)} block checks", flush=True)
     import live_case  # imports vLLM (the slow part)
     import push_case
 

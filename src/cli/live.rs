@@ -170,8 +170,9 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
             (mine, Some((info, positions)))
         }
     };
+    let checks = block_checks(&sources, &cases);
     let started = std::time::Instant::now();
-    let live = match live::run_sweep(&cases, &python, live::CASE_LIMIT) {
+    let live = match live::run_sweep(&cases, &checks, &python, live::CASE_LIMIT) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");
@@ -207,6 +208,24 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
         show_replays(&live, expectations.as_ref(), &python, args.shrink);
     }
     code
+}
+
+/// The geometries among `cases` that name their model config: vLLM's own
+/// block derivation runs on each once.
+fn block_checks(
+    sources: &[plan::SourcedGeometry],
+    cases: &[crate::scenario::Case],
+) -> Vec<live::BlockCheck> {
+    sources
+        .iter()
+        .filter(|s| cases.iter().any(|c| c.geometry_name() == s.geometry.name))
+        .filter_map(|s| {
+            s.model.as_ref().map(|m| live::BlockCheck {
+                geometry: std::sync::Arc::clone(&s.geometry),
+                source: std::sync::Arc::clone(m),
+            })
+        })
+        .collect()
 }
 
 /// A minimal replay (shrunk unless `--no-shrink`) of the first unexpected
@@ -288,6 +307,17 @@ fn judge(live: &[LiveReport], expectations: Option<&Expectations>) -> u8 {
             );
         }
     }
+    let differing = block_differences(live);
+    if !differing.is_empty() {
+        failed = true;
+        eprintln!(
+            "\n{} geometries: the blocks vLLM derives differ from kvgeom's derivation",
+            differing.len()
+        );
+        for (name, why) in &differing {
+            eprintln!("- {name}: {why}");
+        }
+    }
     match expectations {
         Some(e) => {
             let disagreements = e.compare(&reports);
@@ -320,6 +350,52 @@ fn judge(live: &[LiveReport], expectations: Option<&Expectations>) -> u8 {
     }
 }
 
+/// Each checked geometry whose blocks differ from vLLM's, once, with the
+/// first difference.
+fn block_differences(live: &[LiveReport]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for l in live {
+        let Some(b) = &l.blocks else { continue };
+        let name = l.report.case.geometry_name();
+        if !b.equal && !out.iter().any(|(n, _)| n == name) {
+            out.push((
+                name.to_string(),
+                b.first_difference.clone().unwrap_or_default(),
+            ));
+        }
+    }
+    out
+}
+
+/// `P logical/kernel, D logical/kernel` of a pair's blocks.
+fn blocks_text(b: &live::PairBlocks) -> String {
+    let engine = |e: &live::EngineBlocks| {
+        let n = |x: Option<u64>| x.map_or("?".to_string(), |x| x.to_string());
+        format!(
+            "{}/{} ({} bytes)",
+            n(e.logical_block),
+            n(e.kernel_block),
+            n(e.page_bytes)
+        )
+    };
+    format!("P {}, D {}", engine(&b.prefill), engine(&b.decode))
+}
+
+/// The line `explain` and the table print for a checked geometry.
+fn blocks_line(b: &live::BlocksComparison) -> String {
+    match (&b.first_difference, &b.vllm) {
+        (None, Some(v)) => format!("equal: {}", blocks_text(v)),
+        (Some(d), _) => format!("differ: {d}"),
+        (None, None) => "not derived".to_string(),
+    }
+}
+
+fn model_config_of(checks: &[live::BlockCheck]) -> String {
+    checks
+        .first()
+        .map_or_else(String::new, |c| c.source.hf_config.display().to_string())
+}
+
 fn case_label(r: &CaseReport) -> String {
     format!(
         "{} N={} h={} {} {}",
@@ -339,6 +415,19 @@ fn table(live: &[LiveReport]) -> String {
         "connector: vllm; plan equal to kvgeom's --policy vllm-0.33.0 on {equal} of {} cases\n",
         live.len()
     ));
+    let mut shown: Vec<&str> = Vec::new();
+    for l in live {
+        let name = l.report.case.geometry_name();
+        if let Some(b) = &l.blocks {
+            if !shown.contains(&name) {
+                shown.push(name);
+                text.push_str(&format!(
+                    "blocks of {name} vs vLLM's derivation: {}\n",
+                    blocks_line(b)
+                ));
+            }
+        }
+    }
     text
 }
 
@@ -354,6 +443,9 @@ fn json(live: &[LiveReport], shard: Option<(&Shard, &[usize])>) -> String {
         for (c, l) in cases.iter_mut().zip(live) {
             c["connector"] = "vllm".into();
             c["plan"] = serde_json::to_value(&l.plan).unwrap_or_default();
+            if let Some(b) = &l.blocks {
+                c["blocks"] = serde_json::to_value(b).unwrap_or_default();
+            }
         }
     }
     match serde_json::to_string_pretty(&doc) {
@@ -392,7 +484,7 @@ pub fn live_explain(args: LiveExplainArgs) -> u8 {
         eprintln!("error: {why}");
         return EXIT_BAD_INPUT;
     }
-    let geometry = match crate::geometry::load_geometry(&args.geometry) {
+    let (geometry, model) = match crate::derive::load_geometry_file_with_source(&args.geometry) {
         Ok(g) => g,
         Err(e) => {
             eprintln!("error: {e}");
@@ -409,8 +501,16 @@ pub fn live_explain(args: LiveExplainArgs) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
+    let geometry = std::sync::Arc::new(geometry);
+    let checks: Vec<live::BlockCheck> = model
+        .map(|m| live::BlockCheck {
+            geometry: std::sync::Arc::clone(&geometry),
+            source: std::sync::Arc::new(m),
+        })
+        .into_iter()
+        .collect();
     let case = crate::scenario::Case {
-        geometry: std::sync::Arc::new(geometry),
+        geometry: std::sync::Arc::clone(&geometry),
         file: Some(args.geometry.clone()),
         prompt_len: args.prompt,
         prefix_hit: args.prefix_hit,
@@ -419,7 +519,13 @@ pub fn live_explain(args: LiveExplainArgs) -> u8 {
         seed: args.seed,
         variant: Variant::Policy(NamedPolicy::Vllm0330),
     };
-    let live = match live::run_batch(std::slice::from_ref(&case), &python, live::CASE_LIMIT) {
+    let live = match live::run_batch_checked(
+        std::slice::from_ref(&case),
+        &checks,
+        &python,
+        live::CASE_LIMIT,
+        &live::Hooks::default(),
+    ) {
         Ok(mut r) if r.len() == 1 => r.remove(0),
         Ok(_) => {
             eprintln!("error: the driver returned no case");
@@ -441,6 +547,13 @@ pub fn live_explain(args: LiveExplainArgs) -> u8 {
             Some(d) => format!("differs: {d}"),
         }
     );
+    if let Some(b) = &live.blocks {
+        out.push_str(&format!(
+            "blocks vs vLLM's derivation from {}: {}\n",
+            model_config_of(&checks),
+            blocks_line(b)
+        ));
+    }
     if let Some(result) = &live.result {
         for x in &result.xfers {
             out.push_str(&format!(
@@ -463,7 +576,7 @@ pub fn live_explain(args: LiveExplainArgs) -> u8 {
         out.push_str(&format!("violation: {v}\n"));
     }
     print!("{out}");
-    if live.report.passed() {
+    if live.report.passed() && live.blocks.as_ref().is_none_or(|b| b.equal) {
         EXIT_OK
     } else {
         EXIT_FAILED

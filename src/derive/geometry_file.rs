@@ -19,7 +19,8 @@
 //! plain format and read by the ordinary parser, so every rule of the format
 //! applies.
 
-use std::path::Path;
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
 
 use toml::{Table, Value};
 
@@ -51,6 +52,57 @@ pub fn parse_geometry_file(source: &str, text: &str) -> Result<Geometry, Geometr
 /// Read, parse and validate a geometry file of either kind.
 pub fn load_geometry_file(path: impl AsRef<Path>) -> Result<Geometry, GeometryError> {
     crate::geometry::load_geometry_with(path.as_ref(), parse_geometry_file)
+}
+
+/// The deployment a file that names `model.hf_config` states: the model
+/// config and each engine's options, from which its geometry was derived.
+/// vLLM's own derivation is run on the same inputs to compare the blocks
+/// (`--connector vllm`).
+#[derive(Clone, Debug)]
+pub struct ModelSource {
+    /// The model's HF config, the file's `hf_config` joined to its folder.
+    pub hf_config: PathBuf,
+    /// The prefill engine's options (TP, backend, GPU, `block_size`, dtypes).
+    pub prefill: EngineOptions,
+    /// The decode engine's options.
+    pub decode: EngineOptions,
+}
+
+/// [`load_geometry_file`], with the deployment the file states when it
+/// names `model.hf_config` (`None` for a plain file).
+pub fn load_geometry_file_with_source(
+    path: impl AsRef<Path>,
+) -> Result<(Geometry, Option<ModelSource>), GeometryError> {
+    let model = RefCell::new(None);
+    let geometry = crate::geometry::load_geometry_with(path.as_ref(), |source, text| {
+        let geometry = parse_geometry_file(source, text)?;
+        *model.borrow_mut() = model_source(source, text)?;
+        Ok(geometry)
+    })?;
+    Ok((geometry, model.into_inner()))
+}
+
+/// The deployment of a file that names `model.hf_config`; `None` for any
+/// other file.
+fn model_source(source: &str, text: &str) -> Result<Option<ModelSource>, GeometryError> {
+    let Ok(mut file) = toml::from_str::<Table>(text) else {
+        return Ok(None);
+    };
+    let Some(hf_config) = file
+        .get("model")
+        .and_then(Value::as_table)
+        .and_then(|m| m.get("hf_config"))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+    else {
+        return Ok(None);
+    };
+    let base = Path::new(source).parent().unwrap_or(Path::new("."));
+    Ok(Some(ModelSource {
+        hf_config: base.join(hf_config),
+        prefill: engine_options(source, &mut file, "prefill")?,
+        decode: engine_options(source, &mut file, "decode")?,
+    }))
 }
 
 /// `Some` when the file names `model.hf_config`; `None` leaves the file to

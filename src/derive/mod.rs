@@ -28,7 +28,9 @@ pub use dtype::{CacheDtype, Dtype, MambaDtype};
 pub use engine::{derive_engine, EngineDerivation, EngineOptions};
 pub use error::DeriveError;
 pub use families::{Family, ModelArch};
-pub use geometry_file::{load_geometry_file, parse_geometry_file};
+pub use geometry_file::{
+    load_geometry_file, load_geometry_file_with_source, parse_geometry_file, ModelSource,
+};
 pub use hf_config::HfConfig;
 pub use pair::{derive_pair, PairDerivation, PairOptions};
 

@@ -24,6 +24,10 @@ pub struct Batch {
     pub case_timeout_s: f64,
     /// The cases, run one after another in one process.
     pub cases: Vec<CaseSpec>,
+    /// Deployments whose blocks the driver derives with vLLM's own
+    /// functions before the cases (`blocks.json`). Omitted when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub block_checks: Vec<super::blocks::BlockCheckSpec>,
 }
 
 /// One case as the driver sees it.

@@ -25,6 +25,7 @@ use crate::scenario::{Case, CaseReport, Outcome, RunOptions, Stats};
 use crate::scheduler::request_shape;
 use crate::variant::Variant;
 
+use super::blocks::{self, BlockCheck, BlocksComparison, EngineBlocks, PairBlocks};
 use super::process::{run_bounded, ProcessError};
 use super::protocol::{
     memory_file, Batch, CaseResult, CaseSpec, SideSpec, BATCH_FORMAT, RESULT_FORMAT,
@@ -156,6 +157,9 @@ pub struct LiveReport {
     pub result: Option<CaseResult>,
     /// What the oracles judged, for `explain`.
     pub oracle_input: Option<OracleInput>,
+    /// vLLM's blocks against the geometry's, for a geometry that names its
+    /// model config (`None` for any other).
+    pub blocks: Option<BlocksComparison>,
 }
 
 /// A case's memory as kvgeom's scenario prepares it.
@@ -353,11 +357,13 @@ pub fn run_batch(
 /// not grow with the number of cases.
 pub fn run_sweep(
     cases: &[Case],
+    checks: &[BlockCheck],
     python: &Interpreter,
     case_limit: Duration,
 ) -> Result<Vec<LiveReport>, BatchError> {
     run_in_scratch(
         cases,
+        checks,
         python,
         case_limit,
         &Hooks::default(),
@@ -397,18 +403,39 @@ pub fn run_batch_hooked(
     case_limit: Duration,
     hooks: &Hooks,
 ) -> Result<Vec<LiveReport>, BatchError> {
-    run_in_scratch(cases, python, case_limit, hooks, Retention::Everything)
+    run_batch_checked(cases, &[], python, case_limit, hooks)
+}
+
+/// [`run_batch_hooked`], with vLLM's own block derivation run in the same
+/// driver process on each check's deployment: every case of a checked
+/// geometry (matched by name) gets [`LiveReport::blocks`].
+pub fn run_batch_checked(
+    cases: &[Case],
+    checks: &[BlockCheck],
+    python: &Interpreter,
+    case_limit: Duration,
+    hooks: &Hooks,
+) -> Result<Vec<LiveReport>, BatchError> {
+    run_in_scratch(
+        cases,
+        checks,
+        python,
+        case_limit,
+        hooks,
+        Retention::Everything,
+    )
 }
 
 fn run_in_scratch(
     cases: &[Case],
+    checks: &[BlockCheck],
     python: &Interpreter,
     case_limit: Duration,
     hooks: &Hooks,
     retention: Retention,
 ) -> Result<Vec<LiveReport>, BatchError> {
     let dir = scratch_dir();
-    let result = run_batch_in(&dir, cases, python, case_limit, hooks, retention);
+    let result = run_batch_in(&dir, cases, checks, python, case_limit, hooks, retention);
     if std::env::var_os("KVGEOM_KEEP_LIVE").is_none() {
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -418,6 +445,7 @@ fn run_in_scratch(
 fn run_batch_in(
     dir: &Path,
     cases: &[Case],
+    checks: &[BlockCheck],
     python: &Interpreter,
     case_limit: Duration,
     hooks: &Hooks,
@@ -436,7 +464,7 @@ fn run_batch_in(
         let bytes = p.as_ref().map_or(0, Prepared::memory_bytes);
         if !budget.admits(bytes) {
             let full = std::mem::take(&mut chunk);
-            out.extend(full.run(dir, cases, python, case_limit, retention)?);
+            out.extend(full.run(dir, cases, checks, python, case_limit, retention)?);
         }
         if chunk.prepared.is_empty() {
             chunk.first = i;
@@ -449,7 +477,7 @@ fn run_batch_in(
         chunk.prepared.push(p);
     }
     if !chunk.prepared.is_empty() {
-        out.extend(chunk.run(dir, cases, python, case_limit, retention)?);
+        out.extend(chunk.run(dir, cases, checks, python, case_limit, retention)?);
     }
     Ok(out)
 }
@@ -512,13 +540,32 @@ impl Chunk {
         self,
         batch_dir: &Path,
         cases: &[Case],
+        checks: &[BlockCheck],
         python: &Interpreter,
         case_limit: Duration,
         retention: Retention,
     ) -> Result<Vec<LiveReport>, BatchError> {
         let dir = self.dir(batch_dir);
         let cases = &cases[self.first..self.first + self.prepared.len()];
-        let result = run_chunk(&dir, cases, self.prepared, python, case_limit, retention);
+        // Each driver process derives the blocks of its own cases' geometries.
+        let checks: Vec<BlockCheck> = checks
+            .iter()
+            .filter(|c| {
+                cases
+                    .iter()
+                    .any(|case| case.geometry_name() == c.geometry.name)
+            })
+            .cloned()
+            .collect();
+        let result = run_chunk(
+            &dir,
+            cases,
+            self.prepared,
+            &checks,
+            python,
+            case_limit,
+            retention,
+        );
         if std::env::var_os("KVGEOM_KEEP_LIVE").is_none() {
             let _ = std::fs::remove_dir_all(&dir);
         }
@@ -530,6 +577,7 @@ fn run_chunk(
     dir: &Path,
     cases: &[Case],
     prepared: Vec<Result<Prepared, Outcome>>,
+    checks: &[BlockCheck],
     python: &Interpreter,
     case_limit: Duration,
     retention: Retention,
@@ -544,6 +592,11 @@ fn run_chunk(
         cases: prepared
             .iter()
             .filter_map(|p| p.as_ref().ok().map(|p| p.spec.clone()))
+            .collect(),
+        block_checks: checks
+            .iter()
+            .enumerate()
+            .map(|(i, c)| c.spec(format!("b{i}")))
             .collect(),
     };
     let text = serde_json::to_string(&batch).map_err(BatchError::Encode)?;
@@ -597,6 +650,7 @@ fn run_chunk(
                 report: report(case, judge(&case.geometry, case.mode, outcome, &[])),
                 result: None,
                 oracle_input: None,
+                blocks: None,
             },
             Ok(p) => judge_case(dir, case, p, killed, &reference_plan),
         };
@@ -609,7 +663,49 @@ fn run_chunk(
             },
         });
     }
+    let compared = compare_blocks(dir, checks, killed);
+    for live in &mut out {
+        live.blocks = compared
+            .iter()
+            .find(|(name, _)| *name == live.report.case.geometry_name())
+            .map(|(_, c)| c.clone());
+    }
     Ok(out)
+}
+
+/// Each check's geometry name and its comparison with what the driver's
+/// `blocks.json` says vLLM chose.
+fn compare_blocks(
+    dir: &Path,
+    checks: &[BlockCheck],
+    killed: bool,
+) -> Vec<(String, BlocksComparison)> {
+    if checks.is_empty() {
+        return Vec::new();
+    }
+    let vllm = blocks::read_blocks(&dir.join("blocks.json"));
+    checks
+        .iter()
+        .enumerate()
+        .map(|(i, check)| {
+            let g = &check.geometry;
+            let ours = PairBlocks {
+                prefill: EngineBlocks::of(g, &g.prefill),
+                decode: EngineBlocks::of(g, &g.decode),
+            };
+            let comparison = match &vllm {
+                Ok(all) => match all.get(&format!("b{i}")) {
+                    Some(theirs) => blocks::compare(&ours, theirs),
+                    None => blocks::not_derived(&ours, "the driver returned no blocks for it"),
+                },
+                Err(_) if killed => {
+                    blocks::not_derived(&ours, "the vLLM driver was stopped at its time-out")
+                }
+                Err(e) => blocks::not_derived(&ours, &e.to_string()),
+            };
+            (g.name.clone(), comparison)
+        })
+        .collect()
 }
 
 fn report(case: &Case, outcome: Outcome) -> CaseReport {
@@ -674,6 +770,7 @@ fn judge_case(
                 report: report(case, outcome),
                 result: None,
                 oracle_input: None,
+                blocks: None,
             };
         }
     };
@@ -694,6 +791,7 @@ fn judge_case(
             plan: not_run(message),
             result: Some(result),
             oracle_input: None,
+            blocks: None,
         };
     }
     if outcome != Outcome::Passed {
@@ -703,6 +801,7 @@ fn judge_case(
             plan,
             result: Some(result),
             oracle_input: None,
+            blocks: None,
         };
     }
     let pairs = match resolve_pairs(&result, &p) {
@@ -713,6 +812,7 @@ fn judge_case(
                 plan: not_run("its transfers could not be resolved"),
                 result: Some(result),
                 oracle_input: None,
+                blocks: None,
             }
         }
     };
@@ -739,6 +839,7 @@ fn judge_case(
                             plan: not_run("no final memory"),
                             result: Some(result),
                             oracle_input: None,
+                            blocks: None,
                         };
                     }
                     Err(e) => {
@@ -748,6 +849,7 @@ fn judge_case(
                             plan: not_run("no final memory"),
                             result: Some(result),
                             oracle_input: None,
+                            blocks: None,
                         };
                     }
                 }
@@ -783,6 +885,7 @@ fn judge_case(
         plan,
         result: Some(result),
         oracle_input: Some(input),
+        blocks: None,
     }
 }
 

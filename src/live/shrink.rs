@@ -33,7 +33,7 @@ pub fn shrink_live(
         }
         ranges.push(start..candidates.len());
     }
-    let tried = run_sweep(&candidates, python, case_limit)?;
+    let tried = run_sweep(&candidates, &[], python, case_limit)?;
     let mut minimal: Vec<Case> = failures
         .iter()
         .zip(&ranges)
@@ -57,7 +57,7 @@ pub fn shrink_live(
         .collect();
     if !without_hit.is_empty() {
         let cases: Vec<Case> = without_hit.iter().map(|(_, c)| c.clone()).collect();
-        let tried = run_sweep(&cases, python, case_limit)?;
+        let tried = run_sweep(&cases, &[], python, case_limit)?;
         for ((i, c), t) in without_hit.into_iter().zip(&tried) {
             if fails_like(&t.report, failures[i]) {
                 minimal[i] = c;

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::derive::load_geometry_file;
+use crate::derive::{load_geometry_file_with_source, ModelSource};
 use crate::geometry::{toml_files_in, Geometry, GeometryError, Mode};
 use crate::scenario::placement::SplitMix;
 use crate::scenario::Case;
@@ -20,6 +20,9 @@ pub struct SourcedGeometry {
     pub geometry: Arc<Geometry>,
     /// The file it came from (`None` for generated geometries).
     pub file: Option<PathBuf>,
+    /// The deployment the file states when it names `model.hf_config`
+    /// (the model config and each engine's options it was derived from).
+    pub model: Option<Arc<ModelSource>>,
 }
 
 /// Load files and folders (a folder contributes the `*.toml` files under
@@ -33,7 +36,7 @@ pub fn load_sources(paths: &[PathBuf]) -> Result<Vec<SourcedGeometry>, GeometryE
             vec![path.clone()]
         };
         for file in files {
-            let geometry = load_geometry_file(&file)?;
+            let (geometry, model) = load_geometry_file_with_source(&file)?;
             if let Some(first) = out
                 .iter()
                 .find(|s: &&SourcedGeometry| s.geometry.name == geometry.name)
@@ -50,6 +53,7 @@ pub fn load_sources(paths: &[PathBuf]) -> Result<Vec<SourcedGeometry>, GeometryE
             out.push(SourcedGeometry {
                 geometry: Arc::new(geometry),
                 file: Some(file),
+                model: model.map(Arc::new),
             });
         }
     }
