@@ -1020,3 +1020,84 @@ sys.meta_path.insert(0, Halve())
         "{text}"
     );
 }
+
+/// A vLLM other than the pinned one (the pinned wheel, reporting another
+/// version, as a branch would): the expectations do not apply, each case's
+/// transfers are compared with both of kvgeom's policies, and the exit
+/// status is a plain sweep's (1 on a violation, plan differences are
+/// information).
+#[test]
+fn another_vllm_is_compared_with_each_policy() {
+    let Some(python) = interpreter("another_vllm_is_compared_with_each_policy") else {
+        return;
+    };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("other-vllm");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("sitecustomize.py"),
+        "import importlib.metadata as _m\n\
+         _version = _m.version\n\
+         _m.version = lambda name: '0.33.1.dev0+branch' if name == 'vllm' else _version(name)\n",
+    )
+    .unwrap();
+    let wrapper = dir.join("python");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nPYTHONPATH='{}' exec '{}' \"$@\"\n",
+            dir.display(),
+            // The venv's own path (a symlink resolved would leave the venv).
+            std::path::absolute(&python.python).unwrap().display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sweep = |file: &str, prompt: &str| -> (Option<i32>, serde_json::Value, String) {
+        let out = kvgeom(&[
+            "sweep",
+            "--connector",
+            "vllm",
+            "--vllm-python",
+            wrapper.to_str().unwrap(),
+            "--mode",
+            "pull",
+            "--prompts",
+            prompt,
+            "--no-shrink",
+            "--format",
+            "json",
+            file,
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {err}"));
+        (out.status.code(), report, err)
+    };
+    // 0.33.0's dead-block pairing: vLLM's plan is the vllm-0.33.0 policy's,
+    // not kvgeom's; the violation makes it exit 1.
+    let (code, report, err) = sweep("geometries/gqa-prefill-logical-larger.toml", "5");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("is not the pinned 0.33.0: the expectations do not apply"),
+        "{err}"
+    );
+    let case = &report["cases"][0];
+    assert_eq!(case["plan"]["equal"], true, "{case}");
+    assert_eq!(case["plan_kvgeom"]["equal"], false, "{case}");
+    assert!(
+        err.contains("vLLM's transfers differ from kvgeom's --policy kvgeom plan (information: not the pinned vLLM)"),
+        "{err}"
+    );
+    // Where both policies agree and vLLM is right: equal to both, exit 0.
+    let (code, report, err) = sweep("geometries/deepseek-mla.toml", "65");
+    assert_eq!(code, Some(0), "{err}");
+    let case = &report["cases"][0];
+    assert_eq!(
+        (
+            case["plan"]["equal"].clone(),
+            case["plan_kvgeom"]["equal"].clone()
+        ),
+        (true.into(), true.into()),
+        "{case}"
+    );
+}

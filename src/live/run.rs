@@ -160,6 +160,10 @@ pub struct LiveReport {
     /// vLLM's blocks against the geometry's, for a geometry that names its
     /// model config (`None` for any other).
     pub blocks: Option<BlocksComparison>,
+    /// For a vLLM other than the pinned one: vLLM's transfers against
+    /// kvgeom's own connector (`--policy kvgeom`) as well; `None` for the
+    /// pinned vLLM, which [`plan`](Self::plan) alone judges.
+    pub plan_kvgeom: Option<PlanComparison>,
 }
 
 /// A case's memory as kvgeom's scenario prepares it.
@@ -633,10 +637,11 @@ fn run_chunk(
         });
     }
     let killed = done.timed_out();
-    let kvgeom_policy = |case: &Case| Case {
-        variant: Variant::Policy(NamedPolicy::Vllm0330),
+    let case_under = |case: &Case, policy| Case {
+        variant: Variant::Policy(policy),
         ..case.clone()
     };
+    let kvgeom_policy = |case: &Case| case_under(case, NamedPolicy::Vllm0330);
     let mut out = Vec::new();
     for (case, p) in cases.iter().zip(prepared) {
         let reference = run_case_detailed(&kvgeom_policy(case), &RunOptions::default());
@@ -651,8 +656,30 @@ fn run_chunk(
                 result: None,
                 oracle_input: None,
                 blocks: None,
+                plan_kvgeom: None,
             },
             Ok(p) => judge_case(dir, case, p, killed, &reference_plan),
+        };
+        // Another vLLM than the pinned one is compared with each policy.
+        let live = if python.is_pinned() || live.result.is_none() {
+            live
+        } else {
+            let own = run_case_detailed(
+                &case_under(case, NamedPolicy::Kvgeom),
+                &RunOptions::default(),
+            );
+            let own_plan = match &own.oracle_input {
+                Some(input) => Ok(plan_keys(input)),
+                None => Err(own.report.outcome.clone()),
+            };
+            let vllm_plan = match &live.oracle_input {
+                Some(input) => Ok(plan_keys(input)),
+                None => Err(live.report.outcome.clone()),
+            };
+            LiveReport {
+                plan_kvgeom: Some(compare_plans(&own_plan, &vllm_plan)),
+                ..live
+            }
         };
         out.push(match retention {
             Retention::Everything => live,
@@ -771,6 +798,7 @@ fn judge_case(
                 result: None,
                 oracle_input: None,
                 blocks: None,
+                plan_kvgeom: None,
             };
         }
     };
@@ -792,6 +820,7 @@ fn judge_case(
             result: Some(result),
             oracle_input: None,
             blocks: None,
+            plan_kvgeom: None,
         };
     }
     if outcome != Outcome::Passed {
@@ -802,6 +831,7 @@ fn judge_case(
             result: Some(result),
             oracle_input: None,
             blocks: None,
+            plan_kvgeom: None,
         };
     }
     let pairs = match resolve_pairs(&result, &p) {
@@ -813,6 +843,7 @@ fn judge_case(
                 result: Some(result),
                 oracle_input: None,
                 blocks: None,
+                plan_kvgeom: None,
             }
         }
     };
@@ -840,6 +871,7 @@ fn judge_case(
                             result: Some(result),
                             oracle_input: None,
                             blocks: None,
+                            plan_kvgeom: None,
                         };
                     }
                     Err(e) => {
@@ -850,6 +882,7 @@ fn judge_case(
                             result: Some(result),
                             oracle_input: None,
                             blocks: None,
+                            plan_kvgeom: None,
                         };
                     }
                 }
@@ -886,6 +919,7 @@ fn judge_case(
         result: Some(result),
         oracle_input: Some(input),
         blocks: None,
+        plan_kvgeom: None,
     }
 }
 
