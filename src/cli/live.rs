@@ -97,6 +97,13 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
         eprintln!("error: {why}");
         return EXIT_BAD_INPUT;
     }
+    let shard_of = match args.shard.as_deref().map(parse_shard).transpose() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: --shard {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
     let prompt_list = match super::prompts_option(args.prompts.as_deref()) {
         Ok(p) => p,
         Err(code) => return code,
@@ -143,13 +150,6 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
         allocations: args.allocations.clone(),
         variant: Variant::Policy(NamedPolicy::Vllm0330),
         seed: args.seed,
-    };
-    let shard_of = match args.shard.as_deref().map(parse_shard).transpose() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: --shard {e}");
-            return EXIT_BAD_INPUT;
-        }
     };
     let all_cases = match args.random {
         Some(n) => plan::random(&sources, n, args.seed, &opts),
