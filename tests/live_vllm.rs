@@ -713,6 +713,22 @@ fn vllm_push_agrees_with_the_reproduction_and_the_expectations() {
                 assert!(text.contains("IndexError"), "{label}: {text}");
                 pinned += 1;
             }
+            // Hybrid, equal kernels, different ppl: decode's completion
+            // raises (push finding, 2).
+            "g1-mla-kda-ppl3-vs-2" => {
+                assert!(
+                    matches!(
+                        outcome,
+                        Outcome::Crashed {
+                            side: Side::Decode,
+                            ..
+                        }
+                    ),
+                    "{label}: {text}"
+                );
+                assert!(text.contains("IndexError"), "{label}: {text}");
+                pinned += 1;
+            }
             other => panic!("{label}: unexpected geometry {other}"),
         }
     }
