@@ -12,7 +12,7 @@ use crate::scenario::{CaseReport, MemoryKind, TransportKind};
 use crate::scheduler::DecodeAllocation;
 use crate::sweep::expectations::Expectations;
 use crate::sweep::plan;
-use crate::sweep::shard::{self, parse_shard, Shard};
+use crate::sweep::shard::{parse_shard, Shard};
 use crate::variant::Variant;
 
 /// Which connector a sweep runs.
@@ -155,21 +155,8 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
         Some(n) => plan::random(&sources, n, args.seed, &opts),
         None => plan::grid(&sources, &opts),
     };
-    let (cases, shard) = match shard_of {
-        None => (all_cases, None),
-        Some(of) => {
-            let options = format!("{:?} connector vllm {}", args.random, python.vllm_version);
-            let (mine, info, positions) = shard::select(&all_cases, of, &sources, &opts, &options);
-            eprintln!(
-                "shard {}/{}: {} of {} cases",
-                info.index,
-                info.count,
-                positions.len(),
-                all_cases.len()
-            );
-            (mine, Some((info, positions)))
-        }
-    };
+    let options = format!("{:?} connector vllm {}", args.random, python.vllm_version);
+    let (cases, shard) = super::shard_cases(all_cases, shard_of, &sources, &opts, &options);
     let checks = block_checks(&sources, &cases);
     let started = std::time::Instant::now();
     let live = match live::run_sweep(&cases, &checks, &python, live::CASE_LIMIT) {

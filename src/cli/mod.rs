@@ -169,3 +169,31 @@ pub(crate) fn default_paths(paths: Vec<std::path::PathBuf>) -> Vec<std::path::Pa
         paths
     }
 }
+
+/// The cases of shard `of` (all of them without `--shard`), its record and
+/// positions, saying on stderr how many of the sweep's cases it holds.
+#[allow(clippy::type_complexity)]
+fn shard_cases(
+    all_cases: Vec<crate::scenario::Case>,
+    of: Option<(u32, u32)>,
+    sources: &[crate::sweep::plan::SourcedGeometry],
+    opts: &crate::sweep::plan::PlanOptions,
+    options: &str,
+) -> (
+    Vec<crate::scenario::Case>,
+    Option<(crate::sweep::shard::Shard, Vec<usize>)>,
+) {
+    let Some(of) = of else {
+        return (all_cases, None);
+    };
+    let (mine, info, positions) =
+        crate::sweep::shard::select(&all_cases, of, sources, opts, options);
+    eprintln!(
+        "shard {}/{}: {} of {} cases",
+        info.index,
+        info.count,
+        positions.len(),
+        all_cases.len()
+    );
+    (mine, Some((info, positions)))
+}

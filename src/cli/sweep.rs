@@ -11,7 +11,7 @@ use crate::scenario::{MemoryKind, RunOptions, TransportKind};
 use crate::scheduler::DecodeAllocation;
 use crate::sweep::budget::MemoryBudget;
 use crate::sweep::expectations::Expectations;
-use crate::sweep::shard::{self, parse_shard};
+use crate::sweep::shard::parse_shard;
 use crate::sweep::{compare, execute, plan, prompts};
 
 pub struct SweepArgs {
@@ -160,21 +160,8 @@ pub fn sweep(args: SweepArgs) -> u8 {
         Some(n) => plan::random(&sources, n, args.seed, &opts),
         None => plan::grid(&sources, &opts),
     };
-    let (cases, shard) = match shard_of {
-        None => (all_cases, None),
-        Some(of) => {
-            let options = format!("{:?} {:?} {:?}", args.random, args.transport, args.memory);
-            let (mine, info, positions) = shard::select(&all_cases, of, &sources, &opts, &options);
-            eprintln!(
-                "shard {}/{}: {} of {} cases",
-                info.index,
-                info.count,
-                positions.len(),
-                all_cases.len()
-            );
-            (mine, Some((info, positions)))
-        }
-    };
+    let options = format!("{:?} {:?} {:?}", args.random, args.transport, args.memory);
+    let (cases, shard) = super::shard_cases(all_cases, shard_of, &sources, &opts, &options);
     let run_opts = RunOptions {
         transport: args.transport,
         memory: args.memory,

@@ -440,10 +440,15 @@ fn run_in_scratch(
 ) -> Result<Vec<LiveReport>, BatchError> {
     let dir = scratch_dir();
     let result = run_batch_in(&dir, cases, checks, python, case_limit, hooks, retention);
-    if std::env::var_os("KVGEOM_KEEP_LIVE").is_none() {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
+    remove_unless_kept(&dir);
     result
+}
+
+/// Remove a scratch folder, unless `KVGEOM_KEEP_LIVE` asks to keep it.
+fn remove_unless_kept(dir: &Path) {
+    if std::env::var_os("KVGEOM_KEEP_LIVE").is_none() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
 
 fn run_batch_in(
@@ -570,9 +575,7 @@ impl Chunk {
             case_limit,
             retention,
         );
-        if std::env::var_os("KVGEOM_KEEP_LIVE").is_none() {
-            let _ = std::fs::remove_dir_all(&dir);
-        }
+        remove_unless_kept(&dir);
         result
     }
 }
