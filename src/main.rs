@@ -131,7 +131,8 @@ enum Command {
         /// Seed of the random draw and of block placement.
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// Worker threads (default: all cores).
+        /// Worker threads (default: all cores); with `--connector vllm`, the
+        /// vLLM driver processes run at once (default: one per core, at most 4).
         #[arg(long)]
         threads: Option<usize>,
         #[arg(long, value_enum, default_value = "table")]

@@ -96,8 +96,8 @@ fn options_that_do_not_apply_are_refused() {
         (&["--transport", "nixl"][..], "--transport nixl"),
         (&["--policy", "kvgeom"][..], "--policy"),
         (
-            &["--threads", "2"][..],
-            "--threads 2: the live mode runs every case in one vLLM driver process",
+            &["--threads", "0"][..],
+            "--threads 0: give at least 1",
         ),
         (
             &["--max-memory", "1G"][..],
@@ -481,6 +481,43 @@ fn live_shards_merge_into_the_whole_and_failures_shrink() {
         String::from_utf8_lossy(&merged.stdout),
         String::from_utf8_lossy(&whole.stdout)
     );
+}
+
+/// `--threads N` runs N driver processes at once: the same report, case for
+/// case and in the same order, as one process.
+#[test]
+fn several_driver_processes_give_the_report_of_one() {
+    if interpreter("several_driver_processes_give_the_report_of_one").is_none() {
+        return;
+    }
+    let run = |threads: &str| -> Output {
+        kvgeom(&[
+            "sweep",
+            "--connector",
+            "vllm",
+            "geometries/gqa-prefill-logical-larger.toml",
+            "geometries/deepseek-mla.toml",
+            "--prompts",
+            "5,6,17",
+            "--no-shrink",
+            "--threads",
+            threads,
+            "--format",
+            "json",
+        ])
+    };
+    let one = run("1");
+    let three = run("3");
+    assert_eq!(one.status.code(), three.status.code());
+    let cases = |out: &Output| -> Vec<serde_json::Value> {
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+        doc["cases"].as_array().expect("cases").clone()
+    };
+    let (a, b) = (cases(&one), cases(&three));
+    assert_eq!(a.len(), 12, "{}", String::from_utf8_lossy(&one.stderr));
+    assert_eq!(a, b);
+    let err = String::from_utf8_lossy(&three.stderr);
+    assert!(err.contains("12 cases in"), "{err}");
 }
 
 /// Another vLLM (a branch, a pull request) that lacks what the driver

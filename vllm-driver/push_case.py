@@ -23,6 +23,8 @@ reported `hung` with what was pending, without waiting out the time-out.
 """
 
 import contextlib
+import os
+import sys
 import threading
 import time
 import traceback
@@ -53,6 +55,10 @@ CHANNELS = {"prefill": ("127.0.0.1", 5601), "decode": ("127.0.0.1", 5602)}
 CASE_LIMIT_S = 10.0
 # Nothing may move for this long before a waiting case counts as stuck.
 SETTLE_S = 0.25
+# ... or for this long, when every worker thread then parks (`_settled`)
+# within PROBE_S of the last engine step.
+PARKED_SETTLE_S = 0.03
+PROBE_S = 0.1
 POLL_S = 0.001
 
 
@@ -183,6 +189,51 @@ def _idle(workers):
         if w.nixl_wrapper.pending_notifs():
             return False
     return True
+
+
+def _parked(workers):
+    """Every thread of the workers is blocked with nothing to do: each push
+    writer waits and has no wake-up pending (the untimed wait; a writer
+    polling for a registration waits with a time-out), each handshake
+    executor waits for work. With nothing queued either (`_idle`), only the
+    case's own thread can make anything happen."""
+    frames = sys._current_frames()
+
+    def where(thread):
+        frame = frames.get(thread.ident)
+        if frame is None:
+            return None, frame
+        return (os.path.basename(frame.f_code.co_filename), frame.f_code.co_name), frame
+
+    for w in workers:
+        writer = w._push_writer_thread
+        if writer is not None and writer.is_alive():
+            at, _ = where(writer)
+            if at != ("threading.py", "wait"):
+                return False
+            if not w._push_finished_blocks and w._push_writer_wake.is_set():
+                return False
+        executor = w._handshake_initiation_executor
+        if executor._work_queue.qsize():
+            return False
+        for t in list(executor._threads):
+            at, frame = where(t)
+            if at is None:
+                continue
+            if at != ("thread.py", "_worker") or "work_item" in frame.f_locals:
+                return False
+    return True
+
+
+def _settled(workers, fabric, log, state):
+    """Without waking anyone, wait up to PROBE_S for every worker thread to
+    park (`_parked`) with nothing queued and nothing new since `state`."""
+    until = time.monotonic() + PROBE_S
+    while time.monotonic() < until:
+        if _parked(workers) and _idle(workers) and _progress(fabric, log) == state:
+            return True
+        time.sleep(POLL_S)
+    return False
 
 
 def _progress(fabric, log):
@@ -328,7 +379,9 @@ def _drive(spec, ranks, fabric, log, result):
         state = _progress(fabric, log)
         if state != last or not _idle(prefill + decode):
             last, quiet_since = state, now
-        if now - quiet_since >= SETTLE_S or now > deadline:
+        quiet = now - quiet_since
+        settled = quiet >= PARKED_SETTLE_S and _settled(prefill + decode, fabric, log, state)
+        if settled or quiet >= SETTLE_S or now > deadline:
             result.update(status="hung", message=_pending(spec, prefill, decode, received, log))
             return
         time.sleep(POLL_S)

@@ -78,11 +78,6 @@ fn refused(args: &LiveSweepArgs) -> Option<String> {
     if args.compare_host {
         return Some("--compare-host: the live mode always runs on host memory".into());
     }
-    if let Some(n) = args.threads {
-        return Some(format!(
-            "--threads {n}: the live mode runs every case in one vLLM driver process, one after the other"
-        ));
-    }
     if let Some(m) = &args.max_memory {
         return Some(format!(
             "--max-memory {m}: the live mode holds one case at a time (the driver's tensors and kvgeom's images), \
@@ -97,6 +92,11 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
         eprintln!("error: {why}");
         return EXIT_BAD_INPUT;
     }
+    // `--threads`: how many driver processes run at once.
+    let drivers = match super::sweep::threads_within_limit(args.threads) {
+        Ok(n) => n.unwrap_or_else(live::default_drivers),
+        Err(code) => return code,
+    };
     let shard_of = match args.shard.as_deref().map(parse_shard).transpose() {
         Ok(s) => s,
         Err(e) => {
@@ -159,7 +159,7 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
     let (cases, shard) = super::shard_cases(all_cases, shard_of, &sources, &opts, &options);
     let checks = block_checks(&sources, &cases);
     let started = std::time::Instant::now();
-    let live = match live::run_sweep(&cases, &checks, &python, live::CASE_LIMIT) {
+    let live = match live::run_sweep(&cases, &checks, &python, live::CASE_LIMIT, drivers) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");
@@ -192,7 +192,7 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
     }
     let code = judge(&live, expectations.as_ref(), python.is_pinned());
     if code != EXIT_OK {
-        show_replays(&live, expectations.as_ref(), &python, args.shrink);
+        show_replays(&live, expectations.as_ref(), &python, args.shrink, drivers);
     }
     code
 }
@@ -222,6 +222,7 @@ fn show_replays(
     expectations: Option<&Expectations>,
     python: &live::Interpreter,
     shrink: bool,
+    drivers: usize,
 ) {
     let mut shown: Vec<(String, Mode, String)> = Vec::new();
     let mut failures: Vec<&CaseReport> = Vec::new();
@@ -246,7 +247,7 @@ fn show_replays(
         return;
     }
     let minimal = if shrink {
-        match live::shrink_live(&failures, python, live::CASE_LIMIT) {
+        match live::shrink_live(&failures, python, live::CASE_LIMIT, drivers) {
             Ok(m) => m,
             Err(e) => {
                 eprintln!("note: shrinking failed ({e}); replays are of the cases as run");

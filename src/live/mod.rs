@@ -3,6 +3,7 @@
 //! kvgeom's oracles on vLLM's real final memory.
 
 pub mod blocks;
+pub mod chunks;
 pub mod process;
 pub mod protocol;
 pub mod python;
@@ -10,10 +11,11 @@ pub mod run;
 pub mod shrink;
 
 pub use blocks::{BlockCheck, BlocksComparison, EngineBlocks, PairBlocks};
+pub use chunks::{default_drivers, CHUNK_MEMORY_BYTES, MAX_DEFAULT_DRIVERS};
 pub use process::ProcessError;
 pub use python::{find, FindError, Interpreter, INSTALL_SCRIPT, PINNED_VLLM};
 pub use run::{
     run_batch, run_batch_checked, run_batch_hooked, run_batch_with, run_sweep, BatchError, Hooks,
-    LiveReport, PlanComparison, CASE_LIMIT, CHUNK_MEMORY_BYTES,
+    LiveReport, PlanComparison, CASE_LIMIT,
 };
 pub use shrink::{live_replay_command, shrink_live};

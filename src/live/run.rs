@@ -26,6 +26,7 @@ use crate::scheduler::request_shape;
 use crate::variant::Variant;
 
 use super::blocks::{self, BlockCheck, BlocksComparison, EngineBlocks, PairBlocks};
+use super::chunks::{run_chunks, BatchContext};
 use super::process::{run_bounded, ProcessError};
 use super::protocol::{
     memory_file, Batch, CaseResult, CaseSpec, SideSpec, BATCH_FORMAT, RESULT_FORMAT,
@@ -62,6 +63,10 @@ pub enum BatchError {
     /// The batch could not be written as JSON.
     #[error(transparent)]
     Encode(serde_json::Error),
+    /// Every driver process stopped before the batch was handed out (one
+    /// of them failed; its error is reported instead where known).
+    #[error("the driver processes stopped before every chunk of the batch ran")]
+    LanesStopped,
     /// `vllm-driver/driver.py` is not where it should be.
     #[error("the driver is missing: {}", script.display())]
     DriverMissing {
@@ -167,19 +172,19 @@ pub struct LiveReport {
 }
 
 /// A case's memory as kvgeom's scenario prepares it.
-struct Prepared {
+pub(super) struct Prepared {
     layout: CaseLayout,
     transferred_tokens: u32,
     /// Arena bases `[rank][region]` per side: prefill, decode.
     bases: [Vec<Vec<u64>>; 2],
     /// Initial images `[rank][region]` per side.
     before: [Vec<Vec<Vec<u8>>>; 2],
-    spec: CaseSpec,
+    pub(super) spec: CaseSpec,
 }
 
 impl Prepared {
     /// Bytes of the case's initial memory, every region of every rank.
-    fn memory_bytes(&self) -> u64 {
+    pub(super) fn memory_bytes(&self) -> u64 {
         self.before
             .iter()
             .flatten()
@@ -198,7 +203,7 @@ fn side_index(side: Side) -> usize {
 
 /// Shape, placement, allocation, provenance pattern, neighbours and
 /// alloc-time zeroing: the same steps and bytes as `scenario::run`.
-fn prepare(case: &Case, id: &str) -> Result<Prepared, Outcome> {
+pub(super) fn prepare(case: &Case, id: &str) -> Result<Prepared, Outcome> {
     let geometry = &case.geometry;
     check_prefix_hit(geometry, case.prompt_len, case.prefix_hit).map_err(Outcome::error)?;
     let shape = request_shape(geometry, case.prompt_len, case.prefix_hit, case.allocation);
@@ -299,7 +304,7 @@ fn prepare(case: &Case, id: &str) -> Result<Prepared, Outcome> {
     })
 }
 
-fn write_inputs(dir: &Path, prepared: &Prepared) -> Result<(), BatchError> {
+pub(super) fn write_inputs(dir: &Path, prepared: &Prepared) -> Result<(), BatchError> {
     let case_dir = dir.join(&prepared.spec.dir);
     std::fs::create_dir_all(&case_dir).map_err(|source| BatchError::CreateDir {
         path: case_dir.clone(),
@@ -336,7 +341,7 @@ fn scratch_dir() -> PathBuf {
 /// What a batch keeps of each judged case beyond its report and plan
 /// comparison.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Retention {
+pub(super) enum Retention {
     /// The driver's result and the oracle input (every rank's memory
     /// images), for `explain` and the tests.
     Everything,
@@ -358,12 +363,14 @@ pub fn run_batch(
 
 /// [`run_batch`] for a sweep: only each case's report and plan comparison
 /// are kept (`result` and `oracle_input` are `None`), so that memory does
-/// not grow with the number of cases.
+/// not grow with the number of cases; up to `drivers` driver processes run
+/// at once.
 pub fn run_sweep(
     cases: &[Case],
     checks: &[BlockCheck],
     python: &Interpreter,
     case_limit: Duration,
+    drivers: usize,
 ) -> Result<Vec<LiveReport>, BatchError> {
     run_in_scratch(
         cases,
@@ -372,6 +379,7 @@ pub fn run_sweep(
         case_limit,
         &Hooks::default(),
         Retention::Verdicts,
+        drivers,
     )
 }
 
@@ -427,6 +435,7 @@ pub fn run_batch_checked(
         case_limit,
         hooks,
         Retention::Everything,
+        1,
     )
 }
 
@@ -437,150 +446,31 @@ fn run_in_scratch(
     case_limit: Duration,
     hooks: &Hooks,
     retention: Retention,
+    drivers: usize,
 ) -> Result<Vec<LiveReport>, BatchError> {
     let dir = scratch_dir();
-    let result = run_batch_in(&dir, cases, checks, python, case_limit, hooks, retention);
+    let batch = BatchContext {
+        dir: &dir,
+        cases,
+        checks,
+        python,
+        case_limit,
+        hooks,
+        retention,
+    };
+    let result = run_chunks(&batch, drivers);
     remove_unless_kept(&dir);
     result
 }
 
 /// Remove a scratch folder, unless `KVGEOM_KEEP_LIVE` asks to keep it.
-fn remove_unless_kept(dir: &Path) {
+pub(super) fn remove_unless_kept(dir: &Path) {
     if std::env::var_os("KVGEOM_KEEP_LIVE").is_none() {
         let _ = std::fs::remove_dir_all(dir);
     }
 }
 
-fn run_batch_in(
-    dir: &Path,
-    cases: &[Case],
-    checks: &[BlockCheck],
-    python: &Interpreter,
-    case_limit: Duration,
-    hooks: &Hooks,
-    retention: Retention,
-) -> Result<Vec<LiveReport>, BatchError> {
-    let mut out = Vec::with_capacity(cases.len());
-    let mut budget = ChunkBudget::new(CHUNK_MEMORY_BYTES);
-    let mut chunk = Chunk::default();
-    let mut chunks_started = 0;
-    for (i, case) in cases.iter().enumerate() {
-        let mut p = prepare(case, &format!("c{i}"));
-        if let Ok(p) = &mut p {
-            p.spec.skip_receive_post_process = hooks.skip_receive_post_process;
-            p.spec.block_in_case = hooks.block_cases.contains(&i);
-        }
-        let bytes = p.as_ref().map_or(0, Prepared::memory_bytes);
-        if !budget.admits(bytes) {
-            let full = std::mem::take(&mut chunk);
-            out.extend(full.run(dir, cases, checks, python, case_limit, retention)?);
-        }
-        if chunk.prepared.is_empty() {
-            chunk.first = i;
-            chunk.index = chunks_started;
-            chunks_started += 1;
-        }
-        if let Ok(p) = &p {
-            write_inputs(&chunk.dir(dir), p)?;
-        }
-        chunk.prepared.push(p);
-    }
-    if !chunk.prepared.is_empty() {
-        out.extend(chunk.run(dir, cases, checks, python, case_limit, retention)?);
-    }
-    Ok(out)
-}
-
-/// Bytes of initial memory one driver process takes at most: kvgeom keeps
-/// every case's initial images until it judges the case, and the driver's
-/// folder holds their files, so a larger batch runs as several driver
-/// processes (each paying vLLM's import).
-pub const CHUNK_MEMORY_BYTES: u64 = 2 << 30;
-
-/// The running total of one chunk's memory; a chunk always takes its first
-/// case, whatever its size.
-#[derive(Clone, Copy, Debug)]
-struct ChunkBudget {
-    limit: u64,
-    used: u64,
-    cases: usize,
-}
-
-impl ChunkBudget {
-    fn new(limit: u64) -> Self {
-        ChunkBudget {
-            limit,
-            used: 0,
-            cases: 0,
-        }
-    }
-
-    /// Whether a case of `bytes` joins the current chunk; when not, the
-    /// current chunk is full and the case starts the next one.
-    fn admits(&mut self, bytes: u64) -> bool {
-        let joins = self.cases == 0 || self.used.saturating_add(bytes) <= self.limit;
-        if joins {
-            self.used = self.used.saturating_add(bytes);
-            self.cases += 1;
-        } else {
-            self.used = bytes;
-            self.cases = 1;
-        }
-        joins
-    }
-}
-
-/// Consecutive cases run by one driver process, in their own folder.
-#[derive(Default)]
-struct Chunk {
-    /// Index of the first case in the batch.
-    first: usize,
-    /// Index of the chunk's folder (`chunk<index>`).
-    index: usize,
-    prepared: Vec<Result<Prepared, Outcome>>,
-}
-
-impl Chunk {
-    fn dir(&self, batch_dir: &Path) -> PathBuf {
-        batch_dir.join(format!("chunk{}", self.index))
-    }
-
-    fn run(
-        self,
-        batch_dir: &Path,
-        cases: &[Case],
-        checks: &[BlockCheck],
-        python: &Interpreter,
-        case_limit: Duration,
-        retention: Retention,
-    ) -> Result<Vec<LiveReport>, BatchError> {
-        let dir = self.dir(batch_dir);
-        let cases = &cases[self.first..self.first + self.prepared.len()];
-        // Each driver process derives the blocks of its own cases' geometries.
-        let checks: Vec<BlockCheck> = checks
-            .iter()
-            .filter(|c| {
-                cases
-                    .iter()
-                    .any(|case| case.geometry_name() == c.geometry.name)
-            })
-            .cloned()
-            .collect();
-        let result = run_chunk(
-            &dir,
-            cases,
-            self.prepared,
-            &checks,
-            python,
-            case_limit,
-            retention,
-        );
-        remove_unless_kept(&dir);
-        result
-    }
-}
-
-fn run_chunk(
+pub(super) fn run_chunk(
     dir: &Path,
     cases: &[Case],
     prepared: Vec<Result<Prepared, Outcome>>,
@@ -1095,42 +985,5 @@ fn compare_plans(
     PlanComparison {
         equal: first_difference.is_none(),
         first_difference,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::ChunkBudget;
-
-    /// Admitted sizes per chunk, for a run of case sizes.
-    fn chunks(limit: u64, sizes: &[u64]) -> Vec<Vec<u64>> {
-        let mut budget = ChunkBudget::new(limit);
-        let mut out: Vec<Vec<u64>> = Vec::new();
-        for &bytes in sizes {
-            if !budget.admits(bytes) || out.is_empty() {
-                out.push(Vec::new());
-            }
-            out.last_mut().expect("a chunk").push(bytes);
-        }
-        out
-    }
-
-    #[test]
-    fn a_chunk_takes_cases_up_to_its_limit() {
-        assert_eq!(chunks(10, &[4, 6, 1]), [vec![4, 6], vec![1]]);
-        assert_eq!(chunks(10, &[3, 3, 3, 3]), [vec![3, 3, 3], vec![3]]);
-        assert_eq!(chunks(10, &[0, 0, 10, 0]), [vec![0, 0, 10, 0]]);
-    }
-
-    #[test]
-    fn a_case_larger_than_the_limit_runs_alone() {
-        assert_eq!(chunks(10, &[11, 11, 2]), [vec![11], vec![11], vec![2]]);
-        assert_eq!(chunks(10, &[2, 11, 2]), [vec![2], vec![11], vec![2]]);
-    }
-
-    #[test]
-    fn sizes_near_the_top_of_u64_do_not_overflow() {
-        let limit = u64::MAX - 1;
-        assert_eq!(chunks(limit, &[limit, 2]), [vec![limit], vec![2]]);
     }
 }

@@ -18,6 +18,7 @@ pub fn shrink_live(
     failures: &[&CaseReport],
     python: &Interpreter,
     case_limit: Duration,
+    drivers: usize,
 ) -> Result<Vec<Case>, BatchError> {
     // Shorter prompts with the same prefix hit, smallest first.
     let mut candidates: Vec<Case> = Vec::new();
@@ -33,7 +34,7 @@ pub fn shrink_live(
         }
         ranges.push(start..candidates.len());
     }
-    let tried = run_sweep(&candidates, &[], python, case_limit)?;
+    let tried = run_sweep(&candidates, &[], python, case_limit, drivers)?;
     let mut minimal: Vec<Case> = failures
         .iter()
         .zip(&ranges)
@@ -57,7 +58,7 @@ pub fn shrink_live(
         .collect();
     if !without_hit.is_empty() {
         let cases: Vec<Case> = without_hit.iter().map(|(_, c)| c.clone()).collect();
-        let tried = run_sweep(&cases, &[], python, case_limit)?;
+        let tried = run_sweep(&cases, &[], python, case_limit, drivers)?;
         for ((i, c), t) in without_hit.into_iter().zip(&tried) {
             if fails_like(&t.report, failures[i]) {
                 minimal[i] = c;
