@@ -7,9 +7,9 @@
 use serde::Serialize;
 
 use crate::connector::policy::{
-    Acceptance, ConvSplit, DecodePushHandshake, MambaExpansion, Policy, PrefixAlignment,
-    PrefixCountTolerance, PushCompletionReport, PushRatioDirection, ReceiveZeroing,
-    RemoteIdExpansion, ReplicatedPageWriters, SplitListKey, SubBlockAddressing,
+    Acceptance, ConvSplit, DecodePushHandshake, MambaExpansion, PaddedPageRegistration, Policy,
+    PrefixAlignment, PrefixCountTolerance, PushCompletionReport, PushRatioDirection,
+    ReceiveZeroing, RemoteIdExpansion, ReplicatedPageWriters, SplitListKey, SubBlockAddressing,
 };
 
 /// One real defect of vLLM's NIXL connector in the heterogeneous-geometry code.
@@ -56,6 +56,9 @@ pub enum Defect {
     /// vLLM 0.33.0 locates the peer's conv sub-projections from the local
     /// widths scaled by the TP ratio, which replicated Mamba2 groups break.
     ConvOffsetsScaled,
+    /// vLLM 0.33.0 refuses padded kernel pages at registration when more
+    /// than one layer slot shares the backing allocation.
+    PaddedPagesRefusedWhenShared,
 }
 
 /// One row of the defect table.
@@ -78,7 +81,7 @@ pub struct DefectInfo {
 }
 
 /// Every known defect, in the order `kvgeom defects` lists them.
-pub static DEFECTS: [DefectInfo; 16] = [
+pub static DEFECTS: [DefectInfo; 17] = [
     DefectInfo {
         defect: Defect::StrictPrefixTolerance,
         name: "strict-prefix-tolerance",
@@ -229,11 +232,20 @@ pub static DEFECTS: [DefectInfo; 16] = [
         in_vllm_0_33_0: true,
         select: |p| p.conv_split = ConvSplit::LocalWidthsScaled,
     },
+    DefectInfo {
+        defect: Defect::PaddedPagesRefusedWhenShared,
+        name: "padded-pages-refused-when-shared",
+        title: "vLLM 0.33.0 refuses padded pages in a shared allocation",
+        bug: "vLLM 0.33.0 registers a layer's view as whole runs of its blocks; a padded page (block stride larger than the page) in an allocation shared by several layer slots leaves a view whose bytes are not such runs, and registration asserts",
+        symptom: "the engine fails at start (AssertionError: KV cache view cannot be partitioned into NIXL regions) for any padded kernel page layout with more than one layer slot",
+        in_vllm_0_33_0: true,
+        select: |p| p.padded_pages = PaddedPageRegistration::RefusedWhenShared,
+    },
 ];
 
 impl Defect {
     /// Every defect, in table order.
-    pub const ALL: [Defect; 16] = [
+    pub const ALL: [Defect; 17] = [
         Defect::StrictPrefixTolerance,
         Defect::NoClippedBlockZeroing,
         Defect::TwoPathZeroing,
@@ -250,6 +262,7 @@ impl Defect {
         Defect::ReplicatedHeadsNhdAccepted,
         Defect::ZeroingOnePastEnd,
         Defect::ConvOffsetsScaled,
+        Defect::PaddedPagesRefusedWhenShared,
     ];
 
     /// This defect's row of the table.

@@ -95,10 +95,7 @@ fn options_that_do_not_apply_are_refused() {
         (&["--memory", "vram"][..], "--memory vram"),
         (&["--transport", "nixl"][..], "--transport nixl"),
         (&["--policy", "kvgeom"][..], "--policy"),
-        (
-            &["--threads", "0"][..],
-            "--threads 0: give at least 1",
-        ),
+        (&["--threads", "0"][..], "--threads 0: give at least 1"),
         (
             &["--max-memory", "1G"][..],
             "--max-memory 1G: the live mode holds one case at a time",

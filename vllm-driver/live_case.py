@@ -392,6 +392,23 @@ def build_engine(spec, side, rank, case_dir):
     return kv_cache_config, tensors, raw
 
 
+class RegistrationRaised(Exception):
+    """vLLM's `register_kv_caches` raised on one rank: the engine fails at
+    start, a verdict on the connector (not a limit of the driver's build)."""
+
+    def __init__(self, side, rank, cause):
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.side, self.rank, self.cause = side, rank, cause
+
+    def result(self):
+        return {
+            "status": "crashed",
+            "side": self.side,
+            "message": f"{agent(self.side, self.rank)} register_kv_caches: {self}",
+            "trace": "".join(traceback.format_exception(self.cause)),
+        }
+
+
 def make_worker(spec, side, rank, fabric, case_dir, worker_cls=NixlConnectorWorker):
     geometry = spec["geometry"]
     engine = geometry[side]
@@ -402,7 +419,10 @@ def make_worker(spec, side, rank, fabric, case_dir, worker_cls=NixlConnectorWork
     _TP.rank, _TP.size = rank, engine["tp_size"]
     fabric.pending_alias = agent(side, rank)
     w = worker_cls(cfg, side, kv_cache_config)
-    w.register_kv_caches(tensors)
+    try:
+        w.register_kv_caches(tensors)
+    except Exception as e:
+        raise RegistrationRaised(side, rank, e) from e
     return w, raw
 
 
@@ -423,6 +443,8 @@ def run(spec, case_dir):
                 ranks[(side, r)] = make_worker(spec, side, r, fabric, case_dir)
     except Unsupported as e:
         return {"status": "error", "message": f"the driver cannot build this case: {e}"}
+    except RegistrationRaised as e:
+        return e.result()
     except Exception as e:
         # vLLM's own classes refused what the driver built (a spec, a view,
         # the worker): a driver limit, not a verdict on the connector.

@@ -258,6 +258,8 @@ def run(spec, case_dir):
                     log.watch(w, agent(side, r))
         except Unsupported as e:
             return {"status": "error", "message": f"push mode: {e}"}
+        except live_case.RegistrationRaised as e:
+            return e.result()
         result = {
             "regions": {agent(side, r): list(raw) for (side, r), (_, raw) in ranks.items()},
             "handshakes": log.handshakes,

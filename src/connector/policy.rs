@@ -78,6 +78,19 @@ pub enum SubBlockAddressing {
     StrideOverRatio,
 }
 
+/// Whether padded kernel pages (`block_padding_bytes`) can be registered
+/// when several layer slots share the engine's one backing allocation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PaddedPageRegistration {
+    /// Each slot's region is registered with its padded block stride.
+    #[default]
+    Strided,
+    /// vLLM 0.33.0: a view whose bytes are not whole runs of padded blocks
+    /// is refused unless it is the only layer of its allocation.
+    RefusedWhenShared,
+}
+
 /// Which ppl expands the remote engine's logical ids to kernel ids.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -223,6 +236,8 @@ pub struct Policy {
     pub push: PushProtocol,
     /// Which pairings the handshake refuses.
     pub handshake: HandshakeStrictness,
+    /// Whether padded pages of a shared allocation can be registered.
+    pub padded_pages: PaddedPageRegistration,
 }
 
 impl Policy {
@@ -238,6 +253,7 @@ impl Policy {
                 gathered_replicated_heads_nhd: Acceptance::Accept,
                 ..HandshakeStrictness::default()
             },
+            padded_pages: PaddedPageRegistration::RefusedWhenShared,
             ..Policy::default()
         }
     }

@@ -9,7 +9,10 @@ use super::handshake::{self, HandshakeError, LocalSide};
 use super::local_lists;
 use super::metadata::HandshakeMetadata;
 use super::planner::{ListGeometry, PlanError, TransferGeometry};
-use super::policy::{ConvSplit, DecodePushHandshake, Policy, PushRatioDirection, SplitListKey};
+use super::policy::{
+    ConvSplit, DecodePushHandshake, PaddedPageRegistration, Policy, PushRatioDirection,
+    SplitListKey,
+};
 use super::post_process::PageGeometry;
 use super::registration::{KvTensor, Registration};
 use super::remote_lists;
@@ -65,6 +68,9 @@ pub enum ConnectorError {
     #[error("completing the receive failed: {0}")]
     /// Completing a pushed receive fails where vLLM raises (the text of its exception).
     Completion(String),
+    #[error("registration refused: {0}")]
+    /// Registering the KV tensors failed where vLLM raises.
+    Registration(String),
     #[error("unknown remote engine {0}")]
     /// No handshake was done with this engine id.
     UnknownEngine(String),
@@ -131,6 +137,29 @@ struct CheckedPeer {
 /// Key of a set of per-source split lists: (tp_ratio, remote kernel block).
 pub type SplitKey = (i32, u32);
 
+/// vLLM 0.33.0's registration of padded pages: a layer's view must be whole
+/// runs of padded blocks, which it is only when the layer is alone in the
+/// allocation (then its last block's padding ends the allocation).
+fn refuse_padded_shared_pages(
+    cfg: &WorkerConfig,
+    tensors: &[KvTensor],
+) -> Result<(), ConnectorError> {
+    let padding = cfg.engine.block_padding_bytes;
+    if cfg.policy.padded_pages != PaddedPageRegistration::RefusedWhenShared
+        || padding == 0
+        || tensors.len() < 2
+    {
+        return Ok(());
+    }
+    let page = cfg.engine.kernel_page_bytes(&cfg.model);
+    Err(ConnectorError::Registration(format!(
+        "KV cache view cannot be partitioned into NIXL regions: {} layer slots share one allocation \
+         and each kernel page of {page} bytes is padded to {} (block_padding_bytes {padding})",
+        tensors.len(),
+        page + padding
+    )))
+}
+
 /// One connector worker.
 #[derive(Debug)]
 pub struct Worker {
@@ -153,6 +182,7 @@ impl Worker {
         cfg: WorkerConfig,
         tensors: &[KvTensor],
     ) -> Result<Self, ConnectorError> {
+        refuse_padded_shared_pages(&cfg, tensors)?;
         let agent = nixl.create_agent(&cfg.agent_name)?;
         let reg = Registration::new(
             &cfg.model,

@@ -2,6 +2,7 @@
 //! driver in `vllm-driver/` over the same cases as the sweep, judged by
 //! kvgeom's oracles on vLLM's real final memory.
 
+pub mod batch;
 pub mod blocks;
 pub mod chunks;
 pub mod process;
@@ -10,12 +11,10 @@ pub mod python;
 pub mod run;
 pub mod shrink;
 
+pub use batch::{run_batch, run_batch_checked, run_batch_hooked, run_batch_with, run_sweep};
 pub use blocks::{BlockCheck, BlocksComparison, EngineBlocks, PairBlocks};
 pub use chunks::{default_drivers, CHUNK_MEMORY_BYTES, MAX_DEFAULT_DRIVERS};
 pub use process::ProcessError;
 pub use python::{find, FindError, Interpreter, INSTALL_SCRIPT, PINNED_VLLM};
-pub use run::{
-    run_batch, run_batch_checked, run_batch_hooked, run_batch_with, run_sweep, BatchError, Hooks,
-    LiveReport, PlanComparison, CASE_LIMIT,
-};
+pub use run::{BatchError, Hooks, LiveReport, PlanComparison, CASE_LIMIT};
 pub use shrink::{live_replay_command, shrink_live};

@@ -26,7 +26,6 @@ use crate::scheduler::request_shape;
 use crate::variant::Variant;
 
 use super::blocks::{self, BlockCheck, BlocksComparison, EngineBlocks, PairBlocks};
-use super::chunks::{run_chunks, BatchContext};
 use super::process::{run_bounded, ProcessError};
 use super::protocol::{
     memory_file, Batch, CaseResult, CaseSpec, SideSpec, BATCH_FORMAT, RESULT_FORMAT,
@@ -327,17 +326,6 @@ pub(super) fn write_inputs(dir: &Path, prepared: &Prepared) -> Result<(), BatchE
     Ok(())
 }
 
-/// A fresh scratch folder for one batch.
-fn scratch_dir() -> PathBuf {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    std::env::temp_dir().join(format!(
-        "kvgeom-live-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ))
-}
-
 /// What a batch keeps of each judged case beyond its report and plan
 /// comparison.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -349,55 +337,6 @@ pub(super) enum Retention {
     Verdicts,
 }
 
-/// Run every case through vLLM's connector, in driver batches of at most
-/// [`CHUNK_MEMORY_BYTES`] of initial memory, keeping each case's driver
-/// result and oracle input. `Err` when the driver cannot run at all (the
-/// caller exits 2).
-pub fn run_batch(
-    cases: &[Case],
-    python: &Interpreter,
-    case_limit: Duration,
-) -> Result<Vec<LiveReport>, BatchError> {
-    run_batch_with(cases, python, case_limit, false)
-}
-
-/// [`run_batch`] for a sweep: only each case's report and plan comparison
-/// are kept (`result` and `oracle_input` are `None`), so that memory does
-/// not grow with the number of cases; up to `drivers` driver processes run
-/// at once.
-pub fn run_sweep(
-    cases: &[Case],
-    checks: &[BlockCheck],
-    python: &Interpreter,
-    case_limit: Duration,
-    drivers: usize,
-) -> Result<Vec<LiveReport>, BatchError> {
-    run_in_scratch(
-        cases,
-        checks,
-        python,
-        case_limit,
-        &Hooks::default(),
-        Retention::Verdicts,
-        drivers,
-    )
-}
-
-/// [`run_batch`], optionally with vLLM's receive post-process skipped (a
-/// test hook: a fault that only the bytes reveal).
-pub fn run_batch_with(
-    cases: &[Case],
-    python: &Interpreter,
-    case_limit: Duration,
-    skip_receive_post_process: bool,
-) -> Result<Vec<LiveReport>, BatchError> {
-    let hooks = Hooks {
-        skip_receive_post_process,
-        ..Hooks::default()
-    };
-    run_batch_hooked(cases, python, case_limit, &hooks)
-}
-
 /// Faults a test injects into the driver.
 #[derive(Clone, Debug, Default)]
 pub struct Hooks {
@@ -406,61 +345,6 @@ pub struct Hooks {
     /// Indices of push cases whose thread the driver leaves blocked inside
     /// the case (the driver's time-out and restart).
     pub block_cases: Vec<usize>,
-}
-
-/// [`run_batch`] with test hooks.
-pub fn run_batch_hooked(
-    cases: &[Case],
-    python: &Interpreter,
-    case_limit: Duration,
-    hooks: &Hooks,
-) -> Result<Vec<LiveReport>, BatchError> {
-    run_batch_checked(cases, &[], python, case_limit, hooks)
-}
-
-/// [`run_batch_hooked`], with vLLM's own block derivation run in the same
-/// driver process on each check's deployment: every case of a checked
-/// geometry (matched by name) gets [`LiveReport::blocks`].
-pub fn run_batch_checked(
-    cases: &[Case],
-    checks: &[BlockCheck],
-    python: &Interpreter,
-    case_limit: Duration,
-    hooks: &Hooks,
-) -> Result<Vec<LiveReport>, BatchError> {
-    run_in_scratch(
-        cases,
-        checks,
-        python,
-        case_limit,
-        hooks,
-        Retention::Everything,
-        1,
-    )
-}
-
-fn run_in_scratch(
-    cases: &[Case],
-    checks: &[BlockCheck],
-    python: &Interpreter,
-    case_limit: Duration,
-    hooks: &Hooks,
-    retention: Retention,
-    drivers: usize,
-) -> Result<Vec<LiveReport>, BatchError> {
-    let dir = scratch_dir();
-    let batch = BatchContext {
-        dir: &dir,
-        cases,
-        checks,
-        python,
-        case_limit,
-        hooks,
-        retention,
-    };
-    let result = run_chunks(&batch, drivers);
-    remove_unless_kept(&dir);
-    result
 }
 
 /// Remove a scratch folder, unless `KVGEOM_KEEP_LIVE` asks to keep it.

@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
+use super::batch::run_sweep;
 use super::python::Interpreter;
-use super::run::{run_sweep, BatchError};
+use super::run::BatchError;
 use crate::scenario::{Case, CaseReport};
 use crate::sweep::execute::shrink_candidates;
 use crate::sweep::plan::prefix_hits;

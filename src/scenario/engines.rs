@@ -1,6 +1,6 @@
 //! Allocating both engines' KV memory and building their connector workers.
 
-use crate::connector::{KvTensor, Policy, Role, Worker, WorkerConfig};
+use crate::connector::{ConnectorError, KvTensor, Policy, Role, Worker, WorkerConfig};
 use crate::geometry::{EngineGeometry, Geometry, Mode};
 use crate::layout::Side;
 use crate::memory::HostArena;
@@ -206,8 +206,15 @@ pub fn register_side_on(
                 })
                 .collect(),
         };
-        let worker = Worker::register(nixl, cfg, &tensors).map_err(|e| Outcome::Error {
-            message: format!("registering {side} rank {rank}: {e}"),
+        let worker = Worker::register(nixl, cfg, &tensors).map_err(|e| match e {
+            // The connector refuses the tensors where vLLM's registration raises.
+            ConnectorError::Registration(why) => Outcome::Crashed {
+                side,
+                message: format!("{side} rank {rank}: {why}"),
+            },
+            other => Outcome::Error {
+                message: format!("registering {side} rank {rank}: {other}"),
+            },
         })?;
         ranks.push(Rank {
             worker,
