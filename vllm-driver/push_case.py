@@ -221,6 +221,7 @@ def run(spec, case_dir):
         for w, _ in ranks.values():
             with contextlib.suppress(Exception):
                 w.shutdown()
+        fabric.close()
 
 
 def _drive(spec, ranks, fabric, log, result):

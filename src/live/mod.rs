@@ -3,6 +3,7 @@
 //! kvgeom's oracles on vLLM's real final memory.
 
 pub mod blocks;
+pub mod nixl;
 pub mod process;
 pub mod protocol;
 pub mod python;
@@ -10,6 +11,7 @@ pub mod run;
 pub mod shrink;
 
 pub use blocks::{BlockCheck, BlocksComparison, EngineBlocks, PairBlocks};
+pub use nixl::{NixlChoice, NixlRun, NixlUnavailable};
 pub use process::ProcessError;
 pub use python::{find, FindError, Interpreter, INSTALL_SCRIPT, PINNED_VLLM};
 pub use run::{
