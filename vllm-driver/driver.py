@@ -116,7 +116,7 @@ def main(argv):
     import live_case  # imports vLLM (the slow part)
     import push_case
 
-    live_case.use_nixl(NIXL_RAN["kind"], NIXL_RAN["version"])
+    live_case.use_nixl(NIXL_RAN["kind"])
     live_case.warm()
 
     what = f"real NIXL {NIXL_RAN['version']} (UCX, host memory)" if nixl == "real" else "the NIXL stand-in"

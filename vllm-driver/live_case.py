@@ -75,14 +75,10 @@ _check_nixl_version = base_worker.check_nixl_version
 base_worker.NixlWrapper = fake_nixl.FakeNixlWrapper
 base_worker.check_nixl_version = lambda *a, **k: None
 
-# What moves the bytes: "stand-in" (fake_nixl) or "real" (real_nixl), and
-# the NIXL version of the real one.
-NIXL = {"kind": "stand-in", "version": None}
 
-
-def use_nixl(kind, version=None):
-    """vLLM's workers get real NIXL agents (kind "real", after
-    real_nixl.probe() succeeded) or the stand-in."""
+def use_nixl(kind):
+    """vLLM's workers get real NIXL agents (kind "real", once
+    real_nixl.probe() succeeded) or the stand-in ("stand-in")."""
     if kind == "real":
         import importlib
 
@@ -92,7 +88,7 @@ def use_nixl(kind, version=None):
     else:
         base_worker.NixlWrapper = fake_nixl.FakeNixlWrapper
         base_worker.check_nixl_version = lambda *a, **k: None
-    NIXL.update(kind=kind, version=version)
+
 
 base_worker.get_tensor_model_parallel_rank = lambda: _TP.rank
 base_worker.get_tensor_model_parallel_world_size = lambda: _TP.size

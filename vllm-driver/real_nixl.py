@@ -27,8 +27,6 @@ import os
 import threading
 import time
 
-import numpy as np
-
 import fake_nixl
 
 # What `--nixl real` needs in the driver's interpreter.
@@ -71,6 +69,8 @@ def probe():
     notification each way; raises NixlUnavailable with what went wrong."""
     api, version = load()
     try:
+        import numpy as np
+
         a = api.nixl_agent("kvgeom-probe-a", api.nixl_agent_config(backends=["UCX"]))
         b = api.nixl_agent("kvgeom-probe-b", api.nixl_agent_config(backends=["UCX"]))
         src = np.arange(64, dtype=np.uint8)

@@ -202,7 +202,11 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
         Some(n) => plan::random(&sources, n, args.seed, &opts),
         None => plan::grid(&sources, &opts),
     };
-    let options = format!("{:?} connector vllm {}", args.random, python.vllm_version);
+    let mut options = format!("{:?} connector vllm {}", args.random, python.vllm_version);
+    if let Some(version) = python.nixl.version() {
+        // Shards over real NIXL and over the stand-in never merge.
+        options.push_str(&format!(" nixl real {version}"));
+    }
     let (cases, shard) = super::shard_cases(all_cases, shard_of, &sources, &opts, &options);
     let checks = block_checks(&sources, &cases);
     let started = std::time::Instant::now();
@@ -511,6 +515,10 @@ fn json(live: &[LiveReport], shard: Option<(&Shard, &[usize])>, nixl: &live::Nix
     if let Some(cases) = doc["cases"].as_array_mut() {
         for (c, l) in cases.iter_mut().zip(live) {
             c["connector"] = "vllm".into();
+            c["nixl"] = nixl.as_str().into();
+            if let Some(version) = nixl.version() {
+                c["nixl_version"] = version.into();
+            }
             c["plan"] = serde_json::to_value(&l.plan).unwrap_or_default();
             if let Some(p) = &l.plan_kvgeom {
                 c["plan_kvgeom"] = serde_json::to_value(p).unwrap_or_default();

@@ -134,7 +134,7 @@ enum ResultFileError {
     },
     #[error("{}: format {found} is not {RESULT_FORMAT}", path.display())]
     Format { path: PathBuf, found: String },
-    #[error("{}: {ran} NIXL moved the bytes, {asked} was asked for", path.display())]
+    #[error("{}: the driver reports nixl {ran}, {asked} was asked for", path.display())]
     Nixl {
         path: PathBuf,
         asked: &'static str,
@@ -802,12 +802,16 @@ fn read_result(case_dir: &Path, nixl: &'static str) -> Result<CaseResult, Result
             found: r.format,
         });
     }
-    let ran = r.nixl.as_deref().unwrap_or("stand-in");
-    if ran != nixl {
+    // A driver from before `nixl` in results ran the stand-in.
+    if r.nixl.as_deref().unwrap_or("stand-in") != nixl {
         return Err(ResultFileError::Nixl {
             path,
             asked: nixl,
-            ran: ran.to_string(),
+            ran: r
+                .nixl
+                .as_deref()
+                .unwrap_or("(none: the stand-in)")
+                .to_string(),
         });
     }
     Ok(r)
