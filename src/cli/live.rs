@@ -311,7 +311,12 @@ fn show_replays(
     eprintln!("\nminimal replays:");
     for (r, m) in failures.iter().zip(&minimal) {
         eprintln!("- {}: {}", case_label(r), r.outcome.describe());
-        eprintln!("  replay: {}", live::live_replay_command(m));
+        // A replay runs what moved the bytes here.
+        let nixl = match python.nixl {
+            live::NixlRun::Real { .. } => " --nixl real",
+            live::NixlRun::StandIn => "",
+        };
+        eprintln!("  replay: {}{nixl}", live::live_replay_command(m));
     }
 }
 
