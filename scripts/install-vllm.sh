@@ -89,11 +89,11 @@ install_nixl() {
         die "${NIXL_WHEELS[*]} were installed but nixl._api does not import; see: ${py} -c 'import nixl._api'"
     echo "${NIXL_STAMP_TEXT}" >"${NIXL_STAMP}"
     # Two agents moving a few bytes: UCX may not start on every machine.
-    if (cd "${ROOT}/vllm-driver" && "${py}" real_nixl.py --probe >/dev/null 2>&1); then
+    if (cd "${ROOT}/vllm-driver" && "${py}" -B real_nixl.py --probe >/dev/null 2>&1); then
         note "installed ${NIXL_WHEELS[*]}; two NIXL agents moved host memory over UCX ($(elapsed))"
     else
         note "installed ${NIXL_WHEELS[*]}, but two NIXL agents could not move host memory here;"
-        note "  see: (cd vllm-driver && ${py} real_nixl.py --probe); where UCX fails to start, set UCX_TLS=tcp,sm,self UCX_NET_DEVICES=lo"
+        note "  see: (cd vllm-driver && ${py} -B real_nixl.py --probe); where UCX fails to start, set UCX_TLS=tcp,sm,self UCX_NET_DEVICES=lo"
     fi
 }
 

@@ -125,7 +125,8 @@ fn probe(python: &Interpreter) -> Result<String, String> {
         return Err(format!("the driver's {} is missing", script.display()));
     }
     let mut cmd = Command::new(&python.python);
-    cmd.arg(&script).arg("--probe");
+    // -B: the probe leaves no __pycache__ in the project, as the driver does not.
+    cmd.arg("-B").arg(&script).arg("--probe");
     let scratch = std::env::temp_dir().join(format!("kvgeom-nixl-probe-{}", std::process::id()));
     let done = run_bounded(cmd, &scratch, PROBE_LIMIT);
     let _ = std::fs::remove_dir_all(&scratch);
