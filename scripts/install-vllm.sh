@@ -3,12 +3,19 @@
 # .vllm-venv/ at the project root, for scripts/vllm-derive-reference.py and the
 # reference test in tests/derive.rs.
 #
-# Usage: scripts/install-vllm.sh
+# Usage: scripts/install-vllm.sh [--nixl]
 #
 # Pinned: torch==2.14.0, the vllm==0.33.0 wheel installed with --no-deps, and
 # the light dependencies vLLM's config and KV-cache code imports. Downloads a
 # few GB the first time (PyPI); a second run finds the stamp and returns in
 # seconds. Nothing is fetched when vLLM's functions are run afterwards.
+#
+# --nixl also installs NIXL's Python package (nixl==1.5.1, and nixl-cu13==1.5.1
+# with the C runtime and a bundled UCX; both --no-deps, ~60 MB download), so
+# that `kvgeom sweep --connector vllm --nixl real` gives vLLM's workers real
+# NIXL agents. nixl-cu13, not nixl-cu12: the `nixl` package picks the wheel of
+# torch's CUDA major, and torch 2.14.0 from PyPI is built for CUDA 13. A rerun
+# finds its own stamp and returns at once.
 set -euo pipefail
 
 TORCH_VERSION="2.14.0"
@@ -31,10 +38,14 @@ LIGHT_DEPS=(
 # classes and attention backends; their heavy dependencies are not needed.
 NO_DEPS=("compressed-tensors==0.17.0" "flashinfer-python==0.7.2.post1")
 STAMP_TEXT="torch==${TORCH_VERSION} vllm==${VLLM_VERSION} deps=$(printf '%s ' "${LIGHT_DEPS[@]}" "${NO_DEPS[@]}" | cksum | cut -d' ' -f1)"
+NIXL_VERSION="1.5.1"
+NIXL_WHEELS=("nixl==${NIXL_VERSION}" "nixl-cu13==${NIXL_VERSION}")
+NIXL_STAMP_TEXT="${NIXL_WHEELS[*]}"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${ROOT}/.vllm-venv"
 STAMP="${VENV}/.kvgeom-stamp"
+NIXL_STAMP="${VENV}/.kvgeom-nixl-stamp"
 START=$(date +%s)
 
 die() {
@@ -50,6 +61,42 @@ elapsed() {
     echo "$(($(date +%s) - START)) s"
 }
 
+WITH_NIXL=0
+for arg in "$@"; do
+    case "${arg}" in
+    --nixl) WITH_NIXL=1 ;;
+    -h | --help)
+        sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'
+        exit 0
+        ;;
+    *) die "unknown option ${arg} (usage: scripts/install-vllm.sh [--nixl])" ;;
+    esac
+done
+
+# The nixl wheels, into a venv that has vLLM (idempotent: a matching stamp
+# and an importable nixl._api return at once).
+install_nixl() {
+    local py="${VENV}/bin/python"
+    if [[ -f "${NIXL_STAMP}" && "$(cat "${NIXL_STAMP}")" == "${NIXL_STAMP_TEXT}" ]] &&
+        "${py}" -c 'import nixl._api' 2>/dev/null; then
+        note "NIXL already installed in ${VENV} (${NIXL_STAMP_TEXT}); nothing to do ($(elapsed))"
+        return 0
+    fi
+    note "installing ${NIXL_WHEELS[*]} without their dependencies (torch and numpy are in the venv)"
+    "${py}" -m pip --disable-pip-version-check install -q --no-deps "${NIXL_WHEELS[@]}" ||
+        die "pip could not install ${NIXL_WHEELS[*]}"
+    "${py}" -c 'import nixl._api as a; a.nixl_agent' 2>/dev/null ||
+        die "${NIXL_WHEELS[*]} were installed but nixl._api does not import; see: ${py} -c 'import nixl._api'"
+    echo "${NIXL_STAMP_TEXT}" >"${NIXL_STAMP}"
+    # Two agents moving a few bytes: UCX may not start on every machine.
+    if (cd "${ROOT}/vllm-driver" && "${py}" -B real_nixl.py --probe >/dev/null 2>&1); then
+        note "installed ${NIXL_WHEELS[*]}; two NIXL agents moved host memory over UCX ($(elapsed))"
+    else
+        note "installed ${NIXL_WHEELS[*]}, but two NIXL agents could not move host memory here;"
+        note "  see: (cd vllm-driver && ${py} -B real_nixl.py --probe); where UCX fails to start, set UCX_TLS=tcp,sm,self UCX_NET_DEVICES=lo"
+    fi
+}
+
 PYTHON="${PYTHON:-python3}"
 command -v "${PYTHON}" >/dev/null ||
     die "${PYTHON} not found; install Python 3.10-3.13 (or set PYTHON=/path/to/python3)"
@@ -59,6 +106,9 @@ command -v "${PYTHON}" >/dev/null ||
 if [[ -f "${STAMP}" && "$(cat "${STAMP}")" == "${STAMP_TEXT}" ]] &&
     "${VENV}/bin/python" -c 'import importlib.metadata as m; assert m.version("vllm") == "'"${VLLM_VERSION}"'"' 2>/dev/null; then
     note "already installed in ${VENV} (${STAMP_TEXT%% deps=*}); nothing to do ($(elapsed))"
+    if ((WITH_NIXL)); then
+        install_nixl
+    fi
     exit 0
 fi
 
@@ -93,4 +143,7 @@ note "checking that vLLM's config and KV-cache modules import"
 
 echo "${STAMP_TEXT}" >"${STAMP}"
 note "installed torch==${TORCH_VERSION}, vllm==${VLLM_VERSION} and ${#LIGHT_DEPS[@]} light dependencies in ${VENV} ($(du -sh "${VENV}" | cut -f1), $(elapsed))"
+if ((WITH_NIXL)); then
+    install_nixl
+fi
 note "then: scripts/vllm-derive-reference.py --help, or cargo test --test derive"

@@ -168,6 +168,11 @@ enum Command {
         /// else .vllm-venv/bin/python).
         #[arg(long, value_name = "PATH")]
         vllm_python: Option<PathBuf>,
+        /// With --connector vllm: what moves the bytes, the driver's NIXL
+        /// stand-in (default), real NIXL agents over host memory (needs the
+        /// nixl package: scripts/install-vllm.sh --nixl), or auto.
+        #[arg(long, value_enum, value_name = "KIND")]
+        nixl: Option<cli::NixlArg>,
     },
     /// Run one case and show the plan, every pair and, per local block, what was
     /// transferred, zeroed and left stale.
@@ -202,6 +207,9 @@ enum Command {
         /// The Python interpreter with vLLM (see `sweep --vllm-python`).
         #[arg(long, value_name = "PATH")]
         vllm_python: Option<PathBuf>,
+        /// With --connector vllm: what moves the bytes (see `sweep --nixl`).
+        #[arg(long, value_enum, value_name = "KIND")]
+        nixl: Option<cli::NixlArg>,
     },
     /// Print a geometry's descriptor lists as tables (what the snapshots hold).
     Layout {
@@ -294,6 +302,7 @@ fn main() -> ExitCode {
             shard,
             connector: cli::ConnectorArg::Vllm,
             vllm_python,
+            nixl,
         } => cli::live_sweep(cli::LiveSweepArgs {
             paths,
             prompts,
@@ -305,6 +314,7 @@ fn main() -> ExitCode {
             out,
             expect,
             vllm_python,
+            nixl,
             shard,
             shrink: !no_shrink,
             transport,
@@ -315,6 +325,22 @@ fn main() -> ExitCode {
             threads,
             max_memory,
         }),
+        Command::Sweep {
+            nixl: Some(_),
+            connector: cli::ConnectorArg::Kvgeom,
+            ..
+        }
+        | Command::Explain {
+            nixl: Some(_),
+            connector: cli::ConnectorArg::Kvgeom,
+            ..
+        } => {
+            eprintln!(
+                "error: --nixl selects what moves the bytes of vLLM's connector (--connector vllm); \
+                 kvgeom's own connector takes --transport loopback|nixl"
+            );
+            2
+        }
         Command::Sweep {
             paths,
             prompts,
@@ -366,6 +392,7 @@ fn main() -> ExitCode {
             max_memory: _,
             connector: cli::ConnectorArg::Vllm,
             vllm_python,
+            nixl,
         } => cli::live_explain(cli::LiveExplainArgs {
             geometry,
             prompt,
@@ -374,6 +401,7 @@ fn main() -> ExitCode {
             allocation: alloc.allocation(),
             seed,
             vllm_python,
+            nixl,
             transport,
             defect: variant.defect,
             policy: variant.policy,

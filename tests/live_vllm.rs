@@ -1151,3 +1151,193 @@ fn another_vllm_is_compared_with_each_policy() {
         "{case}"
     );
 }
+
+/// Real NIXL agents in the driver (`--nixl real`): pull and push on an
+/// attention-only geometry (MLA, P TP2 -> D TP1) and a hybrid (MLA + KDA,
+/// different ppl on P and D, whose split lists vLLM prepares as VRAM on the
+/// faked CUDA platform). Every case must give the stand-in's verdict,
+/// violated oracles, plan and final memory, and the expectations' verdict;
+/// every list keeps the memory type vLLM asked for. Skipped when the venv
+/// or the `nixl` package is missing (`scripts/install-vllm.sh --nixl`).
+#[test]
+fn real_nixl_gives_the_stand_ins_verdicts_plans_and_memory() {
+    let test = "real_nixl_gives_the_stand_ins_verdicts_plans_and_memory";
+    let Some(python) = interpreter(test) else {
+        return;
+    };
+    let real = match live::nixl::resolve(&python, live::NixlChoice::Real) {
+        Ok(r) => r.run,
+        Err(why) => {
+            println!("{test}: skipped: no real NIXL ({why})");
+            return;
+        }
+    };
+    assert!(matches!(real, live::NixlRun::Real { .. }), "{real:?}");
+    let mut all = Vec::new();
+    for mode in [Mode::Pull, Mode::Push] {
+        all.extend(cases_in("deepseek-mla.toml", &[17, 65], mode));
+        all.extend(cases_in("g1-mla-kda-ppl3-vs-2.toml", &[17, 33], mode));
+    }
+    let limit = Duration::from_secs(30);
+    let stand_in = live::run_batch(&all, &python, limit).expect("driver runs (stand-in)");
+    let real_python = Interpreter {
+        nixl: real,
+        ..python.clone()
+    };
+    let real_live = live::run_batch(&all, &real_python, limit).expect("driver runs (real NIXL)");
+    assert_eq!((stand_in.len(), real_live.len()), (all.len(), all.len()));
+    let expected = expectations();
+    let mut vram_lists = 0;
+    let mut compared_memory = 0;
+    for ((case, s), r) in all.iter().zip(&stand_in).zip(&real_live) {
+        let label = label(case);
+        check_against_reproduction(case, r);
+        assert_eq!(
+            (kind(&r.report.outcome), r.plan.clone()),
+            (kind(&s.report.outcome), s.plan.clone()),
+            "{label}: real NIXL {} / stand-in {}",
+            r.report.outcome.describe(),
+            s.report.outcome.describe()
+        );
+        let oracles = |l: &LiveReport| {
+            let mut o: Vec<_> = l.report.violations.iter().map(|v| v.oracle).collect();
+            o.sort();
+            o.dedup();
+            o
+        };
+        assert_eq!(oracles(r), oracles(s), "{label}");
+        let (rr, sr) = (
+            r.result.as_ref().expect("a result"),
+            s.result.as_ref().expect("a result"),
+        );
+        assert_eq!(rr.nixl.as_deref(), Some("real"), "{label}");
+        assert_eq!(sr.nixl.as_deref(), Some("stand-in"), "{label}");
+        let mems = |res: &live::protocol::CaseResult| -> Vec<(String, String, String)> {
+            let mut m: Vec<_> = res
+                .dlists
+                .iter()
+                .map(|d| (d.agent.clone(), d.target.clone(), d.mem.clone()))
+                .collect();
+            m.sort();
+            m
+        };
+        assert_eq!(mems(rr), mems(sr), "{label}: the lists' memory types");
+        vram_lists += rr.dlists.iter().filter(|d| d.mem == "VRAM").count();
+        if let (Some(ri), Some(si)) = (&r.oracle_input, &s.oracle_input) {
+            for side in [Side::Prefill, Side::Decode] {
+                let engine = match side {
+                    Side::Prefill => &case.geometry.prefill,
+                    Side::Decode => &case.geometry.decode,
+                };
+                for rank in 0..engine.tp_size {
+                    let (a, b) = (ri.memory(side, rank), si.memory(side, rank));
+                    let after = |m: Option<&oracle::MemoryImages>| {
+                        m.map(|m| m.after.iter().map(|a| a.to_vec()).collect::<Vec<_>>())
+                    };
+                    assert_eq!(
+                        after(a),
+                        after(b),
+                        "{label}: {side:?} rank {rank}'s final memory"
+                    );
+                }
+            }
+            compared_memory += 1;
+        }
+        let listed = expected.failures.iter().any(|f| f.covers(case));
+        assert_eq!(
+            !r.report.passed(),
+            listed,
+            "{label}: {} (listed in the expectations: {listed})",
+            r.report.outcome.describe()
+        );
+    }
+    assert!(
+        vram_lists > 0,
+        "no list was prepared as VRAM: the relabelling went untested"
+    );
+    assert!(
+        compared_memory >= 4,
+        "only {compared_memory} cases returned final memory to compare"
+    );
+}
+
+/// `--nixl real` with an interpreter whose `nixl` does not load is exit 2
+/// naming what to install, before any case runs; `--nixl auto` then falls
+/// back to the stand-in and says why; `--nixl` with kvgeom's own connector
+/// is refused.
+#[test]
+fn nixl_real_without_the_package_names_what_to_install() {
+    let Some(python3) = ["python3", "python"].into_iter().find(|p| {
+        Command::new(p)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }) else {
+        println!("nixl_real_without_the_package_names_what_to_install: skipped: no python3");
+        return;
+    };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("python-without-nixl");
+    std::fs::create_dir_all(&dir).unwrap();
+    // Answers the version question as a vLLM 0.33.0 venv; runs the
+    // driver's NIXL probe on a Python where no `nixl` can be found.
+    let wrapper = dir.join("python");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = -c ]; then echo 0.33.0; exit 0; fi\n\
+             unset PYTHONPATH\nexec {python3} -S \"$@\"\n"
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run = |nixl: &str| {
+        kvgeom(&[
+            "sweep",
+            "--connector",
+            "vllm",
+            "--vllm-python",
+            wrapper.to_str().unwrap(),
+            "--nixl",
+            nixl,
+            "--mode",
+            "pull",
+            "--prompts",
+            "3",
+            "geometries/deepseek-mla.toml",
+        ])
+    };
+    let out = run("real");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for needed in [
+        "error: --nixl real: ",
+        "the nixl package does not load (ModuleNotFoundError: No module named 'nixl')",
+        "scripts/install-vllm.sh --nixl",
+        "nixl==1.5.1 and nixl-cu13==1.5.1",
+    ] {
+        assert!(err.contains(needed), "{needed:?} not in: {err}");
+    }
+    assert!(!err.contains("cases in"), "a case ran: {err}");
+    // auto: the probe fails the same way, the stand-in is chosen (the
+    // wrapper has no vLLM, so the driver itself then fails: exit 2).
+    let out = run("auto");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "note: --nixl auto: real NIXL does not run here (the nixl package does not load"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("the driver's stand-in moves the bytes"),
+        "{err}"
+    );
+    let out = kvgeom(&["sweep", "--nixl", "real", "geometries/deepseek-mla.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--nixl selects what moves the bytes of vLLM's connector"),
+        "{err}"
+    );
+}

@@ -26,6 +26,9 @@ BATCH_FORMAT = "kvgeom-vllm-batch/1"
 BLOCKS_FORMAT = "kvgeom-vllm-blocks/1"
 # Exit status when the installed vLLM lacks a class or method the driver needs.
 MISSING_API_STATUS = 3
+# What moved the bytes of every case of this process: NIXL's kind
+# ("stand-in" or "real") and the real one's version.
+NIXL_RAN = {"kind": "stand-in", "version": None}
 
 
 def agent(side, rank):
@@ -34,6 +37,9 @@ def agent(side, rank):
 
 def write_result(case_dir, result):
     result["format"] = RESULT_FORMAT
+    result["nixl"] = NIXL_RAN["kind"]
+    if NIXL_RAN["version"] is not None:
+        result["nixl_version"] = NIXL_RAN["version"]
     tmp = os.path.join(case_dir, "result.json.tmp")
     with open(tmp, "w") as f:
         json.dump(result, f)
@@ -75,6 +81,19 @@ def main(argv):
         print(f"driver: batch format {batch.get('format')!r} is not {BATCH_FORMAT}", file=sys.stderr)
         return 2
     started = time.time()
+    nixl = batch.get("nixl", "stand-in")
+    if nixl not in ("stand-in", "real"):
+        print(f"driver: batch nixl {nixl!r} is neither 'stand-in' nor 'real'", file=sys.stderr)
+        return 2
+    if nixl == "real":
+        # Before vLLM's import: a NIXL that cannot run fails the batch at once.
+        import real_nixl
+
+        try:
+            NIXL_RAN.update(kind="real", version=real_nixl.probe())
+        except real_nixl.NixlUnavailable as e:
+            print(f"driver: real NIXL: {e}; {real_nixl.INSTALL_HINT}", file=sys.stderr)
+            return real_nixl.UNAVAILABLE_STATUS
     import api_check
 
     lacking = api_check.missing()
@@ -97,9 +116,11 @@ def main(argv):
     import live_case  # imports vLLM (the slow part)
     import push_case
 
+    live_case.use_nixl(NIXL_RAN["kind"])
     live_case.warm()
 
-    print(f"driver: vLLM imported in {time.time() - started:.1f} s", flush=True)
+    what = f"real NIXL {NIXL_RAN['version']} (UCX, host memory)" if nixl == "real" else "the NIXL stand-in"
+    print(f"driver: vLLM imported in {time.time() - started:.1f} s; {what} moves the bytes", flush=True)
     limit = float(batch.get("case_timeout_s", 10.0))
     push_case.CASE_LIMIT_S = limit
     cases = batch["cases"]

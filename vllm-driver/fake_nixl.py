@@ -20,6 +20,20 @@ class Fabric:
         # Push runs vLLM's writer threads: notifications cross threads.
         self.lock = threading.Lock()
         self.notifs = []  # every notification delivered: sender, receiver, text
+        # Real NIXL (real_nixl.py): its agents, and per receiving agent the
+        # notifications sent to it and not yet taken.
+        self.real = []
+        self.in_flight = {}
+
+    def sent(self, receiver, n=1):
+        with self.lock:
+            self.in_flight[receiver] = self.in_flight.get(receiver, 0) + n
+
+    def close(self):
+        """Release the real agents' NIXL state (nothing for the stand-in)."""
+        for agent in self.real:
+            agent.close()
+        self.real = []
 
     def name_of(self, vllm_name):
         return self.alias.get(vllm_name, vllm_name)

@@ -2,16 +2,19 @@
 
 Real: vLLM's VllmConfig, KV-cache specs and config, NixlConnectorWorker
 (registration, add_remote_agent, _read_blocks_for_req, get_finished with the
-receive post-process). Faked: NIXL (fake_nixl), the platform, the attention
-backend and the TP group.
+receive post-process). Faked: NIXL (fake_nixl; with `use_nixl("real")` real
+NIXL agents over host memory instead, real_nixl), the platform, the
+attention backend and the TP group.
 """
 
 import atexit
+import contextlib
 import ctypes
 import json
 import os
 import shutil
 import tempfile
+import time
 import traceback
 
 # vLLM's NIXL worker moves mamba conv state only in the DS layout (dim,
@@ -34,6 +37,7 @@ from vllm.v1.kv_cache_layout import KVCacheLayout
 from vllm.v1.worker.utils import allocate_kv_cache
 
 import fake_nixl
+import real_nixl
 
 VLLM_VERSION = vllm.__version__
 
@@ -67,8 +71,25 @@ class _TP:
     size = 1
 
 
+_check_nixl_version = base_worker.check_nixl_version
 base_worker.NixlWrapper = fake_nixl.FakeNixlWrapper
 base_worker.check_nixl_version = lambda *a, **k: None
+
+
+def use_nixl(kind):
+    """vLLM's workers get real NIXL agents (kind "real", once
+    real_nixl.probe() succeeded) or the stand-in ("stand-in")."""
+    if kind == "real":
+        import importlib
+
+        real_nixl.RealNixlWrapper.api = importlib.import_module("nixl._api")
+        base_worker.NixlWrapper = real_nixl.RealNixlWrapper
+        base_worker.check_nixl_version = _check_nixl_version
+    else:
+        base_worker.NixlWrapper = fake_nixl.FakeNixlWrapper
+        base_worker.check_nixl_version = lambda *a, **k: None
+
+
 base_worker.get_tensor_model_parallel_rank = lambda: _TP.rank
 base_worker.get_tensor_model_parallel_world_size = lambda: _TP.size
 
@@ -435,8 +456,20 @@ def run(spec, case_dir):
         return {"status": "error", "message": f"mode {spec['mode']!r}: the driver runs pull and push"}
     fabric = fake_nixl.Fabric()
     fake_nixl.FABRIC[0] = fabric
-    geometry = spec["geometry"]
     ranks = {}
+    try:
+        return _run_pull(spec, case_dir, fabric, ranks)
+    finally:
+        # Real NIXL agents release their handles and registrations before
+        # the case's tensors go.
+        for w, _ in ranks.values():
+            with contextlib.suppress(Exception):
+                w.shutdown()
+        fabric.close()
+
+
+def _run_pull(spec, case_dir, fabric, ranks):
+    geometry = spec["geometry"]
     try:
         for side in ("prefill", "decode"):
             for r in range(geometry[side]["tp_size"]):
@@ -499,7 +532,12 @@ def run(spec, case_dir):
             if spec.get("skip_receive_post_process"):
                 dw.post_process_device_kv_on_receive = lambda *a, **k: None
             dw._read_blocks_for_req("req-d", req)
-            done_sending, done_recving = dw.get_finished()
+            done_recving = set(dw.get_finished()[1])
+            # Real NIXL may still be moving the bytes: ask again while the
+            # request's transfers are in flight (the stand-in's are done).
+            while "req-d" not in done_recving and dw._recving_transfers.get("req-d"):
+                time.sleep(0.0005)
+                done_recving |= set(dw.get_finished()[1])
             result["post_process"].append({"agent": agent("decode", d), "done_recving": sorted(done_recving)})
     except Exception as e:
         result.update(status="crashed", side="decode", message=f"{type(e).__name__}: {e}", trace=traceback.format_exc())

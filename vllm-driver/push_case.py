@@ -274,6 +274,7 @@ def run(spec, case_dir):
         for w, _ in ranks.values():
             with contextlib.suppress(Exception):
                 w.shutdown()
+        fabric.close()
 
 
 def _drive(spec, ranks, fabric, log, result):

@@ -25,6 +25,52 @@ pub enum ConnectorArg {
     Vllm,
 }
 
+/// What moves the bytes of the vLLM driver's cases (`--nixl`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum NixlArg {
+    /// The driver's NIXL stand-in (memmove between the tensors): runs
+    /// wherever vLLM's venv does.
+    #[default]
+    StandIn,
+    /// Real NIXL agents (UCX) over host memory; an error when the `nixl`
+    /// package does not load in the driver's interpreter.
+    Real,
+    /// Real NIXL where it loads and runs, else the stand-in.
+    Auto,
+}
+
+impl NixlArg {
+    fn choice(self) -> live::NixlChoice {
+        match self {
+            NixlArg::StandIn => live::NixlChoice::StandIn,
+            NixlArg::Real => live::NixlChoice::Real,
+            NixlArg::Auto => live::NixlChoice::Auto,
+        }
+    }
+}
+
+/// The interpreter with vLLM and `--nixl` resolved for it; `Err` is the
+/// exit status after the error was printed.
+fn driver_python(
+    flag: Option<&std::path::Path>,
+    nixl: Option<NixlArg>,
+) -> Result<live::Interpreter, u8> {
+    let mut python = live::find(flag).map_err(|e| {
+        eprintln!("error: {e}");
+        EXIT_BAD_INPUT
+    })?;
+    let resolved =
+        live::nixl::resolve(&python, nixl.unwrap_or_default().choice()).map_err(|e| {
+            eprintln!("error: {e}");
+            EXIT_BAD_INPUT
+        })?;
+    if let Some(why) = &resolved.note {
+        eprintln!("note: --nixl auto: real NIXL does not run here ({why}); the driver's stand-in moves the bytes");
+    }
+    python.nixl = resolved.run;
+    Ok(python)
+}
+
 /// The sweep options that apply to the live mode, and the ones it refuses.
 pub struct LiveSweepArgs {
     pub paths: Vec<PathBuf>,
@@ -37,6 +83,8 @@ pub struct LiveSweepArgs {
     pub out: Option<PathBuf>,
     pub expect: Option<PathBuf>,
     pub vllm_python: Option<PathBuf>,
+    /// `--nixl`: what moves the bytes (default: the stand-in).
+    pub nixl: Option<NixlArg>,
     /// `--shard K/N`.
     pub shard: Option<String>,
     /// Shrink the first failures to a minimal replay (not `--no-shrink`).
@@ -50,6 +98,10 @@ pub struct LiveSweepArgs {
     pub threads: Option<usize>,
     pub max_memory: Option<String>,
 }
+
+/// Why `--transport nixl` is refused with `--connector vllm`.
+const TRANSPORT_NIXL: &str = "--transport nixl: --transport selects kvgeom's own transport; \
+     with --connector vllm, --nixl real gives vLLM's workers real NIXL agents";
 
 /// The expectations file of the pinned vLLM.
 pub const PINNED_EXPECTATIONS: &str = "expected/vllm-0.33.0.toml";
@@ -71,9 +123,7 @@ fn refused(args: &LiveSweepArgs) -> Option<String> {
         );
     }
     if args.transport == TransportKind::Nixl {
-        return Some(
-            "--transport nixl: the live mode moves bytes with the driver's NIXL stand-in".into(),
-        );
+        return Some(TRANSPORT_NIXL.into());
     }
     if args.compare_host {
         return Some("--compare-host: the live mode always runs on host memory".into());
@@ -118,12 +168,9 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
-    let python = match live::find(args.vllm_python.as_deref()) {
+    let python = match driver_python(args.vllm_python.as_deref(), args.nixl) {
         Ok(p) => p,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return EXIT_BAD_INPUT;
-        }
+        Err(code) => return code,
     };
     let expect_path = args.expect.clone().or_else(|| {
         python
@@ -155,7 +202,11 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
         Some(n) => plan::random(&sources, n, args.seed, &opts),
         None => plan::grid(&sources, &opts),
     };
-    let options = format!("{:?} connector vllm {}", args.random, python.vllm_version);
+    let mut options = format!("{:?} connector vllm {}", args.random, python.vllm_version);
+    if let Some(version) = python.nixl.version() {
+        // Shards over real NIXL and over the stand-in never merge.
+        options.push_str(&format!(" nixl real {version}"));
+    }
     let (cases, shard) = super::shard_cases(all_cases, shard_of, &sources, &opts, &options);
     let checks = block_checks(&sources, &cases);
     let started = std::time::Instant::now();
@@ -167,16 +218,17 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
         }
     };
     eprintln!(
-        "vLLM {} ({}): {} cases in {:.1} s",
+        "vLLM {} ({}), {}: {} cases in {:.1} s",
         python.vllm_version,
         python.python.display(),
+        python.nixl,
         live.len(),
         started.elapsed().as_secs_f64()
     );
     let shard = shard.as_ref().map(|(s, p)| (s, p.as_slice()));
     let text = match args.format {
-        Format::Table => table(&live),
-        Format::Json => json(&live, shard),
+        Format::Table => table(&live, &python.nixl),
+        Format::Json => json(&live, shard, &python.nixl),
         Format::Junit => {
             let reports: Vec<CaseReport> = live.iter().map(|l| l.report.clone()).collect();
             sweep_report::junit(&reports, shard)
@@ -260,7 +312,12 @@ fn show_replays(
     eprintln!("\nminimal replays:");
     for (r, m) in failures.iter().zip(&minimal) {
         eprintln!("- {}: {}", case_label(r), r.outcome.describe());
-        eprintln!("  replay: {}", live::live_replay_command(m));
+        // A replay runs what moved the bytes here.
+        let nixl = match python.nixl {
+            live::NixlRun::Real { .. } => " --nixl real",
+            live::NixlRun::StandIn => "",
+        };
+        eprintln!("  replay: {}{nixl}", live::live_replay_command(m));
     }
 }
 
@@ -414,9 +471,10 @@ fn case_label(r: &CaseReport) -> String {
     )
 }
 
-fn table(live: &[LiveReport]) -> String {
+fn table(live: &[LiveReport], nixl: &live::NixlRun) -> String {
     let reports: Vec<CaseReport> = live.iter().map(|l| l.report.clone()).collect();
     let mut text = sweep_report::table(&reports);
+    text.push_str(&format!("connector: vllm; bytes moved by {nixl}\n"));
     let equal = live.iter().filter(|l| l.plan.equal).count();
     text.push_str(&format!(
         "connector: vllm; plan equal to kvgeom's --policy vllm-0.33.0 on {equal} of {} cases\n",
@@ -447,17 +505,26 @@ fn table(live: &[LiveReport]) -> String {
     text
 }
 
-/// The sweep's JSON report with `"connector": "vllm"` and each case's `plan`.
-fn json(live: &[LiveReport], shard: Option<(&Shard, &[usize])>) -> String {
+/// The sweep's JSON report with `"connector": "vllm"`, `"nixl"` (what
+/// moved the bytes) and each case's `plan`.
+fn json(live: &[LiveReport], shard: Option<(&Shard, &[usize])>, nixl: &live::NixlRun) -> String {
     let reports: Vec<CaseReport> = live.iter().map(|l| l.report.clone()).collect();
     let text = sweep_report::json(&reports, shard);
     let Ok(mut doc) = serde_json::from_str::<serde_json::Value>(&text) else {
         return text;
     };
     doc["connector"] = "vllm".into();
+    doc["nixl"] = nixl.as_str().into();
+    if let Some(version) = nixl.version() {
+        doc["nixl_version"] = version.into();
+    }
     if let Some(cases) = doc["cases"].as_array_mut() {
         for (c, l) in cases.iter_mut().zip(live) {
             c["connector"] = "vllm".into();
+            c["nixl"] = nixl.as_str().into();
+            if let Some(version) = nixl.version() {
+                c["nixl_version"] = version.into();
+            }
             c["plan"] = serde_json::to_value(&l.plan).unwrap_or_default();
             if let Some(p) = &l.plan_kvgeom {
                 c["plan_kvgeom"] = serde_json::to_value(p).unwrap_or_default();
@@ -482,6 +549,8 @@ pub struct LiveExplainArgs {
     pub allocation: DecodeAllocation,
     pub seed: u64,
     pub vllm_python: Option<PathBuf>,
+    /// `--nixl`: what moves the bytes (default: the stand-in).
+    pub nixl: Option<NixlArg>,
     /// Refused options, as given.
     pub transport: TransportKind,
     pub defect: Option<String>,
@@ -493,7 +562,7 @@ pub fn live_explain(args: LiveExplainArgs) -> u8 {
     let refusal = if args.defect.is_some() || args.policy.is_some() {
         Some("--defect and --policy select kvgeom's connector; --connector vllm runs vLLM's own")
     } else if args.transport == TransportKind::Nixl {
-        Some("--transport nixl: the live mode moves bytes with the driver's NIXL stand-in")
+        Some(TRANSPORT_NIXL)
     } else if args.svg {
         Some("--svg: not available with --connector vllm")
     } else {
@@ -513,12 +582,9 @@ pub fn live_explain(args: LiveExplainArgs) -> u8 {
     if let Err(code) = super::prompt_option(args.prompt) {
         return code;
     }
-    let python = match live::find(args.vllm_python.as_deref()) {
+    let python = match driver_python(args.vllm_python.as_deref(), args.nixl) {
         Ok(p) => p,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return EXIT_BAD_INPUT;
-        }
+        Err(code) => return code,
     };
     let geometry = std::sync::Arc::new(geometry);
     let checks: Vec<live::BlockCheck> = model
@@ -556,10 +622,11 @@ pub fn live_explain(args: LiveExplainArgs) -> u8 {
         }
     };
     let mut out = format!(
-        "{} (vLLM {} via {})\noutcome: {}\nplan vs kvgeom --policy vllm-0.33.0: {}\n",
+        "{} (vLLM {} via {}, {})\noutcome: {}\nplan vs kvgeom --policy vllm-0.33.0: {}\n",
         case_label(&live.report),
         python.vllm_version,
         python.python.display(),
+        python.nixl,
         live.report.outcome.describe(),
         match &live.plan.first_difference {
             None => "equal".to_string(),

@@ -18,7 +18,7 @@ pub use bench_scale::{bench_scale, ScaleFormat};
 pub use derive::{derive, DeriveArgs, DeriveFormat};
 pub use explain::{explain, ExplainArgs};
 pub use layout::layout;
-pub use live::{live_explain, live_sweep, ConnectorArg, LiveExplainArgs, LiveSweepArgs};
+pub use live::{live_explain, live_sweep, ConnectorArg, LiveExplainArgs, LiveSweepArgs, NixlArg};
 pub use mutants::{defects, mutants};
 pub use report_merge::{merge as merge_reports, report_merge, MergeError};
 pub(crate) use sweep::threads_within_limit;

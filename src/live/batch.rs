@@ -12,15 +12,29 @@ use super::chunks::{run_chunks, BatchContext};
 use super::python::Interpreter;
 use super::run::{remove_unless_kept, BatchError, Hooks, LiveReport, Retention};
 
-/// A fresh scratch folder for one batch.
+/// A fresh scratch folder for one batch, created here. Process ids are
+/// reused (pid_max may be 32768): a folder of that name may be left over,
+/// kept (`KVGEOM_KEEP_LIVE`), or still written by a driver whose kvgeom
+/// was killed, so an existing one is never taken.
 fn scratch_dir() -> PathBuf {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    std::env::temp_dir().join(format!(
-        "kvgeom-live-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ))
+    let name = || {
+        std::env::temp_dir().join(format!(
+            "kvgeom-live-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ))
+    };
+    let mut dir = name();
+    for _ in 0..10_000 {
+        match std::fs::create_dir(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => dir = name(),
+            // Created, or an error the batch reports when it creates its chunks.
+            _ => break,
+        }
+    }
+    dir
 }
 
 /// Run every case through vLLM's connector, in driver batches of at most
@@ -125,4 +139,32 @@ fn run_in_scratch(
     let result = run_chunks(&batch, drivers);
     remove_unless_kept(&dir);
     result
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_scratch_folder_is_created_fresh_never_one_that_exists() {
+        let first = super::scratch_dir();
+        assert!(first.is_dir(), "{}", first.display());
+        // The next names, as a driver of an earlier process with the same
+        // id might have left (or still be filling) them.
+        let name = first.file_name().unwrap().to_str().unwrap().to_string();
+        let (stem, n) = name.rsplit_once('-').unwrap();
+        let n: u64 = n.parse().unwrap();
+        let taken: Vec<std::path::PathBuf> = (1..=2)
+            .map(|k| first.with_file_name(format!("{stem}-{}", n + k)))
+            .collect();
+        for t in &taken {
+            std::fs::create_dir_all(t).unwrap();
+            std::fs::write(t.join("result.json"), b"{}").unwrap();
+        }
+        let next = super::scratch_dir();
+        let fresh = std::fs::read_dir(&next).map(|d| d.count());
+        for d in taken.iter().chain([&first, &next]) {
+            let _ = std::fs::remove_dir_all(d);
+        }
+        assert!(!taken.contains(&next), "{}", next.display());
+        assert_eq!(fresh.unwrap(), 0, "{}", next.display());
+    }
 }

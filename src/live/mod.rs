@@ -5,6 +5,7 @@
 pub mod batch;
 pub mod blocks;
 pub mod chunks;
+pub mod nixl;
 pub mod process;
 pub mod protocol;
 pub mod python;
@@ -14,6 +15,7 @@ pub mod shrink;
 pub use batch::{run_batch, run_batch_checked, run_batch_hooked, run_batch_with, run_sweep};
 pub use blocks::{BlockCheck, BlocksComparison, EngineBlocks, PairBlocks};
 pub use chunks::{default_drivers, CHUNK_MEMORY_BYTES, MAX_DEFAULT_DRIVERS};
+pub use nixl::{NixlChoice, NixlRun, NixlUnavailable};
 pub use process::ProcessError;
 pub use python::{find, FindError, Interpreter, INSTALL_SCRIPT, PINNED_VLLM};
 pub use run::{BatchError, Hooks, LiveReport, PlanComparison, CASE_LIMIT};

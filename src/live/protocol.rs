@@ -28,6 +28,9 @@ pub struct Batch {
     /// functions before the cases (`blocks.json`). Omitted when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub block_checks: Vec<super::blocks::BlockCheckSpec>,
+    /// What moves the bytes: `stand-in` (the driver's NIXL stand-in) or
+    /// `real` (real NIXL agents over host memory).
+    pub nixl: &'static str,
 }
 
 /// One case as the driver sees it.
@@ -118,6 +121,12 @@ pub struct CaseResult {
     /// Handshakes: `{agent, remote, ok, message}`.
     #[serde(default)]
     pub handshakes: Vec<serde_json::Value>,
+    /// What moved the bytes: `stand-in` or `real` (absent: the stand-in).
+    #[serde(default)]
+    pub nixl: Option<String>,
+    /// The real NIXL's version.
+    #[serde(default)]
+    pub nixl_version: Option<String>,
 }
 
 /// A prepared descriptor list, rows expanded to `(addr, len, dev)`.

@@ -117,6 +117,9 @@ pub struct Interpreter {
     pub source: Source,
     /// `vllm`'s installed version (package metadata; vLLM is not imported).
     pub vllm_version: String,
+    /// What moves the driver's bytes: the stand-in unless the caller
+    /// resolved `--nixl` to real NIXL ([`super::nixl::resolve`]).
+    pub nixl: super::nixl::NixlRun,
 }
 
 impl Interpreter {
@@ -201,6 +204,7 @@ pub fn find(flag: Option<&Path>) -> Result<Interpreter, FindError> {
         python,
         source,
         vllm_version,
+        nixl: super::nixl::NixlRun::StandIn,
     })
 }
 

@@ -90,6 +90,18 @@ pub enum BatchError {
         /// Each missing name, with what the driver uses it for.
         missing: Vec<String>,
     },
+    /// Real NIXL was asked for and does not run in the driver's interpreter.
+    #[error(
+        "--nixl real: the vLLM driver ({}) cannot run real NIXL: {message}; {}",
+        python.display(),
+        super::nixl::INSTALL_HINT
+    )]
+    NixlUnavailable {
+        /// The interpreter that ran the driver.
+        python: PathBuf,
+        /// What the driver said.
+        message: String,
+    },
     /// The driver ended with a failure status before its time-out.
     #[error(
         "the vLLM driver ({}) failed with status {status:?}:\n{stderr_tail}",
@@ -126,6 +138,12 @@ enum ResultFileError {
     },
     #[error("{}: format {found} is not {RESULT_FORMAT}", path.display())]
     Format { path: PathBuf, found: String },
+    #[error("{}: the driver reports nixl {ran}, {asked} was asked for", path.display())]
+    Nixl {
+        path: PathBuf,
+        asked: &'static str,
+        ran: String,
+    },
 }
 
 /// Why vLLM's recorded transfers cannot be resolved to pairs.
@@ -379,6 +397,7 @@ pub(super) fn run_chunk(
             .enumerate()
             .map(|(i, c)| c.spec(format!("b{i}")))
             .collect(),
+        nixl: python.nixl.as_str(),
     };
     let text = serde_json::to_string(&batch).map_err(BatchError::Encode)?;
     let batch_file = dir.join("batch.json");
@@ -404,6 +423,19 @@ pub(super) fn run_chunk(
                 .filter_map(|l| l.trim_start().strip_prefix("- "))
                 .map(str::to_string)
                 .collect(),
+        });
+    }
+    if done.status == Some(super::nixl::UNAVAILABLE_STATUS) {
+        return Err(BatchError::NixlUnavailable {
+            python: python.python.clone(),
+            message: done
+                .stderr
+                .lines()
+                .rev()
+                .find_map(|l| l.strip_prefix("driver: real NIXL: "))
+                .map(|l| l.split("; install the nixl wheels").next().unwrap_or(l))
+                .unwrap_or("the driver's probe failed")
+                .to_string(),
         });
     }
     if done.status != Some(0) && !done.timed_out() {
@@ -435,7 +467,7 @@ pub(super) fn run_chunk(
                 blocks: None,
                 plan_kvgeom: None,
             },
-            Ok(p) => judge_case(dir, case, p, killed, &reference_plan),
+            Ok(p) => judge_case(dir, case, p, killed, &reference_plan, python.nixl.as_str()),
         };
         // Another vLLM than the pinned one is compared with each policy.
         let live = if python.is_pinned() || live.result.is_none() {
@@ -528,7 +560,7 @@ fn parse_side(s: Option<&str>) -> Side {
     }
 }
 
-fn read_result(case_dir: &Path) -> Result<CaseResult, ResultFileError> {
+fn read_result(case_dir: &Path, nixl: &'static str) -> Result<CaseResult, ResultFileError> {
     let path = case_dir.join("result.json");
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
@@ -544,6 +576,18 @@ fn read_result(case_dir: &Path) -> Result<CaseResult, ResultFileError> {
             found: r.format,
         });
     }
+    // A driver from before `nixl` in results ran the stand-in.
+    if r.nixl.as_deref().unwrap_or("stand-in") != nixl {
+        return Err(ResultFileError::Nixl {
+            path,
+            asked: nixl,
+            ran: r
+                .nixl
+                .as_deref()
+                .unwrap_or("(none: the stand-in)")
+                .to_string(),
+        });
+    }
     Ok(r)
 }
 
@@ -553,9 +597,10 @@ fn judge_case(
     p: Prepared,
     killed: bool,
     reference_plan: &Result<Vec<String>, Outcome>,
+    nixl: &'static str,
 ) -> LiveReport {
     let case_dir = dir.join(&p.spec.dir);
-    let result = match read_result(&case_dir) {
+    let result = match read_result(&case_dir, nixl) {
         Ok(r) => r,
         Err(e) => {
             let outcome = if killed {
