@@ -167,6 +167,11 @@ enum Command {
         /// else .vllm-venv/bin/python).
         #[arg(long, value_name = "PATH")]
         vllm_python: Option<PathBuf>,
+        /// With --connector vllm: save every case's v2 trace (vLLM's lists,
+        /// transfers and outcome; memory images for a case of at most 1 MiB)
+        /// into this folder, for check-trace and diff-trace.
+        #[arg(long, value_name = "DIR")]
+        record_traces: Option<PathBuf>,
     },
     /// Run one case and show the plan, every pair and, per local block, what was
     /// transferred, zeroed and left stale.
@@ -293,6 +298,7 @@ fn main() -> ExitCode {
             shard,
             connector: cli::ConnectorArg::Vllm,
             vllm_python,
+            record_traces,
         } => cli::live_sweep(cli::LiveSweepArgs {
             paths,
             prompts,
@@ -313,7 +319,18 @@ fn main() -> ExitCode {
             compare_host,
             threads,
             max_memory,
+            record_traces,
         }),
+        Command::Sweep {
+            record_traces: Some(dir),
+            ..
+        } => {
+            eprintln!(
+                "error: --record-traces {}: traces record vLLM's own connector; add --connector vllm",
+                dir.display()
+            );
+            cli::EXIT_BAD_INPUT
+        }
         Command::Sweep {
             paths,
             prompts,

@@ -49,6 +49,8 @@ pub struct LiveSweepArgs {
     pub compare_host: bool,
     pub threads: Option<usize>,
     pub max_memory: Option<String>,
+    /// `--record-traces DIR`.
+    pub record_traces: Option<PathBuf>,
 }
 
 /// The expectations file of the pinned vLLM.
@@ -159,7 +161,13 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
     let (cases, shard) = super::shard_cases(all_cases, shard_of, &sources, &opts, &options);
     let checks = block_checks(&sources, &cases);
     let started = std::time::Instant::now();
-    let live = match live::run_sweep(&cases, &checks, &python, live::CASE_LIMIT) {
+    let live = match live::run_sweep_recording(
+        &cases,
+        &checks,
+        &python,
+        live::CASE_LIMIT,
+        args.record_traces.as_deref(),
+    ) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");

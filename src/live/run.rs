@@ -126,7 +126,7 @@ enum ResultFileError {
 
 /// Why vLLM's recorded transfers cannot be resolved to pairs.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-enum ResolveError {
+pub(crate) enum ResolveError {
     #[error("transfer {xfer}: unknown operation {op}")]
     UnknownOperation { xfer: usize, op: String },
     #[error("transfer {xfer}: unknown {which} list {handle}")]
@@ -167,14 +167,14 @@ pub struct LiveReport {
 }
 
 /// A case's memory as kvgeom's scenario prepares it.
-struct Prepared {
-    layout: CaseLayout,
-    transferred_tokens: u32,
+pub(crate) struct Prepared {
+    pub(crate) layout: CaseLayout,
+    pub(crate) transferred_tokens: u32,
     /// Arena bases `[rank][region]` per side: prefill, decode.
-    bases: [Vec<Vec<u64>>; 2],
+    pub(crate) bases: [Vec<Vec<u64>>; 2],
     /// Initial images `[rank][region]` per side.
-    before: [Vec<Vec<Vec<u8>>>; 2],
-    spec: CaseSpec,
+    pub(crate) before: [Vec<Vec<Vec<u8>>>; 2],
+    pub(crate) spec: CaseSpec,
 }
 
 impl Prepared {
@@ -189,7 +189,7 @@ impl Prepared {
     }
 }
 
-fn side_index(side: Side) -> usize {
+pub(crate) fn side_index(side: Side) -> usize {
     match side {
         Side::Prefill => 0,
         Side::Decode => 1,
@@ -198,7 +198,7 @@ fn side_index(side: Side) -> usize {
 
 /// Shape, placement, allocation, provenance pattern, neighbours and
 /// alloc-time zeroing: the same steps and bytes as `scenario::run`.
-fn prepare(case: &Case, id: &str) -> Result<Prepared, Outcome> {
+pub(crate) fn prepare(case: &Case, id: &str) -> Result<Prepared, Outcome> {
     let geometry = &case.geometry;
     check_prefix_hit(geometry, case.prompt_len, case.prefix_hit).map_err(Outcome::error)?;
     let shape = request_shape(geometry, case.prompt_len, case.prefix_hit, case.allocation);
@@ -280,6 +280,8 @@ fn prepare(case: &Case, id: &str) -> Result<Prepared, Outcome> {
         prompt_len: case.prompt_len,
         prefix_hit: case.prefix_hit,
         transferred_tokens: shape.transferred_tokens,
+        allocation: case.allocation,
+        seed: case.seed,
         geometry: (**geometry).clone(),
         prefill: side_spec(
             Side::Prefill,
@@ -365,12 +367,28 @@ pub fn run_sweep(
     python: &Interpreter,
     case_limit: Duration,
 ) -> Result<Vec<LiveReport>, BatchError> {
+    run_sweep_recording(cases, checks, python, case_limit, None)
+}
+
+/// [`run_sweep`], saving each case's v2 trace (docs/trace-format.md) into
+/// `record_traces` when given, named by [`trace_file_name`].
+pub fn run_sweep_recording(
+    cases: &[Case],
+    checks: &[BlockCheck],
+    python: &Interpreter,
+    case_limit: Duration,
+    record_traces: Option<&Path>,
+) -> Result<Vec<LiveReport>, BatchError> {
+    let hooks = Hooks {
+        record_traces: record_traces.map(Path::to_path_buf),
+        ..Hooks::default()
+    };
     run_in_scratch(
         cases,
         checks,
         python,
         case_limit,
-        &Hooks::default(),
+        &hooks,
         Retention::Verdicts,
     )
 }
@@ -390,9 +408,11 @@ pub fn run_batch_with(
     run_batch_hooked(cases, python, case_limit, &hooks)
 }
 
-/// Faults a test injects into the driver.
+/// Faults a test injects into the driver, and where traces are saved.
 #[derive(Clone, Debug, Default)]
 pub struct Hooks {
+    /// Save each case's v2 trace into this folder (created if missing).
+    pub record_traces: Option<PathBuf>,
     /// Skip vLLM's receive post-process on every case.
     pub skip_receive_post_process: bool,
     /// Indices of push cases whose thread the driver leaves blocked inside
@@ -473,7 +493,7 @@ fn run_batch_in(
         let bytes = p.as_ref().map_or(0, Prepared::memory_bytes);
         if !budget.admits(bytes) {
             let full = std::mem::take(&mut chunk);
-            out.extend(full.run(dir, cases, checks, python, case_limit, retention)?);
+            out.extend(full.run(dir, cases, checks, python, case_limit, retention, hooks)?);
         }
         if chunk.prepared.is_empty() {
             chunk.first = i;
@@ -486,7 +506,7 @@ fn run_batch_in(
         chunk.prepared.push(p);
     }
     if !chunk.prepared.is_empty() {
-        out.extend(chunk.run(dir, cases, checks, python, case_limit, retention)?);
+        out.extend(chunk.run(dir, cases, checks, python, case_limit, retention, hooks)?);
     }
     Ok(out)
 }
@@ -545,6 +565,7 @@ impl Chunk {
         batch_dir.join(format!("chunk{}", self.index))
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn run(
         self,
         batch_dir: &Path,
@@ -553,6 +574,7 @@ impl Chunk {
         python: &Interpreter,
         case_limit: Duration,
         retention: Retention,
+        hooks: &Hooks,
     ) -> Result<Vec<LiveReport>, BatchError> {
         let dir = self.dir(batch_dir);
         let cases = &cases[self.first..self.first + self.prepared.len()];
@@ -574,12 +596,14 @@ impl Chunk {
             python,
             case_limit,
             retention,
+            hooks.record_traces.as_deref(),
         );
         remove_unless_kept(&dir);
         result
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_chunk(
     dir: &Path,
     cases: &[Case],
@@ -588,6 +612,7 @@ fn run_chunk(
     python: &Interpreter,
     case_limit: Duration,
     retention: Retention,
+    record_traces: Option<&Path>,
 ) -> Result<Vec<LiveReport>, BatchError> {
     std::fs::create_dir_all(dir).map_err(|source| BatchError::CreateDir {
         path: dir.to_path_buf(),
@@ -605,6 +630,7 @@ fn run_chunk(
             .enumerate()
             .map(|(i, c)| c.spec(format!("b{i}")))
             .collect(),
+        trace_memory_limit: record_traces.map(|_| TRACE_MEMORY_LIMIT),
     };
     let text = serde_json::to_string(&batch).map_err(BatchError::Encode)?;
     let batch_file = dir.join("batch.json");
@@ -640,6 +666,9 @@ fn run_chunk(
         });
     }
     let killed = done.timed_out();
+    if let Some(to) = record_traces {
+        save_traces(dir, cases, &prepared, to)?;
+    }
     let case_under = |case: &Case, policy| Case {
         variant: Variant::Policy(policy),
         ..case.clone()
@@ -701,6 +730,54 @@ fn run_chunk(
             .map(|(_, c)| c.clone());
     }
     Ok(out)
+}
+
+/// A recorded trace embeds the memory images of a case whose initial
+/// memory (every region of every rank) holds at most this many bytes.
+pub const TRACE_MEMORY_LIMIT: u64 = 1 << 20;
+
+/// The name a saved trace gets: geometry, mode, prompt, prefix hit,
+/// allocation and seed.
+pub fn trace_file_name(case: &Case) -> String {
+    format!(
+        "{}-{}-n{}-hit{}-{}-s{}.trace.json",
+        case.geometry_name(),
+        case.mode,
+        case.prompt_len,
+        case.prefix_hit,
+        case.allocation.as_str(),
+        case.seed
+    )
+}
+
+/// Copy each case's `trace.json` (the driver writes one per case it ran)
+/// into `to`, gzipped, under [`trace_file_name`].
+fn save_traces(
+    dir: &Path,
+    cases: &[Case],
+    prepared: &[Result<Prepared, Outcome>],
+    to: &Path,
+) -> Result<(), BatchError> {
+    use std::io::Write;
+    std::fs::create_dir_all(to).map_err(|source| BatchError::CreateDir {
+        path: to.to_path_buf(),
+        source,
+    })?;
+    for (case, p) in cases.iter().zip(prepared) {
+        let Ok(p) = p else { continue };
+        let Ok(text) = std::fs::read(dir.join(&p.spec.dir).join("trace.json")) else {
+            continue;
+        };
+        let path = to.join(format!("{}.gz", trace_file_name(case)));
+        let write = |path: &Path| -> std::io::Result<()> {
+            let file = std::fs::File::create(path)?;
+            let mut gz = flate2::write::GzEncoder::new(file, flate2::Compression::best());
+            gz.write_all(&text)?;
+            gz.finish()?.sync_all()
+        };
+        write(&path).map_err(|source| BatchError::Write { path, source })?;
+    }
+    Ok(())
 }
 
 /// Each check's geometry name and its comparison with what the driver's
@@ -947,7 +1024,7 @@ fn relocate(result: &CaseResult, p: &Prepared, agent: &str, row: DescRow) -> Des
     row
 }
 
-fn resolve_pairs(
+pub(crate) fn resolve_pairs(
     result: &CaseResult,
     p: &Prepared,
 ) -> Result<Vec<ResolvedPair<crate::layout::Location>>, ResolveError> {
@@ -1063,7 +1140,7 @@ fn not_run(why: &str) -> PlanComparison {
 
 /// kvgeom's plan against vLLM's transfers: each the posted pairs
 /// ([`plan_keys`]), or the outcome of a run that made none.
-fn compare_plans(
+pub(crate) fn compare_plans(
     kvgeom: &Result<Vec<String>, Outcome>,
     vllm: &Result<Vec<String>, Outcome>,
 ) -> PlanComparison {

@@ -30,6 +30,9 @@ type SideTensors = [Vec<RankTensors>; 2];
 pub struct RunOptions {
     pub transport: TransportKind,
     pub memory: MemoryKind,
+    /// Decisions that replace the case variant's (a set of defects that no
+    /// single variant names: `diff-trace`'s explanation search).
+    pub policy: Option<crate::connector::Policy>,
 }
 
 impl Default for RunOptions {
@@ -37,6 +40,7 @@ impl Default for RunOptions {
         Self {
             transport: TransportKind::Loopback,
             memory: MemoryKind::Host,
+            policy: None,
         }
     }
 }
@@ -193,7 +197,10 @@ fn execute(case: &Case, opts: &RunOptions, run: &mut CaseRun) -> Outcome {
     // Real NIXL completes transfers and delivers notifications in the
     // background; the in-process transports finish inside the post.
     let patient = opts.transport == TransportKind::Nixl;
-    let outcome = transfer(case, &shape, &placement, memory, &mut nixl, run, patient);
+    let policy = opts.policy.unwrap_or_else(|| case.variant.policy());
+    let outcome = transfer(
+        case, policy, &shape, &placement, memory, &mut nixl, run, patient,
+    );
     run.shape = Some(shape);
     run.placement = Some(placement);
     run.recording = Some(nixl);
@@ -201,8 +208,10 @@ fn execute(case: &Case, opts: &RunOptions, run: &mut CaseRun) -> Outcome {
     outcome
 }
 
+#[allow(clippy::too_many_arguments)]
 fn transfer(
     case: &Case,
+    policy: crate::connector::Policy,
     shape: &RequestShape,
     placement: &Placement,
     memory: SideTensors,
@@ -221,7 +230,7 @@ fn transfer(
             mode,
             placement.prefill_pool,
             p_ranks,
-            case.variant.policy(),
+            policy,
         ) {
             Ok(r) => r,
             Err(o) => return o,
@@ -233,7 +242,7 @@ fn transfer(
             mode,
             placement.decode_pool,
             d_ranks,
-            case.variant.policy(),
+            policy,
         ) {
             Ok(r) => r,
             Err(o) => return o,
