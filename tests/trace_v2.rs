@@ -114,6 +114,14 @@ const VERDICTS: &[(&str, &str, &str, Option<&str>)] = &[
         "differ",
         Some("push-empty-remote-ids"),
     ),
+    // A pair vLLM 0.33.0 should refuse but accepts (P TP8 with replicated
+    // heads in NHD pages -> D TP2).
+    (
+        "reject-gqa-nhd-replicated-heads-pull-n4-hit0-mainline-s0",
+        "violations",
+        "differ",
+        Some("replicated-heads-nhd-accepted"),
+    ),
     // A refused handshake (pull), and the same pair in push, where vLLM's
     // prefill logs the refusal and decode waits for ever.
     (
@@ -306,6 +314,47 @@ fn planted_bugs_are_caught() {
                 assert_eq!(v, "differ", "{base} ({what}): {m}");
             }
         }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Changes no oracle sees (the bytes are the same), which diff-trace
+/// still reports.
+const DIFF_ONLY: &[Mutation] = &[
+    ("a list prepared with another memory type", |t| {
+        let lists = t["result"]["dlists"].as_array_mut().expect("lists");
+        let last = lists.last_mut().expect("a list");
+        let other = if last["mem"] == "DRAM" {
+            "VRAM"
+        } else {
+            "DRAM"
+        };
+        last["mem"] = Value::from(other);
+    }),
+    ("a list not prepared", |t| {
+        let x = t["result"]["xfers"][0].clone();
+        let lists = t["result"]["dlists"].as_array_mut().expect("lists");
+        let unused = lists
+            .iter()
+            .position(|d| {
+                d["agent"] == x["agent"] && d["handle"] != x["local"] && d["target"] == "local"
+            })
+            .expect("a local list no transfer 0 uses");
+        lists.remove(unused);
+    }),
+];
+
+#[test]
+fn list_changes_are_differences() {
+    let dir = scratch("lists");
+    let base = "nemotron-h-gqa-mamba2-hnd-pull-n13-hit0-mainline-s0";
+    for &(what, mutate) in DIFF_ONLY {
+        let mut t = load(base);
+        mutate(&mut t);
+        let path = write(&dir, "mutant", &t);
+        let (v, m, _) = verdict(&["diff-trace", "--policy", "vllm-0.33.0"], &path);
+        assert_eq!(v, "differ", "{what}: {m}");
+        assert!(m.contains("list"), "{what}: {m}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1004,7 +1004,7 @@ fn judge_case(
 }
 
 /// vLLM's addresses moved onto kvgeom's arenas: same region, same offset.
-fn relocate(result: &CaseResult, p: &Prepared, agent: &str, row: DescRow) -> DescRow {
+pub(crate) fn relocate(result: &CaseResult, p: &Prepared, agent: &str, row: DescRow) -> DescRow {
     let Some((side, rank)) = Side::parse_agent_name(agent) else {
         return row;
     };
@@ -1100,7 +1100,7 @@ pub(crate) fn resolve_pairs(
 }
 
 /// Where a row lies, independent of addresses: `agent rREGION+OFFSET/LEN`.
-fn place_of(layout: &CaseLayout, row: DescRow) -> String {
+pub(crate) fn place_of(layout: &CaseLayout, row: DescRow) -> String {
     for side in [Side::Prefill, Side::Decode] {
         for engine in layout.engines(side) {
             if let Some((region, offset)) = engine.locate(row.addr, row.len) {

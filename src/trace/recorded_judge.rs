@@ -8,7 +8,9 @@
 use super::explain::{smallest_explaining_set, Explanation};
 use super::recorded::{RecordedCase, RecordedError};
 use crate::layout::Side;
-use crate::live::run::{compare_plans, plan_keys, resolve_pairs};
+use crate::live::run::{compare_plans, place_of, plan_keys, relocate, resolve_pairs};
+use crate::nixl::recording::Event;
+use crate::nixl::{DescRow, DlistTarget};
 use crate::oracle::{self, MemoryImages, OracleInput, Violation};
 use crate::scenario::run::judge;
 use crate::scenario::{run_case_detailed, Case, Outcome, RunOptions};
@@ -213,18 +215,205 @@ fn traced_plan(rc: &RecordedCase) -> Result<Plan, RecordedError> {
     Ok(Ok(plan_keys(&oracle_input(rc)?)))
 }
 
-/// kvgeom's plan for the traced case under `variant` (or `policy`, which
-/// replaces it).
-fn rebuilt_plan(rc: &RecordedCase, variant: Variant, opts: &RunOptions) -> Plan {
+/// One prepared list, independent of addresses and handles: whose memory
+/// it addresses, its memory type and each row as `agent rREGION+OFFSET/LEN`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct ListKey {
+    agent: String,
+    target: String,
+    mem: String,
+    rows: Vec<String>,
+}
+
+impl std::fmt::Display for ListKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}'s {} list to {} ({} rows",
+            self.agent,
+            self.mem,
+            self.target,
+            self.rows.len()
+        )?;
+        match self.rows.first() {
+            Some(first) => write!(f, ", first {first})"),
+            None => f.write_str(")"),
+        }
+    }
+}
+
+/// The memory type vLLM's platform gives the lists it prepares per peer:
+/// the driver's platform is a CUDA device (`kv_buffer_device = "cuda"`).
+const PLATFORM_MEM: &str = "VRAM";
+
+/// Why a list has its memory type (the rule kvgeom's connector follows, as
+/// vLLM's does): the platform's for a local list prepared for a peer (after
+/// the agent's first handshake) that a transfer uses, the registration's
+/// for any other local list (the registration's own list, a list remapped
+/// to kernel blocks), the peer's registered type for a remote list.
+enum MemRole {
+    Registration,
+    Platform,
+    Peer(String),
+}
+
+/// The type vLLM's lists carry for `role`, taken from the trace: an
+/// agent's registration type is that of the first local list it prepared.
+fn traced_mem(rc: &RecordedCase, agent: &str, role: &MemRole) -> String {
+    let registered = |agent: &str| {
+        rc.result
+            .dlists
+            .iter()
+            .find(|d| d.agent == agent && d.target == "local")
+            .map_or_else(|| "DRAM".to_string(), |d| d.mem.clone())
+    };
+    match role {
+        MemRole::Registration => registered(agent),
+        MemRole::Platform => PLATFORM_MEM.to_string(),
+        MemRole::Peer(peer) => registered(peer),
+    }
+}
+
+/// vLLM's lists in the trace, sorted. A remote list no transfer reads is
+/// left out (here and in kvgeom's run): the driver loads every prefill rank
+/// on every decode rank, where vLLM's own handshake loads only the ranks it
+/// reads.
+fn traced_lists(rc: &RecordedCase) -> Vec<ListKey> {
+    let p = rc.prepared();
+    let read: std::collections::HashSet<(&str, &str)> = rc
+        .result
+        .xfers
+        .iter()
+        .filter_map(|x| {
+            let remote = rc
+                .result
+                .dlists
+                .iter()
+                .find(|d| d.agent == x.agent && d.handle == x.remote)?;
+            Some((x.agent.as_str(), remote.target.as_str()))
+        })
+        .collect();
+    let mut out: Vec<ListKey> = rc
+        .result
+        .dlists
+        .iter()
+        .filter(|d| d.target == "local" || read.contains(&(d.agent.as_str(), d.target.as_str())))
+        .map(|d| {
+            let owner = if d.target == "local" {
+                d.agent.as_str()
+            } else {
+                d.target.as_str()
+            };
+            ListKey {
+                agent: d.agent.clone(),
+                target: d.target.clone(),
+                mem: d.mem.clone(),
+                rows: d
+                    .rows
+                    .iter()
+                    .map(|&(addr, len, dev)| {
+                        let row = relocate(&rc.result, &p, owner, DescRow { addr, len, dev });
+                        place_of(&p.layout, row)
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// kvgeom's lists in its run, sorted, each with the memory type vLLM gives
+/// a list of its role (kvgeom's host run prepares every list as DRAM).
+fn rebuilt_lists(rc: &RecordedCase, run: &crate::scenario::CaseRun) -> Vec<ListKey> {
+    let (Some(recording), Some(layout)) = (&run.recording, &run.layout) else {
+        return Vec::new();
+    };
+    let used: std::collections::HashSet<_> = recording
+        .events()
+        .iter()
+        .filter_map(|e| match e {
+            Event::Xfer { agent, local, .. } => Some((*agent, *local)),
+            _ => None,
+        })
+        .collect();
+    let read: std::collections::HashSet<_> = recording
+        .events()
+        .iter()
+        .filter_map(|e| match e {
+            Event::Xfer { agent, remote, .. } => Some((*agent, *remote)),
+            _ => None,
+        })
+        .collect();
+    let mut loaded_a_peer = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for e in recording.events() {
+        match e {
+            Event::AddRemoteAgent { agent, .. } => {
+                loaded_a_peer.insert(*agent);
+            }
+            Event::Dlist {
+                agent,
+                handle,
+                target,
+                list,
+                ..
+            } => {
+                let name = recording.name_of(*agent).unwrap_or("?").to_string();
+                let (target, role) = match target {
+                    DlistTarget::Local
+                        if loaded_a_peer.contains(agent) && used.contains(&(*agent, *handle)) =>
+                    {
+                        ("local".to_string(), MemRole::Platform)
+                    }
+                    DlistTarget::Local => ("local".to_string(), MemRole::Registration),
+                    DlistTarget::Remote(_) if !read.contains(&(*agent, *handle)) => continue,
+                    DlistTarget::Remote(peer) => (peer.clone(), MemRole::Peer(peer.clone())),
+                };
+                out.push(ListKey {
+                    mem: traced_mem(rc, &name, &role),
+                    agent: name,
+                    target,
+                    rows: list.rows().map(|row| place_of(layout, row)).collect(),
+                });
+            }
+            _ => {}
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The first list one side prepared that the other did not.
+fn first_list_difference(ours: &[ListKey], theirs: &[ListKey]) -> Option<String> {
+    let only = |a: &[ListKey], b: &[ListKey]| a.iter().find(|k| !b.contains(k)).cloned();
+    match (only(ours, theirs), only(theirs, ours)) {
+        (None, None) if ours.len() == theirs.len() => None,
+        (None, None) => Some(format!(
+            "kvgeom prepares {} lists, vLLM {}",
+            ours.len(),
+            theirs.len()
+        )),
+        (Some(k), Some(v)) => Some(format!("list: kvgeom prepares {k}; vLLM {v}")),
+        (Some(k), None) => Some(format!("list: kvgeom prepares {k}, which vLLM does not")),
+        (None, Some(v)) => Some(format!("list: vLLM prepares {v}, which kvgeom does not")),
+    }
+}
+
+/// kvgeom's plan and lists for the traced case under `variant` (or
+/// `policy`, which replaces it).
+fn rebuilt_plan(rc: &RecordedCase, variant: Variant, opts: &RunOptions) -> (Plan, Vec<ListKey>) {
     let case = Case {
         variant,
         ..rc.case.clone()
     };
     let run = run_case_detailed(&case, opts);
-    match (&run.report.outcome, &run.oracle_input) {
+    let lists = rebuilt_lists(rc, &run);
+    let plan = match (&run.report.outcome, &run.oracle_input) {
         (Outcome::Error { .. }, _) | (_, None) => Err(run.report.outcome.clone()),
         (_, Some(input)) => Ok(plan_keys(input)),
-    }
+    };
+    (plan, lists)
 }
 
 /// The kind of an outcome that made no transfers, as the diff compares it.
@@ -237,7 +426,16 @@ fn kind(o: &Outcome) -> &'static str {
     }
 }
 
-fn first_difference(kvgeom: &Plan, vllm: &Plan) -> Option<String> {
+/// The first difference of plans; when both made transfers, of their lists first.
+fn first_difference(
+    (kvgeom, our_lists): &(Plan, Vec<ListKey>),
+    (vllm, their_lists): &(Plan, Vec<ListKey>),
+) -> Option<String> {
+    if let (Ok(_), Ok(_)) = (kvgeom, vllm) {
+        if let Some(d) = first_list_difference(our_lists, their_lists) {
+            return Some(d);
+        }
+    }
     match (kvgeom, vllm) {
         (Err(k), Err(v)) if kind(k) != kind(v) => Some(format!(
             "kvgeom's connector {} ({}); vLLM's {} ({})",
@@ -259,9 +457,9 @@ pub fn diff_recorded(rc: &RecordedCase, variant: Variant) -> Result<RecordedDiff
             difference: Some(format!("vLLM's {first}")),
         });
     }
-    let vllm = traced_plan(rc)?;
+    let vllm = (traced_plan(rc)?, traced_lists(rc));
     let ours = rebuilt_plan(rc, variant, &RunOptions::default());
-    if let Err(Outcome::Error { message }) = &ours {
+    if let (Err(Outcome::Error { message }), _) = &ours {
         return Err(RecordedError {
             path: rc.path.clone(),
             message: format!("kvgeom cannot run the traced case: {message}"),
@@ -274,15 +472,16 @@ pub fn diff_recorded(rc: &RecordedCase, variant: Variant) -> Result<RecordedDiff
 
 /// The known defects whose policy reproduces a differing v2 trace exactly.
 pub fn explain_recorded(rc: &RecordedCase) -> Explanation {
-    let Ok(vllm) = traced_plan(rc) else {
+    let Ok(plan) = traced_plan(rc) else {
         return Explanation::Unexplained;
     };
+    let vllm = (plan, traced_lists(rc));
     smallest_explaining_set(|policy| {
         let opts = RunOptions {
             policy: Some(*policy),
             ..RunOptions::default()
         };
         let ours = rebuilt_plan(rc, Variant::KVGEOM, &opts);
-        !matches!(ours, Err(Outcome::Error { .. })) && first_difference(&ours, &vllm).is_none()
+        !matches!(ours.0, Err(Outcome::Error { .. })) && first_difference(&ours, &vllm).is_none()
     })
 }
