@@ -145,18 +145,23 @@ enum Loaded {
     V2(Box<RecordedCase>),
 }
 
+/// Why a trace could not be read, in either version.
+#[derive(Debug, thiserror::Error)]
+enum LoadError {
+    #[error(transparent)]
+    V1(#[from] crate::trace::TraceError),
+    #[error(transparent)]
+    V2(#[from] crate::trace::RecordedError),
+}
+
 /// Read a trace by its name: `*.jsonl` and `*.jsonl.gz` are v1, any other
 /// file v2. The error names the file (and line).
-fn load(path: &Path) -> Result<Loaded, String> {
-    if is_v1_name(path) {
-        TraceCase::read(path)
-            .map(|c| Loaded::V1(Box::new(c)))
-            .map_err(|e| e.to_string())
+fn load(path: &Path) -> Result<Loaded, LoadError> {
+    Ok(if is_v1_name(path) {
+        Loaded::V1(Box::new(TraceCase::read(path)?))
     } else {
-        RecordedCase::read(path)
-            .map(|c| Loaded::V2(Box::new(c)))
-            .map_err(|e| e.to_string())
-    }
+        Loaded::V2(Box::new(RecordedCase::read(path)?))
+    })
 }
 
 /// Read every trace of `files` (folders searched recursively) and judge
@@ -186,7 +191,7 @@ fn judge_all(
                 let judged = catch_unwind(AssertUnwindSafe(|| match load(&f) {
                     Ok(case) => judge(&f, &case),
                     // The error names the file (and line) already.
-                    Err(e) => Judged::error(e),
+                    Err(e) => Judged::error(e.to_string()),
                 }));
                 let judged = judged.unwrap_or_else(|p| {
                     Judged::error(format!(

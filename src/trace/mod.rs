@@ -29,6 +29,7 @@ pub(crate) mod recorded_judge;
 pub(crate) mod reissue;
 pub(crate) mod replay;
 
+pub use base64::Base64Error;
 pub use case::{ExpectedDlist, ExpectedXfer, ListRole, RemoteRank, TraceCase};
 pub use check::{check_case, CheckReport, SkippedCheck};
 pub use diff::{diff_block_ids, diff_run, ActualRun, DiffReport, Difference, Side};
@@ -39,7 +40,9 @@ pub use format::TraceEvent;
 pub use inputs::{is_trace_name, is_v1_name, trace_inputs};
 pub use normalize::{Location, NormRow, Region, RegionMap};
 pub use reader::{decompress, parse_trace, read_trace, TraceFile, TraceLine};
-pub use recorded::{RecordedCase, RecordedError, RegionImages, TRACE_FORMAT_V2};
+pub use recorded::{
+    ImageProblem, RecordedCase, RecordedError, RecordedErrorKind, RegionImages, TRACE_FORMAT_V2,
+};
 pub use recorded_judge::{
     check_recorded, diff_recorded, explain_recorded, RecordedCheck, RecordedDiff,
 };

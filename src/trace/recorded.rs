@@ -12,10 +12,11 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use super::base64;
+use super::error::TraceError;
 use super::reader::decompress;
-use crate::geometry::{parse_geometry, to_toml, Mode};
+use crate::geometry::{parse_geometry, to_toml, GeometryError, Mode};
 use crate::layout::Side;
-use crate::limits::{read_capped, MAX_INPUT_BYTES, MAX_PROMPT_LEN};
+use crate::limits::{read_capped, InputError, MAX_INPUT_BYTES, MAX_PROMPT_LEN};
 use crate::live::protocol::{CaseResult, CaseSpec, RESULT_FORMAT};
 use crate::live::run::{prepare, side_index, Prepared};
 use crate::scenario::{estimate_memory, Case};
@@ -29,12 +30,151 @@ pub const MAX_REBUILD_BYTES: u64 = 4 << 30;
 
 /// Why a v2 trace cannot be used; names the file.
 #[derive(Debug, thiserror::Error)]
-#[error("{}: {message}", path.display())]
+#[error("{}: {kind}", path.display())]
 pub struct RecordedError {
     /// The trace.
     pub path: PathBuf,
     /// What is wrong with it.
-    pub message: String,
+    pub kind: RecordedErrorKind,
+}
+
+impl RecordedError {
+    pub(crate) fn new(path: &Path, kind: RecordedErrorKind) -> Self {
+        RecordedError {
+            path: path.to_path_buf(),
+            kind,
+        }
+    }
+}
+
+/// What is wrong with a v2 trace.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordedErrorKind {
+    /// The file cannot be read, or is too large.
+    #[error("{0}")]
+    Input(#[from] InputError),
+    /// The gzip stream is broken or inflates too large.
+    #[error("{0}")]
+    Decompress(Box<TraceError>),
+    /// Not one JSON value.
+    #[error("not JSON: {0}")]
+    Json(serde_json::Error),
+    /// Another format.
+    #[error("format {found:?} is not {TRACE_FORMAT_V2} (a v1 trace is a .jsonl file)")]
+    Format {
+        /// The `format` found (empty when none).
+        found: String,
+    },
+    /// A field is missing, unknown or of the wrong type.
+    #[error("not a v2 trace: {0}")]
+    Shape(serde_json::Error),
+    /// The driver's result has another format.
+    #[error("result format {found:?} is not {RESULT_FORMAT}")]
+    ResultFormat {
+        /// The result's `format`.
+        found: String,
+    },
+    /// The geometry breaks a rule of the geometry files.
+    #[error("the traced geometry is not valid: {0}")]
+    Geometry(Box<GeometryError>),
+    /// The geometry does not survive writing and reading back.
+    #[error("the traced geometry does not read back as itself from the file format")]
+    GeometryRoundTrip,
+    /// The mode is not a mode.
+    #[error("mode {0:?} is neither pull nor push")]
+    Mode(String),
+    /// The prompt length is out of range.
+    #[error("prompt_len {0} is not in 1..={MAX_PROMPT_LEN}")]
+    PromptLen(u32),
+    /// Rebuilding the case would take too much memory.
+    #[error("rebuilding the case needs {need} bytes, above the limit of {MAX_REBUILD_BYTES}")]
+    TooLarge {
+        /// Bytes kvgeom's run of the case would allocate.
+        need: u64,
+    },
+    /// kvgeom's scenario cannot prepare the case.
+    #[error("kvgeom cannot prepare the traced case: {0}")]
+    Prepare(String),
+    /// The traced case is not kvgeom's preparation of its parameters.
+    #[error(
+        "the trace's case.{field} is not what kvgeom prepares for its geometry, prompt, \
+         prefix hit, allocation and seed: traced {traced}, kvgeom {ours}"
+    )]
+    CaseMismatch {
+        /// The field that differs.
+        field: &'static str,
+        /// Its traced value.
+        traced: String,
+        /// kvgeom's.
+        ours: String,
+    },
+    /// Memory images in an unknown encoding.
+    #[error("memory encoding {0:?} is not base64")]
+    Encoding(String),
+    /// One memory image is unusable.
+    #[error("memory image {agent} r{region}: {problem}")]
+    Image {
+        /// The agent of the image.
+        agent: String,
+        /// Its region.
+        region: u32,
+        /// What is wrong with it.
+        problem: ImageProblem,
+    },
+    /// Images missing for some regions.
+    #[error("memory images of {found} regions, the case has {expected}")]
+    ImageCount {
+        /// Regions with images.
+        found: usize,
+        /// Regions of the case.
+        expected: usize,
+    },
+    /// The driver reported that it could not run the case.
+    #[error("the driver could not run the traced case: {0}")]
+    DriverError(String),
+    /// A status the driver never writes.
+    #[error("unknown status {0:?}")]
+    Status(String),
+    /// vLLM's transfers name an unknown list or operation.
+    #[error("{0}")]
+    Resolve(String),
+    /// kvgeom's connector cannot run the case.
+    #[error("kvgeom cannot run the traced case: {0}")]
+    Rebuild(String),
+}
+
+/// What is wrong with one memory image.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageProblem {
+    /// Its agent is neither `prefill-<rank>` nor `decode-<rank>`.
+    #[error("unknown agent")]
+    UnknownAgent,
+    /// The case has no such rank or region.
+    #[error("the case has no such region")]
+    NoSuchRegion,
+    /// An image does not decode.
+    #[error("{which}: {source}")]
+    NotBase64 {
+        /// `before` or `after`.
+        which: &'static str,
+        /// Why.
+        #[source]
+        source: base64::Base64Error,
+    },
+    /// The final image's length is not the region's.
+    #[error("after: {found} bytes, the region holds {expected}")]
+    Length {
+        /// Bytes found.
+        found: usize,
+        /// The region's bytes.
+        expected: usize,
+    },
+    /// The initial image is not kvgeom's initial memory.
+    #[error("before is not the memory kvgeom prepares for this case")]
+    NotPrepared,
+    /// Two images of one region.
+    #[error("given twice")]
+    Twice,
 }
 
 #[derive(Deserialize)]
@@ -92,38 +232,32 @@ pub struct RecordedCase {
 impl RecordedCase {
     /// Read, parse and check a v2 trace (plain or gzip).
     pub fn read(path: &Path) -> Result<RecordedCase, RecordedError> {
-        let err = |message: String| RecordedError {
-            path: path.to_path_buf(),
-            message,
-        };
-        let bytes = read_capped(path, MAX_INPUT_BYTES).map_err(|e| err(e.to_string()))?;
-        let text = decompress(path, &bytes).map_err(|e| err(e.to_string()))?;
+        let err = |kind| RecordedError::new(path, kind);
+        let bytes = read_capped(path, MAX_INPUT_BYTES).map_err(|e| err(e.into()))?;
+        let text = decompress(path, &bytes)
+            .map_err(|e| err(RecordedErrorKind::Decompress(Box::new(e))))?;
         Self::parse(path, &text)
     }
 
     /// Parse and check a v2 trace held in memory (decompressed). `path`
     /// only names it in errors.
     pub fn parse(path: &Path, text: &[u8]) -> Result<RecordedCase, RecordedError> {
-        let err = |message: String| RecordedError {
-            path: path.to_path_buf(),
-            message,
-        };
+        let err = |kind| RecordedError::new(path, kind);
         let value: serde_json::Value =
-            serde_json::from_slice(text).map_err(|e| err(format!("not JSON: {e}")))?;
+            serde_json::from_slice(text).map_err(|e| err(RecordedErrorKind::Json(e)))?;
         let format = value.get("format").and_then(|f| f.as_str()).unwrap_or("");
         if format != TRACE_FORMAT_V2 {
-            return Err(err(format!(
-                "format {format:?} is not {TRACE_FORMAT_V2} (a v1 trace is a .jsonl file)"
-            )));
+            return Err(err(RecordedErrorKind::Format {
+                found: format.to_string(),
+            }));
         }
         let raw: RawTrace =
-            serde_json::from_value(value).map_err(|e| err(format!("not a v2 trace: {e}")))?;
+            serde_json::from_value(value).map_err(|e| err(RecordedErrorKind::Shape(e)))?;
         debug_assert_eq!(raw.format, TRACE_FORMAT_V2);
         if raw.result.format != RESULT_FORMAT {
-            return Err(err(format!(
-                "result format {:?} is not {RESULT_FORMAT}",
-                raw.result.format
-            )));
+            return Err(err(RecordedErrorKind::ResultFormat {
+                found: raw.result.format.clone(),
+            }));
         }
         let case = rebuild_case(&raw.case).map_err(err)?;
         let prepared = prepare_checked(&case, &raw.case).map_err(err)?;
@@ -153,23 +287,20 @@ impl RecordedCase {
 }
 
 /// The case of a trace, its geometry validated as a geometry file's is.
-fn rebuild_case(spec: &CaseSpec) -> Result<Case, String> {
+fn rebuild_case(spec: &CaseSpec) -> Result<Case, RecordedErrorKind> {
     let mut geometry = parse_geometry("trace", &to_toml(&spec.geometry))
-        .map_err(|e| format!("the traced geometry is not valid: {e}"))?;
+        .map_err(|e| RecordedErrorKind::Geometry(Box::new(e)))?;
     geometry.name = spec.geometry.name.clone();
     if geometry != spec.geometry {
-        return Err("the traced geometry does not read back as itself from the file format".into());
+        return Err(RecordedErrorKind::GeometryRoundTrip);
     }
     let mode = match spec.mode.as_str() {
         "pull" => Mode::Pull,
         "push" => Mode::Push,
-        other => return Err(format!("mode {other:?} is neither pull nor push")),
+        other => return Err(RecordedErrorKind::Mode(other.to_string())),
     };
     if spec.prompt_len == 0 || spec.prompt_len > MAX_PROMPT_LEN {
-        return Err(format!(
-            "prompt_len {} is not in 1..={MAX_PROMPT_LEN}",
-            spec.prompt_len
-        ));
+        return Err(RecordedErrorKind::PromptLen(spec.prompt_len));
     }
     let case = Case {
         geometry: Arc::new(geometry),
@@ -183,40 +314,42 @@ fn rebuild_case(spec: &CaseSpec) -> Result<Case, String> {
     };
     let need = estimate_memory(&case).peak_bytes;
     if need > MAX_REBUILD_BYTES {
-        return Err(format!(
-            "rebuilding the case needs {need} bytes, above the limit of {MAX_REBUILD_BYTES}"
-        ));
+        return Err(RecordedErrorKind::TooLarge { need });
     }
     Ok(case)
 }
 
 /// kvgeom's preparation of `case`, which must give the trace's spec.
-fn prepare_checked(case: &Case, spec: &CaseSpec) -> Result<Prepared, String> {
-    let p = prepare(case, &spec.id)
-        .map_err(|o| format!("kvgeom cannot prepare the traced case: {}", o.describe()))?;
+fn prepare_checked(case: &Case, spec: &CaseSpec) -> Result<Prepared, RecordedErrorKind> {
+    let p = prepare(case, &spec.id).map_err(|o| RecordedErrorKind::Prepare(o.describe()))?;
     let ours = &p.spec;
-    let fields: [(&str, bool); 4] = [
-        (
+    let mismatch = |field, traced: String, ours: String| {
+        Err(RecordedErrorKind::CaseMismatch {
+            field,
+            traced,
+            ours,
+        })
+    };
+    if ours.transferred_tokens != spec.transferred_tokens {
+        return mismatch(
             "transferred_tokens",
-            ours.transferred_tokens == spec.transferred_tokens,
-        ),
-        ("prefix_hit", ours.prefix_hit == spec.prefix_hit),
-        ("prefill", ours.prefill == spec.prefill),
-        ("decode", ours.decode == spec.decode),
-    ];
-    if let Some((field, _)) = fields.iter().find(|(_, same)| !same) {
-        let show = |s: &CaseSpec| match *field {
-            "prefill" => format!("{:?}", s.prefill),
-            "decode" => format!("{:?}", s.decode),
-            "prefix_hit" => s.prefix_hit.to_string(),
-            _ => s.transferred_tokens.to_string(),
-        };
-        return Err(format!(
-            "the trace's case.{field} is not what kvgeom prepares for its geometry, prompt, \
-             prefix hit, allocation and seed: traced {}, kvgeom {}",
-            show(spec),
-            show(ours)
-        ));
+            spec.transferred_tokens.to_string(),
+            ours.transferred_tokens.to_string(),
+        );
+    }
+    if ours.prefill != spec.prefill {
+        return mismatch(
+            "prefill",
+            format!("{:?}", spec.prefill),
+            format!("{:?}", ours.prefill),
+        );
+    }
+    if ours.decode != spec.decode {
+        return mismatch(
+            "decode",
+            format!("{:?}", spec.decode),
+            format!("{:?}", ours.decode),
+        );
     }
     Ok(p)
 }
@@ -227,22 +360,22 @@ fn memory_images(
     m: RawMemory,
     spec: &CaseSpec,
     p: &Prepared,
-) -> Result<BTreeMap<(String, u32), RegionImages>, String> {
+) -> Result<BTreeMap<(String, u32), RegionImages>, RecordedErrorKind> {
     if m.encoding != "base64" {
-        return Err(format!("memory encoding {:?} is not base64", m.encoding));
+        return Err(RecordedErrorKind::Encoding(m.encoding));
     }
     let mut out = BTreeMap::new();
     for image in m.images {
-        let Some((side, rank)) = Side::parse_agent_name(&image.agent) else {
-            return Err(format!("memory image of unknown agent {:?}", image.agent));
+        let fail = |problem| RecordedErrorKind::Image {
+            agent: image.agent.clone(),
+            region: image.region,
+            problem,
         };
-        let decode = |which: &str, text: &str| {
-            base64::decode(text).map_err(|e| {
-                format!(
-                    "memory image {} r{} {which}: {e}",
-                    image.agent, image.region
-                )
-            })
+        let Some((side, rank)) = Side::parse_agent_name(&image.agent) else {
+            return Err(fail(ImageProblem::UnknownAgent));
+        };
+        let decode = |which, text: &str| {
+            base64::decode(text).map_err(|source| fail(ImageProblem::NotBase64 { which, source }))
         };
         let images = RegionImages {
             before: decode("before", &image.before)?,
@@ -252,34 +385,22 @@ fn memory_images(
             .get(rank as usize)
             .and_then(|r| r.get(image.region as usize))
         else {
-            return Err(format!(
-                "memory image of {} r{}: the case has no such region",
-                image.agent, image.region
-            ));
+            return Err(fail(ImageProblem::NoSuchRegion));
         };
         if images.after.len() != ours.len() {
-            return Err(format!(
-                "memory image {} r{} after: {} bytes, the region holds {}",
-                image.agent,
-                image.region,
-                images.after.len(),
-                ours.len()
-            ));
+            return Err(fail(ImageProblem::Length {
+                found: images.after.len(),
+                expected: ours.len(),
+            }));
         }
         if images.before != *ours {
-            return Err(format!(
-                "memory image {} r{} before is not the memory kvgeom prepares for this case",
-                image.agent, image.region
-            ));
+            return Err(fail(ImageProblem::NotPrepared));
         }
         if out
             .insert((image.agent.clone(), image.region), images)
             .is_some()
         {
-            return Err(format!(
-                "memory image {} r{} given twice",
-                image.agent, image.region
-            ));
+            return Err(fail(ImageProblem::Twice));
         }
     }
     let expected: usize = [&spec.prefill, &spec.decode]
@@ -287,10 +408,10 @@ fn memory_images(
         .map(|s| (s.tp_size * s.regions) as usize)
         .sum();
     if out.len() != expected {
-        return Err(format!(
-            "memory images of {} regions, the case has {expected}",
-            out.len()
-        ));
+        return Err(RecordedErrorKind::ImageCount {
+            found: out.len(),
+            expected,
+        });
     }
     Ok(out)
 }

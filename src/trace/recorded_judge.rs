@@ -6,7 +6,7 @@
 //! the outcome with vLLM's.
 
 use super::explain::{smallest_explaining_set, Explanation};
-use super::recorded::{RecordedCase, RecordedError};
+use super::recorded::{RecordedCase, RecordedError, RecordedErrorKind};
 use crate::layout::Side;
 use crate::live::run::{compare_plans, place_of, plan_keys, relocate, resolve_pairs};
 use crate::nixl::recording::Event;
@@ -54,16 +54,16 @@ fn traced_outcome(rc: &RecordedCase) -> Result<Outcome, RecordedError> {
         "crashed" => Outcome::Crashed { side, message },
         "hung" => Outcome::Hung { message },
         "error" => {
-            return Err(RecordedError {
-                path: rc.path.clone(),
-                message: format!("the driver could not run the traced case: {message}"),
-            })
+            return Err(RecordedError::new(
+                &rc.path,
+                RecordedErrorKind::DriverError(message),
+            ))
         }
         other => {
-            return Err(RecordedError {
-                path: rc.path.clone(),
-                message: format!("unknown status {other:?}"),
-            })
+            return Err(RecordedError::new(
+                &rc.path,
+                RecordedErrorKind::Status(other.to_string()),
+            ))
         }
     })
 }
@@ -111,10 +111,8 @@ fn id_findings(rc: &RecordedCase) -> Vec<String> {
 /// images when it holds them.
 fn oracle_input(rc: &RecordedCase) -> Result<OracleInput, RecordedError> {
     let p = rc.prepared();
-    let pairs = resolve_pairs(&rc.result, &p).map_err(|e| RecordedError {
-        path: rc.path.clone(),
-        message: e.to_string(),
-    })?;
+    let pairs = resolve_pairs(&rc.result, &p)
+        .map_err(|e| RecordedError::new(&rc.path, RecordedErrorKind::Resolve(e.to_string())))?;
     let mut input = OracleInput::new(
         p.layout.clone(),
         rc.case.prompt_len,
@@ -207,10 +205,10 @@ fn traced_plan(rc: &RecordedCase) -> Result<Plan, RecordedError> {
     }
     let ids = id_findings(rc);
     if let Some(first) = ids.first() {
-        return Err(RecordedError {
-            path: rc.path.clone(),
-            message: format!("vLLM's transfers cannot be resolved: {first}"),
-        });
+        return Err(RecordedError::new(
+            &rc.path,
+            RecordedErrorKind::Resolve(format!("vLLM's transfers cannot be resolved: {first}")),
+        ));
     }
     Ok(Ok(plan_keys(&oracle_input(rc)?)))
 }
@@ -460,10 +458,10 @@ pub fn diff_recorded(rc: &RecordedCase, variant: Variant) -> Result<RecordedDiff
     let vllm = (traced_plan(rc)?, traced_lists(rc));
     let ours = rebuilt_plan(rc, variant, &RunOptions::default());
     if let (Err(Outcome::Error { message }), _) = &ours {
-        return Err(RecordedError {
-            path: rc.path.clone(),
-            message: format!("kvgeom cannot run the traced case: {message}"),
-        });
+        return Err(RecordedError::new(
+            &rc.path,
+            RecordedErrorKind::Rebuild(message.clone()),
+        ));
     }
     Ok(RecordedDiff {
         difference: first_difference(&ours, &vllm),
