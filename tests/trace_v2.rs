@@ -468,3 +468,69 @@ fn record_traces_needs_the_vllm_connector() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--connector vllm"));
 }
+
+/// Every number of a trace's case and result set to 0, to one past
+/// `u32::MAX` and to `u64::MAX` in turn, and every string emptied: each is
+/// judged or refused with an error, never a panic.
+#[test]
+fn hostile_values_never_panic() {
+    use kvgeom::trace::{check_recorded, diff_recorded, RecordedCase};
+    use kvgeom::variant::Variant;
+
+    fn leaves(v: &Value, path: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+        match v {
+            Value::Object(m) => {
+                for (k, x) in m {
+                    path.push(k.clone());
+                    leaves(x, path, out);
+                    path.pop();
+                }
+            }
+            Value::Array(a) => {
+                // The first two entries of each list stand for the rest.
+                for (i, x) in a.iter().enumerate().take(2) {
+                    path.push(i.to_string());
+                    leaves(x, path, out);
+                    path.pop();
+                }
+            }
+            Value::Number(_) | Value::String(_) => out.push(path.clone()),
+            _ => {}
+        }
+    }
+    fn at<'a>(v: &'a mut Value, path: &[String]) -> &'a mut Value {
+        path.iter().fold(v, |v, k| match v {
+            Value::Array(a) => &mut a[k.parse::<usize>().expect("index")],
+            other => &mut other[k.as_str()],
+        })
+    }
+    let mut trace = load("mla-kda-decode-tp2-pull-n13-hit0-mainline-s0");
+    trace.as_object_mut().expect("object").remove("memory");
+    let mut paths = Vec::new();
+    leaves(&trace, &mut Vec::new(), &mut paths);
+    let path = Path::new("hostile.trace.json");
+    let mut judged = 0;
+    for p in &paths {
+        let replacements: Vec<Value> = if at(&mut trace.clone(), p).is_string() {
+            vec![Value::from(""), Value::from("x")]
+        } else {
+            vec![
+                Value::from(0),
+                Value::from(1u64 << 32),
+                Value::from(u64::MAX),
+            ]
+        };
+        for r in replacements {
+            let mut t = trace.clone();
+            *at(&mut t, p) = r;
+            let text = serde_json::to_vec(&t).expect("encode");
+            if let Ok(rc) = RecordedCase::parse(path, &text) {
+                judged += 1;
+                let _ = check_recorded(&rc);
+                let _ = diff_recorded(&rc, Variant::KVGEOM);
+            }
+        }
+    }
+    assert!(paths.len() > 50, "{} leaves", paths.len());
+    assert!(judged > 0, "every change was refused");
+}

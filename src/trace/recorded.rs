@@ -108,6 +108,25 @@ pub enum RecordedErrorKind {
         /// kvgeom's.
         ours: String,
     },
+    /// A row whose end lies past the top of the address space (NIXL
+    /// refuses such a list).
+    #[error("list {handle} of {agent}: row {row} ends past the address space")]
+    RowOverflows {
+        /// The agent that prepared the list.
+        agent: String,
+        /// The list's handle.
+        handle: u64,
+        /// The row's index.
+        row: usize,
+    },
+    /// A region whose end lies past the top of the address space.
+    #[error("region {region} of {agent} ends past the address space")]
+    RegionOverflows {
+        /// The agent whose region it is.
+        agent: String,
+        /// The region's index.
+        region: usize,
+    },
     /// Memory images in an unknown encoding.
     #[error("memory encoding {0:?} is not base64")]
     Encoding(String),
@@ -259,6 +278,7 @@ impl RecordedCase {
                 found: raw.result.format.clone(),
             }));
         }
+        check_rows(&raw.result).map_err(err)?;
         let case = rebuild_case(&raw.case).map_err(err)?;
         let prepared = prepare_checked(&case, &raw.case).map_err(err)?;
         let memory = match raw.memory {
@@ -284,6 +304,35 @@ impl RecordedCase {
             Err(o) => unreachable!("a read trace's case prepares: {}", o.describe()),
         }
     }
+}
+
+/// Every region and every row of every list ends inside the address space.
+fn check_rows(result: &CaseResult) -> Result<(), RecordedErrorKind> {
+    for (agent, regions) in &result.regions {
+        if let Some(region) = regions
+            .iter()
+            .position(|&(base, len)| base.checked_add(len).is_none())
+        {
+            return Err(RecordedErrorKind::RegionOverflows {
+                agent: agent.clone(),
+                region,
+            });
+        }
+    }
+    for d in &result.dlists {
+        if let Some(row) = d
+            .rows
+            .iter()
+            .position(|&(addr, len, _)| addr.checked_add(len).is_none())
+        {
+            return Err(RecordedErrorKind::RowOverflows {
+                agent: d.agent.clone(),
+                handle: d.handle,
+                row,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The case of a trace, its geometry validated as a geometry file's is.
