@@ -206,6 +206,11 @@ enum Command {
         /// The Python interpreter with vLLM (see `sweep --vllm-python`).
         #[arg(long, value_name = "PATH")]
         vllm_python: Option<PathBuf>,
+        /// With --connector vllm: save the case's v2 trace (with memory
+        /// images for a case of at most 1 MiB) as FILE (gzipped when FILE
+        /// ends in .gz).
+        #[arg(long, value_name = "FILE")]
+        record_trace: Option<PathBuf>,
     },
     /// Print a geometry's descriptor lists as tables (what the snapshots hold).
     Layout {
@@ -382,6 +387,7 @@ fn main() -> ExitCode {
             max_memory: _,
             connector: cli::ConnectorArg::Vllm,
             vllm_python,
+            record_trace,
         } => cli::live_explain(cli::LiveExplainArgs {
             geometry,
             prompt,
@@ -394,7 +400,18 @@ fn main() -> ExitCode {
             defect: variant.defect,
             policy: variant.policy,
             svg: svg.is_some(),
+            record_trace,
         }),
+        Command::Explain {
+            record_trace: Some(file),
+            ..
+        } => {
+            eprintln!(
+                "error: --record-trace {}: traces record vLLM's own connector; add --connector vllm",
+                file.display()
+            );
+            cli::EXIT_BAD_INPUT
+        }
         Command::Explain {
             geometry,
             prompt,

@@ -450,23 +450,60 @@ fn a_live_sweep_records_traces_that_judge_as_its_cases() {
     assert_eq!(v, "passed", "{m}");
     let (v, m, _) = verdict(&["diff-trace", "--policy", "vllm-0.33.0"], &file);
     assert_eq!(v, "match", "{m}");
+    // One case with explain, saved as plain JSON.
+    let one = dir.join("one.trace.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_kvgeom"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "explain",
+            "geometries/mla-kda-decode-tp2.toml",
+            "--prompt",
+            "9",
+            "--connector",
+            "vllm",
+            "--record-trace",
+        ])
+        .arg(&one)
+        .output()
+        .expect("run kvgeom");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&one).expect("the trace");
+    assert!(text.starts_with('{') && text.contains("kvgeom-vllm-trace/2"));
+    let (v, m, _) = verdict(&["check-trace"], &one);
+    assert_eq!(v, "passed", "{m}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
-fn record_traces_needs_the_vllm_connector() {
-    let out = Command::new(env!("CARGO_BIN_EXE_kvgeom"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args([
-            "sweep",
-            "geometries/nemotron-h-gqa-mamba2-hnd.toml",
-            "--record-traces",
-            "/nonexistent",
-        ])
-        .output()
-        .expect("run kvgeom");
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--connector vllm"));
+fn recording_needs_the_vllm_connector() {
+    for args in [
+        &["sweep", "--record-traces", "/nonexistent"][..],
+        &[
+            "explain",
+            "--prompt",
+            "9",
+            "--record-trace",
+            "/nonexistent.json",
+        ][..],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_kvgeom"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(&args[..1])
+            .arg("geometries/nemotron-h-gqa-mamba2-hnd.toml")
+            .args(&args[1..])
+            .output()
+            .expect("run kvgeom");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("add --connector vllm"),
+            "{args:?}: {stderr}"
+        );
+    }
 }
 
 /// Every number of a trace's case and result set to 0, to one past
