@@ -101,6 +101,13 @@ const VERDICTS: &[(&str, &str, &str, Option<&str>)] = &[
         "differ",
         Some("end-trim-alignment"),
     ),
+    // Push with equal ppl: prefill's WRITEs land.
+    (
+        "mla-kda-equal-ppl-prefix-cache-push-n13-hit0-mainline-s0",
+        "passed",
+        "match",
+        None,
+    ),
     // Push with different ppl: vLLM's decode crashes.
     (
         "mla-kda-push-prefix-cache-prefill-kernel-larger-push-n13-hit0-mainline-s0",
@@ -291,6 +298,7 @@ fn planted_bugs_are_caught() {
         "nemotron-h-gqa-mamba2-hnd-pull-n13-hit0-mainline-s0",
         "mla-kda-decode-tp2-pull-n13-hit0-mainline-s0",
         "mla-kda-equal-ppl-prefix-cache-pull-n37-hit16-mainline-s0",
+        "mla-kda-equal-ppl-prefix-cache-push-n13-hit0-mainline-s0",
     ] {
         let original = load(base);
         for with_memory in [true, false] {
