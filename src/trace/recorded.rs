@@ -246,6 +246,8 @@ pub struct RecordedCase {
     pub case: Case,
     /// Memory images per (agent, region), when the trace holds them.
     pub memory: Option<BTreeMap<(String, u32), RegionImages>>,
+    /// kvgeom's preparation of the case.
+    prepared: Prepared,
 }
 
 impl RecordedCase {
@@ -292,17 +294,14 @@ impl RecordedCase {
             result: raw.result,
             case,
             memory,
+            prepared,
         })
     }
 
     /// kvgeom's preparation of the case: its layout model, arenas and
     /// initial memory (checked equal to the trace's when it was read).
-    pub(crate) fn prepared(&self) -> Prepared {
-        // `read` has prepared this very case once; it cannot fail now.
-        match prepare(&self.case, &self.spec.id) {
-            Ok(p) => p,
-            Err(o) => unreachable!("a read trace's case prepares: {}", o.describe()),
-        }
+    pub(crate) fn prepared(&self) -> &Prepared {
+        &self.prepared
     }
 }
 

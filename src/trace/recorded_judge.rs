@@ -111,7 +111,7 @@ fn id_findings(rc: &RecordedCase) -> Vec<String> {
 /// images when it holds them.
 fn oracle_input(rc: &RecordedCase) -> Result<OracleInput, RecordedError> {
     let p = rc.prepared();
-    let pairs = resolve_pairs(&rc.result, &p)
+    let pairs = resolve_pairs(&rc.result, p)
         .map_err(|e| RecordedError::new(&rc.path, RecordedErrorKind::Resolve(e.to_string())))?;
     let mut input = OracleInput::new(
         p.layout.clone(),
@@ -310,7 +310,7 @@ fn traced_lists(rc: &RecordedCase) -> Vec<ListKey> {
                     .rows
                     .iter()
                     .map(|&(addr, len, dev)| {
-                        let row = relocate(&rc.result, &p, owner, DescRow { addr, len, dev });
+                        let row = relocate(&rc.result, p, owner, DescRow { addr, len, dev });
                         place_of(&p.layout, row)
                     })
                     .collect(),
