@@ -166,6 +166,7 @@ pub fn sweep(args: SweepArgs) -> u8 {
         transport: args.transport,
         memory: args.memory,
         policy: None,
+        device_platform: false,
     };
     // A case whose request cannot be placed, or that cannot fit alone in the
     // budget, is refused before anything is allocated.

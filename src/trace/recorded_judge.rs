@@ -10,7 +10,7 @@ use super::recorded::{RecordedCase, RecordedError, RecordedErrorKind};
 use crate::layout::Side;
 use crate::live::run::{compare_plans, place_of, plan_keys, relocate, resolve_pairs};
 use crate::nixl::recording::Event;
-use crate::nixl::{DescRow, DlistTarget};
+use crate::nixl::{DescRow, DlistTarget, MemKind};
 use crate::oracle::{self, MemoryImages, OracleInput, Violation};
 use crate::scenario::run::judge;
 use crate::scenario::{run_case_detailed, Case, Outcome, RunOptions};
@@ -194,6 +194,15 @@ pub struct RecordedDiff {
     pub difference: Option<String>,
 }
 
+/// kvgeom's run options for a traced case: host memory under a device
+/// platform, as the driver runs vLLM's connector.
+fn as_the_driver_runs() -> RunOptions {
+    RunOptions {
+        device_platform: true,
+        ..RunOptions::default()
+    }
+}
+
 /// A run's posted pairs, or its outcome when it made none.
 type Plan = Result<Vec<String>, Outcome>;
 
@@ -240,35 +249,11 @@ impl std::fmt::Display for ListKey {
     }
 }
 
-/// The memory type vLLM's platform gives the lists it prepares per peer:
-/// the driver's platform is a CUDA device (`kv_buffer_device = "cuda"`).
-const PLATFORM_MEM: &str = "VRAM";
-
-/// Why a list has its memory type (the rule kvgeom's connector follows, as
-/// vLLM's does): the platform's for a local list prepared for a peer (after
-/// the agent's first handshake) that a transfer uses, the registration's
-/// for any other local list (the registration's own list, a list remapped
-/// to kernel blocks), the peer's registered type for a remote list.
-enum MemRole {
-    Registration,
-    Platform,
-    Peer(String),
-}
-
-/// The type vLLM's lists carry for `role`, taken from the trace: an
-/// agent's registration type is that of the first local list it prepared.
-fn traced_mem(rc: &RecordedCase, agent: &str, role: &MemRole) -> String {
-    let registered = |agent: &str| {
-        rc.result
-            .dlists
-            .iter()
-            .find(|d| d.agent == agent && d.target == "local")
-            .map_or_else(|| "DRAM".to_string(), |d| d.mem.clone())
-    };
-    match role {
-        MemRole::Registration => registered(agent),
-        MemRole::Platform => PLATFORM_MEM.to_string(),
-        MemRole::Peer(peer) => registered(peer),
+/// A memory type as the driver's lists spell it.
+fn mem_name(mem: MemKind) -> &'static str {
+    match mem {
+        MemKind::Dram => "DRAM",
+        MemKind::Vram => "VRAM",
     }
 }
 
@@ -321,20 +306,13 @@ fn traced_lists(rc: &RecordedCase) -> Vec<ListKey> {
     out
 }
 
-/// kvgeom's lists in its run, sorted, each with the memory type vLLM gives
-/// a list of its role (kvgeom's host run prepares every list as DRAM).
-fn rebuilt_lists(rc: &RecordedCase, run: &crate::scenario::CaseRun) -> Vec<ListKey> {
+/// kvgeom's lists in its run (host tensors under a device platform, as
+/// the driver runs vLLM: the memory types are those vLLM's rule gives),
+/// sorted; remote lists no transfer reads are left out.
+fn rebuilt_lists(run: &crate::scenario::CaseRun) -> Vec<ListKey> {
     let (Some(recording), Some(layout)) = (&run.recording, &run.layout) else {
         return Vec::new();
     };
-    let used: std::collections::HashSet<_> = recording
-        .events()
-        .iter()
-        .filter_map(|e| match e {
-            Event::Xfer { agent, local, .. } => Some((*agent, *local)),
-            _ => None,
-        })
-        .collect();
     let read: std::collections::HashSet<_> = recording
         .events()
         .iter()
@@ -343,40 +321,29 @@ fn rebuilt_lists(rc: &RecordedCase, run: &crate::scenario::CaseRun) -> Vec<ListK
             _ => None,
         })
         .collect();
-    let mut loaded_a_peer = std::collections::HashSet::new();
     let mut out = Vec::new();
     for e in recording.events() {
-        match e {
-            Event::AddRemoteAgent { agent, .. } => {
-                loaded_a_peer.insert(*agent);
-            }
-            Event::Dlist {
-                agent,
-                handle,
-                target,
-                list,
-                ..
-            } => {
-                let name = recording.name_of(*agent).unwrap_or("?").to_string();
-                let (target, role) = match target {
-                    DlistTarget::Local
-                        if loaded_a_peer.contains(agent) && used.contains(&(*agent, *handle)) =>
-                    {
-                        ("local".to_string(), MemRole::Platform)
-                    }
-                    DlistTarget::Local => ("local".to_string(), MemRole::Registration),
-                    DlistTarget::Remote(_) if !read.contains(&(*agent, *handle)) => continue,
-                    DlistTarget::Remote(peer) => (peer.clone(), MemRole::Peer(peer.clone())),
-                };
-                out.push(ListKey {
-                    mem: traced_mem(rc, &name, &role),
-                    agent: name,
-                    target,
-                    rows: list.rows().map(|row| place_of(layout, row)).collect(),
-                });
-            }
-            _ => {}
-        }
+        let Event::Dlist {
+            agent,
+            handle,
+            target,
+            mem,
+            list,
+        } = e
+        else {
+            continue;
+        };
+        let target = match target {
+            DlistTarget::Local => "local".to_string(),
+            DlistTarget::Remote(_) if !read.contains(&(*agent, *handle)) => continue,
+            DlistTarget::Remote(peer) => peer.clone(),
+        };
+        out.push(ListKey {
+            agent: recording.name_of(*agent).unwrap_or("?").to_string(),
+            target,
+            mem: mem_name(*mem).to_string(),
+            rows: list.rows().map(|row| place_of(layout, row)).collect(),
+        });
     }
     out.sort();
     out
@@ -406,7 +373,7 @@ fn rebuilt_plan(rc: &RecordedCase, variant: Variant, opts: &RunOptions) -> (Plan
         ..rc.case.clone()
     };
     let run = run_case_detailed(&case, opts);
-    let lists = rebuilt_lists(rc, &run);
+    let lists = rebuilt_lists(&run);
     let plan = match (&run.report.outcome, &run.oracle_input) {
         (Outcome::Error { .. }, _) | (_, None) => Err(run.report.outcome.clone()),
         (_, Some(input)) => Ok(plan_keys(input)),
@@ -456,7 +423,7 @@ pub fn diff_recorded(rc: &RecordedCase, variant: Variant) -> Result<RecordedDiff
         });
     }
     let vllm = (traced_plan(rc)?, traced_lists(rc));
-    let ours = rebuilt_plan(rc, variant, &RunOptions::default());
+    let ours = rebuilt_plan(rc, variant, &as_the_driver_runs());
     if let (Err(Outcome::Error { message }), _) = &ours {
         return Err(RecordedError::new(
             &rc.path,
@@ -477,7 +444,7 @@ pub fn explain_recorded(rc: &RecordedCase) -> Explanation {
     smallest_explaining_set(|policy| {
         let opts = RunOptions {
             policy: Some(*policy),
-            ..RunOptions::default()
+            ..as_the_driver_runs()
         };
         let ours = rebuilt_plan(rc, Variant::KVGEOM, &opts);
         !matches!(ours.0, Err(Outcome::Error { .. })) && first_difference(&ours, &vllm).is_none()
