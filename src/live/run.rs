@@ -31,6 +31,7 @@ use super::protocol::{
     memory_file, Batch, CaseResult, CaseSpec, SideSpec, BATCH_FORMAT, RESULT_FORMAT,
 };
 use super::python::{driver_script, Interpreter};
+use super::traces::SaveError;
 
 /// Time the driver may take to import vLLM before its first case.
 pub const IMPORT_LIMIT: Duration = Duration::from_secs(240);
@@ -371,7 +372,7 @@ pub fn run_sweep(
 }
 
 /// [`run_sweep`], saving each case's v2 trace (docs/trace-format.md) into
-/// `record_traces` when given, named by [`trace_file_name`].
+/// `record_traces` when given, named by [`super::trace_file_name`].
 pub fn run_sweep_recording(
     cases: &[Case],
     checks: &[BlockCheck],
@@ -630,7 +631,7 @@ fn run_chunk(
             .enumerate()
             .map(|(i, c)| c.spec(format!("b{i}")))
             .collect(),
-        trace_memory_limit: record_traces.map(|_| TRACE_MEMORY_LIMIT),
+        trace_memory_limit: record_traces.map(|_| super::traces::TRACE_MEMORY_LIMIT),
     };
     let text = serde_json::to_string(&batch).map_err(BatchError::Encode)?;
     let batch_file = dir.join("batch.json");
@@ -667,7 +668,14 @@ fn run_chunk(
     }
     let killed = done.timed_out();
     if let Some(to) = record_traces {
-        save_traces(dir, cases, &prepared, to)?;
+        let case_dirs: Vec<Option<&str>> = prepared
+            .iter()
+            .map(|p| p.as_ref().ok().map(|p| p.spec.dir.as_str()))
+            .collect();
+        super::traces::save_traces(dir, cases, &case_dirs, to).map_err(|e| match e {
+            SaveError::CreateDir { path, source } => BatchError::CreateDir { path, source },
+            SaveError::Write { path, source } => BatchError::Write { path, source },
+        })?;
     }
     let case_under = |case: &Case, policy| Case {
         variant: Variant::Policy(policy),
@@ -730,54 +738,6 @@ fn run_chunk(
             .map(|(_, c)| c.clone());
     }
     Ok(out)
-}
-
-/// A recorded trace embeds the memory images of a case whose initial
-/// memory (every region of every rank) holds at most this many bytes.
-pub const TRACE_MEMORY_LIMIT: u64 = 1 << 20;
-
-/// The name a saved trace gets: geometry, mode, prompt, prefix hit,
-/// allocation and seed.
-pub fn trace_file_name(case: &Case) -> String {
-    format!(
-        "{}-{}-n{}-hit{}-{}-s{}.trace.json",
-        case.geometry_name(),
-        case.mode,
-        case.prompt_len,
-        case.prefix_hit,
-        case.allocation.as_str(),
-        case.seed
-    )
-}
-
-/// Copy each case's `trace.json` (the driver writes one per case it ran)
-/// into `to`, gzipped, under [`trace_file_name`].
-fn save_traces(
-    dir: &Path,
-    cases: &[Case],
-    prepared: &[Result<Prepared, Outcome>],
-    to: &Path,
-) -> Result<(), BatchError> {
-    use std::io::Write;
-    std::fs::create_dir_all(to).map_err(|source| BatchError::CreateDir {
-        path: to.to_path_buf(),
-        source,
-    })?;
-    for (case, p) in cases.iter().zip(prepared) {
-        let Ok(p) = p else { continue };
-        let Ok(text) = std::fs::read(dir.join(&p.spec.dir).join("trace.json")) else {
-            continue;
-        };
-        let path = to.join(format!("{}.gz", trace_file_name(case)));
-        let write = |path: &Path| -> std::io::Result<()> {
-            let file = std::fs::File::create(path)?;
-            let mut gz = flate2::write::GzEncoder::new(file, flate2::Compression::best());
-            gz.write_all(&text)?;
-            gz.finish()?.sync_all()
-        };
-        write(&path).map_err(|source| BatchError::Write { path, source })?;
-    }
-    Ok(())
 }
 
 /// Each check's geometry name and its comparison with what the driver's
