@@ -26,6 +26,7 @@ pub(crate) mod normalize;
 pub(crate) mod reader;
 pub(crate) mod recorded;
 pub(crate) mod recorded_judge;
+pub(crate) mod recorded_lists;
 pub(crate) mod reissue;
 pub(crate) mod replay;
 
