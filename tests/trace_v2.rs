@@ -519,37 +519,51 @@ fn recording_needs_the_vllm_connector() {
 /// judged or refused with an error, never a panic.
 #[test]
 fn hostile_values_never_panic() {
+    for base in [
+        "mla-kda-decode-tp2-pull-n13-hit0-mainline-s0",
+        "mla-kda-equal-ppl-prefix-cache-push-n13-hit0-mainline-s0",
+    ] {
+        hostile_values_of(base);
+    }
+}
+
+/// The path of every number and string under `v`.
+fn leaves(v: &Value, path: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                path.push(k.clone());
+                leaves(x, path, out);
+                path.pop();
+            }
+        }
+        Value::Array(a) => {
+            // The first two entries of each list stand for the rest.
+            for (i, x) in a.iter().enumerate().take(2) {
+                path.push(i.to_string());
+                leaves(x, path, out);
+                path.pop();
+            }
+        }
+        Value::Number(_) | Value::String(_) => out.push(path.clone()),
+        _ => {}
+    }
+}
+
+/// The value at `path`.
+fn at<'a>(v: &'a mut Value, path: &[String]) -> &'a mut Value {
+    path.iter().fold(v, |v, k| match v {
+        Value::Array(a) => &mut a[k.parse::<usize>().expect("index")],
+        other => &mut other[k.as_str()],
+    })
+}
+
+/// [`hostile_values_never_panic`] on one fixture, its memory images left out.
+fn hostile_values_of(base: &str) {
     use kvgeom::trace::{check_recorded, diff_recorded, RecordedCase};
     use kvgeom::variant::Variant;
 
-    fn leaves(v: &Value, path: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
-        match v {
-            Value::Object(m) => {
-                for (k, x) in m {
-                    path.push(k.clone());
-                    leaves(x, path, out);
-                    path.pop();
-                }
-            }
-            Value::Array(a) => {
-                // The first two entries of each list stand for the rest.
-                for (i, x) in a.iter().enumerate().take(2) {
-                    path.push(i.to_string());
-                    leaves(x, path, out);
-                    path.pop();
-                }
-            }
-            Value::Number(_) | Value::String(_) => out.push(path.clone()),
-            _ => {}
-        }
-    }
-    fn at<'a>(v: &'a mut Value, path: &[String]) -> &'a mut Value {
-        path.iter().fold(v, |v, k| match v {
-            Value::Array(a) => &mut a[k.parse::<usize>().expect("index")],
-            other => &mut other[k.as_str()],
-        })
-    }
-    let mut trace = load("mla-kda-decode-tp2-pull-n13-hit0-mainline-s0");
+    let mut trace = load(base);
     trace.as_object_mut().expect("object").remove("memory");
     let mut paths = Vec::new();
     leaves(&trace, &mut Vec::new(), &mut paths);
@@ -576,6 +590,6 @@ fn hostile_values_never_panic() {
             }
         }
     }
-    assert!(paths.len() > 50, "{} leaves", paths.len());
-    assert!(judged > 0, "every change was refused");
+    assert!(paths.len() > 50, "{base}: {} leaves", paths.len());
+    assert!(judged > 0, "{base}: every change was refused");
 }
