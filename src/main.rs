@@ -173,6 +173,11 @@ enum Command {
         /// nixl package: scripts/install-vllm.sh --nixl), or auto.
         #[arg(long, value_enum, value_name = "KIND")]
         nixl: Option<cli::NixlArg>,
+        /// With --connector vllm: save every case's v2 trace (vLLM's lists,
+        /// transfers and outcome; memory images for a case of at most 1 MiB)
+        /// into this folder, for check-trace and diff-trace.
+        #[arg(long, value_name = "DIR")]
+        record_traces: Option<PathBuf>,
     },
     /// Run one case and show the plan, every pair and, per local block, what was
     /// transferred, zeroed and left stale.
@@ -210,6 +215,11 @@ enum Command {
         /// With --connector vllm: what moves the bytes (see `sweep --nixl`).
         #[arg(long, value_enum, value_name = "KIND")]
         nixl: Option<cli::NixlArg>,
+        /// With --connector vllm: save the case's v2 trace (with memory
+        /// images for a case of at most 1 MiB) as FILE (gzipped when FILE
+        /// ends in .gz).
+        #[arg(long, value_name = "FILE")]
+        record_trace: Option<PathBuf>,
     },
     /// Print a geometry's descriptor lists as tables (what the snapshots hold).
     Layout {
@@ -303,6 +313,7 @@ fn main() -> ExitCode {
             connector: cli::ConnectorArg::Vllm,
             vllm_python,
             nixl,
+            record_traces,
         } => cli::live_sweep(cli::LiveSweepArgs {
             paths,
             prompts,
@@ -324,6 +335,7 @@ fn main() -> ExitCode {
             compare_host,
             threads,
             max_memory,
+            record_traces,
         }),
         Command::Sweep {
             nixl: Some(_),
@@ -340,6 +352,16 @@ fn main() -> ExitCode {
                  kvgeom's own connector takes --transport loopback|nixl"
             );
             2
+        }
+        Command::Sweep {
+            record_traces: Some(dir),
+            ..
+        } => {
+            eprintln!(
+                "error: --record-traces {}: traces record vLLM's own connector; add --connector vllm",
+                dir.display()
+            );
+            cli::EXIT_BAD_INPUT
         }
         Command::Sweep {
             paths,
@@ -393,6 +415,7 @@ fn main() -> ExitCode {
             connector: cli::ConnectorArg::Vllm,
             vllm_python,
             nixl,
+            record_trace,
         } => cli::live_explain(cli::LiveExplainArgs {
             geometry,
             prompt,
@@ -406,7 +429,18 @@ fn main() -> ExitCode {
             defect: variant.defect,
             policy: variant.policy,
             svg: svg.is_some(),
+            record_trace,
         }),
+        Command::Explain {
+            record_trace: Some(file),
+            ..
+        } => {
+            eprintln!(
+                "error: --record-trace {}: traces record vLLM's own connector; add --connector vllm",
+                file.display()
+            );
+            cli::EXIT_BAD_INPUT
+        }
         Command::Explain {
             geometry,
             prompt,

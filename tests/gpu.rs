@@ -413,6 +413,8 @@ mod checks {
         let vram = RunOptions {
             transport,
             memory: MemoryKind::Vram,
+            policy: None,
+            device_platform: false,
         };
         let on_device = execute::run_all(&cases, &vram, None);
         if let Some(r) = on_device

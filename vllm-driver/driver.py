@@ -5,8 +5,9 @@ Usage: python driver.py BATCH_DIR [--resume]
 Reads BATCH_DIR/batch.json (format kvgeom-vllm-batch/1), runs its block
 checks (vLLM's own block-size derivation, written to blocks.json) and every
 case in this one process and writes, per case, the final memory of every
-rank and result.json (format kvgeom-vllm-result/1). See README.md for the
-protocol.
+rank and result.json (format kvgeom-vllm-result/1), and, when the batch
+asks for traces, trace.json (format kvgeom-vllm-trace/2). See README.md for
+the protocol.
 
 A case still running at the time-out leaves its thread behind, blocked in
 vLLM's code with whatever state it holds; the driver then starts itself
@@ -149,6 +150,11 @@ def main(argv):
                 "trace": value["trace"],
             }
         write_result(case_dir, result)
+        if batch.get("trace_memory_limit") is not None:
+            import vllm
+            import trace_file
+
+            trace_file.write(spec, case_dir, result, batch["trace_memory_limit"], vllm.__version__)
         print(f"driver: {spec['id']} {result['status']}", flush=True)
         if state == "hung" and i + 1 < len(cases):
             print("driver: a case's thread is left blocked; restarting for the rest", flush=True)

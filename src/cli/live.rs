@@ -97,6 +97,8 @@ pub struct LiveSweepArgs {
     pub compare_host: bool,
     pub threads: Option<usize>,
     pub max_memory: Option<String>,
+    /// `--record-traces DIR`.
+    pub record_traces: Option<PathBuf>,
 }
 
 /// Why `--transport nixl` is refused with `--connector vllm`.
@@ -210,7 +212,14 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
     let (cases, shard) = super::shard_cases(all_cases, shard_of, &sources, &opts, &options);
     let checks = block_checks(&sources, &cases);
     let started = std::time::Instant::now();
-    let live = match live::run_sweep(&cases, &checks, &python, live::CASE_LIMIT, drivers) {
+    let live = match live::run_sweep_recording(
+        &cases,
+        &checks,
+        &python,
+        live::CASE_LIMIT,
+        drivers,
+        args.record_traces.as_deref(),
+    ) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");
@@ -556,6 +565,25 @@ pub struct LiveExplainArgs {
     pub defect: Option<String>,
     pub policy: Option<String>,
     pub svg: bool,
+    /// `--record-trace FILE`.
+    pub record_trace: Option<PathBuf>,
+}
+
+/// Move the one trace recorded into `dir` to `file`, gunzipped unless
+/// `file` ends in `.gz`.
+fn save_trace(
+    dir: &std::path::Path,
+    case: &crate::scenario::Case,
+    file: &std::path::Path,
+) -> std::io::Result<()> {
+    use std::io::Read;
+    let gz = std::fs::read(dir.join(format!("{}.gz", live::trace_file_name(case))))?;
+    if file.to_string_lossy().ends_with(".gz") {
+        return std::fs::write(file, gz);
+    }
+    let mut text = Vec::new();
+    flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut text)?;
+    std::fs::write(file, text)
 }
 
 pub fn live_explain(args: LiveExplainArgs) -> u8 {
@@ -604,13 +632,30 @@ pub fn live_explain(args: LiveExplainArgs) -> u8 {
         seed: args.seed,
         variant: Variant::Policy(NamedPolicy::Vllm0330),
     };
-    let live = match live::run_batch_checked(
+    let record_dir = args
+        .record_trace
+        .as_ref()
+        .map(|_| std::env::temp_dir().join(format!("kvgeom-record-trace-{}", std::process::id())));
+    let hooks = live::Hooks {
+        record_traces: record_dir.clone(),
+        ..live::Hooks::default()
+    };
+    let ran = live::run_batch_checked(
         std::slice::from_ref(&case),
         &checks,
         &python,
         live::CASE_LIMIT,
-        &live::Hooks::default(),
-    ) {
+        &hooks,
+    );
+    if let (Some(dir), Some(file), Ok(_)) = (&record_dir, &args.record_trace, &ran) {
+        let saved = save_trace(dir, &case, file);
+        let _ = std::fs::remove_dir_all(dir);
+        if let Err(why) = saved {
+            eprintln!("error: --record-trace {}: {why}", file.display());
+            return EXIT_BAD_INPUT;
+        }
+    }
+    let live = match ran {
         Ok(mut r) if r.len() == 1 => r.remove(0),
         Ok(_) => {
             eprintln!("error: the driver returned no case");

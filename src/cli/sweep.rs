@@ -165,6 +165,8 @@ pub fn sweep(args: SweepArgs) -> u8 {
     let run_opts = RunOptions {
         transport: args.transport,
         memory: args.memory,
+        policy: None,
+        device_platform: false,
     };
     // A case whose request cannot be placed, or that cannot fit alone in the
     // budget, is refused before anything is allocated.

@@ -9,7 +9,10 @@ use serde::Serialize;
 
 use super::{VariantArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::trace::check::{check_case, skipped_names, SkippedCheck};
-use crate::trace::{diff_against_connector, explain_difference, trace_inputs, TraceCase};
+use crate::trace::{
+    check_recorded, diff_against_connector, diff_recorded, explain_difference, explain_recorded,
+    is_v1_name, trace_inputs, RecordedCase, RecordedCheck, TraceCase,
+};
 use crate::variant::Variant;
 
 /// The `schema` of the JSON verdict report.
@@ -136,6 +139,31 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "unknown panic".into())
 }
 
+/// A trace read: v1 (vLLM's unit-test traces) or v2 (the live driver's).
+enum Loaded {
+    V1(Box<TraceCase>),
+    V2(Box<RecordedCase>),
+}
+
+/// Why a trace could not be read, in either version.
+#[derive(Debug, thiserror::Error)]
+enum LoadError {
+    #[error(transparent)]
+    V1(#[from] crate::trace::TraceError),
+    #[error(transparent)]
+    V2(#[from] crate::trace::RecordedError),
+}
+
+/// Read a trace by its name: `*.jsonl` and `*.jsonl.gz` are v1, any other
+/// file v2. The error names the file (and line).
+fn load(path: &Path) -> Result<Loaded, LoadError> {
+    Ok(if is_v1_name(path) {
+        Loaded::V1(Box::new(TraceCase::read(path)?))
+    } else {
+        Loaded::V2(Box::new(RecordedCase::read(path)?))
+    })
+}
+
 /// Read every trace of `files` (folders searched recursively) and judge
 /// each with `judge`. A file that cannot be read, or whose judging
 /// fails (even by a panic), is an `error` verdict; the other files are still
@@ -144,11 +172,11 @@ fn judge_all(
     files: &[PathBuf],
     format: TraceFormat,
     summary_line: impl Fn(&Summary) -> String,
-    judge: impl Fn(&Path, &TraceCase) -> Judged,
+    judge: impl Fn(&Path, &Loaded) -> Judged,
 ) -> u8 {
     if files.is_empty() {
         eprintln!(
-            "error: no trace given: name .jsonl or .jsonl.gz trace files, or folders of them"
+            "error: no trace given: name trace files (.jsonl, .jsonl.gz, .trace.json, .trace.json.gz), or folders of them"
         );
         return EXIT_BAD_INPUT;
     }
@@ -160,7 +188,7 @@ fn judge_all(
         let (file, judged) = match input {
             Err(e) => (e.path.clone(), Judged::error(e.to_string())),
             Ok(f) => {
-                let judged = catch_unwind(AssertUnwindSafe(|| match TraceCase::read(&f) {
+                let judged = catch_unwind(AssertUnwindSafe(|| match load(&f) {
                     Ok(case) => judge(&f, &case),
                     // The error names the file (and line) already.
                     Err(e) => Judged::error(e.to_string()),
@@ -256,29 +284,62 @@ pub fn diff_trace(files: &[PathBuf], variant: &VariantArgs, format: TraceFormat)
             }
             line
         },
-        |f, case| match diff_against_connector(case, policy) {
-            Ok(report) if report.is_match() => Judged::new(
+        |f, loaded| match loaded {
+            Loaded::V1(case) => diff_v1(f, case, policy, explain),
+            Loaded::V2(case) => diff_v2(f, case, variant, explain),
+        },
+    )
+}
+
+fn diff_v2(f: &Path, case: &RecordedCase, variant: Variant, explain: bool) -> Judged {
+    match diff_recorded(case, variant) {
+        Ok(d) => match d.difference {
+            None => Judged::new(
                 Verdict::Match,
                 "MATCH".into(),
                 vec![format!("{}: MATCH", f.display())],
             ),
-            Ok(report) => {
-                let mut lines = vec![format!("{}: {report}", f.display())];
-                let mut judged = Judged::new(Verdict::Differ, report.to_string(), Vec::new());
+            Some(difference) => {
+                let message = format!("DIFFER: {difference}");
+                let mut lines = vec![format!("{}: {message}", f.display())];
+                let mut judged = Judged::new(Verdict::Differ, message, Vec::new());
                 if explain {
-                    let explanation = explain_difference(case);
+                    let explanation = explain_recorded(case);
                     lines.push(format!("  differs; {explanation}"));
                     judged.explained_by = explanation.names();
                 }
                 judged.lines = lines;
                 judged
             }
-            Err(e) => Judged::error(format!("{}: {e}", f.display())),
         },
-    )
+        Err(e) => Judged::error(e.to_string()),
+    }
 }
 
-/// Run the descriptor-level oracles on each trace's own transfers.
+fn diff_v1(f: &Path, case: &TraceCase, policy: crate::connector::Policy, explain: bool) -> Judged {
+    match diff_against_connector(case, policy) {
+        Ok(report) if report.is_match() => Judged::new(
+            Verdict::Match,
+            "MATCH".into(),
+            vec![format!("{}: MATCH", f.display())],
+        ),
+        Ok(report) => {
+            let mut lines = vec![format!("{}: {report}", f.display())];
+            let mut judged = Judged::new(Verdict::Differ, report.to_string(), Vec::new());
+            if explain {
+                let explanation = explain_difference(case);
+                lines.push(format!("  differs; {explanation}"));
+                judged.explained_by = explanation.names();
+            }
+            judged.lines = lines;
+            judged
+        }
+        Err(e) => Judged::error(format!("{}: {e}", f.display())),
+    }
+}
+
+/// Run the oracles on each trace's own transfers: descriptor level, and
+/// byte level on a v2 trace that holds memory images.
 pub fn check_trace(files: &[PathBuf], format: TraceFormat) -> u8 {
     judge_all(
         files,
@@ -297,47 +358,91 @@ pub fn check_trace(files: &[PathBuf], format: TraceFormat) -> u8 {
             }
             line
         },
-        |f, case| {
-            if let Some((rank, why)) = case
-                .remotes
-                .iter()
-                .find_map(|r| r.refused.as_ref().map(|why| (r.tp_rank, why)))
-            {
-                let message = format!("vLLM refused the handshake of remote rank {rank}: {why}");
-                let line = format!("{}: REJECTED: {message}", f.display());
-                return Judged::new(Verdict::Rejected, message, vec![line]);
-            }
-            match check_case(case) {
-                Ok(r) => {
-                    let mut lines = Vec::new();
-                    let mut message;
-                    let verdict = if r.violations.is_empty() {
-                        lines.push(format!("{}: OK", f.display()));
-                        message = "OK".to_string();
-                        Verdict::Passed
-                    } else {
-                        lines.push(format!(
-                            "{}: {} violations",
-                            f.display(),
-                            r.violations.len()
-                        ));
-                        message = format!("{} violations", r.violations.len());
-                        for x in r.violations.iter().take(10) {
-                            lines.push(format!("  {x}"));
-                            message.push_str(&format!("; {x}"));
-                        }
-                        Verdict::Violations
-                    };
-                    for note in &r.notes {
-                        lines.push(format!("  note: {note}"));
-                        message.push_str(&format!("; note: {note}"));
-                    }
-                    let mut judged = Judged::new(verdict, message, lines);
-                    judged.skipped = r.skipped;
-                    judged
-                }
-                Err(e) => Judged::error(format!("{}: {e}", f.display())),
-            }
+        |f, loaded| match loaded {
+            Loaded::V1(case) => check_v1(f, case),
+            Loaded::V2(case) => check_v2(f, case),
         },
     )
+}
+
+fn check_v2(f: &Path, case: &RecordedCase) -> Judged {
+    match check_recorded(case) {
+        Ok(RecordedCheck::Passed { bytes_checked }) => {
+            let message = if bytes_checked {
+                "OK (descriptor and byte level)"
+            } else {
+                "OK (descriptor level: the trace holds no memory images)"
+            };
+            Judged::new(
+                Verdict::Passed,
+                message.into(),
+                vec![format!("{}: {message}", f.display())],
+            )
+        }
+        Ok(RecordedCheck::Rejected { message, expected }) => {
+            let message = format!(
+                "vLLM refused the handshake{}: {message}",
+                if expected {
+                    " as the geometry expects"
+                } else {
+                    " (the geometry expects the pair to work)"
+                }
+            );
+            let line = format!("{}: REJECTED: {message}", f.display());
+            Judged::new(Verdict::Rejected, message, vec![line])
+        }
+        Ok(RecordedCheck::Failed { findings }) => {
+            let mut message = format!("{} violations", findings.len());
+            let mut lines = vec![format!("{}: {message}", f.display())];
+            for x in findings.iter().take(10) {
+                lines.push(format!("  {x}"));
+                message.push_str(&format!("; {x}"));
+            }
+            Judged::new(Verdict::Violations, message, lines)
+        }
+        Err(e) => Judged::error(e.to_string()),
+    }
+}
+
+fn check_v1(f: &Path, case: &TraceCase) -> Judged {
+    if let Some((rank, why)) = case
+        .remotes
+        .iter()
+        .find_map(|r| r.refused.as_ref().map(|why| (r.tp_rank, why)))
+    {
+        let message = format!("vLLM refused the handshake of remote rank {rank}: {why}");
+        let line = format!("{}: REJECTED: {message}", f.display());
+        return Judged::new(Verdict::Rejected, message, vec![line]);
+    }
+    match check_case(case) {
+        Ok(r) => {
+            let mut lines = Vec::new();
+            let mut message;
+            let verdict = if r.violations.is_empty() {
+                lines.push(format!("{}: OK", f.display()));
+                message = "OK".to_string();
+                Verdict::Passed
+            } else {
+                lines.push(format!(
+                    "{}: {} violations",
+                    f.display(),
+                    r.violations.len()
+                ));
+                message = format!("{} violations", r.violations.len());
+                for x in r.violations.iter().take(10) {
+                    lines.push(format!("  {x}"));
+                    message.push_str(&format!("; {x}"));
+                }
+                Verdict::Violations
+            };
+            for note in &r.notes {
+                lines.push(format!("  note: {note}"));
+                message.push_str(&format!("; note: {note}"));
+            }
+            let mut judged = Judged::new(verdict, message, lines);
+            judged.skipped = r.skipped;
+            judged
+        }
+        Err(e) => Judged::error(format!("{}: {e}", f.display())),
+    }
 }

@@ -369,7 +369,10 @@ impl EngineLayout {
     pub fn locate(&self, addr: u64, len: u64) -> Option<(u32, u64)> {
         self.region_bases.iter().enumerate().find_map(|(i, &base)| {
             let off = addr.checked_sub(base)?;
-            (off < self.region_len() && off + len <= self.region_len()).then_some((i as u32, off))
+            let inside = off
+                .checked_add(len)
+                .is_some_and(|end| off < self.region_len() && end <= self.region_len());
+            inside.then_some((i as u32, off))
         })
     }
 

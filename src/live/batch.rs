@@ -2,7 +2,7 @@
 //! folder, run by the driver processes ([`super::chunks`]), and what is kept
 //! of each case.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::scenario::Case;
@@ -60,12 +60,29 @@ pub fn run_sweep(
     case_limit: Duration,
     drivers: usize,
 ) -> Result<Vec<LiveReport>, BatchError> {
+    run_sweep_recording(cases, checks, python, case_limit, drivers, None)
+}
+
+/// [`run_sweep`], saving each case's v2 trace (docs/trace-format.md) into
+/// `record_traces` when given, named by [`super::trace_file_name`].
+pub fn run_sweep_recording(
+    cases: &[Case],
+    checks: &[BlockCheck],
+    python: &Interpreter,
+    case_limit: Duration,
+    drivers: usize,
+    record_traces: Option<&Path>,
+) -> Result<Vec<LiveReport>, BatchError> {
+    let hooks = Hooks {
+        record_traces: record_traces.map(Path::to_path_buf),
+        ..Hooks::default()
+    };
     run_in_scratch(
         cases,
         checks,
         python,
         case_limit,
-        &Hooks::default(),
+        &hooks,
         Retention::Verdicts,
         drivers,
     )

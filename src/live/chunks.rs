@@ -230,6 +230,7 @@ impl Chunk {
             batch.python,
             batch.case_limit,
             batch.retention,
+            batch.hooks.record_traces.as_deref(),
         );
         remove_unless_kept(&dir);
         result

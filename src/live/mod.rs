@@ -11,8 +11,11 @@ pub mod protocol;
 pub mod python;
 pub mod run;
 pub mod shrink;
+pub mod traces;
 
-pub use batch::{run_batch, run_batch_checked, run_batch_hooked, run_batch_with, run_sweep};
+pub use batch::{
+    run_batch, run_batch_checked, run_batch_hooked, run_batch_with, run_sweep, run_sweep_recording,
+};
 pub use blocks::{BlockCheck, BlocksComparison, EngineBlocks, PairBlocks};
 pub use chunks::{default_drivers, CHUNK_MEMORY_BYTES, MAX_DEFAULT_DRIVERS};
 pub use nixl::{NixlChoice, NixlRun, NixlUnavailable};
@@ -20,3 +23,4 @@ pub use process::ProcessError;
 pub use python::{find, FindError, Interpreter, INSTALL_SCRIPT, PINNED_VLLM};
 pub use run::{BatchError, Hooks, LiveReport, PlanComparison, CASE_LIMIT};
 pub use shrink::{live_replay_command, shrink_live};
+pub use traces::{trace_file_name, TRACE_MEMORY_LIMIT};

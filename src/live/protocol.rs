@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::geometry::Geometry;
+use crate::scheduler::DecodeAllocation;
 
 /// The `format` of `batch.json`.
 pub const BATCH_FORMAT: &str = "kvgeom-vllm-batch/1";
@@ -31,14 +32,21 @@ pub struct Batch {
     /// What moves the bytes: `stand-in` (the driver's NIXL stand-in) or
     /// `real` (real NIXL agents over host memory).
     pub nixl: &'static str,
+    /// Set when traces are recorded: the driver writes each case's
+    /// `trace.json` (docs/trace-format.md), with the memory images of a case
+    /// whose initial memory holds at most this many bytes. Omitted otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_memory_limit: Option<u64>,
 }
 
-/// One case as the driver sees it.
-#[derive(Clone, Debug, Serialize)]
+/// One case as the driver sees it (and as a v2 trace records it).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CaseSpec {
     /// The case's name in messages (geometry, prompt, hit, mode, allocation).
     pub id: String,
-    /// Folder of the case's memory files and result, relative to the batch folder.
+    /// Folder of the case's memory files and result, relative to the batch
+    /// folder (a trace leaves it out).
+    #[serde(default)]
     pub dir: String,
     /// `pull` or `push`.
     pub mode: String,
@@ -48,6 +56,10 @@ pub struct CaseSpec {
     pub prefix_hit: u32,
     /// Tokens whose KV moves (M).
     pub transferred_tokens: u32,
+    /// How many blocks decode holds for the request.
+    pub allocation: DecodeAllocation,
+    /// Seed of the block placement among neighbour requests.
+    pub seed: u64,
     /// The P/D geometry, as kvgeom's geometry files state it.
     pub geometry: Geometry,
     /// The prefill engine's ranks, pool and request blocks.
@@ -66,7 +78,7 @@ pub struct CaseSpec {
 }
 
 /// One engine of a case.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SideSpec {
     /// Ranks of the engine.
     pub tp_size: u32,
@@ -127,6 +139,18 @@ pub struct CaseResult {
     /// The real NIXL's version.
     #[serde(default)]
     pub nixl_version: Option<String>,
+    /// Push: every failure vLLM logged (`{agent, failure_type, error}`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<serde_json::Value>,
+    /// Push: exceptions of the push path (`{agent, in, message, trace}`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub raised: Vec<serde_json::Value>,
+    /// Push: every notification delivered (`{from, to, text}`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notifs: Vec<serde_json::Value>,
+    /// The stack of the exception (or of the blocked thread), when any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
 }
 
 /// A prepared descriptor list, rows expanded to `(addr, len, dev)`.

@@ -31,6 +31,7 @@ use super::protocol::{
     memory_file, Batch, CaseResult, CaseSpec, SideSpec, BATCH_FORMAT, RESULT_FORMAT,
 };
 use super::python::{driver_script, Interpreter};
+use super::traces::SaveError;
 
 /// Time the driver may take to import vLLM before its first case.
 pub const IMPORT_LIMIT: Duration = Duration::from_secs(240);
@@ -148,7 +149,7 @@ enum ResultFileError {
 
 /// Why vLLM's recorded transfers cannot be resolved to pairs.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-enum ResolveError {
+pub(crate) enum ResolveError {
     #[error("transfer {xfer}: unknown operation {op}")]
     UnknownOperation { xfer: usize, op: String },
     #[error("transfer {xfer}: unknown {which} list {handle}")]
@@ -189,14 +190,14 @@ pub struct LiveReport {
 }
 
 /// A case's memory as kvgeom's scenario prepares it.
-pub(super) struct Prepared {
-    layout: CaseLayout,
-    transferred_tokens: u32,
+pub(crate) struct Prepared {
+    pub(crate) layout: CaseLayout,
+    pub(crate) transferred_tokens: u32,
     /// Arena bases `[rank][region]` per side: prefill, decode.
-    bases: [Vec<Vec<u64>>; 2],
+    pub(crate) bases: [Vec<Vec<u64>>; 2],
     /// Initial images `[rank][region]` per side.
-    before: [Vec<Vec<Vec<u8>>>; 2],
-    pub(super) spec: CaseSpec,
+    pub(crate) before: [Vec<Vec<Vec<u8>>>; 2],
+    pub(crate) spec: CaseSpec,
 }
 
 impl Prepared {
@@ -211,7 +212,7 @@ impl Prepared {
     }
 }
 
-fn side_index(side: Side) -> usize {
+pub(crate) fn side_index(side: Side) -> usize {
     match side {
         Side::Prefill => 0,
         Side::Decode => 1,
@@ -220,7 +221,7 @@ fn side_index(side: Side) -> usize {
 
 /// Shape, placement, allocation, provenance pattern, neighbours and
 /// alloc-time zeroing: the same steps and bytes as `scenario::run`.
-pub(super) fn prepare(case: &Case, id: &str) -> Result<Prepared, Outcome> {
+pub(crate) fn prepare(case: &Case, id: &str) -> Result<Prepared, Outcome> {
     let geometry = &case.geometry;
     check_prefix_hit(geometry, case.prompt_len, case.prefix_hit).map_err(Outcome::error)?;
     let shape = request_shape(geometry, case.prompt_len, case.prefix_hit, case.allocation);
@@ -302,6 +303,8 @@ pub(super) fn prepare(case: &Case, id: &str) -> Result<Prepared, Outcome> {
         prompt_len: case.prompt_len,
         prefix_hit: case.prefix_hit,
         transferred_tokens: shape.transferred_tokens,
+        allocation: case.allocation,
+        seed: case.seed,
         geometry: (**geometry).clone(),
         prefill: side_spec(
             Side::Prefill,
@@ -355,9 +358,11 @@ pub(super) enum Retention {
     Verdicts,
 }
 
-/// Faults a test injects into the driver.
+/// Faults a test injects into the driver, and where traces are saved.
 #[derive(Clone, Debug, Default)]
 pub struct Hooks {
+    /// Save each case's v2 trace into this folder (created if missing).
+    pub record_traces: Option<PathBuf>,
     /// Skip vLLM's receive post-process on every case.
     pub skip_receive_post_process: bool,
     /// Indices of push cases whose thread the driver leaves blocked inside
@@ -372,6 +377,7 @@ pub(super) fn remove_unless_kept(dir: &Path) {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 pub(super) fn run_chunk(
     dir: &Path,
     cases: &[Case],
@@ -380,6 +386,7 @@ pub(super) fn run_chunk(
     python: &Interpreter,
     case_limit: Duration,
     retention: Retention,
+    record_traces: Option<&Path>,
 ) -> Result<Vec<LiveReport>, BatchError> {
     std::fs::create_dir_all(dir).map_err(|source| BatchError::CreateDir {
         path: dir.to_path_buf(),
@@ -398,6 +405,7 @@ pub(super) fn run_chunk(
             .map(|(i, c)| c.spec(format!("b{i}")))
             .collect(),
         nixl: python.nixl.as_str(),
+        trace_memory_limit: record_traces.map(|_| super::traces::TRACE_MEMORY_LIMIT),
     };
     let text = serde_json::to_string(&batch).map_err(BatchError::Encode)?;
     let batch_file = dir.join("batch.json");
@@ -446,6 +454,16 @@ pub(super) fn run_chunk(
         });
     }
     let killed = done.timed_out();
+    if let Some(to) = record_traces {
+        let case_dirs: Vec<Option<&str>> = prepared
+            .iter()
+            .map(|p| p.as_ref().ok().map(|p| p.spec.dir.as_str()))
+            .collect();
+        super::traces::save_traces(dir, cases, &case_dirs, to).map_err(|e| match e {
+            SaveError::CreateDir { path, source } => BatchError::CreateDir { path, source },
+            SaveError::Write { path, source } => BatchError::Write { path, source },
+        })?;
+    }
     let case_under = |case: &Case, policy| Case {
         variant: Variant::Policy(policy),
         ..case.clone()
@@ -746,7 +764,7 @@ fn judge_case(
 }
 
 /// vLLM's addresses moved onto kvgeom's arenas: same region, same offset.
-fn relocate(result: &CaseResult, p: &Prepared, agent: &str, row: DescRow) -> DescRow {
+pub(crate) fn relocate(result: &CaseResult, p: &Prepared, agent: &str, row: DescRow) -> DescRow {
     let Some((side, rank)) = Side::parse_agent_name(agent) else {
         return row;
     };
@@ -766,7 +784,7 @@ fn relocate(result: &CaseResult, p: &Prepared, agent: &str, row: DescRow) -> Des
     row
 }
 
-fn resolve_pairs(
+pub(crate) fn resolve_pairs(
     result: &CaseResult,
     p: &Prepared,
 ) -> Result<Vec<ResolvedPair<crate::layout::Location>>, ResolveError> {
@@ -842,7 +860,7 @@ fn resolve_pairs(
 }
 
 /// Where a row lies, independent of addresses: `agent rREGION+OFFSET/LEN`.
-fn place_of(layout: &CaseLayout, row: DescRow) -> String {
+pub(crate) fn place_of(layout: &CaseLayout, row: DescRow) -> String {
     for side in [Side::Prefill, Side::Decode] {
         for engine in layout.engines(side) {
             if let Some((region, offset)) = engine.locate(row.addr, row.len) {
@@ -882,7 +900,7 @@ fn not_run(why: &str) -> PlanComparison {
 
 /// kvgeom's plan against vLLM's transfers: each the posted pairs
 /// ([`plan_keys`]), or the outcome of a run that made none.
-fn compare_plans(
+pub(crate) fn compare_plans(
     kvgeom: &Result<Vec<String>, Outcome>,
     vllm: &Result<Vec<String>, Outcome>,
 ) -> PlanComparison {

@@ -7,6 +7,7 @@ pub(crate) mod agent_options;
 mod agent_table;
 mod checks;
 pub(crate) mod desc;
+pub(crate) mod device_platform;
 pub(crate) mod dry_run;
 mod handle_table;
 pub(crate) mod loopback;
@@ -20,6 +21,7 @@ pub(crate) mod ucx_hints;
 pub use crate::memory::{MemKind, MemRegion};
 pub use agent_options::NixlAgentOptions;
 pub use desc::{DescList, DescRow, StridedRun};
+pub use device_platform::HostAsDevice;
 pub use dry_run::DryRun;
 pub use loopback::Loopback;
 #[cfg(feature = "nixl")]

@@ -162,6 +162,22 @@ pub fn register_side_on(
     ranks_memory: Vec<RankTensors>,
     policy: Policy,
 ) -> Result<Vec<Rank>, Outcome> {
+    register_side_with_platform(nixl, geometry, side, mode, pool, ranks_memory, policy, None)
+}
+
+/// [`register_side_on`] with the platform's memory type given (`None`: the
+/// type of each rank's own memory).
+#[allow(clippy::too_many_arguments)]
+pub fn register_side_with_platform(
+    nixl: &mut dyn Nixl,
+    geometry: &Geometry,
+    side: Side,
+    mode: Mode,
+    pool: u32,
+    ranks_memory: Vec<RankTensors>,
+    policy: Policy,
+    platform: Option<MemKind>,
+) -> Result<Vec<Rank>, Outcome> {
     let engine = match side {
         Side::Prefill => &geometry.prefill,
         Side::Decode => &geometry.decode,
@@ -188,7 +204,7 @@ pub fn register_side_on(
             tp_rank: rank as u32,
             role: Role::new(mode, side == Side::Decode),
             mem,
-            platform_mem: mem,
+            platform_mem: platform.unwrap_or(mem),
             device: DEVICE_ORDINAL,
             policy,
         };

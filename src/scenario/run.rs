@@ -9,14 +9,14 @@ use crate::connector::post_process::{GroupPostProcess, PageGeometry, PostOp};
 use crate::connector::{ConnectorError, PlannedRead, ReadRequest, Worker, WriteRequest};
 use crate::geometry::{Geometry, Mode};
 use crate::layout::{CaseLayout, RequestBlocks, Side};
-use crate::memory::HostArena;
+use crate::memory::{HostArena, MemKind};
 use crate::nixl::{Loopback, Nixl, Recording};
 use crate::oracle::{self, BeforeImage, MemoryImages, OracleInput};
 use crate::pattern::{DecodeFill, InitialFill};
 use crate::scheduler::{request_shape, RequestShape};
 
 use super::case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
-use super::engines::{allocate_ranks, register_side_on, Engines, RankTensors};
+use super::engines::{allocate_ranks, register_side_with_platform, Engines, RankTensors};
 use super::error::{PrefixHitError, TransportError};
 use super::placement::{place, Placement};
 use super::vram::{self, CaseDevices};
@@ -30,6 +30,14 @@ type SideTensors = [Vec<RankTensors>; 2];
 pub struct RunOptions {
     pub transport: TransportKind,
     pub memory: MemoryKind,
+    /// Decisions that replace the case variant's (a set of defects that no
+    /// single variant names: `diff-trace`'s explanation search).
+    pub policy: Option<crate::connector::Policy>,
+    /// Host tensors under a platform that reports device memory (how the
+    /// vLLM driver runs vLLM's connector): the workers' platform type is
+    /// VRAM, and the lists vLLM's rule gives it are recorded as VRAM while
+    /// the transport prepares them on host memory. Host memory only.
+    pub device_platform: bool,
 }
 
 impl Default for RunOptions {
@@ -37,6 +45,8 @@ impl Default for RunOptions {
         Self {
             transport: TransportKind::Loopback,
             memory: MemoryKind::Host,
+            policy: None,
+            device_platform: false,
         }
     }
 }
@@ -181,6 +191,12 @@ fn execute(case: &Case, opts: &RunOptions, run: &mut CaseRun) -> Outcome {
         Ok(t) => t,
         Err(e) => return Outcome::error(e),
     };
+    let inner: Box<dyn Nixl> = if opts.device_platform && devices.is_none() {
+        Box::new(crate::nixl::HostAsDevice::new(inner))
+    } else {
+        inner
+    };
+    let platform = (opts.device_platform && devices.is_none()).then_some(MemKind::Vram);
     let mut nixl = Recording::new(inner);
     let (p_devices, d_devices) = match devices {
         Some(c) => (Some(c.prefill), Some(c.decode)),
@@ -193,7 +209,10 @@ fn execute(case: &Case, opts: &RunOptions, run: &mut CaseRun) -> Outcome {
     // Real NIXL completes transfers and delivers notifications in the
     // background; the in-process transports finish inside the post.
     let patient = opts.transport == TransportKind::Nixl;
-    let outcome = transfer(case, &shape, &placement, memory, &mut nixl, run, patient);
+    let policy = opts.policy.unwrap_or_else(|| case.variant.policy());
+    let outcome = transfer(
+        case, policy, platform, &shape, &placement, memory, &mut nixl, run, patient,
+    );
     run.shape = Some(shape);
     run.placement = Some(placement);
     run.recording = Some(nixl);
@@ -201,8 +220,11 @@ fn execute(case: &Case, opts: &RunOptions, run: &mut CaseRun) -> Outcome {
     outcome
 }
 
+#[allow(clippy::too_many_arguments)]
 fn transfer(
     case: &Case,
+    policy: crate::connector::Policy,
+    platform: Option<MemKind>,
     shape: &RequestShape,
     placement: &Placement,
     memory: SideTensors,
@@ -214,26 +236,28 @@ fn transfer(
     let mode = case.mode;
     let [p_ranks, d_ranks] = memory;
     let mut engines = {
-        let prefill = match register_side_on(
+        let prefill = match register_side_with_platform(
             nixl,
             geometry,
             Side::Prefill,
             mode,
             placement.prefill_pool,
             p_ranks,
-            case.variant.policy(),
+            policy,
+            platform,
         ) {
             Ok(r) => r,
             Err(o) => return o,
         };
-        let decode = match register_side_on(
+        let decode = match register_side_with_platform(
             nixl,
             geometry,
             Side::Decode,
             mode,
             placement.decode_pool,
             d_ranks,
-            case.variant.policy(),
+            policy,
+            platform,
         ) {
             Ok(r) => r,
             Err(o) => return o,

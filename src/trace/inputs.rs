@@ -1,5 +1,6 @@
 //! Which trace files a command line names: a file as given, a folder's
-//! `*.jsonl` and `*.jsonl.gz` files at any depth, in sorted order. Each
+//! `*.jsonl` and `*.jsonl.gz` (v1) and `*.trace.json` and `*.trace.json.gz`
+//! (v2) files at any depth, in sorted order. Each
 //! folder is entered once (by its canonical path), so links that loop back
 //! or lead to a folder already searched never repeat or hang the walk.
 
@@ -9,8 +10,19 @@ use std::path::{Path, PathBuf};
 
 use super::error::{TraceError, TraceErrorKind};
 
-/// Whether `path` names a trace file (`*.jsonl` or `*.jsonl.gz`).
+/// Whether `path` names a trace file (`*.jsonl`, `*.jsonl.gz`,
+/// `*.trace.json` or `*.trace.json.gz`).
 pub fn is_trace_name(path: &Path) -> bool {
+    is_v1_name(path)
+        || path
+            .file_name()
+            .map(|n| n.to_string_lossy())
+            .is_some_and(|n| n.ends_with(".trace.json") || n.ends_with(".trace.json.gz"))
+}
+
+/// Whether `path` names a v1 trace (`*.jsonl` or `*.jsonl.gz`); any other
+/// file given is read as a v2 trace.
+pub fn is_v1_name(path: &Path) -> bool {
     path.file_name()
         .map(|n| n.to_string_lossy())
         .is_some_and(|n| n.ends_with(".jsonl") || n.ends_with(".jsonl.gz"))
@@ -90,6 +102,8 @@ mod tests {
             "a.jsonl.gz",
             "b/deeper/x.jsonl",
             "b/y.jsonl",
+            "b/z.trace.json.gz",
+            "b/result.json",
             "notes.txt",
         ] {
             fs::write(dir.join(f), b"").unwrap();
@@ -104,7 +118,13 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            ["a.jsonl.gz", "b/deeper/x.jsonl", "b/y.jsonl", "c.jsonl"]
+            [
+                "a.jsonl.gz",
+                "b/deeper/x.jsonl",
+                "b/y.jsonl",
+                "b/z.trace.json.gz",
+                "c.jsonl"
+            ]
         );
         let empty = trace_inputs(&[dir.join("empty")]);
         assert_eq!(empty.len(), 1);

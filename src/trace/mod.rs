@@ -1,4 +1,6 @@
-//! vLLM NIXL geometry traces (`vllm-nixl-geometry-trace/1`): reading them
+//! vLLM NIXL geometry traces. Version 2 (`kvgeom-vllm-trace/2`, one case of
+//! the live driver per file): [`RecordedCase`], judged by [`check_recorded`]
+//! and [`diff_recorded`]. Version 1 (`vllm-nixl-geometry-trace/1`): reading them
 //! into typed events ([`read_trace`], [`TraceEvent`]; [`format`](mod@format)
 //! documents every event and field), extracting one case
 //! ([`TraceCase`]), normalising addresses to (region, offset)
@@ -11,6 +13,7 @@
 //! calls through the dry-run transport; [`trace_inputs`] lists the trace
 //! files a command line names, searching folders recursively.
 
+pub(crate) mod base64;
 pub(crate) mod case;
 pub(crate) mod check;
 pub(crate) mod diff;
@@ -21,9 +24,13 @@ pub mod format;
 pub(crate) mod inputs;
 pub(crate) mod normalize;
 pub(crate) mod reader;
+pub(crate) mod recorded;
+pub(crate) mod recorded_judge;
+pub(crate) mod recorded_lists;
 pub(crate) mod reissue;
 pub(crate) mod replay;
 
+pub use base64::Base64Error;
 pub use case::{ExpectedDlist, ExpectedXfer, ListRole, RemoteRank, TraceCase};
 pub use check::{check_case, CheckReport, SkippedCheck};
 pub use diff::{diff_block_ids, diff_run, ActualRun, DiffReport, Difference, Side};
@@ -31,8 +38,14 @@ pub use error::{TraceError, TraceErrorKind};
 pub use explain::{explain_difference, smallest_explaining_set, Explanation};
 pub use fixture::{write_fixture, FixtureStats};
 pub use format::TraceEvent;
-pub use inputs::{is_trace_name, trace_inputs};
+pub use inputs::{is_trace_name, is_v1_name, trace_inputs};
 pub use normalize::{Location, NormRow, Region, RegionMap};
 pub use reader::{decompress, parse_trace, read_trace, TraceFile, TraceLine};
+pub use recorded::{
+    ImageProblem, RecordedCase, RecordedError, RecordedErrorKind, RegionImages, TRACE_FORMAT_V2,
+};
+pub use recorded_judge::{
+    check_recorded, diff_recorded, explain_recorded, RecordedCheck, RecordedDiff,
+};
 pub use reissue::{reissue, ReissueError, Relocation};
 pub use replay::{diff_against_connector, replay, Replay, ReplayError};

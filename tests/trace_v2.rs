@@ -1,0 +1,595 @@
+//! v2 traces (docs/trace-format.md): the live driver's recordings of vLLM
+//! 0.33.0's real connector, judged by `check-trace` and `diff-trace`.
+//!
+//! The fixtures need no venv. The recording test needs it (or an
+//! interpreter named by `KVGEOM_VLLM_PYTHON`) and says why it is skipped
+//! without one.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+const FIXTURES: &str = "tests/fixtures/live-traces-vllm-0.33.0";
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(FIXTURES)
+        .join(format!("{name}.trace.json.gz"))
+}
+
+/// The JSON report of `kvgeom ARGS --format json FILE`: (verdict,
+/// message, explained_by) of its one file.
+fn verdict(args: &[&str], file: &Path) -> (String, String, Option<String>) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kvgeom"))
+        .args(args)
+        .args(["--format", "json"])
+        .arg(file)
+        .output()
+        .expect("run kvgeom");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{}: no JSON report ({e}): {}",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(report["schema"], "kvgeom-trace-verdicts/1");
+    let f = &report["files"][0];
+    (
+        f["verdict"].as_str().unwrap_or_default().to_string(),
+        f["message"].as_str().unwrap_or_default().to_string(),
+        f["explained_by"].as_str().map(str::to_string),
+    )
+}
+
+/// Each fixture: check-trace's verdict, diff-trace's under kvgeom's policy
+/// (with the defects that explain a difference) and under vLLM 0.33.0's.
+const VERDICTS: &[(&str, &str, &str, Option<&str>)] = &[
+    // GQA + Mamba2 HND, P TP2 (ppl 1) -> D TP1 (ppl 2).
+    (
+        "nemotron-h-gqa-mamba2-hnd-pull-n13-hit0-mainline-s0",
+        "passed",
+        "match",
+        None,
+    ),
+    // Prefix hits on an equal-ppl hybrid, both allocation models.
+    (
+        "mla-kda-equal-ppl-prefix-cache-pull-n37-hit16-mainline-s0",
+        "passed",
+        "match",
+        None,
+    ),
+    (
+        "mla-kda-equal-ppl-prefix-cache-pull-n37-hit16-with-last-token-s0",
+        "passed",
+        "match",
+        None,
+    ),
+    // Decode TP2 > prefill TP1: MLA + KDA, GQA + GDN, GQA + Mamba2 (one
+    // replicated B/C group, which vLLM 0.33.0 reads wrongly).
+    (
+        "mla-kda-decode-tp2-pull-n13-hit0-mainline-s0",
+        "passed",
+        "match",
+        None,
+    ),
+    (
+        "qwen3-next-gqa-gdn-decode-tp2-pull-n9-hit0-mainline-s0",
+        "passed",
+        "match",
+        None,
+    ),
+    (
+        "mamba2-replicated-groups-p1-d2-pull-n9-hit0-mainline-s0",
+        "violations",
+        "differ",
+        Some("conv-offsets-scaled"),
+    ),
+    // A kernel ratio with equal ppl: fine without a prefix hit, vLLM's
+    // end-trimmed alignment with one.
+    (
+        "mla-kda-kernel-ratio-equal-ppl-prefix-cache-pull-n21-hit0-mainline-s0",
+        "passed",
+        "match",
+        None,
+    ),
+    (
+        "mla-kda-kernel-ratio-equal-ppl-prefix-cache-pull-n21-hit16-mainline-s0",
+        "violations",
+        "differ",
+        Some("end-trim-alignment"),
+    ),
+    // Push with equal ppl: prefill's WRITEs land.
+    (
+        "mla-kda-equal-ppl-prefix-cache-push-n13-hit0-mainline-s0",
+        "passed",
+        "match",
+        None,
+    ),
+    // Push with different ppl: vLLM's decode crashes.
+    (
+        "mla-kda-push-prefix-cache-prefill-kernel-larger-push-n13-hit0-mainline-s0",
+        "violations",
+        "differ",
+        Some("push-empty-remote-ids"),
+    ),
+    (
+        "nemotron-h-gqa-mamba2-hnd-push-n13-hit0-mainline-s0",
+        "violations",
+        "differ",
+        Some("push-empty-remote-ids"),
+    ),
+    // A pair vLLM 0.33.0 should refuse but accepts (P TP8 with replicated
+    // heads in NHD pages -> D TP2).
+    (
+        "reject-gqa-nhd-replicated-heads-pull-n4-hit0-mainline-s0",
+        "violations",
+        "differ",
+        Some("replicated-heads-nhd-accepted"),
+    ),
+    // A refused handshake (pull), and the same pair in push, where vLLM's
+    // prefill logs the refusal and decode waits for ever.
+    (
+        "reject-g1-prefix-caching-pull-n13-hit0-mainline-s0",
+        "rejected",
+        "match",
+        None,
+    ),
+    (
+        "reject-g1-prefix-caching-push-n13-hit0-mainline-s0",
+        "violations",
+        "differ",
+        Some("push-empty-remote-ids"),
+    ),
+];
+
+#[test]
+fn every_fixture_has_its_pinned_verdicts() {
+    for &(name, check, diff, explained) in VERDICTS {
+        let file = fixture(name);
+        let (v, message, _) = verdict(&["check-trace"], &file);
+        assert_eq!(v, check, "check-trace {name}: {message}");
+        if v == "passed" {
+            assert!(message.contains("byte level"), "{name}: {message}");
+        }
+        let (v, message, by) = verdict(&["diff-trace"], &file);
+        assert_eq!(v, diff, "diff-trace {name}: {message}");
+        assert_eq!(by.as_deref(), explained, "diff-trace {name}: {message}");
+        let (v, message, by) = verdict(&["diff-trace", "--policy", "vllm-0.33.0"], &file);
+        assert_eq!(
+            v, "match",
+            "diff-trace --policy vllm-0.33.0 {name}: {message}"
+        );
+        assert_eq!(by, None);
+    }
+}
+
+#[test]
+fn every_fixture_is_pinned() {
+    let mut names: Vec<String> =
+        std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(FIXTURES))
+            .expect("fixtures")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter_map(|n| n.strip_suffix(".trace.json.gz").map(str::to_string))
+            .collect();
+    names.sort();
+    let mut pinned: Vec<String> = VERDICTS.iter().map(|v| v.0.to_string()).collect();
+    pinned.sort();
+    assert_eq!(names, pinned);
+}
+
+fn load(name: &str) -> Value {
+    let bytes = std::fs::read(fixture(name)).expect("fixture");
+    let mut text = Vec::new();
+    flate2::read::GzDecoder::new(&bytes[..])
+        .read_to_end(&mut text)
+        .expect("gzip");
+    serde_json::from_slice(&text).expect("JSON")
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kvgeom-trace-v2-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch folder");
+    dir
+}
+
+fn write(dir: &Path, name: &str, trace: &Value) -> PathBuf {
+    let path = dir.join(format!("{name}.trace.json"));
+    let mut f = std::fs::File::create(&path).expect("create");
+    f.write_all(serde_json::to_string(trace).expect("encode").as_bytes())
+        .expect("write");
+    path
+}
+
+fn ids(x: &mut Value, which: &str) -> Vec<u64> {
+    x[which]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .map(|v| v.as_u64().expect("id"))
+        .collect()
+}
+
+fn set_ids(x: &mut Value, which: &str, ids: Vec<u64>) {
+    x[which] = Value::from(ids);
+}
+
+/// The remote list transfer 0 reads from, and its row of remote id `k`.
+fn remote_row(trace: &mut Value, k: usize) -> &mut Value {
+    let x = trace["result"]["xfers"][0].clone();
+    let handle = x["remote"].as_u64().expect("handle");
+    let agent = x["agent"].as_str().expect("agent").to_string();
+    let id = x["remote_ids"][k].as_u64().expect("id") as usize;
+    let lists = trace["result"]["dlists"].as_array_mut().expect("lists");
+    let list = lists
+        .iter_mut()
+        .find(|d| d["agent"] == agent.as_str() && d["handle"] == handle)
+        .expect("the remote list");
+    &mut list["rows"][id]
+}
+
+type Mutation = (&'static str, fn(&mut Value));
+
+/// Realistic bugs in vLLM's transfers, each harmful.
+const MUTATIONS: &[Mutation] = &[
+    ("a remote id shifted by one", |t| {
+        let x = &mut t["result"]["xfers"][0];
+        let mut r = ids(x, "remote_ids");
+        r[0] += 1;
+        set_ids(x, "remote_ids", r);
+    }),
+    ("a local id shifted by one", |t| {
+        let x = &mut t["result"]["xfers"][0];
+        let mut l = ids(x, "local_ids");
+        l[0] += 1;
+        set_ids(x, "local_ids", l);
+    }),
+    ("two remote ids swapped", |t| {
+        let x = &mut t["result"]["xfers"][0];
+        let mut r = ids(x, "remote_ids");
+        r.swap(0, 1);
+        set_ids(x, "remote_ids", r);
+    }),
+    ("a pair dropped", |t| {
+        let x = &mut t["result"]["xfers"][0];
+        let (mut l, mut r) = (ids(x, "local_ids"), ids(x, "remote_ids"));
+        l.remove(0);
+        r.remove(0);
+        set_ids(x, "local_ids", l);
+        set_ids(x, "remote_ids", r);
+    }),
+    ("a pair duplicated", |t| {
+        let x = &mut t["result"]["xfers"][0];
+        let (mut l, mut r) = (ids(x, "local_ids"), ids(x, "remote_ids"));
+        l.push(l[0]);
+        r.push(r[0]);
+        set_ids(x, "local_ids", l);
+        set_ids(x, "remote_ids", r);
+    }),
+    ("a local id beyond its list", |t| {
+        let x = &mut t["result"]["xfers"][0];
+        let mut l = ids(x, "local_ids");
+        l[0] = 1 << 20;
+        set_ids(x, "local_ids", l);
+    }),
+    ("a row one byte shorter", |t| {
+        let row = remote_row(t, 0);
+        row[1] = Value::from(row[1].as_u64().expect("len") - 1);
+    }),
+    ("a row's address moved by 4 bytes", |t| {
+        let row = remote_row(t, 0);
+        row[0] = Value::from(row[0].as_u64().expect("addr") + 4);
+    }),
+    ("a transfer lost", |t| {
+        t["result"]["xfers"].as_array_mut().expect("xfers").pop();
+    }),
+];
+
+/// Every mutation of a passing trace is caught by check-trace (with and
+/// without memory images) and is a difference for diff-trace under vLLM
+/// 0.33.0's policy, which matches the trace unmutated.
+#[test]
+fn planted_bugs_are_caught() {
+    let dir = scratch("mutants");
+    for base in [
+        "nemotron-h-gqa-mamba2-hnd-pull-n13-hit0-mainline-s0",
+        "mla-kda-decode-tp2-pull-n13-hit0-mainline-s0",
+        "mla-kda-equal-ppl-prefix-cache-pull-n37-hit16-mainline-s0",
+        "mla-kda-equal-ppl-prefix-cache-push-n13-hit0-mainline-s0",
+    ] {
+        let original = load(base);
+        for with_memory in [true, false] {
+            let mut clean = original.clone();
+            if !with_memory {
+                clean.as_object_mut().expect("object").remove("memory");
+            }
+            let path = write(&dir, "clean", &clean);
+            let (v, m, _) = verdict(&["check-trace"], &path);
+            assert_eq!(v, "passed", "{base} unmutated: {m}");
+            for &(what, mutate) in MUTATIONS {
+                let mut t = clean.clone();
+                mutate(&mut t);
+                let path = write(&dir, "mutant", &t);
+                let (v, m, _) = verdict(&["check-trace"], &path);
+                assert_eq!(
+                    v, "violations",
+                    "{base} ({what}, memory {with_memory}): {m}"
+                );
+                let (v, m, _) = verdict(&["diff-trace", "--policy", "vllm-0.33.0"], &path);
+                assert_eq!(v, "differ", "{base} ({what}): {m}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Changes no oracle sees (the bytes are the same), which diff-trace
+/// still reports.
+const DIFF_ONLY: &[Mutation] = &[
+    ("a list prepared with another memory type", |t| {
+        let lists = t["result"]["dlists"].as_array_mut().expect("lists");
+        let last = lists.last_mut().expect("a list");
+        let other = if last["mem"] == "DRAM" {
+            "VRAM"
+        } else {
+            "DRAM"
+        };
+        last["mem"] = Value::from(other);
+    }),
+    ("a list not prepared", |t| {
+        let x = t["result"]["xfers"][0].clone();
+        let lists = t["result"]["dlists"].as_array_mut().expect("lists");
+        let unused = lists
+            .iter()
+            .position(|d| {
+                d["agent"] == x["agent"] && d["handle"] != x["local"] && d["target"] == "local"
+            })
+            .expect("a local list no transfer 0 uses");
+        lists.remove(unused);
+    }),
+];
+
+#[test]
+fn list_changes_are_differences() {
+    let dir = scratch("lists");
+    let base = "nemotron-h-gqa-mamba2-hnd-pull-n13-hit0-mainline-s0";
+    for &(what, mutate) in DIFF_ONLY {
+        let mut t = load(base);
+        mutate(&mut t);
+        let path = write(&dir, "mutant", &t);
+        let (v, m, _) = verdict(&["diff-trace", "--policy", "vllm-0.33.0"], &path);
+        assert_eq!(v, "differ", "{what}: {m}");
+        assert!(m.contains("list"), "{what}: {m}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Bad input is an error verdict naming what is wrong, never a panic.
+#[test]
+fn a_trace_that_does_not_rebuild_is_an_error() {
+    let dir = scratch("bad");
+    let base = "nemotron-h-gqa-mamba2-hnd-pull-n13-hit0-mainline-s0";
+    type Edit = (&'static str, fn(&mut Value));
+    let edits: &[Edit] = &[
+        ("case.decode is not what kvgeom prepares", |t| {
+            t["case"]["decode"]["transfer_blocks"][0][0] = Value::from(5);
+        }),
+        ("not kvgeom-vllm-trace/2", |t| {
+            t["format"] = Value::from("kvgeom-vllm-trace/9")
+        }),
+        ("not base64", |t| {
+            t["memory"]["images"][0]["after"] = Value::from("@@@@")
+        }),
+        ("is not the memory kvgeom prepares", |t| {
+            // The last image is decode's, which the transfer changed.
+            let images = t["memory"]["images"].as_array_mut().expect("images");
+            let last = images.last_mut().expect("an image");
+            last["before"] = last["after"].clone();
+        }),
+        ("memory images of", |t| {
+            t["memory"]["images"].as_array_mut().expect("images").pop();
+        }),
+        ("neither pull nor push", |t| {
+            t["case"]["mode"] = Value::from("sideways")
+        }),
+        ("not valid", |t| {
+            t["case"]["geometry"]["decode"]["tp_size"] = Value::from(0)
+        }),
+        ("unknown status", |t| {
+            t["result"]["status"] = Value::from("maybe")
+        }),
+    ];
+    for &(expected, edit) in edits {
+        let mut t = load(base);
+        edit(&mut t);
+        let path = write(&dir, "bad", &t);
+        for args in [&["check-trace"][..], &["diff-trace"][..]] {
+            let (v, m, _) = verdict(args, &path);
+            assert_eq!(v, "error", "{args:?} ({expected}): {m}");
+            assert!(
+                m.contains(expected),
+                "{args:?}: {m:?} does not say {expected:?}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A fresh recording with vLLM's venv: the sweep saves one trace per case,
+/// which check-trace passes and diff-trace matches under vLLM 0.33.0's
+/// policy.
+#[test]
+fn a_live_sweep_records_traces_that_judge_as_its_cases() {
+    if let Err(why) = kvgeom::live::find(None) {
+        println!(
+            "a_live_sweep_records_traces_that_judge_as_its_cases: skipped: no vLLM venv ({why})"
+        );
+        return;
+    }
+    let dir = scratch("record");
+    let out = Command::new(env!("CARGO_BIN_EXE_kvgeom"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "sweep",
+            "--connector",
+            "vllm",
+            "geometries/nemotron-h-gqa-mamba2-hnd.toml",
+            "--prompts",
+            "13",
+            "--mode",
+            "pull",
+            "--alloc",
+            "mainline",
+            "--record-traces",
+        ])
+        .arg(&dir)
+        .output()
+        .expect("run kvgeom");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let file = dir.join("nemotron-h-gqa-mamba2-hnd-pull-n13-hit0-mainline-s0.trace.json.gz");
+    let (v, m, _) = verdict(&["check-trace"], &file);
+    assert_eq!(v, "passed", "{m}");
+    let (v, m, _) = verdict(&["diff-trace", "--policy", "vllm-0.33.0"], &file);
+    assert_eq!(v, "match", "{m}");
+    // One case with explain, saved as plain JSON.
+    let one = dir.join("one.trace.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_kvgeom"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "explain",
+            "geometries/mla-kda-decode-tp2.toml",
+            "--prompt",
+            "9",
+            "--connector",
+            "vllm",
+            "--record-trace",
+        ])
+        .arg(&one)
+        .output()
+        .expect("run kvgeom");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&one).expect("the trace");
+    assert!(text.starts_with('{') && text.contains("kvgeom-vllm-trace/2"));
+    let (v, m, _) = verdict(&["check-trace"], &one);
+    assert_eq!(v, "passed", "{m}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn recording_needs_the_vllm_connector() {
+    for args in [
+        &["sweep", "--record-traces", "/nonexistent"][..],
+        &[
+            "explain",
+            "--prompt",
+            "9",
+            "--record-trace",
+            "/nonexistent.json",
+        ][..],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_kvgeom"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(&args[..1])
+            .arg("geometries/nemotron-h-gqa-mamba2-hnd.toml")
+            .args(&args[1..])
+            .output()
+            .expect("run kvgeom");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("add --connector vllm"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+/// Every number of a trace's case and result set to 0, to one past
+/// `u32::MAX` and to `u64::MAX` in turn, and every string emptied: each is
+/// judged or refused with an error, never a panic.
+#[test]
+fn hostile_values_never_panic() {
+    for base in [
+        "mla-kda-decode-tp2-pull-n13-hit0-mainline-s0",
+        "mla-kda-equal-ppl-prefix-cache-push-n13-hit0-mainline-s0",
+    ] {
+        hostile_values_of(base);
+    }
+}
+
+/// The path of every number and string under `v`.
+fn leaves(v: &Value, path: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                path.push(k.clone());
+                leaves(x, path, out);
+                path.pop();
+            }
+        }
+        Value::Array(a) => {
+            // The first two entries of each list stand for the rest.
+            for (i, x) in a.iter().enumerate().take(2) {
+                path.push(i.to_string());
+                leaves(x, path, out);
+                path.pop();
+            }
+        }
+        Value::Number(_) | Value::String(_) => out.push(path.clone()),
+        _ => {}
+    }
+}
+
+/// The value at `path`.
+fn at<'a>(v: &'a mut Value, path: &[String]) -> &'a mut Value {
+    path.iter().fold(v, |v, k| match v {
+        Value::Array(a) => &mut a[k.parse::<usize>().expect("index")],
+        other => &mut other[k.as_str()],
+    })
+}
+
+/// [`hostile_values_never_panic`] on one fixture, its memory images left out.
+fn hostile_values_of(base: &str) {
+    use kvgeom::trace::{check_recorded, diff_recorded, RecordedCase};
+    use kvgeom::variant::Variant;
+
+    let mut trace = load(base);
+    trace.as_object_mut().expect("object").remove("memory");
+    let mut paths = Vec::new();
+    leaves(&trace, &mut Vec::new(), &mut paths);
+    let path = Path::new("hostile.trace.json");
+    let mut judged = 0;
+    for p in &paths {
+        let replacements: Vec<Value> = if at(&mut trace.clone(), p).is_string() {
+            vec![Value::from(""), Value::from("x")]
+        } else {
+            vec![
+                Value::from(0),
+                Value::from(1u64 << 32),
+                Value::from(u64::MAX),
+            ]
+        };
+        for r in replacements {
+            let mut t = trace.clone();
+            *at(&mut t, p) = r;
+            let text = serde_json::to_vec(&t).expect("encode");
+            if let Ok(rc) = RecordedCase::parse(path, &text) {
+                judged += 1;
+                let _ = check_recorded(&rc);
+                let _ = diff_recorded(&rc, Variant::KVGEOM);
+            }
+        }
+    }
+    assert!(paths.len() > 50, "{base}: {} leaves", paths.len());
+    assert!(judged > 0, "{base}: every change was refused");
+}
