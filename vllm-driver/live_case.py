@@ -413,6 +413,39 @@ def build_engine(spec, side, rank, case_dir):
     return kv_cache_config, tensors, raw
 
 
+def _plain(value):
+    """Tuples and ints of vLLM's arguments as JSON values."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    return int(value)
+
+
+def watch_post_process(worker, name, result, skip=False):
+    """Record every call of the worker's receive post-process (its
+    block-size ratio, per request the blocks converted and the sub-blocks
+    covered, and whether it converts) in `result["post_process_calls"]`,
+    then run it (or not, under the test hook `skip`)."""
+    calls = result.setdefault("post_process_calls", [])
+    run = worker.post_process_device_kv_on_receive
+
+    def recorded(block_size_ratio, block_ids_list, convert=True):
+        calls.append(
+            {
+                "agent": name,
+                "block_size_ratio": _plain(block_size_ratio),
+                "block_ids_list": _plain(block_ids_list),
+                "convert": bool(convert),
+            }
+        )
+        if not skip:
+            return run(block_size_ratio, block_ids_list, convert)
+        return None
+
+    worker.post_process_device_kv_on_receive = recorded
+
+
 class RegistrationRaised(Exception):
     """vLLM's `register_kv_caches` raised on one rank: the engine fails at
     start, a verdict on the connector (not a limit of the driver's build)."""
@@ -529,8 +562,7 @@ def _run_pull(spec, case_dir, fabric, ranks):
                 ),
             )
             dw._recving_metadata["req-d"] = req
-            if spec.get("skip_receive_post_process"):
-                dw.post_process_device_kv_on_receive = lambda *a, **k: None
+            watch_post_process(dw, agent("decode", d), result, spec.get("skip_receive_post_process"))
             dw._read_blocks_for_req("req-d", req)
             done_recving = set(dw.get_finished()[1])
             # Real NIXL may still be moving the bytes: ask again while the

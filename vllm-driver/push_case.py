@@ -298,7 +298,7 @@ def _drive(spec, ranks, fabric, log, result):
     # vLLM's push scheduler leaves it).
     host, port = CHANNELS["decode"]
     p_host, p_port = CHANNELS["prefill"]
-    for w in decode:
+    for d, w in enumerate(decode):
         meta = NixlConnectorMetadata()
         meta.reqs_to_recv[REQUEST] = ReqMeta(
             local_block_ids=tuple(transfer_blocks),
@@ -328,8 +328,7 @@ def _drive(spec, ranks, fabric, log, result):
             "remote_tp_size": p_tp,
             "remote_pp_size": 1,
         }
-        if spec.get("skip_receive_post_process"):
-            w.post_process_device_kv_on_receive = lambda *a, **k: None
+        live_case.watch_post_process(w, agent("decode", d), result, spec.get("skip_receive_post_process"))
         w.start_load_kv(meta)
     if spec.get("block_in_case"):
         # Test hook: the case's thread stays blocked with the workers and

@@ -59,11 +59,16 @@ fn driver_python(
         eprintln!("error: {e}");
         EXIT_BAD_INPUT
     })?;
-    let resolved =
-        live::nixl::resolve(&python, nixl.unwrap_or_default().choice()).map_err(|e| {
-            eprintln!("error: {e}");
-            EXIT_BAD_INPUT
-        })?;
+    let driver_dir = live::python::project_root().join("vllm-driver");
+    let resolved = live::nixl::resolve(
+        &python.python,
+        &driver_dir,
+        nixl.unwrap_or_default().choice(),
+    )
+    .map_err(|e| {
+        eprintln!("error: {e}");
+        EXIT_BAD_INPUT
+    })?;
     if let Some(why) = &resolved.note {
         eprintln!("note: --nixl auto: real NIXL does not run here ({why}); the driver's stand-in moves the bytes");
     }

@@ -3,12 +3,11 @@
 //! over host memory (`vllm-driver/real_nixl.py`, where the `nixl` Python
 //! package loads in the driver's interpreter).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use super::process::run_bounded;
-use super::python::{project_root, Interpreter};
+use super::process::{run_bounded, ProcessError};
 
 /// The driver's exit status (and its probe's) when real NIXL was asked
 /// for and cannot run.
@@ -92,50 +91,68 @@ pub struct Resolved {
     pub note: Option<String>,
 }
 
-/// Resolve `choice` for `python`: `real` and `auto` run the driver's probe
-/// (`real_nixl.py --probe`: import NIXL, create two agents, move bytes
-/// with a READ and a WRITE and deliver their notifications).
-pub fn resolve(python: &Interpreter, choice: NixlChoice) -> Result<Resolved, NixlUnavailable> {
+/// Resolve `choice` for the interpreter `python`: `real` and `auto` run the
+/// driver's probe (`DRIVER_DIR/real_nixl.py --probe`: import NIXL, create
+/// two agents, move bytes with a READ and a WRITE and deliver their
+/// notifications).
+pub fn resolve(
+    python: &Path,
+    driver_dir: &Path,
+    choice: NixlChoice,
+) -> Result<Resolved, NixlUnavailable> {
     if choice == NixlChoice::StandIn {
         return Ok(Resolved {
             run: NixlRun::StandIn,
             note: None,
         });
     }
-    match probe(python) {
+    match probe(python, driver_dir) {
         Ok(version) => Ok(Resolved {
             run: NixlRun::Real { version },
             note: None,
         }),
-        Err(message) if choice == NixlChoice::Auto => Ok(Resolved {
+        Err(e) if choice == NixlChoice::Auto => Ok(Resolved {
             run: NixlRun::StandIn,
-            note: Some(message),
+            note: Some(e.to_string()),
         }),
-        Err(message) => Err(NixlUnavailable {
-            python: python.python.clone(),
-            message,
+        Err(e) => Err(NixlUnavailable {
+            python: python.to_path_buf(),
+            message: e.to_string(),
         }),
     }
 }
 
+/// Why the probe says real NIXL does not run.
+#[derive(Debug, thiserror::Error)]
+enum ProbeError {
+    #[error("the driver's {} is missing", .0.display())]
+    ScriptMissing(PathBuf),
+    #[error(transparent)]
+    Start(#[from] ProcessError),
+    #[error("the probe (two agents moving a few bytes) took over {} s", .0.as_secs())]
+    TimedOut(Duration),
+    /// The driver's own message (without its install hint).
+    #[error("{0}")]
+    Refused(String),
+    #[error("the probe failed ({status}): {stderr_tail}")]
+    Failed { status: String, stderr_tail: String },
+}
+
 /// The NIXL version when real NIXL runs in `python`, else why not.
-fn probe(python: &Interpreter) -> Result<String, String> {
-    let script = project_root().join("vllm-driver").join("real_nixl.py");
+fn probe(python: &Path, driver_dir: &Path) -> Result<String, ProbeError> {
+    let script = driver_dir.join("real_nixl.py");
     if !script.is_file() {
-        return Err(format!("the driver's {} is missing", script.display()));
+        return Err(ProbeError::ScriptMissing(script));
     }
-    let mut cmd = Command::new(&python.python);
+    let mut cmd = Command::new(python);
     // -B: the probe leaves no __pycache__ in the project, as the driver does not.
     cmd.arg("-B").arg(&script).arg("--probe");
     let scratch = std::env::temp_dir().join(format!("kvgeom-nixl-probe-{}", std::process::id()));
     let done = run_bounded(cmd, &scratch, PROBE_LIMIT);
     let _ = std::fs::remove_dir_all(&scratch);
-    let done = done.map_err(|e| e.to_string())?;
+    let done = done?;
     if done.timed_out() {
-        return Err(format!(
-            "the probe (two agents moving a few bytes) took over {} s",
-            PROBE_LIMIT.as_secs()
-        ));
+        return Err(ProbeError::TimedOut(PROBE_LIMIT));
     }
     let version = done
         .stdout
@@ -157,42 +174,37 @@ fn probe(python: &Interpreter) -> Result<String, String> {
                 .unwrap_or(l)
                 .to_string()
         });
-    Err(said.unwrap_or_else(|| {
-        let status = done.status.map_or_else(
-            || "killed by a signal".to_string(),
-            |s| format!("status {s}"),
-        );
-        format!(
-            "the probe failed ({status}): {}",
-            done.stderr_tail(3).trim()
-        )
-    }))
+    match said {
+        Some(said) => Err(ProbeError::Refused(said)),
+        None => Err(ProbeError::Failed {
+            status: done.status.map_or_else(
+                || "killed by a signal".to_string(),
+                |s| format!("status {s}"),
+            ),
+            stderr_tail: done.stderr_tail(3).trim().to_string(),
+        }),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::live::python::Source;
 
-    fn interpreter(python: &str) -> Interpreter {
-        Interpreter {
-            python: PathBuf::from(python),
-            source: Source::Flag,
-            vllm_version: "0.33.0".into(),
-            nixl: NixlRun::StandIn,
-        }
+    fn resolve(python: &str, choice: NixlChoice) -> Result<Resolved, NixlUnavailable> {
+        let driver = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("vllm-driver");
+        super::resolve(Path::new(python), &driver, choice)
     }
 
     #[test]
     fn the_stand_in_needs_no_probe() {
-        let r = resolve(&interpreter("/nonexistent/python"), NixlChoice::StandIn).unwrap();
+        let r = resolve("/nonexistent/python", NixlChoice::StandIn).unwrap();
         assert_eq!(r.run, NixlRun::StandIn);
         assert_eq!(r.note, None);
     }
 
     #[test]
     fn real_without_a_runnable_interpreter_names_what_to_install() {
-        let e = resolve(&interpreter("/nonexistent/python"), NixlChoice::Real).unwrap_err();
+        let e = resolve("/nonexistent/python", NixlChoice::Real).unwrap_err();
         let text = e.to_string();
         assert!(
             text.starts_with("--nixl real: /nonexistent/python: cannot start"),
@@ -203,7 +215,7 @@ mod tests {
 
     #[test]
     fn auto_falls_back_to_the_stand_in_and_says_why() {
-        let r = resolve(&interpreter("/nonexistent/python"), NixlChoice::Auto).unwrap();
+        let r = resolve("/nonexistent/python", NixlChoice::Auto).unwrap();
         assert_eq!(r.run, NixlRun::StandIn);
         assert!(r.note.is_some_and(|n| n.starts_with("cannot start")));
     }

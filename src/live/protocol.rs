@@ -130,6 +130,11 @@ pub struct CaseResult {
     /// Receive post-process calls, as the driver saw them.
     #[serde(default)]
     pub post_process: Vec<serde_json::Value>,
+    /// Every call of a decode rank's receive post-process, as vLLM made it:
+    /// `{agent, block_size_ratio, block_ids_list, convert}` (absent from
+    /// results of drivers before it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub post_process_calls: Vec<serde_json::Value>,
     /// Handshakes: `{agent, remote, ok, message}`.
     #[serde(default)]
     pub handshakes: Vec<serde_json::Value>,

@@ -900,11 +900,26 @@ fn not_run(why: &str) -> PlanComparison {
 
 /// kvgeom's plan against vLLM's transfers: each the posted pairs
 /// ([`plan_keys`]), or the outcome of a run that made none.
+/// How a run that made no transfers ended, for comparing two of them: a
+/// refusal (expected or not: the geometry judges that), a crash, a hang, or
+/// another ending by its label.
+fn stop_kind(outcome: &Outcome) -> &'static str {
+    match outcome {
+        Outcome::UnexpectedRejection { .. } | Outcome::ExpectedRejection { .. } => "rejected",
+        other => other.label(),
+    }
+}
+
 pub(crate) fn compare_plans(
     kvgeom: &Result<Vec<String>, Outcome>,
     vllm: &Result<Vec<String>, Outcome>,
 ) -> PlanComparison {
     let first_difference = match (kvgeom, vllm) {
+        (Err(k), Err(v)) if stop_kind(k) != stop_kind(v) => Some(format!(
+            "kvgeom's connector stops ({}); vLLM stops otherwise ({})",
+            k.describe(),
+            v.describe()
+        )),
         (Err(_), Err(_)) => None,
         (Ok(k), Err(v)) => Some(format!(
             "kvgeom's plan moves {} pairs; vLLM made no transfers ({})",
@@ -932,5 +947,55 @@ pub(crate) fn compare_plans(
     PlanComparison {
         equal: first_difference.is_none(),
         first_difference,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::compare_plans;
+    use crate::layout::Side;
+    use crate::scenario::Outcome;
+
+    fn crashed() -> Outcome {
+        Outcome::Crashed {
+            side: Side::Decode,
+            message: "IndexError".into(),
+        }
+    }
+
+    #[test]
+    fn two_runs_without_transfers_are_equal_only_when_they_end_alike() {
+        let refused = |expected: bool| {
+            let (side, message) = (Side::Decode, "refused".to_string());
+            if expected {
+                Outcome::ExpectedRejection { side, message }
+            } else {
+                Outcome::UnexpectedRejection { side, message }
+            }
+        };
+        assert!(compare_plans(&Err(crashed()), &Err(crashed())).equal);
+        assert!(compare_plans(&Err(refused(true)), &Err(refused(false))).equal);
+        let differ = compare_plans(&Err(crashed()), &Err(refused(false)));
+        assert!(!differ.equal);
+        assert!(differ
+            .first_difference
+            .unwrap()
+            .contains("vLLM stops otherwise"));
+        let hung = Outcome::Hung {
+            message: "waits".into(),
+        };
+        assert!(!compare_plans(&Err(hung), &Err(crashed())).equal);
+    }
+
+    #[test]
+    fn plans_differ_at_their_first_unequal_pair() {
+        let k = Ok(vec!["a".to_string(), "b".to_string()]);
+        let v = Ok(vec!["a".to_string(), "c".to_string()]);
+        let d = compare_plans(&k, &v);
+        assert_eq!(
+            d.first_difference.as_deref(),
+            Some("pair 1: kvgeom b ; vLLM c")
+        );
+        assert!(!compare_plans(&k, &Err(crashed())).equal);
     }
 }
