@@ -1165,7 +1165,8 @@ fn real_nixl_gives_the_stand_ins_verdicts_plans_and_memory() {
     let Some(python) = interpreter(test) else {
         return;
     };
-    let real = match live::nixl::resolve(&python, live::NixlChoice::Real) {
+    let driver = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("vllm-driver");
+    let real = match live::nixl::resolve(&python.python, &driver, live::NixlChoice::Real) {
         Ok(r) => r.run,
         Err(why) => {
             println!("{test}: skipped: no real NIXL ({why})");
