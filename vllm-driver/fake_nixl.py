@@ -25,6 +25,28 @@ class Fabric:
         self.real = []
         self.in_flight = {}
 
+    def record_dlist(self, agent, agent_name, mem_type, rows):
+        """Log a prepared list as vLLM asked for it; its new handle."""
+        handle = next(self.handles)
+        target = "local" if agent_name in ("", "NIXL_INIT_AGENT") else agent_name
+        self.dlists.append({"agent": agent, "handle": handle, "target": target, "mem": str(mem_type), "rows": rows})
+        return handle, target
+
+    def record_xfer(self, agent, op, local, local_ids, remote, remote_ids, notif_msg):
+        """Log a prepared transfer (before anything judges it); the record."""
+        record = {
+            "agent": agent,
+            "op": str(op).upper(),
+            "local": local,
+            "local_ids": [int(i) for i in local_ids],
+            "remote": remote,
+            "remote_ids": [int(i) for i in remote_ids],
+            "posted": False,
+            "notif": bytes(notif_msg or b""),
+        }
+        self.xfers.append(record)
+        return record
+
     def sent(self, receiver, n=1):
         with self.lock:
             self.in_flight[receiver] = self.in_flight.get(receiver, 0) + n
@@ -91,18 +113,8 @@ class FakeNixlWrapper:
     # -- descriptor lists --
     def prep_xfer_dlist(self, agent_name, descs, mem_type=None, *args, **kwargs):
         rows = expand(descs)
-        handle = next(self.fabric.handles)
-        target = "local" if agent_name in ("", "NIXL_INIT_AGENT") else agent_name
+        handle, _ = self.fabric.record_dlist(self.name, agent_name, mem_type, rows)
         self.lists[handle] = rows
-        self.fabric.dlists.append(
-            {
-                "agent": self.name,
-                "handle": handle,
-                "target": target,
-                "mem": str(mem_type),
-                "rows": rows,
-            }
-        )
         return handle
 
     def release_dlist_handle(self, handle):
@@ -113,18 +125,8 @@ class FakeNixlWrapper:
         self, op, local, local_ids, remote, remote_ids, notif_msg=b"", *args, **kwargs
     ):
         handle = next(self.fabric.handles)
-        record = {
-            "agent": self.name,
-            "op": str(op).upper(),
-            "local": local,
-            "local_ids": [int(i) for i in local_ids],
-            "remote": remote,
-            "remote_ids": [int(i) for i in remote_ids],
-            "posted": False,
-            "notif": bytes(notif_msg or b""),
-        }
+        record = self.fabric.record_xfer(self.name, op, local, local_ids, remote, remote_ids, notif_msg)
         self.xfer_table[handle] = record
-        self.fabric.xfers.append(record)
         return handle
 
     def transfer(self, handle, *args, **kwargs):

@@ -181,22 +181,11 @@ class RealNixlWrapper:
 
     # -- descriptor lists --
     def prep_xfer_dlist(self, agent_name, descs, mem_type=None, *args, **kwargs):
-        local = agent_name in ("", "NIXL_INIT_AGENT")
         rows = fake_nixl.expand(descs)
         real = self.agent.prep_xfer_dlist(agent_name, descs, _host(mem_type), *args, **kwargs)
-        handle = next(self.fabric.handles)
-        target = "local" if local else agent_name
+        handle, target = self.fabric.record_dlist(self.name, agent_name, mem_type, rows)
         with self.lock:
             self.dlists[handle] = (real, target)
-        self.fabric.dlists.append(
-            {
-                "agent": self.name,
-                "handle": handle,
-                "target": target,
-                "mem": str(mem_type),
-                "rows": rows,
-            }
-        )
         return handle
 
     def release_dlist_handle(self, handle):
@@ -210,18 +199,8 @@ class RealNixlWrapper:
         with self.lock:
             real_local, _ = self.dlists[local]
             real_remote, target = self.dlists[remote]
-        record = {
-            "agent": self.name,
-            "op": str(op).upper(),
-            "local": local,
-            "local_ids": [int(i) for i in local_ids],
-            "remote": remote,
-            "remote_ids": [int(i) for i in remote_ids],
-            "posted": False,
-            "notif": bytes(notif_msg or b""),
-        }
         # The transfer is recorded before NIXL judges it, as the stand-in does.
-        self.fabric.xfers.append(record)
+        record = self.fabric.record_xfer(self.name, op, local, local_ids, remote, remote_ids, notif_msg)
         real = self.agent.make_prepped_xfer(
             op, real_local, local_ids, real_remote, remote_ids, notif_msg, *args, **kwargs
         )
