@@ -9,8 +9,9 @@ use crate::scenario::Case;
 
 use super::blocks::BlockCheck;
 use super::chunks::{run_chunks, BatchContext};
+use super::error::BatchError;
 use super::python::Interpreter;
-use super::run::{remove_unless_kept, BatchError, Hooks, LiveReport, Retention};
+use super::run::{remove_unless_kept, Hooks, LiveReport, Retention};
 
 /// A fresh scratch folder for one batch, created here. Process ids are
 /// reused (pid_max may be 32768): a folder of that name may be left over,

@@ -10,10 +10,10 @@ use std::time::Duration;
 use crate::scenario::{Case, Outcome};
 
 use super::blocks::BlockCheck;
+use super::error::BatchError;
 use super::python::Interpreter;
 use super::run::{
-    prepare, remove_unless_kept, run_chunk, write_inputs, BatchError, Hooks, LiveReport, Prepared,
-    Retention,
+    prepare, remove_unless_kept, run_chunk, write_inputs, Hooks, LiveReport, Prepared, Retention,
 };
 
 /// Bytes of initial memory one batch has in flight at most: kvgeom keeps
@@ -93,8 +93,9 @@ pub(super) fn run_chunks(
             });
         }
         let produced = produce(batch, limits, |chunk| {
+            // A driver failed: stop preparing (its error is the one reported).
             if failed.load(Ordering::Relaxed) {
-                return Ok(());
+                return Err(BatchError::LanesStopped);
             }
             // Blocks until a driver is free: at most one chunk waits.
             send.send(chunk)

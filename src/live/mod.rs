@@ -5,6 +5,7 @@
 pub mod batch;
 pub mod blocks;
 pub mod chunks;
+pub mod error;
 pub mod nixl;
 pub mod process;
 pub mod protocol;
@@ -18,9 +19,10 @@ pub use batch::{
 };
 pub use blocks::{BlockCheck, BlocksComparison, EngineBlocks, PairBlocks};
 pub use chunks::{default_drivers, CHUNK_MEMORY_BYTES, MAX_DEFAULT_DRIVERS};
+pub use error::BatchError;
 pub use nixl::{NixlChoice, NixlRun, NixlUnavailable};
 pub use process::ProcessError;
 pub use python::{find, FindError, Interpreter, INSTALL_SCRIPT, PINNED_VLLM};
-pub use run::{BatchError, Hooks, LiveReport, PlanComparison, CASE_LIMIT};
+pub use run::{Hooks, LiveReport, PlanComparison, CASE_LIMIT};
 pub use shrink::{live_replay_command, shrink_live};
 pub use traces::{trace_file_name, TRACE_MEMORY_LIMIT};

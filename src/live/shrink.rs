@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use super::batch::run_sweep;
+use super::error::BatchError;
 use super::python::Interpreter;
-use super::run::BatchError;
 use crate::scenario::{Case, CaseReport};
 use crate::sweep::execute::shrink_candidates;
 use crate::sweep::plan::prefix_hits;

@@ -2,32 +2,11 @@
 //! driver writes each case's `trace.json`; kvgeom saves them, gzipped and
 //! named by their case, before the scratch folder goes.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::scenario::Case;
 
-/// Why traces could not be saved.
-#[derive(Debug, thiserror::Error)]
-pub enum SaveError {
-    /// The folder could not be created.
-    #[error("cannot create {}: {source}", path.display())]
-    CreateDir {
-        /// The folder.
-        path: PathBuf,
-        /// What the file system answered.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A trace could not be written.
-    #[error("cannot write {}: {source}", path.display())]
-    Write {
-        /// The file.
-        path: PathBuf,
-        /// What the file system answered.
-        #[source]
-        source: std::io::Error,
-    },
-}
+use super::error::BatchError;
 
 /// A recorded trace embeds the memory images of a case whose initial
 /// memory (every region of every rank) holds at most this many bytes.
@@ -55,9 +34,9 @@ pub(crate) fn save_traces(
     cases: &[Case],
     case_dirs: &[Option<&str>],
     to: &Path,
-) -> Result<(), SaveError> {
+) -> Result<(), BatchError> {
     use std::io::Write;
-    std::fs::create_dir_all(to).map_err(|source| SaveError::CreateDir {
+    std::fs::create_dir_all(to).map_err(|source| BatchError::CreateDir {
         path: to.to_path_buf(),
         source,
     })?;
@@ -73,7 +52,7 @@ pub(crate) fn save_traces(
             gz.write_all(&text)?;
             gz.finish()?.sync_all()
         };
-        write(&path).map_err(|source| SaveError::Write { path, source })?;
+        write(&path).map_err(|source| BatchError::Write { path, source })?;
     }
     Ok(())
 }
