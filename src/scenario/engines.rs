@@ -147,28 +147,15 @@ pub fn register_side(
     policy: Policy,
 ) -> Result<Vec<Rank>, Outcome> {
     let ranks = RankTensors::per_rank(arenas_per_rank, None);
-    register_side_on(nixl, geometry, side, mode, pool, ranks, policy)
+    register_side_on(nixl, geometry, side, mode, pool, ranks, policy, None)
 }
 
-/// [`register_side`] where a rank may keep its tensors on a device: its
-/// device buffers are registered as VRAM instead of its host arenas.
+/// [`register_side`] where a rank may keep its tensors on a device (its
+/// device buffers are registered as VRAM instead of its host arenas), with
+/// the platform's memory type given (`None`: the type of each rank's own
+/// memory).
 #[allow(clippy::too_many_arguments)]
 pub fn register_side_on(
-    nixl: &mut dyn Nixl,
-    geometry: &Geometry,
-    side: Side,
-    mode: Mode,
-    pool: u32,
-    ranks_memory: Vec<RankTensors>,
-    policy: Policy,
-) -> Result<Vec<Rank>, Outcome> {
-    register_side_with_platform(nixl, geometry, side, mode, pool, ranks_memory, policy, None)
-}
-
-/// [`register_side_on`] with the platform's memory type given (`None`: the
-/// type of each rank's own memory).
-#[allow(clippy::too_many_arguments)]
-pub fn register_side_with_platform(
     nixl: &mut dyn Nixl,
     geometry: &Geometry,
     side: Side,

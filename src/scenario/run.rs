@@ -16,7 +16,7 @@ use crate::pattern::{DecodeFill, InitialFill};
 use crate::scheduler::{request_shape, RequestShape};
 
 use super::case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
-use super::engines::{allocate_ranks, register_side_with_platform, Engines, RankTensors};
+use super::engines::{allocate_ranks, register_side_on, Engines, RankTensors};
 use super::error::{PrefixHitError, TransportError};
 use super::placement::{place, Placement};
 use super::vram::{self, CaseDevices};
@@ -236,7 +236,7 @@ fn transfer(
     let mode = case.mode;
     let [p_ranks, d_ranks] = memory;
     let mut engines = {
-        let prefill = match register_side_with_platform(
+        let prefill = match register_side_on(
             nixl,
             geometry,
             Side::Prefill,
@@ -249,7 +249,7 @@ fn transfer(
             Ok(r) => r,
             Err(o) => return o,
         };
-        let decode = match register_side_with_platform(
+        let decode = match register_side_on(
             nixl,
             geometry,
             Side::Decode,
