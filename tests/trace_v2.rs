@@ -105,8 +105,10 @@ const VERDICTS: &[(&str, &str, &str, Option<&str>)] = &[
     (
         "mla-kda-equal-ppl-prefix-cache-push-n13-hit0-mainline-s0",
         "passed",
-        "match",
-        None,
+        // kvgeom's D runs the post-process on the counts P reports (here
+        // nothing to zero); vLLM 0.33.0's push reports none and calls none.
+        "differ",
+        Some("push-empty-remote-ids"),
     ),
     // Push with different ppl: vLLM's decode crashes.
     (
@@ -142,6 +144,21 @@ const VERDICTS: &[(&str, &str, &str, Option<&str>)] = &[
         "violations",
         "differ",
         Some("push-empty-remote-ids"),
+    ),
+    // Receive post-process: MLA with a kernel ratio (the token tail zeroed,
+    // no conversion) and GQA + Mamba2 with a kernel ratio (converted and
+    // zeroed; vLLM 0.33.0 scales the replicated groups' conv offsets).
+    (
+        "g5-mla-kda-mixed-kernel-pull-n9-hit0-mainline-s0",
+        "passed",
+        "match",
+        None,
+    ),
+    (
+        "mamba2-replicated-groups-p4-d2-pull-n13-hit0-mainline-s0",
+        "violations",
+        "differ",
+        Some("conv-offsets-scaled"),
     ),
 ];
 
@@ -364,6 +381,98 @@ fn list_changes_are_differences() {
         assert_eq!(v, "differ", "{what}: {m}");
         assert!(m.contains("list"), "{what}: {m}");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The first post-process call of a trace.
+fn first_call(t: &mut Value) -> &mut Value {
+    &mut t["result"]["post_process_calls"][0]
+}
+
+/// Changes to vLLM's receive post-process calls, each a difference for
+/// diff-trace (the bytes they would leave are judged by check-trace's
+/// byte-level oracles, not here).
+const POST_PROCESS: &[Mutation] = &[
+    ("a call dropped", |t| {
+        t["result"]["post_process_calls"]
+            .as_array_mut()
+            .expect("calls")
+            .remove(0);
+    }),
+    ("a call made twice", |t| {
+        let calls = t["result"]["post_process_calls"]
+            .as_array_mut()
+            .expect("calls");
+        let first = calls[0].clone();
+        calls.push(first);
+    }),
+    ("one sub-block fewer covered", |t| {
+        let entry = &mut first_call(t)["block_ids_list"][0];
+        entry[2] = Value::from(entry[2].as_u64().expect("covered") - 1);
+    }),
+    ("another block converted", |t| {
+        let blocks = &mut first_call(t)["block_ids_list"][0][1];
+        blocks[0] = Value::from(blocks[0].as_u64().expect("block") + 1);
+    }),
+    ("another ratio", |t| {
+        let call = first_call(t);
+        call["block_size_ratio"] =
+            Value::from(call["block_size_ratio"].as_u64().expect("ratio") + 1);
+    }),
+    ("the conversion flag flipped", |t| {
+        let call = first_call(t);
+        call["convert"] = Value::from(!call["convert"].as_bool().expect("convert"));
+    }),
+    ("a zeroed range one byte shorter", |t| {
+        let range = &mut first_call(t)["zeroed"][0];
+        range[1] = Value::from(range[1].as_u64().expect("len") - 1);
+    }),
+    ("a zeroed range lost", |t| {
+        first_call(t)["zeroed"]
+            .as_array_mut()
+            .expect("zeroed")
+            .pop();
+    }),
+    ("a region-mapped zeroing", |t| {
+        let agent = first_call(t)["agent"].clone();
+        t["result"]["region_zero_calls"] =
+            serde_json::json!([{"agent": agent, "region_block_ids": [[3]], "zeroed": null}]);
+    }),
+];
+
+/// diff-trace compares every post-process call vLLM made (ratio, groups,
+/// blocks, covered sub-blocks, conversion, zeroed byte ranges) with
+/// kvgeom's: MLA with a ratio (tail zeroed), a GQA hybrid with a ratio
+/// (converted), a ppl mismatch at equal kernel blocks (whole blocks zeroed).
+#[test]
+fn post_process_changes_are_differences() {
+    let dir = scratch("post-process");
+    for base in [
+        "g5-mla-kda-mixed-kernel-pull-n9-hit0-mainline-s0",
+        "mamba2-replicated-groups-p4-d2-pull-n13-hit0-mainline-s0",
+        "mla-kda-decode-tp2-pull-n13-hit0-mainline-s0",
+    ] {
+        let clean = load(base);
+        let zeroed = clean["result"]["post_process_calls"][0]["zeroed"]
+            .as_array()
+            .map_or(0, Vec::len);
+        assert!(zeroed > 0, "{base}: its first call zeroes nothing");
+        for &(what, mutate) in POST_PROCESS {
+            let mut t = clean.clone();
+            mutate(&mut t);
+            let path = write(&dir, "mutant", &t);
+            let (v, m, _) = verdict(&["diff-trace", "--policy", "vllm-0.33.0"], &path);
+            assert_eq!(v, "differ", "{base} ({what}): {m}");
+            assert!(m.contains("post-process"), "{base} ({what}): {m}");
+        }
+    }
+    // Not measured (a driver before it, or regions above its limit): the
+    // rest of the call is still compared.
+    let mut t = load("g5-mla-kda-mixed-kernel-pull-n9-hit0-mainline-s0");
+    first_call(&mut t)["zeroed"] = Value::Null;
+    let path = write(&dir, "unmeasured", &t);
+    let (v, m, _) = verdict(&["diff-trace", "--policy", "vllm-0.33.0"], &path);
+    assert_eq!(v, "match", "zeroed ranges not measured: {m}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -22,6 +22,11 @@ import threading
 import time
 import traceback
 
+# vLLM reads the mamba conv state layout once per process (and caches it):
+# the block checks would fix it before the cases set it. The connector moves
+# conv state only in the DS layout (dim, state_len), as kvgeom lays it out.
+os.environ["VLLM_SSM_CONV_STATE_LAYOUT"] = "DS"
+
 RESULT_FORMAT = "kvgeom-vllm-result/1"
 BATCH_FORMAT = "kvgeom-vllm-batch/1"
 BLOCKS_FORMAT = "kvgeom-vllm-blocks/1"

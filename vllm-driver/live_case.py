@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -422,13 +423,52 @@ def _plain(value):
     return int(value)
 
 
-def watch_post_process(worker, name, result, skip=False):
+# The zeroed ranges of a receive post-process call are measured only on an
+# agent whose regions hold at most this many bytes in all.
+ZERO_MEASURE_LIMIT = 64 << 20
+
+_ZERO_RUN = re.compile(rb"\x00+")
+
+
+def zeroed_by(regions, call):
+    """The byte ranges `call` sets to zero in `regions` (`(addr, bytes)`
+    each), as `[addr, len]` runs; None when the regions are too large to
+    measure or the call raised.
+
+    The call runs once over memory filled with 0xFF: a block-size
+    conversion only moves bytes, so every zero byte afterwards is one the
+    call wrote. The memory is then put back as it was, for the real call."""
+    if sum(n for _, n in regions) > ZERO_MEASURE_LIMIT:
+        return None
+    saved = [ctypes.string_at(addr, n) for addr, n in regions]
+    try:
+        for addr, n in regions:
+            ctypes.memset(addr, 0xFF, n)
+        call()
+        ranges = []
+        for addr, n in regions:
+            for run in _ZERO_RUN.finditer(ctypes.string_at(addr, n)):
+                ranges.append([addr + run.start(), run.end() - run.start()])
+        return ranges
+    except Exception:
+        return None
+    finally:
+        for (addr, n), data in zip(regions, saved):
+            ctypes.memmove(addr, data, n)
+
+
+def watch_post_process(worker, name, result, regions, skip=False):
     """Record every call of the worker's receive post-process (its
     block-size ratio, per request the blocks converted and the sub-blocks
-    covered, and whether it converts) in `result["post_process_calls"]`,
-    then run it (or not, under the test hook `skip`)."""
+    covered, whether it converts, and the byte ranges it zeroes) in
+    `result["post_process_calls"]`, and every call of its region-mapped
+    zeroing (`_zero_region_blocks`) in `result["region_zero_calls"]`; then
+    run them (or not, under the test hook `skip`). `regions` are the
+    agent's `(addr, bytes)` regions."""
     calls = result.setdefault("post_process_calls", [])
+    region_calls = result.setdefault("region_zero_calls", [])
     run = worker.post_process_device_kv_on_receive
+    run_region = worker._zero_region_blocks
 
     def recorded(block_size_ratio, block_ids_list, convert=True):
         calls.append(
@@ -437,13 +477,27 @@ def watch_post_process(worker, name, result, skip=False):
                 "block_size_ratio": _plain(block_size_ratio),
                 "block_ids_list": _plain(block_ids_list),
                 "convert": bool(convert),
+                "zeroed": zeroed_by(regions, lambda: run(block_size_ratio, block_ids_list, convert)),
             }
         )
         if not skip:
             return run(block_size_ratio, block_ids_list, convert)
         return None
 
+    def recorded_region(block_ids):
+        region_calls.append(
+            {
+                "agent": name,
+                "region_block_ids": _plain(block_ids),
+                "zeroed": zeroed_by(regions, lambda: run_region(block_ids)),
+            }
+        )
+        if not skip:
+            return run_region(block_ids)
+        return None
+
     worker.post_process_device_kv_on_receive = recorded
+    worker._zero_region_blocks = recorded_region
 
 
 class RegistrationRaised(Exception):
@@ -562,7 +616,7 @@ def _run_pull(spec, case_dir, fabric, ranks):
                 ),
             )
             dw._recving_metadata["req-d"] = req
-            watch_post_process(dw, agent("decode", d), result, spec.get("skip_receive_post_process"))
+            watch_post_process(dw, agent("decode", d), result, regions[agent("decode", d)], spec.get("skip_receive_post_process"))
             dw._read_blocks_for_req("req-d", req)
             done_recving = set(dw.get_finished()[1])
             # Real NIXL may still be moving the bytes: ask again while the

@@ -328,7 +328,9 @@ def _drive(spec, ranks, fabric, log, result):
             "remote_tp_size": p_tp,
             "remote_pp_size": 1,
         }
-        live_case.watch_post_process(w, agent("decode", d), result, spec.get("skip_receive_post_process"))
+        live_case.watch_post_process(
+            w, agent("decode", d), result, result["regions"][agent("decode", d)], spec.get("skip_receive_post_process")
+        )
         w.start_load_kv(meta)
     if spec.get("block_in_case"):
         # Test hook: the case's thread stays blocked with the workers and

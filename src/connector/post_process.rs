@@ -88,7 +88,7 @@ pub fn plan(input: &PostProcessInput<'_>) -> Vec<GroupPostProcess> {
     if !triggered {
         return Vec::new();
     }
-    let convert = !input.is_mla && r > 1 && input.layout.is_block_contiguous();
+    let convert = asks_for_conversion(input.is_mla, r) && input.layout.is_block_contiguous();
     let mut out = Vec::new();
     for (g, kind) in input.groups.iter().enumerate() {
         let ids = &input.local_kernel_ids[g];
@@ -152,6 +152,39 @@ pub fn plan(input: &PostProcessInput<'_>) -> Vec<GroupPostProcess> {
             needs_block_ids: convert || has_stale,
             ops,
         });
+    }
+    out
+}
+
+/// Whether the post-process call asks for the block-size conversion: vLLM
+/// passes `convert` for a non-MLA model with smaller remote kernel blocks
+/// (the conversion itself then runs only on head-major pages).
+pub fn asks_for_conversion(is_mla: bool, ratio: u32) -> bool {
+    !is_mla && ratio > 1
+}
+
+/// The byte ranges `(region, offset, len)` the planned operations zero on
+/// one worker, in the order they run; every operation runs on every
+/// attention cache, one per region.
+pub fn zeroed_ranges(
+    plans: &[GroupPostProcess],
+    geometries: &[PageGeometry],
+) -> Vec<(usize, u64, u64)> {
+    let mut out = Vec::new();
+    for op in plans.iter().flat_map(|p| &p.ops) {
+        for (region, g) in geometries.iter().enumerate() {
+            match *op {
+                PostOp::ZeroBlock { block } => {
+                    out.push((region, u64::from(block) * g.block_stride, g.block_len));
+                }
+                PostOp::ZeroTokens { block, from_token } => out.extend(
+                    g.token_tail_ranges(block, u64::from(from_token))
+                        .into_iter()
+                        .map(|(offset, len)| (region, offset, len)),
+                ),
+                PostOp::ConvertBlockSize { .. } => {}
+            }
+        }
     }
     out
 }

@@ -130,11 +130,15 @@ pub struct CaseResult {
     /// Receive post-process calls, as the driver saw them.
     #[serde(default)]
     pub post_process: Vec<serde_json::Value>,
-    /// Every call of a decode rank's receive post-process, as vLLM made it:
-    /// `{agent, block_size_ratio, block_ids_list, convert}` (absent from
-    /// results of drivers before it).
+    /// Every call of a decode rank's receive post-process, as vLLM made it
+    /// (absent from results of drivers before it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub post_process_calls: Vec<serde_json::Value>,
+    pub post_process_calls: Vec<PostProcessCall>,
+    /// Every call of a decode rank's region-mapped zeroing
+    /// (`_zero_region_blocks`, taken when P's and D's cache-group layouts
+    /// differ; absent from results of drivers before it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub region_zero_calls: Vec<RegionZeroCall>,
     /// Handshakes: `{agent, remote, ok, message}`.
     #[serde(default)]
     pub handshakes: Vec<serde_json::Value>,
@@ -190,4 +194,37 @@ pub struct XferRecord {
     pub remote_ids: Vec<u32>,
     /// Whether the transfer was posted (not only created).
     pub posted: bool,
+}
+
+/// One call of vLLM's `post_process_device_kv_on_receive` on a decode rank.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostProcessCall {
+    /// The decode agent.
+    pub agent: String,
+    /// Local kernel block / remote kernel block.
+    pub block_size_ratio: u32,
+    /// Per request and attention group: `(group, local kernel block ids,
+    /// remote-sized sub-blocks the transfer covered)`.
+    pub block_ids_list: Vec<(u32, Vec<u32>, u64)>,
+    /// Whether vLLM asked for the block-size or layout conversion.
+    pub convert: bool,
+    /// The byte ranges the call set to zero, `(addr, len)` in the agent's
+    /// regions; `None` when not measured (regions above the driver's limit,
+    /// or a call that raised; absent from drivers before it).
+    #[serde(default)]
+    pub zeroed: Option<Vec<(u64, u64)>>,
+}
+
+/// One call of vLLM's `_zero_region_blocks` on a decode rank.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegionZeroCall {
+    /// The decode agent.
+    pub agent: String,
+    /// Per region, the kernel blocks cleared.
+    pub region_block_ids: Vec<Vec<u32>>,
+    /// The byte ranges the call set to zero, as in [`PostProcessCall`].
+    #[serde(default)]
+    pub zeroed: Option<Vec<(u64, u64)>>,
 }

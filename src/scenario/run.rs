@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::connector::post_process::{GroupPostProcess, PageGeometry, PostOp};
+use crate::connector::post_process::{zeroed_ranges, GroupPostProcess, PageGeometry};
 use crate::connector::{ConnectorError, PlannedRead, ReadRequest, Worker, WriteRequest};
 use crate::geometry::{Geometry, Mode};
 use crate::layout::{CaseLayout, RequestBlocks, Side};
@@ -62,6 +62,9 @@ pub struct CaseRun {
     pub transfers: Vec<(Side, u32, Vec<PlannedRead>)>,
     /// Post-process per decode rank.
     pub post_process: Vec<(u32, Vec<GroupPostProcess>)>,
+    /// Each decode rank's attention page geometry per region (set once the
+    /// transfers are over), which places the post-process's operations.
+    pub decode_page_geometries: Vec<Vec<PageGeometry>>,
     pub oracle_input: Option<OracleInput>,
 }
 
@@ -114,6 +117,7 @@ pub fn run_case_detailed(case: &Case, opts: &RunOptions) -> CaseRun {
         recording: None,
         transfers: Vec::new(),
         post_process: Vec::new(),
+        decode_page_geometries: Vec::new(),
         oracle_input: None,
     };
     let outcome = execute(case, opts, &mut run);
@@ -334,7 +338,12 @@ fn transfer(
     let pairs = nixl.resolve(&layout);
     let mut input = OracleInput::new(layout.clone(), case.prompt_len, case.prefix_hit, pairs)
         .with_transferred_tokens(shape.transferred_tokens);
-    let zeroed = zeroed_bytes(&run.post_process, &engines);
+    run.decode_page_geometries = engines
+        .decode
+        .iter()
+        .map(|rank| rank.worker.page_geometries())
+        .collect();
+    let zeroed = zeroed_bytes(&run.post_process, &run.decode_page_geometries);
     // The transfers are over: the arenas' bytes become the final images; the
     // oracles recompute the initial fill instead of keeping a copy. A rank
     // whose fill never ran was never accessed: no pair may address it. A
@@ -448,27 +457,11 @@ pub fn zero_decode_at_allocation(
 }
 
 /// Bytes the post-process zeroed on every decode rank.
-fn zeroed_bytes(post: &[(u32, Vec<GroupPostProcess>)], engines: &Engines) -> u64 {
-    let mut zeroed = 0;
-    for (rank, plans) in post {
-        let geometries: Vec<PageGeometry> = engines.decode[*rank as usize].worker.page_geometries();
-        for plan in plans {
-            for op in &plan.ops {
-                for g in &geometries {
-                    zeroed += match *op {
-                        PostOp::ZeroBlock { .. } => g.block_len,
-                        PostOp::ZeroTokens { block, from_token } => g
-                            .token_tail_ranges(block, u64::from(from_token))
-                            .iter()
-                            .map(|(_, len)| len)
-                            .sum(),
-                        PostOp::ConvertBlockSize { .. } => 0,
-                    };
-                }
-            }
-        }
-    }
-    zeroed
+fn zeroed_bytes(post: &[(u32, Vec<GroupPostProcess>)], geometries: &[Vec<PageGeometry>]) -> u64 {
+    post.iter()
+        .flat_map(|(rank, plans)| zeroed_ranges(plans, &geometries[*rank as usize]))
+        .map(|(_, _, len)| len)
+        .sum()
 }
 
 /// A prefix hit is whole decode blocks, short of the transferred tokens

@@ -8,6 +8,7 @@
 use super::explain::{smallest_explaining_set, Explanation};
 use super::recorded::{RecordedCase, RecordedError, RecordedErrorKind};
 use super::recorded_lists::{first_list_difference, rebuilt_lists, traced_lists, ListKey};
+use super::recorded_post_process::{first_call_difference, rebuilt_calls, traced_calls, CallKey};
 use crate::layout::Side;
 use crate::live::run::{compare_plans, plan_keys, resolve_pairs};
 use crate::oracle::{self, MemoryImages, OracleInput, Violation};
@@ -205,6 +206,13 @@ fn as_the_driver_runs() -> RunOptions {
 /// A run's posted pairs, or its outcome when it made none.
 type Plan = Result<Vec<String>, Outcome>;
 
+/// What one run did, as diff-trace compares it.
+struct RunKeys {
+    plan: Plan,
+    lists: Vec<ListKey>,
+    calls: Vec<CallKey>,
+}
+
 /// vLLM's plan in the trace.
 fn traced_plan(rc: &RecordedCase) -> Result<Plan, RecordedError> {
     let outcome = traced_outcome(rc)?;
@@ -221,34 +229,52 @@ fn traced_plan(rc: &RecordedCase) -> Result<Plan, RecordedError> {
     Ok(Ok(plan_keys(&oracle_input(rc)?)))
 }
 
-/// kvgeom's plan and lists for the traced case under `variant` (or
-/// `policy`, which replaces it).
-fn rebuilt_plan(rc: &RecordedCase, variant: Variant, opts: &RunOptions) -> (Plan, Vec<ListKey>) {
+/// What vLLM did in the trace.
+fn traced_keys(rc: &RecordedCase) -> Result<RunKeys, RecordedError> {
+    Ok(RunKeys {
+        plan: traced_plan(rc)?,
+        lists: traced_lists(rc),
+        calls: traced_calls(rc),
+    })
+}
+
+/// kvgeom's plan, lists and post-process calls for the traced case under
+/// `variant` (or `policy`, which replaces it).
+fn rebuilt_keys(rc: &RecordedCase, variant: Variant, opts: &RunOptions) -> RunKeys {
     let case = Case {
         variant,
         ..rc.case.clone()
     };
     let run = run_case_detailed(&case, opts);
-    let lists = rebuilt_lists(&run);
     let plan = match (&run.report.outcome, &run.oracle_input) {
         (Outcome::Error { .. }, _) | (_, None) => Err(run.report.outcome.clone()),
         (_, Some(input)) => Ok(plan_keys(input)),
     };
-    (plan, lists)
+    RunKeys {
+        plan,
+        lists: rebuilt_lists(&run),
+        calls: rebuilt_calls(&run, rc.case.geometry.model.is_mla()),
+    }
 }
 
-/// The first difference of plans; when both made transfers, of their lists first.
-fn first_difference(
-    (kvgeom, our_lists): &(Plan, Vec<ListKey>),
-    (vllm, their_lists): &(Plan, Vec<ListKey>),
-) -> Option<String> {
-    if let (Ok(_), Ok(_)) = (kvgeom, vllm) {
-        if let Some(d) = first_list_difference(our_lists, their_lists) {
+/// The first difference of two runs: when both made transfers, of their
+/// lists first, then of their pairs, then of their receive post-process
+/// calls; otherwise of how they ended.
+fn first_difference(rc: &RecordedCase, kvgeom: &RunKeys, vllm: &RunKeys) -> Option<String> {
+    let both_moved = kvgeom.plan.is_ok() && vllm.plan.is_ok();
+    if both_moved {
+        if let Some(d) = first_list_difference(&kvgeom.lists, &vllm.lists) {
             return Some(d);
         }
     }
     // Two runs without transfers differ when they end differently.
-    compare_plans(kvgeom, vllm).first_difference
+    compare_plans(&kvgeom.plan, &vllm.plan)
+        .first_difference
+        .or_else(|| {
+            both_moved
+                .then(|| first_call_difference(rc, &kvgeom.calls, &vllm.calls))
+                .flatten()
+        })
 }
 
 /// Rebuild the traced case with kvgeom's connector under `variant` and
@@ -260,31 +286,31 @@ pub fn diff_recorded(rc: &RecordedCase, variant: Variant) -> Result<RecordedDiff
             difference: Some(format!("vLLM's {first}")),
         });
     }
-    let vllm = (traced_plan(rc)?, traced_lists(rc));
-    let ours = rebuilt_plan(rc, variant, &as_the_driver_runs());
-    if let (Err(Outcome::Error { message }), _) = &ours {
+    let vllm = traced_keys(rc)?;
+    let ours = rebuilt_keys(rc, variant, &as_the_driver_runs());
+    if let Err(Outcome::Error { message }) = &ours.plan {
         return Err(RecordedError::new(
             &rc.path,
             RecordedErrorKind::Rebuild(message.clone()),
         ));
     }
     Ok(RecordedDiff {
-        difference: first_difference(&ours, &vllm),
+        difference: first_difference(rc, &ours, &vllm),
     })
 }
 
 /// The known defects whose policy reproduces a differing v2 trace exactly.
 pub fn explain_recorded(rc: &RecordedCase) -> Explanation {
-    let Ok(plan) = traced_plan(rc) else {
+    let Ok(vllm) = traced_keys(rc) else {
         return Explanation::Unexplained;
     };
-    let vllm = (plan, traced_lists(rc));
     smallest_explaining_set(|policy| {
         let opts = RunOptions {
             policy: Some(*policy),
             ..as_the_driver_runs()
         };
-        let ours = rebuilt_plan(rc, Variant::KVGEOM, &opts);
-        !matches!(ours.0, Err(Outcome::Error { .. })) && first_difference(&ours, &vllm).is_none()
+        let ours = rebuilt_keys(rc, Variant::KVGEOM, &opts);
+        !matches!(ours.plan, Err(Outcome::Error { .. }))
+            && first_difference(rc, &ours, &vllm).is_none()
     })
 }
