@@ -1105,26 +1105,31 @@ fn another_vllm_is_compared_with_each_policy() {
     .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let sweep = |file: &str, prompt: &str| -> (Option<i32>, serde_json::Value, String) {
-        let out = kvgeom(&[
-            "sweep",
-            "--connector",
-            "vllm",
-            "--vllm-python",
-            wrapper.to_str().unwrap(),
-            "--mode",
-            "pull",
-            "--prompts",
-            prompt,
-            "--no-shrink",
-            "--format",
-            "json",
-            file,
-        ]);
-        let err = String::from_utf8_lossy(&out.stderr).to_string();
-        let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {err}"));
-        (out.status.code(), report, err)
-    };
+    let sweep_in =
+        |mode: &str, file: &str, prompt: &str| -> (Option<i32>, serde_json::Value, String) {
+            let out = kvgeom(&[
+                "sweep",
+                "--connector",
+                "vllm",
+                "--vllm-python",
+                wrapper.to_str().unwrap(),
+                "--mode",
+                mode,
+                "--alloc",
+                "mainline",
+                "--prompts",
+                prompt,
+                "--no-shrink",
+                "--format",
+                "json",
+                file,
+            ]);
+            let err = String::from_utf8_lossy(&out.stderr).to_string();
+            let report =
+                serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {err}"));
+            (out.status.code(), report, err)
+        };
+    let sweep = |file: &str, prompt: &str| sweep_in("pull", file, prompt);
     // 0.33.0's dead-block pairing: vLLM's plan is the vllm-0.33.0 policy's,
     // not kvgeom's; the violation makes it exit 1.
     let (code, report, err) = sweep("geometries/gqa-prefill-logical-larger.toml", "5");
@@ -1150,6 +1155,24 @@ fn another_vllm_is_compared_with_each_policy() {
             case["plan_kvgeom"]["equal"].clone()
         ),
         (true.into(), true.into()),
+        "{case}"
+    );
+    // Push with equal ppl: the same pairs, but kvgeom's decode runs the
+    // receive post-process on the counts prefill reports (nothing to zero
+    // here) where 0.33.0's push reports none and calls none.
+    let (_, report, err) = sweep_in(
+        "push",
+        "geometries/mla-kda-equal-ppl-prefix-cache.toml",
+        "13",
+    );
+    let case = &report["cases"][0];
+    assert_eq!(case["plan"]["equal"], true, "{case} {err}");
+    assert_eq!(case["plan_kvgeom"]["equal"], false, "{case}");
+    let difference = case["plan_kvgeom"]["first_difference"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        difference.starts_with("post-process: kvgeom calls it"),
         "{case}"
     );
 }

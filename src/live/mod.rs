@@ -7,6 +7,7 @@ pub mod blocks;
 pub mod chunks;
 pub mod error;
 pub mod nixl;
+pub(crate) mod post_process_calls;
 pub mod process;
 pub mod protocol;
 pub mod python;

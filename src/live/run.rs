@@ -27,6 +27,7 @@ use crate::variant::Variant;
 
 use super::blocks::{self, BlockCheck, BlocksComparison, EngineBlocks, PairBlocks};
 use super::error::BatchError;
+use super::post_process_calls::{first_call_difference, kvgeom_calls, vllm_calls, CallKey};
 use super::process::run_bounded;
 use super::protocol::{
     memory_file, Batch, CaseResult, CaseSpec, SideSpec, BATCH_FORMAT, RESULT_FORMAT,
@@ -393,6 +394,7 @@ pub(super) fn run_chunk(
             Some(input) => Ok(plan_keys(input)),
             None => Err(reference.report.outcome.clone()),
         };
+        let reference_calls = kvgeom_calls(&reference, case.geometry.model.is_mla());
         let live = match p {
             Err(outcome) => LiveReport {
                 plan: not_run(&outcome.describe()),
@@ -402,7 +404,14 @@ pub(super) fn run_chunk(
                 blocks: None,
                 plan_kvgeom: None,
             },
-            Ok(p) => judge_case(dir, case, p, killed, &reference_plan, python.nixl.as_str()),
+            Ok(p) => judge_case(
+                dir,
+                case,
+                p,
+                killed,
+                (&reference_plan, &reference_calls),
+                python.nixl.as_str(),
+            ),
         };
         // Another vLLM than the pinned one is compared with each policy.
         let live = if python.is_pinned() || live.result.is_none() {
@@ -420,8 +429,14 @@ pub(super) fn run_chunk(
                 Some(input) => Ok(plan_keys(input)),
                 None => Err(live.report.outcome.clone()),
             };
+            let own_calls = kvgeom_calls(&own, case.geometry.model.is_mla());
+            let plan = compare_plans(&own_plan, &vllm_plan);
+            let plan = match &live.result {
+                Some(result) if vllm_plan.is_ok() => with_post_process(plan, result, &own_calls),
+                _ => plan,
+            };
             LiveReport {
-                plan_kvgeom: Some(compare_plans(&own_plan, &vllm_plan)),
+                plan_kvgeom: Some(plan),
                 ..live
             }
         };
@@ -531,7 +546,7 @@ fn judge_case(
     case: &Case,
     p: Prepared,
     killed: bool,
-    reference_plan: &Result<Vec<String>, Outcome>,
+    (reference_plan, reference_calls): (&Result<Vec<String>, Outcome>, &[CallKey]),
     nixl: &'static str,
 ) -> LiveReport {
     let case_dir = dir.join(&p.spec.dir);
@@ -663,7 +678,11 @@ fn judge_case(
         // vLLM owns the tensors: kvgeom's estimate of its own run does not apply.
         memory_bytes: 0,
     };
-    let plan = compare_plans(reference_plan, &Ok(plan_keys(&input)));
+    let plan = with_post_process(
+        compare_plans(reference_plan, &Ok(plan_keys(&input))),
+        &result,
+        reference_calls,
+    );
     let outcome = judge(&case.geometry, case.mode, Outcome::Passed, &violations);
     LiveReport {
         report: CaseReport {
@@ -824,6 +843,26 @@ fn stop_kind(outcome: &Outcome) -> &'static str {
     match outcome {
         Outcome::UnexpectedRejection { .. } | Outcome::ExpectedRejection { .. } => "rejected",
         other => other.label(),
+    }
+}
+
+/// `plan`, unequal from the first difference of the post-process calls
+/// when the pairs were equal (both runs moved bytes): vLLM's in `result`,
+/// kvgeom's `calls`.
+fn with_post_process(
+    plan: PlanComparison,
+    result: &CaseResult,
+    calls: &[CallKey],
+) -> PlanComparison {
+    if !plan.equal {
+        return plan;
+    }
+    match first_call_difference(result, calls, &vllm_calls(result)) {
+        Some(d) => PlanComparison {
+            equal: false,
+            first_difference: Some(d),
+        },
+        None => plan,
     }
 }
 

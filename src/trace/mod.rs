@@ -27,7 +27,6 @@ pub(crate) mod reader;
 pub(crate) mod recorded;
 pub(crate) mod recorded_judge;
 pub(crate) mod recorded_lists;
-pub(crate) mod recorded_post_process;
 pub(crate) mod reissue;
 pub(crate) mod replay;
 

@@ -8,8 +8,8 @@
 use super::explain::{smallest_explaining_set, Explanation};
 use super::recorded::{RecordedCase, RecordedError, RecordedErrorKind};
 use super::recorded_lists::{first_list_difference, rebuilt_lists, traced_lists, ListKey};
-use super::recorded_post_process::{first_call_difference, rebuilt_calls, traced_calls, CallKey};
 use crate::layout::Side;
+use crate::live::post_process_calls::{first_call_difference, kvgeom_calls, vllm_calls, CallKey};
 use crate::live::run::{compare_plans, plan_keys, resolve_pairs};
 use crate::oracle::{self, MemoryImages, OracleInput, Violation};
 use crate::scenario::run::judge;
@@ -234,7 +234,7 @@ fn traced_keys(rc: &RecordedCase) -> Result<RunKeys, RecordedError> {
     Ok(RunKeys {
         plan: traced_plan(rc)?,
         lists: traced_lists(rc),
-        calls: traced_calls(rc),
+        calls: vllm_calls(&rc.result),
     })
 }
 
@@ -253,7 +253,7 @@ fn rebuilt_keys(rc: &RecordedCase, variant: Variant, opts: &RunOptions) -> RunKe
     RunKeys {
         plan,
         lists: rebuilt_lists(&run),
-        calls: rebuilt_calls(&run, rc.case.geometry.model.is_mla()),
+        calls: kvgeom_calls(&run, rc.case.geometry.model.is_mla()),
     }
 }
 
@@ -272,7 +272,7 @@ fn first_difference(rc: &RecordedCase, kvgeom: &RunKeys, vllm: &RunKeys) -> Opti
         .first_difference
         .or_else(|| {
             both_moved
-                .then(|| first_call_difference(rc, &kvgeom.calls, &vllm.calls))
+                .then(|| first_call_difference(&rc.result, &kvgeom.calls, &vllm.calls))
                 .flatten()
         })
 }

@@ -1,16 +1,15 @@
-//! The receive post-process calls of a v2 trace and of kvgeom's rebuild of
-//! its case, compared independent of addresses: per decode agent, each
-//! call's block-size ratio, per attention group the local kernel blocks and
+//! The receive post-process calls vLLM made in a driver's result (a live
+//! case or a v2 trace) and those of kvgeom's run of the case, compared
+//! independent of addresses: per decode agent, each call's block-size ratio, per attention group the local kernel blocks and
 //! the remote-sized sub-blocks covered, whether it asks for the conversion,
 //! and (when the trace measured them) the byte ranges it zeroed, by region
 //! and offset.
 
 use std::fmt;
 
-use super::recorded::RecordedCase;
+use super::protocol::CaseResult;
 use crate::connector::post_process::{asks_for_conversion, zeroed_ranges};
 use crate::layout::Side;
-use crate::live::protocol::CaseResult;
 use crate::scenario::CaseRun;
 
 /// A zeroed byte range: region index (`None`: outside every region), offset
@@ -78,10 +77,9 @@ fn place(result: &CaseResult, agent: &str, addr: u64, len: u64) -> Range {
     (None, addr, len)
 }
 
-/// vLLM's post-process calls in the trace, in the order of their agents.
-pub(crate) fn traced_calls(rc: &RecordedCase) -> Vec<CallKey> {
-    let mut out: Vec<CallKey> = rc
-        .result
+/// vLLM's post-process calls in a driver's result, in the order of their agents.
+pub(crate) fn vllm_calls(result: &CaseResult) -> Vec<CallKey> {
+    let mut out: Vec<CallKey> = result
         .post_process_calls
         .iter()
         .map(|c| CallKey {
@@ -93,7 +91,7 @@ pub(crate) fn traced_calls(rc: &RecordedCase) -> Vec<CallKey> {
                 merged(
                     ranges
                         .iter()
-                        .map(|&(addr, len)| place(&rc.result, &c.agent, addr, len))
+                        .map(|&(addr, len)| place(result, &c.agent, addr, len))
                         .collect(),
                 )
             }),
@@ -103,9 +101,9 @@ pub(crate) fn traced_calls(rc: &RecordedCase) -> Vec<CallKey> {
     out
 }
 
-/// kvgeom's post-process calls in its run: one per decode rank that planned
+/// kvgeom's post-process calls in its run of the case: one per decode rank that planned
 /// any group, as vLLM batches a step's finished requests by ratio.
-pub(crate) fn rebuilt_calls(run: &CaseRun, is_mla: bool) -> Vec<CallKey> {
+pub(crate) fn kvgeom_calls(run: &CaseRun, is_mla: bool) -> Vec<CallKey> {
     let mut out: Vec<CallKey> = run
         .post_process
         .iter()
@@ -138,15 +136,16 @@ pub(crate) fn rebuilt_calls(run: &CaseRun, is_mla: bool) -> Vec<CallKey> {
     out
 }
 
-/// The first difference of two runs' post-process calls. Zeroed ranges are
-/// compared where the trace measured them. A region-mapped zeroing in the
-/// trace is a difference: kvgeom's connector never takes that path.
+/// The first difference of kvgeom's post-process calls (`ours`) and
+/// vLLM's (`theirs`, from `result`). Zeroed ranges are compared where the
+/// driver measured them. A region-mapped zeroing in the result is a
+/// difference: kvgeom's connector never takes that path.
 pub(crate) fn first_call_difference(
-    rc: &RecordedCase,
+    result: &CaseResult,
     ours: &[CallKey],
     theirs: &[CallKey],
 ) -> Option<String> {
-    if let Some(call) = rc.result.region_zero_calls.first() {
+    if let Some(call) = result.region_zero_calls.first() {
         return Some(format!(
             "post-process: vLLM zeroed region-mapped blocks on {} (its path for P and D \
              cache-group layouts that differ), which kvgeom's connector does not take",
