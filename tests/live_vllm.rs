@@ -29,6 +29,22 @@ fn kvgeom(args: &[&str]) -> Output {
 }
 
 /// The interpreter, or `None` after printing why the test is skipped.
+/// An executable `DIR/python` that runs `python` with `site` on PYTHONPATH.
+fn python_with_site(dir: &std::path::Path, site: &std::path::Path, python: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let wrapper = dir.join("python");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nPYTHONPATH='{}' exec '{python}' \"$@\"\n",
+            site.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    wrapper
+}
+
 fn interpreter(test: &str) -> Option<Interpreter> {
     match live::find(None) {
         Ok(p) => Some(p),
@@ -546,17 +562,7 @@ fn a_vllm_without_the_connector_classes_is_named_exit_2() {
         "Metadata-Version: 2.1\nName: vllm\nVersion: 0.0.1\n",
     )
     .unwrap();
-    let wrapper = dir.join("python");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nPYTHONPATH='{}' exec {python3} \"$@\"\n",
-            site.display()
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let wrapper = python_with_site(&dir, &site, python3);
     let out = kvgeom(&[
         "sweep",
         "--connector",
@@ -1092,19 +1098,9 @@ fn another_vllm_is_compared_with_each_policy() {
          _m.version = lambda name: '0.33.1.dev0+branch' if name == 'vllm' else _version(name)\n",
     )
     .unwrap();
-    let wrapper = dir.join("python");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nPYTHONPATH='{}' exec '{}' \"$@\"\n",
-            dir.display(),
-            // The venv's own path (a symlink resolved would leave the venv).
-            std::path::absolute(&python.python).unwrap().display()
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The venv's own path (a symlink resolved would leave the venv).
+    let venv_python = std::path::absolute(&python.python).unwrap();
+    let wrapper = python_with_site(&dir, &dir, &venv_python.to_string_lossy());
     let sweep_in =
         |mode: &str, file: &str, prompt: &str| -> (Option<i32>, serde_json::Value, String) {
             let out = kvgeom(&[
