@@ -227,11 +227,21 @@ def _parked(workers):
 
 def _settled(workers, fabric, log, state):
     """Without waking anyone, wait up to PROBE_S for every worker thread to
-    park (`_parked`) with nothing queued and nothing new since `state`."""
+    park (`_parked`) with nothing queued and nothing new since `state`, and
+    to be found so again PARKED_SETTLE_S later: one look can fall in a
+    moment no frame shows (a thread just handed work, a first call's lazy
+    set-up), two that far apart do not."""
     until = time.monotonic() + PROBE_S
+    first = None
     while time.monotonic() < until:
         if _parked(workers) and _idle(workers) and _progress(fabric, log) == state:
-            return True
+            now = time.monotonic()
+            if first is None:
+                first = now
+            elif now - first >= PARKED_SETTLE_S:
+                return True
+        else:
+            first = None
         time.sleep(POLL_S)
     return False
 
