@@ -34,15 +34,19 @@ for name in "${names[@]}"; do
     fi
     # explain exits 1 when the case fails its oracles: many fixtures are
     # vLLM 0.33.0's failures, so only the trace's presence is required.
-    rm -f "$dir/$name.trace.json.gz"
+    # Recorded beside the fixture first: a failed recording keeps the old one.
+    fresh="$dir/.$name.trace.json.gz"
+    rm -f "$fresh"
     ./target/debug/kvgeom explain "$geometry" --connector vllm \
         --mode "${BASH_REMATCH[2]}" --prompt "${BASH_REMATCH[3]}" \
         --prefix-hit "${BASH_REMATCH[4]}" --alloc "${BASH_REMATCH[5]}" \
-        --seed "${BASH_REMATCH[6]}" --record-trace "$dir/$name.trace.json.gz" \
+        --seed "${BASH_REMATCH[6]}" --record-trace "$fresh" \
         >/dev/null || true
-    if [[ ! -s "$dir/$name.trace.json.gz" ]]; then
+    if [[ ! -s "$fresh" ]]; then
+        rm -f "$fresh"
         echo "$name: no trace recorded" >&2
         exit 1
     fi
+    mv "$fresh" "$dir/$name.trace.json.gz"
     echo "recorded $name"
 done
