@@ -89,6 +89,9 @@ pack() {
     done
     dest="${dest:-${root}/gpu-check}"
     command -v cargo >/dev/null || die "cargo is needed to build"
+    # shellcheck source=require-libclang.sh
+    source "${SCRIPT_DIR}/require-libclang.sh"
+    require_libclang "gpu-check"
     command -v xz >/dev/null || die "xz is needed to pack the NIXL runtime"
     cd "${root}"
     target="${CARGO_TARGET_DIR:-${root}/target}"

@@ -95,6 +95,11 @@ print_env() {
     sed -n 's/^export /  /p' "${DEST}/env.sh"
 }
 
+# The runtime is for builds with --features nixl, which need libclang.
+# shellcheck source=require-libclang.sh
+source "$(dirname "${BASH_SOURCE[0]}")/require-libclang.sh"
+require_libclang "install-nixl-runtime"
+
 command -v ldd >/dev/null || die "ldd is required (package libc-bin)"
 command -v unzip >/dev/null || command -v python3 >/dev/null ||
     die "unzip or python3 is required to unpack the wheel"
