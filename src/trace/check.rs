@@ -188,13 +188,11 @@ pub fn skipped_names(skipped: &[SkippedCheck]) -> String {
     names.join(", ")
 }
 
-fn check_with(
-    case: &TraceCase,
-    geometry: &Geometry,
-    both_sides: bool,
-) -> Result<CheckReport, CheckError> {
-    let geometry = geometry.clone();
-    let ids = |v: &Vec<Vec<u64>>| -> Vec<Vec<u32>> {
+/// The request's blocks as the layout model takes them: decode's
+/// prefix-hit blocks (`local_num_computed_blocks`, not in the request)
+/// first, then the blocks the transfer fills.
+fn traced_request_blocks(case: &TraceCase) -> RequestBlocks {
+    let ids = |v: &[Vec<u64>]| -> Vec<Vec<u32>> {
         v.iter()
             .map(|g| {
                 g.iter()
@@ -204,22 +202,49 @@ fn check_with(
             .collect()
     };
     let blocks = &case.request.blocks;
-    let request = RequestBlocks {
-        decode: ids(&blocks.local_block_ids),
-        decode_transfer: ids(&blocks.local_block_ids),
+    let transfer = ids(&blocks.local_block_ids);
+    let mut decode = transfer.clone();
+    if let Some(attention) = decode.first_mut() {
+        let mut with_hit = case.prefix_hit_ids();
+        with_hit.append(attention);
+        *attention = with_hit;
+    }
+    RequestBlocks {
+        decode,
+        decode_transfer: transfer,
         prefill: ids(&blocks.remote_block_ids),
-    };
+    }
+}
+
+fn check_with(
+    case: &TraceCase,
+    geometry: &Geometry,
+    both_sides: bool,
+) -> Result<CheckReport, CheckError> {
+    let geometry = geometry.clone();
+    let request = traced_request_blocks(case);
     let mut remote_bases = vec![Vec::new(); geometry.prefill.tp_size as usize];
     for r in &case.remotes {
         if let Some(slot) = remote_bases.get_mut(r.tp_rank as usize) {
             *slot = r.meta.kv_caches_base_addr.clone();
         }
     }
+    // The trace holds one decode rank of `tp_size`: every rank gets the
+    // recorded bases (pairs are classified by agent name, so the others
+    // are never matched) and only the recorded rank is judged.
+    let decode_rank = case.worker.tp_rank;
+    let decode_bases = vec![
+        case.local_regions
+            .iter()
+            .map(|r| r.addr)
+            .collect::<Vec<u64>>();
+        geometry.decode.tp_size as usize
+    ];
     let layout = CaseLayout::from_bases(
         geometry.clone(),
         Mode::Pull,
         request,
-        vec![case.local_regions.iter().map(|r| r.addr).collect()],
+        decode_bases,
         case.worker.num_logical_blocks,
         remote_bases,
         geometry.prefill.num_logical_blocks.unwrap_or(0),
@@ -232,7 +257,7 @@ fn check_with(
         source,
     };
     let me = nixl
-        .create_agent(&Side::Decode.agent_name(0))
+        .create_agent(&Side::Decode.agent_name(decode_rank))
         .map_err(fail)?;
     let mut handles: HashMap<u64, DlistHandle> = HashMap::new();
     for d in &case.dlists {
@@ -271,13 +296,16 @@ fn check_with(
     }
     let pairs = nixl.resolve(&layout);
     let prompt = case.request.prompt_len.unwrap_or(0);
-    let mut input = OracleInput::new(layout, prompt, 0, pairs);
+    let hit_tokens = case
+        .prefix_hit_blocks()
+        .saturating_mul(case.worker.local_block_size);
+    let mut input = OracleInput::new(layout, prompt, hit_tokens, pairs);
     if let Some(m) = case.request.matched_tokens {
         input = input.with_transferred_tokens(m);
     }
     // Without prefill's side, pairing (which compares both ends) is reduced
     // to the pair lengths, which need no layout.
-    let violations = if both_sides {
+    let mut violations = if both_sides {
         run_descriptor_level(&input)
     } else {
         let mut v = registry::run_where(&input, |o| {
@@ -286,6 +314,8 @@ fn check_with(
         v.extend(pairing::check_lengths(&input));
         v
     };
+    // The decode ranks the trace does not hold made no transfers here.
+    violations.retain(|v| v.side != Some(Side::Decode) || v.rank.is_none_or(|r| r == decode_rank));
     Ok(CheckReport {
         violations,
         ..CheckReport::default()

@@ -23,6 +23,7 @@ pub(crate) mod fixture;
 pub mod format;
 pub(crate) mod inputs;
 pub(crate) mod normalize;
+pub(crate) mod prefix_hit;
 pub(crate) mod reader;
 pub(crate) mod recorded;
 pub(crate) mod recorded_judge;

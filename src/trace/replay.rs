@@ -57,7 +57,9 @@ fn layout(name: &str) -> KvLayout {
 
 /// The model of vLLM's geometry tests, from the numbers the trace carries:
 /// MLA pages of `block_len / kernel` bytes per token, and KDA state whose
-/// conv part splits Q|K|V = 1:1:2 over 3 rows of 2-byte values.
+/// conv part splits Q|K|V = 1:1:2 over 3 rows of 2-byte values. vLLM's
+/// `_mamba_ssm_size` is one decode rank's shard, so both state sizes are
+/// scaled by decode's TP size to the model's.
 pub fn traced_model(case: &TraceCase) -> Result<ModelSpec, ReplayError> {
     let g = &case.local_geometry;
     let bad = |why: &str| ReplayError::Model {
@@ -77,12 +79,16 @@ pub fn traced_model(case: &TraceCase) -> Result<ModelSpec, ReplayError> {
             [c, s] => (*c, *s),
             _ => return Err(bad("mamba sizes missing")),
         };
-        if conv % 24 != 0 {
+        // vLLM reports one rank's shard: the model's conv state is the
+        // shard times decode's TP size, as is its SSM state.
+        let tp = u64::from(g.world_size.max(1));
+        let conv_total = conv.saturating_mul(tp);
+        if conv_total % 24 != 0 || u32::try_from(conv_total / 24).is_err() {
             return Err(bad(
                 "conv state does not split Q|K|V = 1:1:2 over 3 rows of 2 bytes",
             ));
         }
-        let unit = (conv / 24) as u32;
+        let unit = (conv_total / 24) as u32;
         kinds.extend(std::iter::repeat_n(
             GroupKind::Mamba,
             groups.saturating_sub(1),
@@ -92,7 +98,7 @@ pub fn traced_model(case: &TraceCase) -> Result<ModelSpec, ReplayError> {
             conv_dims: vec![unit, unit, 2 * unit],
             conv_rows: 3,
             conv_dtype_bytes: 2,
-            ssm_state_bytes: ssm * u64::from(g.world_size.max(1)),
+            ssm_state_bytes: ssm.saturating_mul(tp),
             n_groups: None,
         })
     } else {
