@@ -16,7 +16,7 @@
 //! [`TraceCase::xfers`] in order, [`TraceCase::request_done`] (ids after the
 //! read) and [`TraceCase::result`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -29,6 +29,8 @@ use super::format::{
 };
 use super::normalize::{NormRow, Region, RegionMap};
 use super::reader::{read_trace, TraceFile, TraceLine};
+use super::v1_counts::check_counts;
+use super::v1_fields::refuse_unmodelled;
 use crate::limits::MAX_TP_SIZE;
 use crate::nixl::{DescList, DlistHandle, DlistTarget, MemKind, XferHandle, XferOp};
 
@@ -187,6 +189,10 @@ pub struct TraceCase {
     pub request_done: Option<RequestDone>,
     /// How the test ended.
     pub result: ResultEvent,
+    /// The local worker's Python class (`local_geometry.worker_cls`).
+    pub worker_class: String,
+    /// The line of each event's first occurrence, by `ev`.
+    pub event_lines: BTreeMap<&'static str, usize>,
 }
 
 /// Stores a once-only event, refusing a second one.
@@ -234,8 +240,11 @@ impl TraceCase {
         let mut by_handle: HashMap<DlistHandle, usize> = HashMap::new();
         let mut remote_events: Vec<(usize, AddRemoteAgent)> = Vec::new();
         let mut xfers = Vec::new();
+        let mut event_lines = BTreeMap::new();
+        let mut worker_class = String::new();
 
         for line in lines {
+            event_lines.entry(line.event.name()).or_insert(line.line);
             if let Some(found) = line.event.agent() {
                 match agent {
                     None => agent = Some(found),
@@ -298,6 +307,7 @@ impl TraceCase {
                             },
                         ));
                     };
+                    worker_class.clone_from(&g.worker_cls);
                     once(&mut geometry, geo.clone(), line, &err)?
                 }
                 TraceEvent::MakeRemoteMeta(m) => {
@@ -346,7 +356,7 @@ impl TraceCase {
         let (request_line, request) = request.ok_or_else(|| need("request"))?;
         let worker = worker.ok_or_else(|| need("make_worker"))?;
         in_pools(&request, &worker, &remotes).map_err(|kind| err(Some(request_line), kind))?;
-        Ok(TraceCase {
+        let case = TraceCase {
             name: case_name(path),
             path: path.to_path_buf(),
             meta: meta.ok_or_else(|| need("meta"))?,
@@ -362,7 +372,20 @@ impl TraceCase {
             xfers,
             request_done,
             result: result.ok_or_else(|| need("result"))?,
-        })
+            worker_class,
+            event_lines,
+        };
+        let at_event = |kind: TraceErrorKind| {
+            let ev = match &kind {
+                TraceErrorKind::NotModelled { ev, .. }
+                | TraceErrorKind::Inconsistent { ev, .. } => Some(*ev),
+                _ => None,
+            };
+            err(ev.and_then(|ev| case.event_lines.get(ev).copied()), kind)
+        };
+        refuse_unmodelled(&case).map_err(at_event)?;
+        check_counts(&case).map_err(at_event)?;
+        Ok(case)
     }
 
     /// The local regions as registered.

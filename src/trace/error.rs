@@ -196,6 +196,34 @@ pub enum TraceErrorKind {
         /// Logical blocks in that side's pool.
         blocks: u64,
     },
+    /// A field whose value would change the verdict in a way kvgeom does
+    /// not model: the trace is refused, with the way forward.
+    #[error("refused: `{ev}` field `{field}` is {value}: {why}; {instead}")]
+    NotModelled {
+        /// The event.
+        ev: &'static str,
+        /// The field, as a dotted path inside the event.
+        field: String,
+        /// Its value, as JSON.
+        value: String,
+        /// What kvgeom does not model.
+        why: String,
+        /// What to do instead.
+        instead: String,
+    },
+    /// A field whose value contradicts another of the same trace (a count
+    /// the blocks cannot hold, two fields that must agree and do not).
+    #[error("`{ev}` field `{field}` is {value}, but {expected}")]
+    Inconsistent {
+        /// The event.
+        ev: &'static str,
+        /// The field, as a dotted path inside the event.
+        field: String,
+        /// Its value, as JSON.
+        value: String,
+        /// What the rest of the trace requires.
+        expected: String,
+    },
     /// A folder holding no `*.jsonl` or `*.jsonl.gz` trace, at any depth.
     #[error("no *.jsonl or *.jsonl.gz trace files in this folder or its subfolders")]
     EmptyFolder,

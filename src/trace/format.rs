@@ -143,18 +143,22 @@ pub struct CaseArgs {
     pub remote_block: u32,
     /// The prompt length, in tokens.
     pub num_tokens: u32,
-    /// TP size of both engines.
+    /// P's TP size.
     pub tp_size: u32,
     /// `None`: same as `kernel`.
     pub remote_kernel: Option<u32>,
     /// P's decode context parallel size.
     pub remote_dcp_size: u32,
-    /// The helper's `cached` argument: the prompt's locally cached prefix, in tokens.
+    /// The helper's `cached` argument: decode's prefix-hit logical blocks
+    /// (0 in vLLM's own sweep).
     pub cached: u32,
     /// D's decode context parallel size.
     pub local_dcp_size: u32,
     /// D's TP rank.
     pub local_rank: u32,
+    #[serde(flatten)]
+    /// Every other argument, verbatim.
+    pub other: BTreeMap<String, Value>,
 }
 
 /// `make_worker`: how the local (decode) worker was built.
@@ -335,6 +339,11 @@ pub struct WorkerGeometry {
     /// and dropped from the project's fixtures.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub src_blocks_data: Option<Vec<RawStridedRun>>,
+    #[serde(flatten)]
+    /// Every other attribute, verbatim (`dcp_size`, `pcp_size`, `pp_size`,
+    /// `_is_csa_linear`, `region_group_ids`, ...; docs/trace-format.md says
+    /// which are refused when not at their default).
+    pub other: BTreeMap<String, Value>,
 }
 
 /// `local_geometry`: the local worker after registration.

@@ -30,6 +30,8 @@ pub(crate) mod recorded_judge;
 pub(crate) mod recorded_lists;
 pub(crate) mod reissue;
 pub(crate) mod replay;
+pub(crate) mod v1_counts;
+pub(crate) mod v1_fields;
 
 pub use base64::Base64Error;
 pub use case::{ExpectedDlist, ExpectedXfer, ListRole, RemoteRank, TraceCase};

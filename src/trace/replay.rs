@@ -67,7 +67,10 @@ pub fn traced_model(case: &TraceCase) -> Result<ModelSpec, ReplayError> {
         why: why.to_string(),
     };
     if !g.use_mla {
-        return Err(bad("only MLA traces are supported"));
+        return Err(bad(
+            "only MLA traces are supported; record a v2 trace of the geometry instead \
+             (`kvgeom sweep --connector vllm GEOMETRY --record-traces DIR`, docs/trace-format.md \"Recording\")",
+        ));
     }
     let per_token =
         g.block_len_per_layer.first().copied().unwrap_or(0) / u64::from(g.block_size.max(1));
