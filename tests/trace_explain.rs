@@ -53,7 +53,8 @@ fn lines_of(name: &str) -> Vec<Value> {
 enum Request {
     /// As recorded.
     Recorded,
-    /// Decode's first attention block already computed (a prefix hit).
+    /// Decode's first attention block already computed (a prefix hit): it
+    /// leaves the request, as in vLLM's own requests.
     PrefixHitOfOneBlock,
 }
 
@@ -63,6 +64,17 @@ fn with_prefix_hit(computed: &mut Value, groups: usize) {
     *computed = counts.into();
 }
 
+/// The request's blocks without decode's first attention block (and its
+/// kernel blocks), which the prefix hit holds.
+fn without_first_block(blocks: &mut Value, ppl: usize) {
+    let logical = blocks["local_block_ids"][0].as_array_mut().unwrap();
+    logical.remove(0);
+    let physical = blocks["local_physical_block_ids"][0]
+        .as_array_mut()
+        .unwrap();
+    physical.drain(..ppl);
+}
+
 /// The fixture `name` as `policy` would have traced it: its events with the
 /// request changed as `request` says and every transfer's ids and the
 /// rewritten remote ids replaced by the rebuild under `policy`.
@@ -70,9 +82,12 @@ fn derived_trace(name: &str, request: Request, policy: Policy) -> Vec<Value> {
     let mut lines = lines_of(name);
     let mut case = TraceCase::read(&fixture(name)).unwrap();
     let groups = case.request.blocks.local_block_ids.len();
+    let ppl = case.local_geometry.physical_blocks_per_logical as usize;
     if let Request::PrefixHitOfOneBlock = request {
         case.request.blocks.local_num_computed_blocks = vec![0; groups];
         case.request.blocks.local_num_computed_blocks[0] = 1;
+        case.request.blocks.local_block_ids[0].remove(0);
+        case.request.blocks.local_physical_block_ids[0].drain(..ppl);
     }
     let run = replay(&case, policy).expect("the rebuild runs");
     let xfers = run.recording.xfers();
@@ -84,9 +99,15 @@ fn derived_trace(name: &str, request: Request, policy: Policy) -> Vec<Value> {
     let mut next = xfers.iter();
     for line in &mut lines {
         match line["ev"].as_str() {
+            Some("case") => {
+                if let Request::PrefixHitOfOneBlock = request {
+                    line["args"]["cached"] = 1.into();
+                }
+            }
             Some("request") => {
                 if let Request::PrefixHitOfOneBlock = request {
                     with_prefix_hit(&mut line["local_num_computed_blocks"], groups);
+                    without_first_block(line, ppl);
                 }
             }
             Some("xfer") => {
@@ -98,6 +119,7 @@ fn derived_trace(name: &str, request: Request, policy: Policy) -> Vec<Value> {
                 line["after_call"]["remote_block_ids"] = run.remote_kernel_ids.clone().into();
                 if let Request::PrefixHitOfOneBlock = request {
                     with_prefix_hit(&mut line["after_call"]["local_num_computed_blocks"], groups);
+                    without_first_block(&mut line["after_call"], ppl);
                 }
             }
             _ => {}
@@ -276,7 +298,7 @@ fn diff_trace_reports_explained_by_and_still_exits_1() {
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(
         text.contains(
-            "end-trim-20-16-24.jsonl: xfer #0 pair 2: local id expected 6 found 36\n  \
+            "end-trim-20-16-24.jsonl: xfer #0 pair 2: local id expected 14 found 44\n  \
              differs; explained by defect `end-trim-alignment` (vLLM 0.33.0 end-trim alignment)"
         ),
         "{text}"
