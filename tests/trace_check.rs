@@ -129,3 +129,219 @@ fn a_misrouted_read_in_a_trace_is_caught() {
         report.violations
     );
 }
+
+fn reproducer(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/vllm-0.33.0-v1-reproducers")
+        .join(name)
+}
+
+const N18_MAINLINE: &str = "A1-mla-kda-16-4-prefix-tp1-tp1_N18-c1-mainline.jsonl";
+const N33_WITH_LAST_TOKEN: &str = "A1-mla-kda-16-4-prefix-tp1-tp1_N33-c1-with-last-token.jsonl";
+const C_DECODE_RANK_0_OF_2: &str = "C-mla-kda-p1-12-4-d2-8-4_N10-r0.jsonl";
+
+/// One trace's events, one JSON object per line.
+fn events(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn first<'a>(lines: &'a [Value], ev: &str) -> &'a Value {
+    lines.iter().find(|l| l["ev"] == ev).unwrap()
+}
+
+/// The attention pairs of a reproducer whose two ends hold different
+/// tokens, worked out from the desc ids alone: the first `regions x
+/// kernel blocks` rows of either list are the attention rows, region by
+/// region; a row's kernel block lies in a logical block whose place in the
+/// side's block list (decode: the prefix-hit blocks `2i+1`, then the
+/// request's) gives its first token.
+fn misaligned_attention_pairs(lines: &[Value]) -> usize {
+    let request = first(lines, "request");
+    let worker = &first(lines, "make_worker")["args"];
+    let remote = &first(lines, "add_remote_agent")["remote_meta"];
+    let u = |v: &Value| v.as_u64().unwrap();
+    let (kernel, local_blocks) = (
+        u(&worker["kernel_block_size"]),
+        u(&worker["num_logical_blocks"]),
+    );
+    let local_ppl = u(&worker["local_block_size"]) / kernel;
+    let (remote_kernel, remote_ppl) = (
+        u(&remote["block_size"]),
+        u(&remote["physical_blocks_per_logical_kv_block"]),
+    );
+    let remote_blocks = u(&remote["num_blocks"]);
+    let cached = u(&request["local_num_computed_blocks"][0]);
+    let mut decode: Vec<u64> = (0..cached).map(|i| 2 * i + 1).collect();
+    decode.extend(
+        request["local_block_ids"][0]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(u),
+    );
+    let prefill: Vec<u64> = request["remote_block_ids"][0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(u)
+        .collect();
+    let token = |id: u64, kernel_blocks: u64, ppl: u64, kernel: u64, blocks: &[u64]| {
+        let block = id % kernel_blocks;
+        let place = blocks.iter().position(|&b| b == block / ppl)?;
+        Some(place as u64 * ppl * kernel + block % ppl * kernel)
+    };
+    let mut misaligned = 0;
+    for x in lines.iter().filter(|l| l["ev"] == "xfer") {
+        let pairs = x["local_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(x["remote_ids"].as_array().unwrap());
+        for (l, r) in pairs {
+            let (l, r) = (u(l), u(r));
+            if l >= 2 * local_blocks * local_ppl {
+                continue; // a mamba row
+            }
+            let d = token(l, local_blocks * local_ppl, local_ppl, kernel, &decode);
+            let p = token(r, remote_blocks, remote_ppl, remote_kernel, &prefill);
+            misaligned += usize::from(d.is_none() || d != p);
+        }
+    }
+    misaligned
+}
+
+/// `kvgeom ARGS --format json`'s verdict and `explained_by` for one file.
+fn verdict(args: &[&str], path: &std::path::Path) -> (Option<i32>, String, Value) {
+    let mut all = args.to_vec();
+    all.extend([path.to_str().unwrap(), "--format", "json"]);
+    let o = Command::new(env!("CARGO_BIN_EXE_kvgeom"))
+        .args(&all)
+        .output()
+        .expect("kvgeom runs");
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let file = &report["files"][0];
+    (
+        o.status.code(),
+        file["verdict"].as_str().unwrap().to_string(),
+        file["explained_by"].clone(),
+    )
+}
+
+#[test]
+fn the_reproducers_get_the_verdicts_their_desc_ids_give() {
+    // The truth of the README, from the desc ids.
+    let truth = [
+        (N18_MAINLINE, 0),
+        (N33_WITH_LAST_TOKEN, 16),
+        (C_DECODE_RANK_0_OF_2, 0),
+    ];
+    for (name, misaligned) in truth {
+        assert_eq!(
+            misaligned_attention_pairs(&events(&reproducer(name))),
+            misaligned,
+            "{name}"
+        );
+    }
+    let vllm = ["diff-trace", "--policy", "vllm-0.33.0"];
+    for (name, check, default_diff) in [
+        (N18_MAINLINE, "passed", ("match", Value::Null)),
+        (
+            N33_WITH_LAST_TOKEN,
+            "violations",
+            ("differ", Value::from("end-trim-alignment")),
+        ),
+        (C_DECODE_RANK_0_OF_2, "passed", ("match", Value::Null)),
+    ] {
+        let path = reproducer(name);
+        let exit = |v: &str| Some(i32::from(v == "violations" || v == "differ"));
+        assert_eq!(
+            verdict(&["check-trace"], &path),
+            (exit(check), check.to_string(), Value::Null),
+            "{name}"
+        );
+        assert_eq!(
+            verdict(&vllm, &path),
+            (Some(0), "match".to_string(), Value::Null),
+            "{name}"
+        );
+        let (v, explained) = default_diff;
+        assert_eq!(
+            verdict(&["diff-trace"], &path),
+            (exit(v), v.to_string(), explained),
+            "{name}"
+        );
+    }
+    // The violations are the 16 misaligned attention pairs and nothing else.
+    let report = check_case(&TraceCase::read(&reproducer(N33_WITH_LAST_TOKEN)).unwrap()).unwrap();
+    assert_eq!(report.violations.len(), 16, "{:?}", report.violations);
+    assert!(report
+        .violations
+        .iter()
+        .all(|v| v.oracle == "pairing" && v.message.contains("token misalignment")));
+}
+
+/// A reproducer with `edit` applied to each event, written to `dir`.
+fn edited(dir: &std::path::Path, name: &str, out: &str, edit: impl Fn(&mut Value)) -> PathBuf {
+    let mut text = String::new();
+    for mut line in events(&reproducer(name)) {
+        edit(&mut line);
+        text.push_str(&line.to_string());
+        text.push('\n');
+    }
+    let path = dir.join(out);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn hand_built_prefix_hit_variants_are_judged_by_their_tokens() {
+    let dir = std::env::temp_dir().join(format!(
+        "kvgeom-trace-check-{}-variants",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // N33 repaired: decode's block 3 (tokens 16..32) reads P's block 4
+    // (tokens 16..32); block 5 (tokens 32..48) holds nothing transferred.
+    let repaired = edited(&dir, N33_WITH_LAST_TOKEN, "n33-repaired.jsonl", |l| {
+        if l["ev"] == "xfer" {
+            let keep = |ids: &Value, attention: [u64; 8]| -> Value {
+                let mut out: Vec<Value> = attention.iter().map(|&i| i.into()).collect();
+                out.extend(ids.as_array().unwrap()[16..].iter().cloned());
+                out.into()
+            };
+            l["local_ids"] = keep(&l["local_ids"], [12, 13, 14, 15, 52, 53, 54, 55]);
+            l["remote_ids"] = keep(&l["remote_ids"], [16, 17, 18, 19, 48, 49, 50, 51]);
+        }
+    });
+    // N18 written into the prefix-hit block 1 (tokens 0..16) instead of
+    // block 3: what the first-transferred-block-is-token-0 reading passed.
+    let into_hit = edited(&dir, N18_MAINLINE, "n18-into-hit.jsonl", |l| {
+        if l["ev"] == "xfer" {
+            for k in 0..4 {
+                l["local_ids"][k] = (4 + k as u64).into();
+                l["local_ids"][4 + k] = (36 + k as u64).into();
+            }
+        }
+    });
+    for (path, misaligned, check) in [(&repaired, 0, "passed"), (&into_hit, 8, "violations")] {
+        assert_eq!(
+            misaligned_attention_pairs(&events(path)),
+            misaligned,
+            "{}",
+            path.display()
+        );
+        assert_eq!(
+            verdict(&["check-trace"], path).1,
+            check,
+            "{}",
+            path.display()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
