@@ -461,3 +461,414 @@ fn state_regions_of_a_trace_rebuild_as_state_slots_or_are_named() {
         "{message}"
     );
 }
+
+/// How kvgeom judged one trace: the error's message, or check-trace's and
+/// diff-trace's (`--policy vllm-0.33.0`) verdicts.
+#[derive(Debug, PartialEq)]
+enum Judged {
+    Error(String),
+    Verdicts { check: String, diff: String },
+}
+
+fn judge(path: &Path) -> Judged {
+    let case = match TraceCase::read(path) {
+        Ok(case) => case,
+        Err(e) => return Judged::Error(e.to_string()),
+    };
+    let check = if case.remotes.iter().any(|r| r.refused.is_some()) {
+        "rejected".to_string()
+    } else {
+        match kvgeom::trace::check_case(&case) {
+            Ok(r) => format!("{} violations", r.violations.len()),
+            Err(e) => return Judged::Error(e.to_string()),
+        }
+    };
+    let diff = match kvgeom::trace::diff_against_connector(
+        &case,
+        kvgeom::connector::Policy::vllm_0_33_0(),
+    ) {
+        Ok(r) => r.to_string(),
+        Err(e) => e.to_string(),
+    };
+    Judged::Verdicts { check, diff }
+}
+
+/// Sets `pointer` of every `ev` event to `value`, adding the last key to
+/// its object when absent.
+fn put(lines: &mut [Value], ev: &str, pointer: &str, value: &Value) {
+    let (parent, key) = pointer.rsplit_once('/').unwrap();
+    for line in lines.iter_mut().filter(|l| l["ev"] == ev) {
+        match line
+            .pointer_mut(parent)
+            .unwrap_or_else(|| panic!("{ev}{parent}"))
+        {
+            Value::Object(o) => {
+                o.insert(key.to_string(), value.clone());
+            }
+            Value::Array(a) => a[key.parse::<usize>().unwrap()] = value.clone(),
+            other => panic!("{ev}{pointer}: parent is {other}"),
+        }
+    }
+}
+
+fn lines_of(path: &Path) -> Vec<Value> {
+    let bytes = std::fs::read(path).unwrap();
+    let text = kvgeom::trace::decompress(path, &bytes).unwrap();
+    String::from_utf8(text)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Modelled or refused fields and a value that must change how the trace
+/// is judged: `(ev, pointer, value)`.
+fn verdict_changing_edits() -> Vec<(&'static str, &'static str, Value)> {
+    use serde_json::json;
+    vec![
+        ("meta", "/params/cached", json!(2)),
+        ("meta", "/params/alloc", json!("all-blocks")),
+        ("meta", "/params/d_tp", json!(4)),
+        ("meta", "/params/d_rank", json!(1)),
+        ("meta", "/params/p_tp", json!(8)),
+        ("meta", "/params/num_tokens", json!(7)),
+        ("meta", "/params/prefix_hit", json!(5)),
+        ("meta", "/params/speculative", json!(true)),
+        ("case", "/args/local_block", json!(40)),
+        ("case", "/args/kernel", json!(8)),
+        ("case", "/args/remote_block", json!(40)),
+        ("case", "/args/num_tokens", json!(7)),
+        ("case", "/args/tp_size", json!(8)),
+        ("case", "/args/remote_kernel", json!(8)),
+        ("case", "/args/remote_dcp_size", json!(2)),
+        ("case", "/args/cached", json!(3)),
+        ("case", "/args/local_dcp_size", json!(2)),
+        ("case", "/args/local_rank", json!(1)),
+        ("make_worker", "/args/local_block_size", json!(40)),
+        ("make_worker", "/args/kernel_block_size", json!(8)),
+        ("make_worker", "/args/num_logical_blocks", json!(7)),
+        ("make_worker", "/args/tp_size", json!(4)),
+        ("make_worker", "/args/tp_rank", json!(1)),
+        ("make_worker", "/args/dcp_size", json!(2)),
+        ("register_memory", "/regions/0/0", json!(4096)),
+        ("dlist", "/mem_type", json!("DRAM")),
+        ("dlist", "/strided/0/1", json!(47)),
+        (
+            "local_geometry",
+            "/worker_cls",
+            json!("NixlPushConnectorWorker"),
+        ),
+        ("local_geometry", "/geometry/use_mla", json!(false)),
+        ("local_geometry", "/geometry/_has_mamba", json!(false)),
+        ("local_geometry", "/geometry/kv_cache_layout", json!("HND")),
+        ("local_geometry", "/geometry/block_size", json!(8)),
+        ("local_geometry", "/geometry/num_blocks", json!(99)),
+        ("local_geometry", "/geometry/_logical_num_blocks", json!(9)),
+        (
+            "local_geometry",
+            "/geometry/_physical_blocks_per_logical_kv_block",
+            json!(7),
+        ),
+        ("local_geometry", "/geometry/num_regions", json!(3)),
+        (
+            "local_geometry",
+            "/geometry/block_len_per_layer",
+            json!([48, 96]),
+        ),
+        (
+            "local_geometry",
+            "/geometry/block_stride_per_layer",
+            json!([96, 96]),
+        ),
+        (
+            "local_geometry",
+            "/geometry/region_num_blocks",
+            json!([1, 1]),
+        ),
+        (
+            "local_geometry",
+            "/geometry/region_group_ids",
+            json!([0, 1]),
+        ),
+        (
+            "local_geometry",
+            "/geometry/_region_is_mla",
+            json!([true, false]),
+        ),
+        (
+            "local_geometry",
+            "/geometry/_ssm_region_indices",
+            json!([1]),
+        ),
+        (
+            "local_geometry",
+            "/geometry/_mamba_ssm_size",
+            json!([96, 64]),
+        ),
+        ("local_geometry", "/geometry/use_host_buffer", json!(true)),
+        ("local_geometry", "/geometry/dcp_size", json!(2)),
+        ("local_geometry", "/geometry/pcp_size", json!(2)),
+        ("local_geometry", "/geometry/pp_size", json!(2)),
+        ("local_geometry", "/geometry/_is_csa_linear", json!(true)),
+        (
+            "local_geometry",
+            "/geometry/_transfer_layer_region_indices",
+            json!([0]),
+        ),
+        (
+            "local_geometry",
+            "/geometry/_transfer_layer_group_ids",
+            json!([0]),
+        ),
+        (
+            "local_geometry",
+            "/geometry/_scratch_region_indices",
+            json!([0]),
+        ),
+        ("local_geometry", "/geometry/_ple_group_index", json!(0)),
+        ("local_geometry", "/geometry/_sliding_window", json!(128)),
+        ("local_geometry", "/geometry/tp_rank", json!(1)),
+        ("local_geometry", "/geometry/world_size", json!(4)),
+        ("make_remote_meta", "/args/remote_block_size", json!(40)),
+        (
+            "make_remote_meta",
+            "/args/remote_kernel_block_size",
+            json!(8),
+        ),
+        ("make_remote_meta", "/args/remote_num_logical", json!(99)),
+        ("add_remote_agent", "/args/remote_tp_rank", json!(9)),
+        ("add_remote_agent", "/args/remote_tp_size", json!(4)),
+        ("add_remote_agent", "/args/remote_dcp_size", json!(2)),
+        ("add_remote_agent", "/exception", json!("handshake refused")),
+        (
+            "add_remote_agent",
+            "/remote_meta/kv_caches_base_addr",
+            json!([4096, 8192]),
+        ),
+        ("add_remote_agent", "/remote_meta/num_blocks", json!(4)),
+        (
+            "add_remote_agent",
+            "/remote_meta/block_lens",
+            json!([96, 96]),
+        ),
+        (
+            "add_remote_agent",
+            "/remote_meta/block_strides",
+            json!([96, 96]),
+        ),
+        (
+            "add_remote_agent",
+            "/remote_meta/kv_cache_layout",
+            json!("HND"),
+        ),
+        ("add_remote_agent", "/remote_meta/block_size", json!(8)),
+        (
+            "add_remote_agent",
+            "/remote_meta/ssm_sizes",
+            json!([12, 32]),
+        ),
+        (
+            "add_remote_agent",
+            "/remote_meta/physical_blocks_per_logical_kv_block",
+            json!(5),
+        ),
+        (
+            "add_remote_agent",
+            "/remote_meta/region_num_blocks",
+            json!([4, 4]),
+        ),
+        ("add_remote_agent", "/remote_meta/dcp_size", json!(2)),
+        ("add_remote_agent", "/remote_meta/pcp_size", json!(2)),
+        ("add_remote_agent", "/remote_meta/ple_block_len", json!(8)),
+        (
+            "add_remote_agent",
+            "/remote_meta/region_members",
+            json!([1]),
+        ),
+        (
+            "add_remote_agent",
+            "/remote_meta/packed_member_layouts",
+            json!({"a": 1}),
+        ),
+        (
+            "add_remote_agent",
+            "/remote_meta/region_group_ids",
+            json!([0, 1]),
+        ),
+        (
+            "add_remote_agent",
+            "/remote_meta/kv_transfer_mode",
+            json!("packed"),
+        ),
+        ("request", "/prompt_len", json!(200)),
+        ("request", "/matched_tokens", json!(3)),
+        ("request", "/local_block_ids/0/0", json!(7)),
+        ("request", "/local_physical_block_ids/0/0", json!(0)),
+        ("request", "/local_num_computed_blocks", json!([1, 1, 0])),
+        ("request", "/remote_block_ids/0/0", json!(3)),
+        ("request", "/tp_size", json!(4)),
+        ("request", "/dcp_size", json!(2)),
+        ("xfer", "/op", json!("WRITE")),
+        ("xfer", "/local_ids/0", json!(0)),
+        ("xfer", "/remote_ids/0", json!(0)),
+        ("request_done", "/after_call/remote_block_ids/0/0", json!(0)),
+    ]
+}
+
+/// Informational fields: any value leaves the verdicts as they are.
+fn informational_edits() -> Vec<(&'static str, &'static str, Value)> {
+    use serde_json::json;
+    vec![
+        ("meta", "/nodeid", json!("elsewhere::t")),
+        ("meta", "/test", json!("t")),
+        ("meta", "/vllm", json!("0.0.1")),
+        ("meta", "/params/seed", json!(7)),
+        ("meta", "/params/geometry", json!("g")),
+        ("case", "/fn", json!("other")),
+        ("make_worker", "/fn", json!("other")),
+        ("nixl_agent", "/cls", json!("Other")),
+        ("register_memory", "/regions/0/3", json!("kv.0")),
+        ("register_memory", "/backends", json!(["LIBFABRIC"])),
+        (
+            "local_geometry",
+            "/geometry/region_names",
+            json!(["a", "b"]),
+        ),
+        ("local_geometry", "/geometry/num_descs", json!(1)),
+        (
+            "add_remote_agent",
+            "/remote_meta/attn_backend_name",
+            json!("OTHER"),
+        ),
+        (
+            "add_remote_agent",
+            "/remote_meta/region_names",
+            json!(["a", "b"]),
+        ),
+        ("add_remote_agent", "/dst_num_blocks", json!(1)),
+        ("make_remote_meta", "/args/remote_ssm_sizes", json!([1, 2])),
+        ("request_done", "/geometry/num_descs", json!(1)),
+        ("result", "/outcome", json!("failed")),
+        ("result", "/duration_s", json!(99.0)),
+        ("result", "/message", json!("assertion")),
+    ]
+}
+
+#[test]
+fn every_modelled_or_refused_field_changes_the_verdict_and_informational_ones_do_not() {
+    let dir = scratch("field-mutations");
+    let started = std::time::Instant::now();
+    let repro = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/vllm-0.33.0-v1-reproducers")
+        .join("A1-mla-kda-16-4-prefix-tp1-tp1_N18-c1-mainline.jsonl");
+    for source in [fixture(GOOD), repro] {
+        let lines = lines_of(&source);
+        let base = judge(&source);
+        assert!(matches!(base, Judged::Verdicts { .. }), "{base:?}");
+        let edited = |ev: &str, pointer: &str, value: &Value| {
+            let mut lines = lines.clone();
+            put(&mut lines, ev, pointer, value);
+            let path = dir.join(format!("{}{}.jsonl", ev, pointer.replace('/', "-")));
+            let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        for (ev, pointer, value) in verdict_changing_edits() {
+            let got = judge(&edited(ev, pointer, &value));
+            let what = format!("{}: {ev}{pointer} = {value}: {got:?}", source.display());
+            assert_ne!(got, base, "{what}");
+            if let Judged::Error(message) = &got {
+                assert!(!message.contains("panicked"), "{what}");
+                if message.contains("refused:") {
+                    let field = pointer
+                        .rsplit('/')
+                        .find(|s| s.parse::<usize>().is_err())
+                        .unwrap();
+                    assert!(
+                        message.contains(field),
+                        "the refusal names another field: {what}"
+                    );
+                }
+            }
+        }
+        for (ev, pointer, value) in informational_edits() {
+            let got = judge(&edited(ev, pointer, &value));
+            assert_eq!(got, base, "{}: {ev}{pointer} = {value}", source.display());
+        }
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn counts_the_blocks_cannot_hold_are_errors_naming_the_file_and_the_field() {
+    let dir = scratch("counts");
+    let cases = [
+        // vLLM's sweep case 25-12-8 holds 25 tokens in 3 blocks of 12.
+        (
+            "huge-prompt.jsonl",
+            vec![
+                ("/prompt_len", Value::from(4294967295u64)),
+                ("/matched_tokens", Value::from(4294967294u64)),
+            ],
+            "`request` field `prompt_len` is 4294967295, but a prompt has 1 to 1048576 tokens",
+        ),
+        (
+            "long-prompt.jsonl",
+            vec![
+                ("/prompt_len", Value::from(100)),
+                ("/matched_tokens", Value::from(99)),
+            ],
+            "`request` field `local_block_ids[0]` is 3 blocks, but decode's 3 blocks of 12 tokens \
+             hold 36 tokens, fewer than the 99 transferred of prompt_len 100",
+        ),
+        (
+            "short-prompt.jsonl",
+            vec![
+                ("/prompt_len", Value::from(5)),
+                ("/matched_tokens", Value::from(4)),
+            ],
+            "`request` field `local_block_ids[0]` is 3 blocks, but decode's 3 blocks of 12 tokens \
+             reach past the 5-token prompt by a whole block",
+        ),
+        (
+            "matched.jsonl",
+            vec![("/matched_tokens", Value::from(25))],
+            "`request` field `matched_tokens` is 25, but prompt_len 25 transfers 24 tokens",
+        ),
+        (
+            "hit.jsonl",
+            vec![("/local_num_computed_blocks", serde_json::json!([3, 0, 0]))],
+            "`request` field `local_num_computed_blocks[0]` is 3, but 3 blocks of 12 tokens are \
+             more than the 24 tokens transferred",
+        ),
+    ];
+    for (name, edits, want) in cases {
+        let path = dir.join(name);
+        write_edited(&path, |line| {
+            if line["ev"] == "request" {
+                for (pointer, value) in &edits {
+                    *line.pointer_mut(pointer).unwrap() = value.clone();
+                }
+            }
+        });
+        for command in [
+            &["check-trace"][..],
+            &["diff-trace", "--policy", "vllm-0.33.0"],
+        ] {
+            let mut args = command.to_vec();
+            args.push(path.to_str().unwrap());
+            let o = kvgeom(&args);
+            assert_eq!(o.status.code(), Some(2), "{name} {command:?}");
+            let text = String::from_utf8_lossy(&o.stdout).to_string()
+                + &String::from_utf8_lossy(&o.stderr);
+            let line = text.lines().find(|l| l.contains(name)).unwrap_or_default();
+            assert!(
+                line.contains(&format!("{}:", path.display())) && line.contains(want),
+                "{name} {command:?}: {text}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -383,8 +383,8 @@ impl TraceCase {
             };
             err(ev.and_then(|ev| case.event_lines.get(ev).copied()), kind)
         };
-        refuse_unmodelled(&case).map_err(at_event)?;
         check_counts(&case).map_err(at_event)?;
+        refuse_unmodelled(&case).map_err(at_event)?;
         Ok(case)
     }
 

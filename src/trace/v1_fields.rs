@@ -261,14 +261,20 @@ fn local_geometry(case: &TraceCase) -> Result<(), TraceErrorKind> {
             "_scratch_region_indices",
             "scratch regions are not modelled",
         ),
-        (
-            "_ple_group_index",
-            "a per-layer-embedding group is not modelled",
-        ),
     ] {
         if let Some(v) = nondefault(field) {
             return Err(refused(EV, format!("geometry.{field}"), v, why, NOT_JUDGED));
         }
+    }
+    // A group index: 0 is a group, only null is none.
+    if let Some(v) = g.other.get("_ple_group_index").filter(|v| !v.is_null()) {
+        return Err(refused(
+            EV,
+            "geometry._ple_group_index",
+            v,
+            "a per-layer-embedding group is not modelled",
+            NOT_JUDGED,
+        ));
     }
     if let Some(v) = g.other.get("region_group_ids") {
         let all_shared = v
@@ -385,6 +391,24 @@ fn remote_rank(case: &TraceCase, remote: &super::case::RemoteRank) -> Result<(),
     )?;
     layout(EV, "remote_meta.kv_cache_layout", &m.kv_cache_layout)?;
     uniform(EV, "remote_meta.block_lens", &m.block_lens)?;
+    // Prefill's pages are the model's: the same bytes per token as decode's.
+    let g = &case.local_geometry;
+    let per_token =
+        g.block_len_per_layer.first().copied().unwrap_or(0) / u64::from(g.block_size.max(1));
+    let page = per_token.saturating_mul(u64::from(m.block_size));
+    if let Some(&len) = m.block_lens.first().filter(|&&l| l != page) {
+        return Err(refused(
+            EV,
+            "remote_meta.block_lens",
+            Value::from(m.block_lens.clone()),
+            format!(
+                "prefill pages of other bytes per token than decode's are not modelled \
+                 (decode's {per_token} bytes per token give {page}-byte pages of {} tokens, not {len})",
+                m.block_size
+            ),
+            NOT_JUDGED,
+        ));
+    }
     if let Some(strides) = m.block_strides.as_ref().filter(|s| **s != m.block_lens) {
         return Err(refused(
             EV,
@@ -406,24 +430,6 @@ fn remote_rank(case: &TraceCase, remote: &super::case::RemoteRank) -> Result<(),
             format!(
                 "regions with other block counts than num_blocks ({}) are not modelled",
                 m.num_blocks
-            ),
-            NOT_JUDGED,
-        ));
-    }
-    // Prefill's pages are the model's: the same bytes per token as decode's.
-    let g = &case.local_geometry;
-    let per_token =
-        g.block_len_per_layer.first().copied().unwrap_or(0) / u64::from(g.block_size.max(1));
-    let page = per_token.saturating_mul(u64::from(m.block_size));
-    if let Some(&len) = m.block_lens.first().filter(|&&l| l != page) {
-        return Err(refused(
-            EV,
-            "remote_meta.block_lens",
-            Value::from(m.block_lens.clone()),
-            format!(
-                "prefill pages of other bytes per token than decode's are not modelled \
-                 (decode's {per_token} bytes per token give {page}-byte pages of {} tokens, not {len})",
-                m.block_size
             ),
             NOT_JUDGED,
         ));
@@ -468,10 +474,14 @@ fn request(case: &TraceCase) -> Result<(), TraceErrorKind> {
     if !case.local_geometry.has_mamba {
         if b.local_block_ids.len() > 1 {
             return Err(refused(
-                EV,
-                "local_block_ids",
-                Value::from(b.local_block_ids.clone()),
-                "several KV-cache groups without mamba state are not modelled",
+                "local_geometry",
+                "geometry._has_mamba",
+                false,
+                format!(
+                    "the request has {} KV-cache groups, and several groups without mamba \
+                     state are not modelled",
+                    b.local_block_ids.len()
+                ),
                 NOT_JUDGED,
             ));
         }
