@@ -345,3 +345,50 @@ fn hand_built_prefix_hit_variants_are_judged_by_their_tokens() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn one_decode_rank_of_two_is_judged_as_that_rank() {
+    let dir = std::env::temp_dir().join(format!("kvgeom-trace-check-{}-rank1", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // Decode rank 1 of 2 under prefill TP1: the attention rows are rank 0's
+    // (MLA is replicated); each mamba row of P's list starts one shard later
+    // (rank 1 holds the second half of every conv sub-projection and of the
+    // SSM state), with the same desc ids.
+    let as_rank_1 = |shift: bool| {
+        move |l: &mut Value| match l["ev"].as_str() {
+            Some("meta") => l["params"]["d_rank"] = 1.into(),
+            Some("case") => l["args"]["local_rank"] = 1.into(),
+            Some("make_worker") => l["args"]["tp_rank"] = 1.into(),
+            Some("local_geometry") | Some("request_done") => l["geometry"]["tp_rank"] = 1.into(),
+            Some("dlist") if shift && l["target"] != "NIXL_INIT_AGENT" => {
+                for run in l["strided"].as_array_mut().unwrap().iter_mut().skip(2) {
+                    let len = run[1].as_u64().unwrap();
+                    run[0] = (run[0].as_u64().unwrap() + len).into();
+                }
+                l.as_object_mut().unwrap().remove("rows");
+            }
+            _ => {}
+        }
+    };
+    let rank1 = edited(&dir, C_DECODE_RANK_0_OF_2, "c-rank1.jsonl", as_rank_1(true));
+    // The same file reading rank 0's shards into rank 1: every mamba pair wrong.
+    let wrong = edited(
+        &dir,
+        C_DECODE_RANK_0_OF_2,
+        "c-rank1-rank0-shards.jsonl",
+        as_rank_1(false),
+    );
+    let vllm = ["diff-trace", "--policy", "vllm-0.33.0"];
+    assert_eq!(verdict(&["check-trace"], &rank1).1, "passed");
+    assert_eq!(verdict(&vllm, &rank1).1, "match");
+    let report = check_case(&TraceCase::read(&wrong).unwrap()).unwrap();
+    // 8 mamba pairs per region, two regions.
+    assert_eq!(report.violations.len(), 16, "{:?}", report.violations);
+    assert!(report
+        .violations
+        .iter()
+        .all(|v| v.rank == Some(1) && v.message.contains("state slices differ")));
+    assert_eq!(verdict(&vllm, &wrong).1, "differ");
+    let _ = std::fs::remove_dir_all(&dir);
+}
