@@ -376,12 +376,10 @@ impl TraceCase {
             event_lines,
         };
         let at_event = |kind: TraceErrorKind| {
-            let ev = match &kind {
-                TraceErrorKind::NotModelled { ev, .. }
-                | TraceErrorKind::Inconsistent { ev, .. } => Some(*ev),
-                _ => None,
-            };
-            err(ev.and_then(|ev| case.event_lines.get(ev).copied()), kind)
+            let line = kind
+                .field_event()
+                .and_then(|ev| case.event_lines.get(ev).copied());
+            err(line, kind)
         };
         check_counts(&case).map_err(at_event)?;
         refuse_unmodelled(&case).map_err(at_event)?;

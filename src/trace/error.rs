@@ -198,38 +198,59 @@ pub enum TraceErrorKind {
     },
     /// A field whose value would change the verdict in a way kvgeom does
     /// not model: the trace is refused, with the way forward.
-    #[error("refused: `{ev}` field `{field}` is {value}: {why}; {instead}")]
-    NotModelled {
-        /// The event.
-        ev: &'static str,
-        /// The field, as a dotted path inside the event.
-        field: String,
-        /// Its value, as JSON.
-        value: String,
-        /// What kvgeom does not model.
-        why: String,
-        /// What to do instead.
-        instead: String,
-    },
+    #[error("{0}")]
+    NotModelled(Box<Refusal>),
     /// A field whose value contradicts another of the same trace (a count
     /// the blocks cannot hold, two fields that must agree and do not).
-    #[error("`{ev}` field `{field}` is {value}, but {expected}")]
-    Inconsistent {
-        /// The event.
-        ev: &'static str,
-        /// The field, as a dotted path inside the event.
-        field: String,
-        /// Its value, as JSON.
-        value: String,
-        /// What the rest of the trace requires.
-        expected: String,
-    },
+    #[error("{0}")]
+    Inconsistent(Box<Disagreement>),
     /// A folder holding no `*.jsonl` or `*.jsonl.gz` trace, at any depth.
     #[error("no *.jsonl or *.jsonl.gz trace files in this folder or its subfolders")]
     EmptyFolder,
     /// A fixture that no longer matches the trace it was made from (the first difference).
     #[error("fixture differs from its source: {0}")]
     FixtureMismatch(String),
+}
+
+/// A v1 field kvgeom does not model at its value (docs/trace-format.md, "v1 fields").
+#[derive(Debug, thiserror::Error)]
+#[error("refused: `{ev}` field `{field}` is {value}: {why}; {instead}")]
+pub struct Refusal {
+    /// The event.
+    pub ev: &'static str,
+    /// The field, as a dotted path inside the event.
+    pub field: String,
+    /// Its value, as JSON.
+    pub value: String,
+    /// What kvgeom does not model.
+    pub why: String,
+    /// What to do instead.
+    pub instead: String,
+}
+
+/// A v1 field that disagrees with the rest of its trace.
+#[derive(Debug, thiserror::Error)]
+#[error("`{ev}` field `{field}` is {value}, but {expected}")]
+pub struct Disagreement {
+    /// The event.
+    pub ev: &'static str,
+    /// The field, as a dotted path inside the event.
+    pub field: String,
+    /// Its value, as JSON.
+    pub value: String,
+    /// What the rest of the trace requires.
+    pub expected: String,
+}
+
+impl TraceErrorKind {
+    /// The event a refusal or disagreement belongs to.
+    pub fn field_event(&self) -> Option<&'static str> {
+        match self {
+            TraceErrorKind::NotModelled(r) => Some(r.ev),
+            TraceErrorKind::Inconsistent(d) => Some(d.ev),
+            _ => None,
+        }
+    }
 }
 
 impl TraceError {

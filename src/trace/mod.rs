@@ -37,7 +37,7 @@ pub use base64::Base64Error;
 pub use case::{ExpectedDlist, ExpectedXfer, ListRole, RemoteRank, TraceCase};
 pub use check::{check_case, CheckReport, SkippedCheck};
 pub use diff::{diff_block_ids, diff_run, ActualRun, DiffReport, Difference, Side};
-pub use error::{TraceError, TraceErrorKind};
+pub use error::{Disagreement, Refusal, TraceError, TraceErrorKind};
 pub use explain::{explain_difference, smallest_explaining_set, Explanation};
 pub use fixture::{write_fixture, FixtureStats};
 pub use format::TraceEvent;

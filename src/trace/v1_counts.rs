@@ -9,7 +9,7 @@
 use serde_json::Value;
 
 use super::case::TraceCase;
-use super::error::TraceErrorKind;
+use super::error::{Disagreement, TraceErrorKind};
 use crate::limits::MAX_PROMPT_LEN;
 
 fn inconsistent(
@@ -18,12 +18,12 @@ fn inconsistent(
     value: impl std::fmt::Display,
     expected: impl Into<String>,
 ) -> TraceErrorKind {
-    TraceErrorKind::Inconsistent {
+    TraceErrorKind::Inconsistent(Box::new(Disagreement {
         ev,
         field: field.into(),
         value: value.to_string(),
         expected: expected.into(),
-    }
+    }))
 }
 
 /// `value` of `ev`'s `field` must be `expected`, which `source` states.

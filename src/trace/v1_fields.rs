@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::case::TraceCase;
-use super::error::TraceErrorKind;
+use super::error::{Refusal, TraceErrorKind};
 use crate::nixl::XferOp;
 
 /// The way forward for a geometry the live mode runs.
@@ -80,13 +80,13 @@ fn refused(
     why: impl Into<String>,
     instead: &str,
 ) -> TraceErrorKind {
-    TraceErrorKind::NotModelled {
+    TraceErrorKind::NotModelled(Box::new(Refusal {
         ev,
         field: field.into(),
         value: value.to_string(),
         why: why.into(),
         instead: instead.to_string(),
-    }
+    }))
 }
 
 /// A JSON value at its default: null, false, 0, an empty string, list or object.
