@@ -28,9 +28,7 @@ use super::format::{
     ResultEvent, TraceEvent, TraceRegion, WorkerArgs, WorkerGeometry, LOCAL_TARGET,
 };
 use super::normalize::{NormRow, Region, RegionMap};
-use super::reader::{read_trace, TraceFile, TraceLine};
-use super::v1_counts::check_counts;
-use super::v1_fields::refuse_unmodelled;
+use super::reader::TraceLine;
 use crate::limits::MAX_TP_SIZE;
 use crate::nixl::{DescList, DlistHandle, DlistTarget, MemKind, XferHandle, XferOp};
 
@@ -213,18 +211,9 @@ fn once<T>(
 }
 
 impl TraceCase {
-    /// Read a `.jsonl` or `.jsonl.gz` trace and extract its case.
-    pub fn read(path: &Path) -> Result<Self, TraceError> {
-        Self::from_file(&read_trace(path)?)
-    }
-
-    /// Extract the case from parsed lines.
-    pub fn from_file(file: &TraceFile) -> Result<Self, TraceError> {
-        Self::from_lines(&file.path, &file.lines)
-    }
-
-    /// Extract the case from lines read from `path`.
-    pub fn from_lines(path: &Path, lines: &[TraceLine]) -> Result<Self, TraceError> {
+    /// Extract the case from lines read from `path`, before its counts and
+    /// fields are checked (`TraceCase::from_lines` does both).
+    pub(crate) fn extract(path: &Path, lines: &[TraceLine]) -> Result<Self, TraceError> {
         let err = |line: Option<usize>, kind| TraceError::new(path, line, kind);
         let mut meta = None;
         let mut case_args = None;
@@ -356,7 +345,7 @@ impl TraceCase {
         let (request_line, request) = request.ok_or_else(|| need("request"))?;
         let worker = worker.ok_or_else(|| need("make_worker"))?;
         in_pools(&request, &worker, &remotes).map_err(|kind| err(Some(request_line), kind))?;
-        let case = TraceCase {
+        Ok(TraceCase {
             name: case_name(path),
             path: path.to_path_buf(),
             meta: meta.ok_or_else(|| need("meta"))?,
@@ -374,16 +363,7 @@ impl TraceCase {
             result: result.ok_or_else(|| need("result"))?,
             worker_class,
             event_lines,
-        };
-        let at_event = |kind: TraceErrorKind| {
-            let line = kind
-                .field_event()
-                .and_then(|ev| case.event_lines.get(ev).copied());
-            err(line, kind)
-        };
-        check_counts(&case).map_err(at_event)?;
-        refuse_unmodelled(&case).map_err(at_event)?;
-        Ok(case)
+        })
     }
 
     /// The local regions as registered.

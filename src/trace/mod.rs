@@ -15,6 +15,7 @@
 
 pub(crate) mod base64;
 pub(crate) mod case;
+pub(crate) mod case_checks;
 pub(crate) mod check;
 pub(crate) mod diff;
 pub(crate) mod error;
