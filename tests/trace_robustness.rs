@@ -533,7 +533,7 @@ fn verdict_changing_edits() -> Vec<(&'static str, &'static str, Value)> {
         ("meta", "/params/d_rank", json!(1)),
         ("meta", "/params/p_tp", json!(8)),
         ("meta", "/params/num_tokens", json!(7)),
-        ("meta", "/params/prefix_hit", json!(5)),
+        ("meta", "/params/prefix_hit", json!(48)),
         ("meta", "/params/speculative", json!(true)),
         ("case", "/args/local_block", json!(40)),
         ("case", "/args/kernel", json!(8)),

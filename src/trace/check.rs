@@ -296,10 +296,7 @@ fn check_with(
     }
     let pairs = nixl.resolve(&layout);
     let prompt = case.request.prompt_len.unwrap_or(0);
-    let hit_tokens = case
-        .prefix_hit_blocks()
-        .saturating_mul(case.worker.local_block_size);
-    let mut input = OracleInput::new(layout, prompt, hit_tokens, pairs);
+    let mut input = OracleInput::new(layout, prompt, case.prefix_hit_tokens(), pairs);
     if let Some(m) = case.request.matched_tokens {
         input = input.with_transferred_tokens(m);
     }

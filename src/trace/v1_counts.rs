@@ -220,6 +220,24 @@ fn remotes(case: &TraceCase) -> Result<(), TraceErrorKind> {
                 ));
             }
         }
+        if let Some(first) = case.remotes.first().filter(|f| !std::ptr::eq(*f, r)) {
+            let f = &first.meta;
+            for (field, value, theirs) in [
+                (
+                    "remote_meta.block_size",
+                    u64::from(m.block_size),
+                    u64::from(f.block_size),
+                ),
+                (
+                    "remote_meta.physical_blocks_per_logical_kv_block",
+                    m.physical_blocks_per_logical_kv_block.into(),
+                    f.physical_blocks_per_logical_kv_block.into(),
+                ),
+                ("remote_meta.num_blocks", m.num_blocks, f.num_blocks),
+            ] {
+                agree(EV, field, value, theirs, "the first remote rank's")?;
+            }
+        }
         if !g.has_mamba {
             continue;
         }
@@ -513,14 +531,22 @@ fn params(case: &TraceCase, sizes: &Sizes) -> Result<(), TraceErrorKind> {
             agree(EV, &format!("params.{key}"), value, expected, source)?;
         }
     }
+    // The hit in tokens: decode holds the whole blocks it covers.
     if let Some(tokens) = param(case, "prefix_hit")? {
-        agree(
-            EV,
-            "params.prefix_hit",
-            tokens,
-            sizes.hit_blocks * sizes.decode_block,
-            "request local_num_computed_blocks[0] x make_worker args.local_block_size",
-        )?;
+        if tokens / sizes.decode_block.max(1) != sizes.hit_blocks {
+            return Err(inconsistent(
+                EV,
+                "params.prefix_hit",
+                tokens,
+                format!(
+                    "{tokens} tokens cover {} whole blocks of {} tokens, and request \
+                     local_num_computed_blocks[0] is {}",
+                    tokens / sizes.decode_block.max(1),
+                    sizes.decode_block,
+                    sizes.hit_blocks
+                ),
+            ));
+        }
     }
     Ok(())
 }

@@ -391,6 +391,20 @@ fn remote_rank(case: &TraceCase, remote: &super::case::RemoteRank) -> Result<(),
     )?;
     layout(EV, "remote_meta.kv_cache_layout", &m.kv_cache_layout)?;
     uniform(EV, "remote_meta.block_lens", &m.block_lens)?;
+    // A kernel ratio: one side's kernel block a whole number of the other's.
+    let (local_kernel, remote_kernel) = (case.worker.kernel_block_size, m.block_size);
+    if local_kernel % remote_kernel != 0 && remote_kernel % local_kernel != 0 {
+        return Err(refused(
+            EV,
+            "remote_meta.block_size",
+            remote_kernel,
+            format!(
+                "kernel blocks of {remote_kernel} and decode's {local_kernel} tokens are not a \
+                 whole-number ratio, which kvgeom does not model"
+            ),
+            NOT_JUDGED,
+        ));
+    }
     // Prefill's pages are the model's: the same bytes per token as decode's.
     let g = &case.local_geometry;
     let per_token =
