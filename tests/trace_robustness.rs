@@ -838,6 +838,15 @@ fn counts_the_blocks_cannot_hold_are_errors_naming_the_file_and_the_field() {
             "`request` field `matched_tokens` is 25, but prompt_len 25 transfers 24 tokens",
         ),
         (
+            "huge-hit.jsonl",
+            vec![(
+                "/local_num_computed_blocks",
+                serde_json::json!([4294967295u64, 0, 0]),
+            )],
+            "`request` field `local_num_computed_blocks[0]` is 4294967295, but decode's pool holds \
+             10 logical blocks of 12 tokens, 3 of them the request's",
+        ),
+        (
             "hit.jsonl",
             vec![("/local_num_computed_blocks", serde_json::json!([3, 0, 0]))],
             "`request` field `local_num_computed_blocks[0]` is 3, but 3 blocks of 12 tokens are \

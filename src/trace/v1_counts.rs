@@ -247,7 +247,7 @@ fn remotes(case: &TraceCase) -> Result<(), TraceErrorKind> {
         // its TP size is the model's.
         let model: Vec<u64> = local
             .iter()
-            .map(|&s| s * u64::from(case.worker.tp_size))
+            .map(|&s| s.saturating_mul(case.worker.tp_size.into()))
             .collect();
         let theirs: Vec<u64> = sizes
             .iter()
@@ -331,6 +331,23 @@ fn request(case: &TraceCase) -> Result<Sizes, TraceErrorKind> {
     let decode_block = u64::from(w.local_block_size);
     let prefill_block = prefill_block(case);
     let hit_blocks = u64::from(case.prefix_hit_blocks());
+    // The prefix hit and the request's blocks lie in decode's pool, and the
+    // hit is no longer than the longest prompt.
+    let request_blocks = b.local_block_ids.first().map_or(0, |g| g.len() as u64);
+    let pool = u64::from(w.num_logical_blocks);
+    if hit_blocks.saturating_add(request_blocks) > pool
+        || hit_blocks.saturating_mul(decode_block) > u64::from(MAX_PROMPT_LEN)
+    {
+        return Err(inconsistent(
+            EV,
+            "local_num_computed_blocks[0]",
+            hit_blocks,
+            format!(
+                "decode's pool holds {pool} logical blocks of {decode_block} tokens, {request_blocks} of \
+                 them the request's, and a prompt at most {MAX_PROMPT_LEN} tokens"
+            ),
+        ));
+    }
     let mut sizes = Sizes {
         decode_block,
         prefill_block,
