@@ -683,11 +683,6 @@ fn verdict_changing_edits() -> Vec<(&'static str, &'static str, Value)> {
         ("add_remote_agent", "/remote_meta/ple_block_len", json!(8)),
         (
             "add_remote_agent",
-            "/remote_meta/region_members",
-            json!([1]),
-        ),
-        (
-            "add_remote_agent",
             "/remote_meta/packed_member_layouts",
             json!({"a": 1}),
         ),

@@ -276,20 +276,11 @@ fn local_geometry(case: &TraceCase) -> Result<(), TraceErrorKind> {
             NOT_JUDGED,
         ));
     }
-    if let Some(v) = g.other.get("region_group_ids") {
-        let all_shared = v
-            .as_array()
-            .is_some_and(|ids| ids.iter().all(|id| id.as_i64() == Some(-1)));
-        if !v.is_null() && !all_shared {
-            return Err(refused(
-                EV,
-                "geometry.region_group_ids",
-                v,
-                "regions tied to single KV-cache groups are not modelled (every region must be shared, -1)",
-                NOT_JUDGED,
-            ));
-        }
-    }
+    shared_regions(
+        EV,
+        "geometry.region_group_ids",
+        g.other.get("region_group_ids"),
+    )?;
     unknown_extra(EV, "geometry.", &g.other, &KNOWN_GEOMETRY_EXTRAS)?;
     layout(EV, "geometry.kv_cache_layout", &g.kv_cache_layout)?;
     if g.use_host_buffer {
@@ -333,6 +324,31 @@ fn local_geometry(case: &TraceCase) -> Result<(), TraceErrorKind> {
         ));
     }
     Ok(())
+}
+
+/// Region group ids, when given, must all be -1: every region shared by
+/// the KV-cache groups, as the model lays them out.
+fn shared_regions(
+    ev: &'static str,
+    field: &str,
+    ids: Option<&Value>,
+) -> Result<(), TraceErrorKind> {
+    let Some(v) = ids.filter(|v| !v.is_null()) else {
+        return Ok(());
+    };
+    let all_shared = v
+        .as_array()
+        .is_some_and(|ids| ids.iter().all(|id| id.as_i64() == Some(-1)));
+    if all_shared {
+        return Ok(());
+    }
+    Err(refused(
+        ev,
+        field,
+        v,
+        "regions tied to single KV-cache groups are not modelled (every region must be shared, -1)",
+        NOT_JUDGED,
+    ))
 }
 
 /// Every region's block length must be the same (the model has one page).
@@ -448,16 +464,16 @@ fn remote_rank(case: &TraceCase, remote: &super::case::RemoteRank) -> Result<(),
             NOT_JUDGED,
         ));
     }
+    shared_regions(
+        EV,
+        "remote_meta.region_group_ids",
+        m.other.get("region_group_ids"),
+    )?;
     for (field, why) in [
-        (
-            "region_group_ids",
-            "regions tied to single KV-cache groups are not modelled",
-        ),
         (
             "ple_block_len",
             "a per-layer-embedding group is not modelled",
         ),
-        ("region_members", "packed region members are not modelled"),
         (
             "packed_member_layouts",
             "packed region members are not modelled",
