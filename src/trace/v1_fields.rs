@@ -121,6 +121,14 @@ fn must_be_one(
     }
 }
 
+/// What a `dcp_size` field sizes.
+const DCP: &str = "decode context parallel size";
+
+/// A typed size that must be 1.
+fn one(ev: &'static str, field: &str, value: u32, what: &str) -> Result<(), TraceErrorKind> {
+    must_be_one(ev, field, Some(&Value::from(value)), what)
+}
+
 /// The first field of `other` that is neither known nor at its default.
 fn unknown_extra(
     ev: &'static str,
@@ -147,26 +155,10 @@ fn unknown_extra(
 pub fn refuse_unmodelled(case: &TraceCase) -> Result<(), TraceErrorKind> {
     params(case)?;
     if let Some(args) = &case.case_args {
-        let dcp = |v: u32| Some(Value::from(v));
-        must_be_one(
-            "case",
-            "args.remote_dcp_size",
-            dcp(args.remote_dcp_size).as_ref(),
-            "decode context parallel size",
-        )?;
-        must_be_one(
-            "case",
-            "args.local_dcp_size",
-            dcp(args.local_dcp_size).as_ref(),
-            "decode context parallel size",
-        )?;
+        one("case", "args.remote_dcp_size", args.remote_dcp_size, DCP)?;
+        one("case", "args.local_dcp_size", args.local_dcp_size, DCP)?;
     }
-    must_be_one(
-        "make_worker",
-        "args.dcp_size",
-        Some(&Value::from(case.worker.dcp_size)),
-        "decode context parallel size",
-    )?;
+    one("make_worker", "args.dcp_size", case.worker.dcp_size, DCP)?;
     local_geometry(case)?;
     for remote in &case.remotes {
         remote_rank(case, remote)?;
@@ -176,7 +168,7 @@ pub fn refuse_unmodelled(case: &TraceCase) -> Result<(), TraceErrorKind> {
         return Err(refused(
             "xfer",
             "op",
-            format!("{:?}", x.op),
+            serde_json::to_value(x.op).unwrap_or_default(),
             "v1 traces are decode's pull reads; kvgeom does not replay a push from them",
             RECORD_V2,
         ));
@@ -230,11 +222,11 @@ fn local_geometry(case: &TraceCase) -> Result<(), TraceErrorKind> {
             RECORD_V2,
         ));
     }
-    if let Some(cls) = Some(case.worker_class.as_str()).filter(|c| *c != PULL_WORKER) {
+    if case.worker_class != PULL_WORKER {
         return Err(refused(
             EV,
             "worker_cls",
-            Value::from(cls),
+            Value::from(case.worker_class.as_str()),
             format!("kvgeom replays v1 traces of vLLM's {PULL_WORKER} only"),
             RECORD_V2,
         ));
@@ -386,12 +378,7 @@ fn layout(ev: &'static str, field: &str, name: &str) -> Result<(), TraceErrorKin
 
 fn remote_rank(case: &TraceCase, remote: &super::case::RemoteRank) -> Result<(), TraceErrorKind> {
     const EV: &str = "add_remote_agent";
-    must_be_one(
-        EV,
-        "args.remote_dcp_size",
-        Some(&Value::from(remote.dcp_size)),
-        "decode context parallel size",
-    )?;
+    one(EV, "args.remote_dcp_size", remote.dcp_size, DCP)?;
     let m = &remote.meta;
     must_be_one(
         EV,
@@ -495,12 +482,7 @@ fn remote_rank(case: &TraceCase, remote: &super::case::RemoteRank) -> Result<(),
 fn request(case: &TraceCase) -> Result<(), TraceErrorKind> {
     const EV: &str = "request";
     let b = &case.request.blocks;
-    must_be_one(
-        EV,
-        "dcp_size",
-        Some(&Value::from(b.dcp_size)),
-        "decode context parallel size",
-    )?;
+    one(EV, "dcp_size", b.dcp_size, DCP)?;
     if !case.local_geometry.has_mamba {
         if b.local_block_ids.len() > 1 {
             return Err(refused(
