@@ -390,9 +390,11 @@ fn request(case: &TraceCase) -> Result<Sizes, TraceErrorKind> {
                 format!(
                     "prompt_len {n} transfers {rule} tokens ({})",
                     if case.local_geometry.has_mamba {
-                        "N - 1: decode recomputes the last token of a hybrid model"
+                        "N - 1: decode recomputes the last token of a hybrid model; a drafter's \
+                         longer lookahead is not modelled"
                     } else {
-                        "N"
+                        "N: without mamba groups decode recomputes none; a drafter's lookahead \
+                         is not modelled"
                     }
                 ),
             ))
