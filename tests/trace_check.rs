@@ -392,3 +392,51 @@ fn one_decode_rank_of_two_is_judged_as_that_rank() {
     assert_eq!(verdict(&vllm, &wrong).1, "differ");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_trace_registering_another_mamba_split_than_the_model_is_refused() {
+    let dir = std::env::temp_dir().join(format!("kvgeom-trace-check-{}-split", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // The sweep's own list splits conv 12|12|24 bytes (KDA's Q|K|V = 1:1:2);
+    // 16|8|24 is a model kvgeom does not rebuild from a v1 trace.
+    let bytes = std::fs::read(fixture(
+        "test_hetero_ppl_token_alignment_sweep_25-12-8.jsonl.gz",
+    ))
+    .unwrap();
+    let text = kvgeom::trace::decompress(std::path::Path::new("t"), &bytes).unwrap();
+    let mut out = String::new();
+    let mut first_list = true;
+    for line in String::from_utf8(text).unwrap().lines() {
+        let mut l: Value = serde_json::from_str(line).unwrap();
+        if l["ev"] == "dlist" && std::mem::take(&mut first_list) {
+            for (q, k) in [(2, 3), (6, 7)] {
+                let runs = l["strided"].as_array_mut().unwrap();
+                assert_eq!(
+                    (runs[q][1].as_u64(), runs[k][1].as_u64()),
+                    (Some(12), Some(12))
+                );
+                runs[q][1] = 16.into();
+                runs[k][0] = (runs[k][0].as_u64().unwrap() + 4).into();
+                runs[k][1] = 8.into();
+            }
+        }
+        out.push_str(&l.to_string());
+        out.push('\n');
+    }
+    let path = dir.join("split.jsonl");
+    std::fs::write(&path, out).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_kvgeom"))
+        .args(["check-trace", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    assert!(
+        text.contains("refused: the model kvgeom rebuilds from the trace's sizes")
+            && text.contains("dlist #0")
+            && text.contains("record a v2 trace"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
