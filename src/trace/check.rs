@@ -262,7 +262,14 @@ fn check_with(
 ) -> Result<CheckReport, CheckError> {
     let geometry = geometry.clone();
     let request = traced_request_blocks(case);
-    let mut remote_bases = vec![Vec::new(); geometry.prefill.tp_size as usize];
+    // A prefill rank this decode rank never handshook with gets the bases
+    // of one it did: no pair names its agent, so nothing lands on it.
+    let any_bases = case
+        .remotes
+        .first()
+        .map(|r| r.meta.kv_caches_base_addr.clone())
+        .unwrap_or_default();
+    let mut remote_bases = vec![any_bases; geometry.prefill.tp_size as usize];
     for r in &case.remotes {
         if let Some(slot) = remote_bases.get_mut(r.tp_rank as usize) {
             *slot = r.meta.kv_caches_base_addr.clone();
