@@ -440,3 +440,29 @@ fn a_trace_registering_another_mamba_split_than_the_model_is_refused() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_trace_that_handshook_with_one_prefill_rank_of_two_is_judged() {
+    let mut case = TraceCase::read(&fixture(
+        "test_hetero_ppl_token_alignment_sweep_25-12-8.jsonl.gz",
+    ))
+    .unwrap();
+    // Without prefill rank 1's handshake, list and read, decode misses the
+    // second half of every state: coverage says so, nothing is an error.
+    let rank1 = case.remotes.iter().position(|r| r.tp_rank == 1).unwrap();
+    let list = case.remotes[rank1].dlist.unwrap();
+    case.xfers.retain(|x| x.remote_list != list);
+    case.remotes.remove(rank1);
+    case.dlists.remove(list);
+    for x in &mut case.xfers {
+        x.remote_list -= usize::from(x.remote_list > list);
+        x.local_list -= usize::from(x.local_list > list);
+    }
+    let report = check_case(&case).unwrap();
+    assert!(!report.violations.is_empty());
+    assert!(
+        report.violations.iter().all(|v| v.oracle == "coverage"),
+        "{:?}",
+        report.violations
+    );
+}
