@@ -615,11 +615,12 @@ fn case_args(case: &TraceCase, sizes: &Sizes) -> Result<(), TraceErrorKind> {
         case.request.blocks.tp_size.into(),
         "request tp_size (prefill's TP)",
     )?;
-    if let (Some(k), Some(r)) = (a.remote_kernel, case.remotes.first()) {
+    // `remote_kernel` null: the same kernel block as decode's.
+    if let Some(r) = case.remotes.first() {
         agree(
             EV,
             "args.remote_kernel",
-            k.into(),
+            a.remote_kernel.unwrap_or(a.kernel).into(),
             r.meta.block_size.into(),
             "the remote rank's block_size",
         )?;
