@@ -424,8 +424,9 @@ fn state_regions_of_a_trace_rebuild_as_state_slots_or_are_named() {
     let whole = dir.join("whole.jsonl");
     write_edited(&whole, |_| {});
     assert_eq!(verdict(&whole).1["verdict"], "match");
-    // State in region 0 only (one state slot): kvgeom then lists state for
-    // region 0 alone, which the recorded lists (state in both) do not show.
+    // State in region 0 only (one state slot): kvgeom's model then registers
+    // state for region 0 alone, which vLLM's own list (state in both) does
+    // not show: the model is not the traced one, and the trace is refused.
     let first = dir.join("first.jsonl");
     write_edited(
         &first,
@@ -438,8 +439,15 @@ fn state_regions_of_a_trace_rebuild_as_state_slots_or_are_named() {
     let (code, file) = verdict(&first);
     assert_eq!(
         (code, file["verdict"].as_str()),
-        (Some(1), Some("differ")),
+        (Some(2), Some("error")),
         "{file}"
+    );
+    let message = file["message"].as_str().unwrap();
+    assert!(
+        message.contains("refused: the model kvgeom rebuilds from the trace's sizes")
+            && message
+                .contains("dlist #0 (local, target NIXL_INIT_AGENT): expected 140 rows found 100"),
+        "{message}"
     );
     // State in region 1 only is not a leading run: an error naming it.
     let second = dir.join("second.jsonl");

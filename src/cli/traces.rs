@@ -11,7 +11,7 @@ use super::{VariantArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::trace::check::{check_case, skipped_names, SkippedCheck};
 use crate::trace::{
     check_recorded, diff_against_connector, diff_recorded, explain_difference, explain_recorded,
-    is_v1_name, trace_inputs, RecordedCase, RecordedCheck, TraceCase,
+    is_v1_name, registration_is_modelled, trace_inputs, RecordedCase, RecordedCheck, TraceCase,
 };
 use crate::variant::Variant;
 
@@ -317,6 +317,9 @@ fn diff_v2(f: &Path, case: &RecordedCase, variant: Variant, explain: bool) -> Ju
 }
 
 fn diff_v1(f: &Path, case: &TraceCase, policy: crate::connector::Policy, explain: bool) -> Judged {
+    if let Err(e) = registration_is_modelled(case) {
+        return Judged::error(format!("{}: {e}", f.display()));
+    }
     match diff_against_connector(case, policy) {
         Ok(report) if report.is_match() => Judged::new(
             Verdict::Match,

@@ -6,9 +6,8 @@
 use std::collections::HashMap;
 
 use super::case::{ListRole, TraceCase};
-use super::diff::{diff_run, Difference};
-use super::replay::{replay, traced_model, ReplayError};
-use crate::connector::Policy;
+use super::registration::{registration_is_modelled, NotTheTracedModel};
+use super::replay::{traced_model, ReplayError};
 use crate::geometry::{EngineGeometry, Geometry, KvLayout, Mode};
 use crate::layout::{CaseLayout, LayoutError, RequestBlocks, Side};
 use crate::nixl::{DlistHandle, DlistTarget, DryRun, Nixl, NixlError, Recording};
@@ -91,18 +90,8 @@ pub enum CheckError {
     UnknownList(String),
     /// kvgeom's model of the traced geometry registers another list than
     /// vLLM did, so its layout model is not the traced one.
-    #[error(
-        "{case}: refused: the model kvgeom rebuilds from the trace's sizes (MLA attention, KDA \
-         state) registers another list than vLLM's own ({difference}), so it is not the traced \
-         model; record a v2 trace of the geometry instead (`kvgeom sweep --connector vllm \
-         GEOMETRY --record-traces DIR`, docs/trace-format.md \"Recording\")"
-    )]
-    NotTheTracedModel {
-        /// The trace case's name.
-        case: String,
-        /// The first difference in the registration list.
-        difference: String,
-    },
+    #[error(transparent)]
+    NotTheTracedModel(#[from] NotTheTracedModel),
 }
 
 fn layout_of(name: &str) -> KvLayout {
@@ -196,28 +185,6 @@ pub fn check_case(case: &TraceCase) -> Result<CheckReport, CheckError> {
             Ok(report)
         }
         other => other,
-    }
-}
-
-/// The layout model is of the traced model only if kvgeom's rebuild of the
-/// traced worker registers vLLM's own list (the trace's first, decode's
-/// regions as vLLM's registration describes them: attention pages, the
-/// mamba sub-projections and state). A rebuild the connector refuses says
-/// nothing here: the oracles then judge the trace on the sizes alone.
-fn registration_is_modelled(case: &TraceCase) -> Result<(), CheckError> {
-    let Ok(run) = replay(case, Policy::vllm_0_33_0()) else {
-        return Ok(());
-    };
-    match diff_run(case, run.recording.events(), &run.actual).difference() {
-        Some(
-            d @ (Difference::LocalRegionCount { .. }
-            | Difference::DlistRow { list: 0, .. }
-            | Difference::DlistRowCount { list: 0, .. }),
-        ) => Err(CheckError::NotTheTracedModel {
-            case: case.name.clone(),
-            difference: d.to_string(),
-        }),
-        _ => Ok(()),
     }
 }
 

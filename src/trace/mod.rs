@@ -29,6 +29,7 @@ pub(crate) mod reader;
 pub(crate) mod recorded;
 pub(crate) mod recorded_judge;
 pub(crate) mod recorded_lists;
+pub(crate) mod registration;
 pub(crate) mod reissue;
 pub(crate) mod replay;
 pub(crate) mod v1_counts;
@@ -51,5 +52,6 @@ pub use recorded::{
 pub use recorded_judge::{
     check_recorded, diff_recorded, explain_recorded, RecordedCheck, RecordedDiff,
 };
+pub use registration::{registration_is_modelled, NotTheTracedModel};
 pub use reissue::{reissue, ReissueError, Relocation};
 pub use replay::{diff_against_connector, replay, Replay, ReplayError};
