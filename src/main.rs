@@ -262,6 +262,13 @@ enum Command {
         paths: Vec<PathBuf>,
         #[arg(long)]
         threads: Option<usize>,
+        /// Every case of the real-scale pairs in subfolders too (by default
+        /// each runs the middle prompt of its list, both modes, mainline).
+        #[arg(long)]
+        full: bool,
+        /// Output: text or json (schema `kvgeom-mutants/1`).
+        #[arg(long, value_enum, default_value_t)]
+        format: cli::MutantsFormat,
     },
     /// Benchmarks: the byte-level sweep, the transports, one request on GPU memory.
     Bench {
@@ -481,7 +488,12 @@ fn main() -> ExitCode {
             what: ReportCommand::Merge { files, out },
         } => cli::report_merge(&files, out.as_deref()),
         Command::Defects => cli::defects(),
-        Command::Mutants { paths, threads } => cli::mutants(paths, threads),
+        Command::Mutants {
+            paths,
+            threads,
+            full,
+            format,
+        } => cli::mutants(paths, threads, full, format),
         Command::Bench {
             what: cli::BenchKind::Scale,
             files,

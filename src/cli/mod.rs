@@ -19,7 +19,7 @@ pub use derive::{derive, DeriveArgs, DeriveFormat};
 pub use explain::{explain, ExplainArgs};
 pub use layout::layout;
 pub use live::{live_explain, live_sweep, ConnectorArg, LiveExplainArgs, LiveSweepArgs, NixlArg};
-pub use mutants::{defects, mutants};
+pub use mutants::{defects, mutants, MutantsFormat, MUTANTS_SCHEMA};
 pub use report_merge::{merge as merge_reports, report_merge, MergeError};
 pub(crate) use sweep::threads_within_limit;
 pub use sweep::{sweep, SweepArgs};

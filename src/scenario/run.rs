@@ -296,16 +296,17 @@ fn transfer(
     // the scheduler's alloc-time zeroing. Each arena fills on its first
     // access, so the memory of a rank no transfer touches is never written.
     let fills = initial_fills(&engines, geometry, shape, placement);
-    let shared_layout = Arc::new(layout.clone());
+    // One layout, shared with the deferred fills (a fill still pending when
+    // the case ends keeps its share: the layout is copied only then).
+    let layout = Arc::new(layout);
     for (side, rank, fill) in &fills {
         let arenas = &engines.side(*side)[*rank as usize].arenas;
-        if let Err(e) = fill.defer_to_arenas(&shared_layout, arenas) {
+        if let Err(e) = fill.defer_to_arenas(&layout, arenas) {
             return Outcome::Error {
                 message: e.to_string(),
             };
         }
     }
-    drop(shared_layout);
     // Real NIXL reads and writes the raw addresses, past the arenas: fill
     // every arena now.
     if patient {
@@ -320,7 +321,7 @@ fn transfer(
             .and_then(|()| handshake_side(nixl, &mut engines, Side::Prefill, Handshake::Initiator)),
     };
     if let Err(outcome) = handshake {
-        run.layout = Some(layout);
+        run.layout = Some(Arc::unwrap_or_clone(layout));
         return outcome;
     }
     let moved = match mode {
@@ -328,15 +329,15 @@ fn transfer(
         Mode::Push => push(nixl, &mut engines, &blocks, geometry, run, patient),
     };
     if let Err(outcome) = moved {
-        run.layout = Some(layout);
+        run.layout = Some(Arc::unwrap_or_clone(layout));
         return outcome;
     }
     if let Err(e) = engines.download_from_devices() {
         return Outcome::error(e);
     }
     // Oracles over the recorded pairs and both engines' memory.
-    let pairs = nixl.resolve(&layout);
-    let mut input = OracleInput::new(layout.clone(), case.prompt_len, case.prefix_hit, pairs)
+    let pairs = nixl.resolve(&*layout);
+    let mut input = OracleInput::new((*layout).clone(), case.prompt_len, case.prefix_hit, pairs)
         .with_transferred_tokens(shape.transferred_tokens);
     run.decode_page_geometries = engines
         .decode
@@ -400,7 +401,7 @@ fn transfer(
     };
     run.report.violations = violations;
     run.oracle_input = Some(input);
-    run.layout = Some(layout);
+    run.layout = Some(Arc::unwrap_or_clone(layout));
     Outcome::Passed
 }
 
