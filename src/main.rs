@@ -262,6 +262,11 @@ enum Command {
         paths: Vec<PathBuf>,
         #[arg(long)]
         threads: Option<usize>,
+        /// Memory the sweeps may use (e.g. 1.5G; default: half of the memory
+        /// available, within an address-space limit); a larger case is
+        /// refused before anything runs.
+        #[arg(long, value_name = "SIZE")]
+        max_memory: Option<String>,
     },
     /// Benchmarks: the byte-level sweep, the transports, one request on GPU memory.
     Bench {
@@ -481,7 +486,11 @@ fn main() -> ExitCode {
             what: ReportCommand::Merge { files, out },
         } => cli::report_merge(&files, out.as_deref()),
         Command::Defects => cli::defects(),
-        Command::Mutants { paths, threads } => cli::mutants(paths, threads),
+        Command::Mutants {
+            paths,
+            threads,
+            max_memory,
+        } => cli::mutants(paths, threads, max_memory.as_deref()),
         Command::Bench {
             what: cli::BenchKind::Scale,
             files,

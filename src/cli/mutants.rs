@@ -8,6 +8,29 @@ use crate::scenario::RunOptions;
 use crate::sweep::mutants::run_mutant;
 use crate::sweep::plan;
 
+/// The defects' grid (the defect changes no case's size) passes the sweep's
+/// checks before anything is allocated.
+fn grid_fits(
+    sources: &[plan::SourcedGeometry],
+    budget: &crate::scenario::memory_estimate::Budget,
+) -> Result<(), u8> {
+    for s in sources {
+        let file = s
+            .file
+            .as_ref()
+            .map_or_else(|| s.geometry.name.clone(), |f| f.display().to_string());
+        if let Err(e) = crate::sweep::prompts::check_default_sweep(&file, &s.geometry, false) {
+            eprintln!("error: {e}");
+            return Err(EXIT_BAD_INPUT);
+        }
+    }
+    let cases = plan::grid(sources, &plan::PlanOptions::default());
+    for case in &cases {
+        super::pools_hold(case)?;
+    }
+    super::cases_fit(&cases, budget, false)
+}
+
 pub fn defects() -> u8 {
     for d in Defect::ALL {
         println!("{:<28} {}", d.name(), d.description());
@@ -16,9 +39,13 @@ pub fn defects() -> u8 {
     EXIT_OK
 }
 
-pub fn mutants(paths: Vec<PathBuf>, threads: Option<usize>) -> u8 {
+pub fn mutants(paths: Vec<PathBuf>, threads: Option<usize>, max_memory: Option<&str>) -> u8 {
     let threads = match super::threads_within_limit(threads) {
         Ok(t) => t,
+        Err(code) => return code,
+    };
+    let budget = match super::max_memory_option(max_memory) {
+        Ok(b) => b,
         Err(code) => return code,
     };
     let sources = match plan::load_sources(&default_paths(paths)) {
@@ -28,6 +55,11 @@ pub fn mutants(paths: Vec<PathBuf>, threads: Option<usize>) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
+    // The grid every defect runs, refused as the sweep refuses it: a default
+    // prompt sweep too long, a pool too small, a case over the budget.
+    if let Err(code) = grid_fits(&sources, &budget) {
+        return code;
+    }
     let opts = RunOptions::default();
     let results: Vec<_> = Defect::ALL
         .iter()

@@ -149,7 +149,7 @@ pub(crate) fn prepare(case: &Case, id: &str) -> Result<Prepared, Outcome> {
     let placement = place(geometry, &shape, case.seed).map_err(|e| Outcome::Error {
         message: e.to_string(),
     })?;
-    let (p_arenas, d_arenas) = allocate_ranks(geometry, &placement);
+    let (p_arenas, d_arenas) = allocate_ranks(geometry, &placement).map_err(Outcome::error)?;
     let bases = |a: &[Vec<HostArena>]| -> Vec<Vec<u64>> {
         a.iter()
             .map(|r| r.iter().map(HostArena::base).collect())
