@@ -281,6 +281,11 @@ enum Command {
         threads: Option<usize>,
         #[command(flatten)]
         vram: cli::VramArgs,
+        /// Memory the benchmark may allocate (e.g. 1.5G; default: half of
+        /// the memory available, within an address-space limit); it says
+        /// what it will allocate first, and refuses more.
+        #[arg(long, value_name = "SIZE")]
+        max_memory: Option<String>,
     },
     /// The prefill side of `bench vram --peer-process` (started by it).
     #[command(hide = true)]
@@ -497,8 +502,9 @@ fn main() -> ExitCode {
             format,
             threads: None,
             vram,
+            max_memory,
         } if vram == cli::VramArgs::default() => {
-            cli::bench_scale(&files, format.unwrap_or_default())
+            cli::bench_scale(&files, format.unwrap_or_default(), max_memory.as_deref())
         }
         Command::Bench {
             what: cli::BenchKind::Scale,
@@ -518,8 +524,9 @@ fn main() -> ExitCode {
             what,
             threads,
             vram,
+            max_memory,
             ..
-        } => cli::bench(what, threads, &vram),
+        } => cli::bench(what, threads, &vram, max_memory.as_deref()),
         Command::BenchPeer {
             geometry,
             prompt,

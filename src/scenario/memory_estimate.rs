@@ -293,13 +293,13 @@ impl Budget {
     }
 
     /// Whether `need` bytes fit; otherwise the refusal naming `what`, the
-    /// bytes and the budget.
-    pub fn check(&self, what: &str, need: u64) -> Result<(), String> {
+    /// bytes, the budget and how to need less (`reduce`).
+    pub fn check(&self, what: &str, need: u64, reduce: &str) -> Result<(), String> {
         if need <= self.bytes {
             return Ok(());
         }
         Err(format!(
-            "{what}: needs about {}, more than {}; ask for less or raise {}",
+            "{what}: needs about {}, more than {}; {reduce}, or raise {}",
             human_bytes(need),
             self.describe(),
             self.raise_hint()
@@ -481,13 +481,13 @@ mod tests {
             capped.describe()
         );
         assert!(capped
-            .check("x", 2 << 30)
+            .check("x", 2 << 30, "less")
             .unwrap_err()
             .contains("ulimit -v 3.0 GiB"));
         let given = Budget::under(Some(1 << 30), Some(space));
         assert_eq!(given.bytes, 1 << 30);
         assert_eq!(given.describe(), "--max-memory 1.0 GiB");
         assert_eq!(Budget::under(Some(5), None).bytes, 5);
-        assert!(given.check("x", 1 << 30).is_ok());
+        assert!(given.check("x", 1 << 30, "less").is_ok());
     }
 }
