@@ -239,6 +239,11 @@ enum Command {
         /// `text` (one line per file) or `json` (schema `kvgeom-trace-verdicts/1`).
         #[arg(long, value_enum, default_value = "text")]
         format: cli::TraceFormat,
+        /// Memory rebuilding one traced case may take (e.g. 1.5G; default:
+        /// half of the memory available, within an address-space limit, and
+        /// at most 4 GiB).
+        #[arg(long, value_name = "SIZE")]
+        max_memory: Option<String>,
     },
     /// Rebuild traced vLLM cases with kvgeom's connector and compare lists and transfers.
     DiffTrace {
@@ -249,6 +254,11 @@ enum Command {
         /// `text` (one line per file) or `json` (schema `kvgeom-trace-verdicts/1`).
         #[arg(long, value_enum, default_value = "text")]
         format: cli::TraceFormat,
+        /// Memory rebuilding one traced case may take (e.g. 1.5G; default:
+        /// half of the memory available, within an address-space limit, and
+        /// at most 4 GiB).
+        #[arg(long, value_name = "SIZE")]
+        max_memory: Option<String>,
     },
     /// Work with sweep reports.
     Report {
@@ -421,7 +431,7 @@ fn main() -> ExitCode {
             variant,
             transport,
             svg,
-            max_memory: _,
+            max_memory,
             connector: cli::ConnectorArg::Vllm,
             vllm_python,
             nixl,
@@ -440,6 +450,7 @@ fn main() -> ExitCode {
             policy: variant.policy,
             svg: svg.is_some(),
             record_trace,
+            max_memory,
         }),
         Command::Explain {
             record_trace: Some(file),
@@ -481,12 +492,23 @@ fn main() -> ExitCode {
             variant,
         } => cli::layout(&geometry, &mode.modes(), &variant),
         Command::Derive(args) => cli::derive(&args),
-        Command::CheckTrace { files, format } => cli::check_trace(&files, format),
+        Command::CheckTrace {
+            files,
+            format,
+            max_memory,
+        } => match cli::memory_option(max_memory.as_deref()) {
+            Ok(()) => cli::check_trace(&files, format),
+            Err(code) => code,
+        },
         Command::DiffTrace {
             files,
             variant,
             format,
-        } => cli::diff_trace(&files, &variant, format),
+            max_memory,
+        } => match cli::memory_option(max_memory.as_deref()) {
+            Ok(()) => cli::diff_trace(&files, &variant, format),
+            Err(code) => code,
+        },
         Command::Report {
             what: ReportCommand::Merge { files, out },
         } => cli::report_merge(&files, out.as_deref()),

@@ -135,12 +135,6 @@ fn refused(args: &LiveSweepArgs) -> Option<String> {
     if args.compare_host {
         return Some("--compare-host: the live mode always runs on host memory".into());
     }
-    if let Some(m) = &args.max_memory {
-        return Some(format!(
-            "--max-memory {m}: the live mode holds one case at a time (the driver's tensors and kvgeom's images), \
-             so there is no budget to share"
-        ));
-    }
     None
 }
 
@@ -215,6 +209,14 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
         options.push_str(&format!(" nixl real {version}"));
     }
     let (cases, shard) = super::shard_cases(all_cases, shard_of, &sources, &opts, &options);
+    // kvgeom's preparation of each case must fit before any driver starts.
+    let budget = match super::max_memory_option(args.max_memory.as_deref()) {
+        Ok(b) => b,
+        Err(code) => return code,
+    };
+    if let Err(code) = super::prepared_cases_fit(&cases, &budget) {
+        return code;
+    }
     let checks = block_checks(&sources, &cases);
     let started = std::time::Instant::now();
     let live = match live::run_sweep_recording(
@@ -572,6 +574,8 @@ pub struct LiveExplainArgs {
     pub svg: bool,
     /// `--record-trace FILE`.
     pub record_trace: Option<PathBuf>,
+    /// `--max-memory SIZE`.
+    pub max_memory: Option<String>,
 }
 
 /// Move the one trace recorded into `dir` to `file`, gunzipped unless
@@ -637,6 +641,13 @@ pub fn live_explain(args: LiveExplainArgs) -> u8 {
         seed: args.seed,
         variant: Variant::Policy(NamedPolicy::Vllm0330),
     };
+    let budget = match super::max_memory_option(args.max_memory.as_deref()) {
+        Ok(b) => b,
+        Err(code) => return code,
+    };
+    if let Err(code) = super::prepared_cases_fit(std::slice::from_ref(&case), &budget) {
+        return code;
+    }
     let record_dir = args
         .record_trace
         .as_ref()

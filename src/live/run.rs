@@ -342,6 +342,15 @@ pub(super) fn run_chunk(
     cmd.arg(&script).arg(dir);
     let limit = IMPORT_LIMIT + case_limit * (batch.cases.len() as u32 + 1);
     let done = run_bounded(cmd, &dir.join("driver"), limit)?;
+    if done.status != Some(0) && !done.timed_out() {
+        if let Some(message) = super::error::memory_failure(&done.stderr) {
+            return Err(BatchError::DriverOutOfMemory {
+                python: python.python.clone(),
+                message,
+                limit: super::error::address_space_limit(),
+            });
+        }
+    }
     if done.status == Some(MISSING_API_STATUS) {
         return Err(BatchError::MissingApi {
             python: python.python.clone(),

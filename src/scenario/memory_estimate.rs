@@ -107,6 +107,15 @@ impl MemoryEstimate {
         }
     }
 
+    /// What kvgeom holds to run `case` against vLLM's connector (the live
+    /// mode) or to rebuild a recorded trace: every rank's arenas and a copy
+    /// of their initial images (the preparation), and the case's own run.
+    pub fn prepared_bytes(&self) -> u64 {
+        self.every_rank_bytes
+            .saturating_mul(2)
+            .saturating_add(self.peak_bytes)
+    }
+
     /// Why the case does not fit `budget`, and what to reduce.
     pub fn refusal(&self, case: &Case, budget: &Budget) -> String {
         self.refusal_of(case, false, None, budget)
@@ -236,6 +245,9 @@ pub struct Budget {
     pub explicit: bool,
     /// The address-space limit, if one is set.
     pub address_space: Option<AddressSpace>,
+    /// A command's own limit below both, and what it is for
+    /// ([`capped`](Self::capped)).
+    pub cap: Option<(u64, &'static str)>,
 }
 
 impl Budget {
@@ -254,6 +266,19 @@ impl Budget {
             max_memory: max,
             explicit: max_memory.is_some(),
             address_space,
+            cap: None,
+        }
+    }
+
+    /// The budget, at most `bytes` (a command's own limit, `what`).
+    pub fn capped(self, bytes: u64, what: &'static str) -> Self {
+        if bytes >= self.bytes {
+            return self;
+        }
+        Budget {
+            bytes,
+            cap: Some((bytes, what)),
+            ..self
         }
     }
 
@@ -265,6 +290,9 @@ impl Budget {
 
     /// `--max-memory 4.0 GiB`, or the room an address-space limit leaves.
     pub fn describe(&self) -> String {
+        if let Some((bytes, what)) = self.cap {
+            return format!("{what} {}", human_bytes(bytes));
+        }
         match self.address_space {
             Some(a) if self.limited_by_address_space() => format!(
                 "the {} this process's address-space limit leaves (ulimit -v {}, {} mapped \
@@ -285,7 +313,9 @@ impl Budget {
 
     /// What to raise: the limit, or `--max-memory`.
     pub fn raise_hint(&self) -> &'static str {
-        if self.limited_by_address_space() {
+        if self.cap.is_some() {
+            "nothing: it is a fixed limit"
+        } else if self.limited_by_address_space() {
             "the address-space limit"
         } else {
             "--max-memory"
@@ -309,12 +339,22 @@ impl Budget {
 
 /// The budget a command chose ([`set_process_budget`]), which the sweep's
 /// runners take as their default.
-static PROCESS_BUDGET: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+static PROCESS_BUDGET: std::sync::OnceLock<Budget> = std::sync::OnceLock::new();
 
-/// Make `bytes` the default budget of this process's later runs (the first
-/// call wins).
-pub fn set_process_budget(bytes: u64) {
-    let _ = PROCESS_BUDGET.set(bytes);
+/// Make `budget` the default of this process's later runs (the first call
+/// wins).
+pub fn set_process_budget(budget: Budget) {
+    let _ = PROCESS_BUDGET.set(budget);
+}
+
+/// The budget a command chose ([`set_process_budget`]), or else the
+/// default: half of the memory available, within what an address-space
+/// limit leaves.
+pub fn process_budget() -> Budget {
+    PROCESS_BUDGET
+        .get()
+        .copied()
+        .unwrap_or_else(|| Budget::new(None))
 }
 
 /// `1.5 GiB`, `640 KiB`, `12 B`.
@@ -402,14 +442,9 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     Ok(bytes as u64)
 }
 
-/// The default budget: the one a command chose ([`set_process_budget`]),
-/// or else half of the memory available now, within what an address-space
-/// limit leaves.
+/// The default budget in bytes: [`process_budget`]'s.
 pub fn default_budget() -> u64 {
-    match PROCESS_BUDGET.get() {
-        Some(&b) => b,
-        None => Budget::new(None).bytes,
-    }
+    process_budget().bytes
 }
 
 /// Half of the memory available now (`MemAvailable`), or 4 GiB where that
