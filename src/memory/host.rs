@@ -417,6 +417,28 @@ mod tests {
     }
 
     #[test]
+    fn memory_the_system_refuses_is_an_error() {
+        let e = HostArena::try_new(u64::MAX / 2).unwrap_err();
+        assert_eq!(e.bytes, u64::MAX / 2);
+        assert!(e.to_string().starts_with("could not allocate "), "{e}");
+    }
+
+    #[test]
+    fn an_unbacked_arena_has_an_address_and_no_memory() {
+        let (a, b) = (HostArena::unbacked(5000), HostArena::unbacked(1 << 40));
+        assert!(!a.is_backed() && !b.is_backed() && HostArena::new(4).is_backed());
+        assert!(a.base() >= UNBACKED_BASE && b.base() >= a.base() + 8192);
+        assert_eq!((a.len(), b.len()), (5000, 1 << 40));
+        a.defer_fill(|bytes| bytes.fill(1));
+        assert!(a.read().is_empty());
+        assert!(a.fill_pending(), "its fill never runs");
+        assert_eq!(a.take_bytes_if_accessed(), None);
+        assert!(!a.unbacked_accessed());
+        a.note_unbacked_access();
+        assert!(a.unbacked_accessed());
+    }
+
+    #[test]
     fn an_arena_nothing_accessed_gives_no_image() {
         let arena = HostArena::new(8);
         arena.defer_fill(|bytes| bytes.fill(1));
