@@ -324,17 +324,34 @@ impl Budget {
 
     /// Whether `need` bytes fit; otherwise the refusal naming `what`, the
     /// bytes, the budget and how to need less (`reduce`).
-    pub fn check(&self, what: &str, need: u64, reduce: &str) -> Result<(), String> {
+    pub fn check(&self, what: &str, need: u64, reduce: &str) -> Result<(), OverBudget> {
         if need <= self.bytes {
             return Ok(());
         }
-        Err(format!(
-            "{what}: needs about {}, more than {}; {reduce}, or raise {}",
-            human_bytes(need),
-            self.describe(),
-            self.raise_hint()
-        ))
+        Err(OverBudget {
+            what: what.to_string(),
+            need,
+            budget: self.describe(),
+            reduce: reduce.to_string(),
+            raise: self.raise_hint(),
+        })
     }
+}
+
+/// Something that needs more than the budget.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{what}: needs about {}, more than {budget}; {reduce}, or raise {raise}", human_bytes(*.need))]
+pub struct OverBudget {
+    /// What needs the memory.
+    pub what: String,
+    /// The bytes it needs.
+    pub need: u64,
+    /// The budget ([`Budget::describe`]).
+    pub budget: String,
+    /// How to need less.
+    pub reduce: String,
+    /// What to raise ([`Budget::raise_hint`]).
+    pub raise: &'static str,
 }
 
 /// The budget a command chose ([`set_process_budget`]), which the sweep's
@@ -518,6 +535,7 @@ mod tests {
         assert!(capped
             .check("x", 2 << 30, "less")
             .unwrap_err()
+            .to_string()
             .contains("ulimit -v 3.0 GiB"));
         let given = Budget::under(Some(1 << 30), Some(space));
         assert_eq!(given.bytes, 1 << 30);
