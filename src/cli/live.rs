@@ -169,6 +169,26 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
+    let opts = plan::PlanOptions {
+        prompts: prompt_list,
+        modes: args.modes.clone(),
+        allocations: args.allocations.clone(),
+        variant: Variant::Policy(NamedPolicy::Vllm0330),
+        seed: args.seed,
+    };
+    let all_cases = match args.random {
+        Some(n) => plan::random(&sources, n, args.seed, &opts),
+        None => plan::grid(&sources, &opts),
+    };
+    // kvgeom's preparation of every case (of every shard) must fit before
+    // the interpreter is probed or a driver starts.
+    let budget = match super::max_memory_option(args.max_memory.as_deref()) {
+        Ok(b) => b,
+        Err(code) => return code,
+    };
+    if let Err(code) = super::prepared_cases_fit(&all_cases, &budget) {
+        return code;
+    }
     let python = match driver_python(args.vllm_python.as_deref(), args.nixl) {
         Ok(p) => p,
         Err(code) => return code,
@@ -192,31 +212,12 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
-    let opts = plan::PlanOptions {
-        prompts: prompt_list,
-        modes: args.modes.clone(),
-        allocations: args.allocations.clone(),
-        variant: Variant::Policy(NamedPolicy::Vllm0330),
-        seed: args.seed,
-    };
-    let all_cases = match args.random {
-        Some(n) => plan::random(&sources, n, args.seed, &opts),
-        None => plan::grid(&sources, &opts),
-    };
     let mut options = format!("{:?} connector vllm {}", args.random, python.vllm_version);
     if let Some(version) = python.nixl.version() {
         // Shards over real NIXL and over the stand-in never merge.
         options.push_str(&format!(" nixl real {version}"));
     }
     let (cases, shard) = super::shard_cases(all_cases, shard_of, &sources, &opts, &options);
-    // kvgeom's preparation of each case must fit before any driver starts.
-    let budget = match super::max_memory_option(args.max_memory.as_deref()) {
-        Ok(b) => b,
-        Err(code) => return code,
-    };
-    if let Err(code) = super::prepared_cases_fit(&cases, &budget) {
-        return code;
-    }
     let checks = block_checks(&sources, &cases);
     let started = std::time::Instant::now();
     let live = match live::run_sweep_recording(
