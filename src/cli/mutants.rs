@@ -21,6 +21,30 @@ pub enum MutantsFormat {
     Json,
 }
 
+/// The defects' grid (the defect changes no case's size) passes the sweep's
+/// checks before anything is allocated.
+fn grid_fits(
+    sources: &[SourcedGeometry],
+    sampled: &impl Fn(&SourcedGeometry) -> bool,
+    budget: &crate::scenario::memory_estimate::Budget,
+) -> Result<(), u8> {
+    for s in sources {
+        let file = s
+            .file
+            .as_ref()
+            .map_or_else(|| s.geometry.name.clone(), |f| f.display().to_string());
+        if let Err(e) = crate::sweep::prompts::check_default_sweep(&file, &s.geometry, false) {
+            eprintln!("error: {e}");
+            return Err(EXIT_BAD_INPUT);
+        }
+    }
+    let cases = plan::sampled_grid(sources, &plan::PlanOptions::default(), sampled);
+    for case in &cases {
+        super::pools_hold(case)?;
+    }
+    super::cases_fit(&cases, budget, false)
+}
+
 pub fn defects() -> u8 {
     for d in Defect::ALL {
         println!("{:<28} {}", d.name(), d.description());
@@ -38,9 +62,14 @@ pub fn mutants(
     threads: Option<usize>,
     full: bool,
     format: MutantsFormat,
+    max_memory: Option<&str>,
 ) -> u8 {
     let threads = match super::threads_within_limit(threads) {
         Ok(t) => t,
+        Err(code) => return code,
+    };
+    let budget = match super::max_memory_option(max_memory) {
+        Ok(b) => b,
         Err(code) => return code,
     };
     let paths = default_paths(paths);
@@ -52,6 +81,11 @@ pub fn mutants(
         }
     };
     let sampled = |src: &SourcedGeometry| !full && plan::in_subfolder(&paths, src);
+    // The grid every defect runs, refused as the sweep refuses it: a default
+    // prompt sweep too long, a pool too small, a case over the budget.
+    if let Err(code) = grid_fits(&sources, &sampled, &budget) {
+        return code;
+    }
     let opts = RunOptions::default();
     let results: Vec<_> = Defect::ALL
         .iter()
