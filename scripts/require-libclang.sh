@@ -11,13 +11,21 @@
 # Where it looks, as bindgen does: $LIBCLANG_PATH, the dynamic linker's cache,
 # and the usual library folders (/usr/lib/llvm-*/lib included). libclang-cpp is
 # a different library and does not count.
+#
+# KVGEOM_LIBCLANG_SEARCH_DIRS (colon-separated), when set, replaces the
+# dynamic linker's cache and the usual folders: scripts/check-require-libclang.sh
+# uses it to play a machine without libclang.
 
 # Prints the path of the first libclang found; returns 1 when there is none.
 find_libclang() {
     local dir lib
     local dirs=()
     [[ -n "${LIBCLANG_PATH:-}" ]] && dirs+=("${LIBCLANG_PATH}")
-    if command -v ldconfig >/dev/null; then
+    if [[ -n "${KVGEOM_LIBCLANG_SEARCH_DIRS+set}" ]]; then
+        local extra
+        IFS=: read -r -a extra <<<"${KVGEOM_LIBCLANG_SEARCH_DIRS}"
+        dirs+=("${extra[@]}")
+    elif command -v ldconfig >/dev/null; then
         while read -r lib; do
             [[ -e "${lib}" ]] && {
                 echo "${lib}"
@@ -25,7 +33,8 @@ find_libclang() {
             }
         done < <(ldconfig -p 2>/dev/null | awk '$1 ~ /^libclang(-[0-9.]+)?\.so/ {print $NF}')
     fi
-    dirs+=(/usr/lib/llvm-*/lib /usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu /usr/lib64 /usr/lib /usr/local/lib)
+    [[ -n "${KVGEOM_LIBCLANG_SEARCH_DIRS+set}" ]] ||
+        dirs+=(/usr/lib/llvm-*/lib /usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu /usr/lib64 /usr/lib /usr/local/lib)
     for dir in "${dirs[@]}"; do
         [[ -d "${dir}" ]] || continue
         for lib in "${dir}"/libclang.so* "${dir}"/libclang-[0-9]*.so*; do

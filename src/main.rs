@@ -239,6 +239,11 @@ enum Command {
         /// `text` (one line per file) or `json` (schema `kvgeom-trace-verdicts/1`).
         #[arg(long, value_enum, default_value = "text")]
         format: cli::TraceFormat,
+        /// Memory rebuilding one traced case may take (e.g. 1.5G; default:
+        /// half of the memory available, within an address-space limit, and
+        /// at most 4 GiB).
+        #[arg(long, value_name = "SIZE")]
+        max_memory: Option<String>,
     },
     /// Rebuild traced vLLM cases with kvgeom's connector and compare lists and transfers.
     DiffTrace {
@@ -249,6 +254,11 @@ enum Command {
         /// `text` (one line per file) or `json` (schema `kvgeom-trace-verdicts/1`).
         #[arg(long, value_enum, default_value = "text")]
         format: cli::TraceFormat,
+        /// Memory rebuilding one traced case may take (e.g. 1.5G; default:
+        /// half of the memory available, within an address-space limit, and
+        /// at most 4 GiB).
+        #[arg(long, value_name = "SIZE")]
+        max_memory: Option<String>,
     },
     /// Work with sweep reports.
     Report {
@@ -262,6 +272,18 @@ enum Command {
         paths: Vec<PathBuf>,
         #[arg(long)]
         threads: Option<usize>,
+        /// Every case of the real-scale pairs in subfolders too (by default
+        /// each runs the middle prompt of its list, both modes, mainline).
+        #[arg(long)]
+        full: bool,
+        /// Output: text or json (schema `kvgeom-mutants/1`).
+        #[arg(long, value_enum, default_value_t)]
+        format: cli::MutantsFormat,
+        /// Memory the sweeps may use (e.g. 1.5G; default: half of the memory
+        /// available, within an address-space limit); a larger case is
+        /// refused before anything runs.
+        #[arg(long, value_name = "SIZE")]
+        max_memory: Option<String>,
     },
     /// Benchmarks: the byte-level sweep, the transports, one request on GPU memory.
     Bench {
@@ -276,6 +298,11 @@ enum Command {
         threads: Option<usize>,
         #[command(flatten)]
         vram: cli::VramArgs,
+        /// Memory the benchmark may allocate (e.g. 1.5G; default: half of
+        /// the memory available, within an address-space limit); it says
+        /// what it will allocate first, and refuses more.
+        #[arg(long, value_name = "SIZE")]
+        max_memory: Option<String>,
     },
     /// The prefill side of `bench vram --peer-process` (started by it).
     #[command(hide = true)]
@@ -411,7 +438,7 @@ fn main() -> ExitCode {
             variant,
             transport,
             svg,
-            max_memory: _,
+            max_memory,
             connector: cli::ConnectorArg::Vllm,
             vllm_python,
             nixl,
@@ -430,6 +457,7 @@ fn main() -> ExitCode {
             policy: variant.policy,
             svg: svg.is_some(),
             record_trace,
+            max_memory,
         }),
         Command::Explain {
             record_trace: Some(file),
@@ -471,25 +499,43 @@ fn main() -> ExitCode {
             variant,
         } => cli::layout(&geometry, &mode.modes(), &variant),
         Command::Derive(args) => cli::derive(&args),
-        Command::CheckTrace { files, format } => cli::check_trace(&files, format),
+        Command::CheckTrace {
+            files,
+            format,
+            max_memory,
+        } => match cli::memory_option(max_memory.as_deref()) {
+            Ok(()) => cli::check_trace(&files, format),
+            Err(code) => code,
+        },
         Command::DiffTrace {
             files,
             variant,
             format,
-        } => cli::diff_trace(&files, &variant, format),
+            max_memory,
+        } => match cli::memory_option(max_memory.as_deref()) {
+            Ok(()) => cli::diff_trace(&files, &variant, format),
+            Err(code) => code,
+        },
         Command::Report {
             what: ReportCommand::Merge { files, out },
         } => cli::report_merge(&files, out.as_deref()),
         Command::Defects => cli::defects(),
-        Command::Mutants { paths, threads } => cli::mutants(paths, threads),
+        Command::Mutants {
+            paths,
+            threads,
+            full,
+            format,
+            max_memory,
+        } => cli::mutants(paths, threads, full, format, max_memory.as_deref()),
         Command::Bench {
             what: cli::BenchKind::Scale,
             files,
             format,
             threads: None,
             vram,
+            max_memory,
         } if vram == cli::VramArgs::default() => {
-            cli::bench_scale(&files, format.unwrap_or_default())
+            cli::bench_scale(&files, format.unwrap_or_default(), max_memory.as_deref())
         }
         Command::Bench {
             what: cli::BenchKind::Scale,
@@ -509,8 +555,9 @@ fn main() -> ExitCode {
             what,
             threads,
             vram,
+            max_memory,
             ..
-        } => cli::bench(what, threads, &vram),
+        } => cli::bench(what, threads, &vram, max_memory.as_deref()),
         Command::BenchPeer {
             geometry,
             prompt,

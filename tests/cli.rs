@@ -326,3 +326,50 @@ fn bench_scale_measures_each_case_against_its_touched_bytes() {
         text(&missing)
     );
 }
+
+#[test]
+fn mutants_samples_the_files_in_subfolders_unless_full() {
+    // A folder whose only geometry lies in a subfolder, as the real-scale
+    // pairs lie in geometries/models/.
+    let root = tmp("mutants-sample");
+    std::fs::create_dir_all(root.join("models")).unwrap();
+    let g1 = std::fs::read_to_string("geometries/g1-mla-kda-ppl3-vs-2.toml").unwrap();
+    let g1 = g1.replace("prompts = [\"2..=39\"]", "prompts = [\"2..=4\"]");
+    std::fs::write(root.join("models/g1.toml"), g1).unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["mutants", root.to_str().unwrap(), "--format", "json"];
+        args.extend_from_slice(extra);
+        let o = kvgeom(&args);
+        assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let sampled = run(&[]);
+    assert_eq!(sampled["schema"], "kvgeom-mutants/1");
+    assert_eq!(sampled["sample"]["full"], false);
+    let files = sampled["sample"]["sampled_files"].as_array().unwrap();
+    assert_eq!(files.len(), 1);
+    assert!(files[0].as_str().unwrap().ends_with("models/g1.toml"));
+    let defects = sampled["defects"].as_array().unwrap();
+    assert_eq!(defects.len(), 17);
+    // One prompt length in both modes with the mainline allocation.
+    assert!(defects.iter().all(|d| d["cases"] == 2), "{sampled}");
+    let full = run(&["--full"]);
+    assert_eq!(full["sample"]["full"], true);
+    assert!(full["sample"]["sampled_files"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+    // 3 prompt lengths x 2 modes x 2 allocations.
+    assert!(full["defects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|d| d["cases"] == 12));
+    // The table says what it sampled.
+    let o = kvgeom(&["mutants", root.to_str().unwrap()]);
+    assert!(
+        text(&o).starts_with("sampled: 1 file(s) in subfolders"),
+        "{}",
+        text(&o)
+    );
+}

@@ -23,11 +23,14 @@ struct Run {
 
 /// Run kvgeom with `args` from the project root, capped and guarded.
 fn kvgeom(args: &[&str]) -> Run {
+    kvgeom_within(ADDRESS_SPACE_KIB, args)
+}
+
+/// [`kvgeom`] under an address-space limit of `kib` KiB.
+fn kvgeom_within(kib: u64, args: &[&str]) -> Run {
     let mut child = Command::new("sh")
         .arg("-c")
-        .arg(format!(
-            "ulimit -v {ADDRESS_SPACE_KIB} && exec \"$0\" \"$@\""
-        ))
+        .arg(format!("ulimit -v {kib} && exec \"$0\" \"$@\""))
         .arg(env!("CARGO_BIN_EXE_kvgeom"))
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -639,5 +642,255 @@ fn an_unwritable_output_names_its_option() {
     refused_with(
         &["explain", G1, "--prompt", "2", "--svg", out],
         &format!("--svg {out}: {why}"),
+    );
+}
+
+/// Exit 2 under an address-space limit of `kib` KiB, with one `error:` line
+/// holding every needle: never a signal (an aborted allocation) nor a
+/// panic.
+fn refused_within(kib: u64, args: &[&str], needles: &[&str]) {
+    let run = kvgeom_within(kib, args);
+    assert_eq!(
+        run.code,
+        Some(2),
+        "kvgeom {args:?} (ulimit -v {kib}):\n{}",
+        run.text
+    );
+    let errors: Vec<&str> = run
+        .text
+        .lines()
+        .filter(|l| l.starts_with("error: "))
+        .collect();
+    assert_eq!(
+        errors.len(),
+        1,
+        "kvgeom {args:?}: one error line:\n{}",
+        run.text
+    );
+    for needle in needles {
+        assert!(
+            errors[0].contains(needle),
+            "kvgeom {args:?}: no `{needle}` in:\n{}",
+            run.text
+        );
+    }
+    assert!(!run.text.contains("panicked"), "{}", run.text);
+    assert!(!run.text.contains("Traceback"), "{}", run.text);
+}
+
+/// 3 GiB of address space, in KiB.
+const THREE_GIB_KIB: u64 = 3 << 20;
+
+/// Every command that allocates KV memory goes through the estimate and
+/// the budget under an address-space limit: a case the limit cannot hold
+/// is exit 2 naming the case, the bytes and what to raise, before anything
+/// of its size is allocated (the geometries need gigabytes by arithmetic;
+/// none is really allocated).
+#[test]
+fn every_allocating_command_keeps_within_an_address_space_limit() {
+    let dir = scratch("address-space");
+    // Pages of 64 Mi tokens x 16 bytes = 1 GiB: a valid geometry whose
+    // smallest case needs tens of GiB.
+    let big = write(
+        &dir,
+        "big-page.toml",
+        &mla("", "", "", "prompts = [1]").replace(
+            "kernel_block = 4\nlogical_block = 4",
+            "kernel_block = 67108864\nlogical_block = 67108864",
+        ),
+    );
+    let limit = [
+        "needs about ",
+        "address-space limit leaves (ulimit -v 3.0 GiB",
+        "raise the address-space limit",
+    ];
+    let mut case = limit.to_vec();
+    case.push("big-page N=1 h=0 pull mainline: ");
+    refused_within(THREE_GIB_KIB, &["sweep", &big], &case);
+    refused_within(THREE_GIB_KIB, &["mutants", &big], &case);
+    refused_within(THREE_GIB_KIB, &["explain", &big, "--prompt", "1"], &case);
+    let mut long = limit.to_vec();
+    long.push("big-page N=100000 h=0 pull mainline: ");
+    refused_within(
+        THREE_GIB_KIB,
+        &["explain", &big, "--prompt", "100000"],
+        &long,
+    );
+    // A smaller --max-memory is the budget, and named.
+    refused_within(
+        THREE_GIB_KIB,
+        &["mutants", &big, "--max-memory", "1G"],
+        &[
+            "big-page N=1 h=0 pull mainline: ",
+            "more than --max-memory 1.0 GiB;",
+        ],
+    );
+    // bench vram: a 256 MiB SSM state per page; the copy path alone needs
+    // gigabytes. Refused naming the benchmark, its request and the bytes.
+    let ssm = write(
+        &dir,
+        "ssm.toml",
+        "description = \"a 256 MiB SSM state\"\n[model]\nlayer_slots = 2\n\
+         groups = [\"attention\", \"mamba\"]\n[model.attention]\nkind = \"mla\"\n\
+         head_size = 576\ndtype_bytes = 2\n[model.mamba]\nkind = \"kda\"\n\
+         conv_dims = [4096, 4096, 4096]\nconv_rows = 3\nconv_dtype_bytes = 2\n\
+         ssm_state_bytes = 268435456\n[prefill]\ntp_size = 1\nkernel_block = 64\n\
+         logical_block = 262144\n[decode]\ntp_size = 1\nkernel_block = 64\n\
+         logical_block = 262144\n",
+    );
+    let vram = [
+        "bench",
+        "vram",
+        "--geometry",
+        &ssm,
+        "--memory",
+        "host",
+        "--paths",
+        "copy",
+        "--prompt",
+        "64",
+    ];
+    let bench = format!("error: bench vram {ssm} --prompt 64: needs about ");
+    refused_within(
+        THREE_GIB_KIB,
+        &vram,
+        &[&bench, "address-space limit leaves"],
+    );
+    let mut small = vram.to_vec();
+    small.extend(["--max-memory", "100M"]);
+    refused_within(
+        THREE_GIB_KIB,
+        &small,
+        &[&bench, "more than --max-memory 100.0 MiB;"],
+    );
+    refused_within(
+        THREE_GIB_KIB,
+        &["bench", "transport", "--max-memory", "1G"],
+        &["bench transport: needs about 2.0 GiB, more than --max-memory 1.0 GiB;"],
+    );
+    refused_within(
+        THREE_GIB_KIB,
+        &["bench", "sweep", "--max-memory", "1K"],
+        &[
+            "g1-mla-kda-ppl3-vs-2 N=2 h=0 pull with-last-token: ",
+            "more than --max-memory 1.0 KiB;",
+        ],
+    );
+    refused_within(
+        THREE_GIB_KIB,
+        &["bench", "scale"],
+        &[
+            "deepseek-v3-p8-d2-16k N=16384 ",
+            "address-space limit leaves",
+        ],
+    );
+    // A recorded trace rebuilds its case within the budget too.
+    let trace = "tests/fixtures/live-traces-vllm-0.33.0/\
+                 mamba2-replicated-groups-p4-d2-pull-n13-hit0-mainline-s0.trace.json.gz";
+    for command in ["check-trace", "diff-trace"] {
+        refused_within(
+            THREE_GIB_KIB,
+            &[command, trace, "--max-memory", "1K"],
+            &[
+                "rebuilding the case: mamba2-replicated-groups-p4-d2 N=13 h=0 pull mainline: ",
+                "more than --max-memory 1.0 KiB;",
+            ],
+        );
+    }
+}
+
+/// The prefill ranks no transfer touches get no memory, so a case whose
+/// every rank would not fit the address space runs when the ranks it
+/// touches do: P TP16 -> D TP1 on MLA reads one prefill rank, 2 of 17
+/// ranks of 64 MiB (every rank's arenas would be 1.06 GiB, more than the
+/// 1 GiB limit).
+#[test]
+fn untouched_ranks_take_no_address_space() {
+    let dir = scratch("untouched");
+    let wide = write(
+        &dir,
+        "wide.toml",
+        &mla(
+            "",
+            "num_logical_blocks = 262144",
+            "num_logical_blocks = 262144",
+            "prompts = [8]",
+        )
+        .replace("layer_slots = 2", "layer_slots = 1")
+        .replacen("tp_size = 1", "tp_size = 16", 1)
+        .replace("head_size = 8", "head_size = 32"),
+    );
+    let run = kvgeom_within(
+        1 << 20,
+        &["sweep", &wide, "--mode", "pull", "--alloc", "mainline"],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.text);
+    // Real NIXL and device memory need every rank: refused, naming them.
+    refused_within(
+        1 << 20,
+        &["sweep", &wide, "--mode", "pull", "--memory", "vram"],
+        &[
+            "the arenas of every rank: prefill 16 ranks x 64.0 MiB",
+            "address-space limit leaves",
+        ],
+    );
+}
+
+/// A vLLM driver that cannot start under an address-space limit (torch
+/// cannot map its libraries) is one line and exit 2, never a traceback;
+/// skipped where the project's vLLM venv is not installed.
+#[test]
+fn a_live_driver_short_of_address_space_is_one_line() {
+    let python = std::env::var_os("KVGEOM_VLLM_PYTHON")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".vllm-venv/bin/python"));
+    if !python.is_file() {
+        println!(
+            "skipped: no vLLM interpreter at {} (scripts/install-vllm.sh)",
+            python.display()
+        );
+        return;
+    }
+    refused_within(
+        1 << 20,
+        &[
+            "sweep",
+            G1,
+            "--prompts",
+            "3",
+            "--mode",
+            "pull",
+            "--alloc",
+            "mainline",
+            "--connector",
+            "vllm",
+        ],
+        &[
+            "cannot run within the memory this process may use: ",
+            "raise the address-space limit",
+        ],
+    );
+    // kvgeom's own preparation is held to --max-memory before a driver starts.
+    refused_within(
+        ADDRESS_SPACE_KIB,
+        &[
+            "sweep",
+            G1,
+            "--prompts",
+            "3",
+            "--mode",
+            "pull",
+            "--alloc",
+            "mainline",
+            "--connector",
+            "vllm",
+            "--max-memory",
+            "1K",
+        ],
+        &[
+            "g1-mla-kda-ppl3-vs-2 N=3 h=0 pull mainline: ",
+            "more than --max-memory 1.0 KiB;",
+        ],
     );
 }

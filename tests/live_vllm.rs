@@ -113,8 +113,8 @@ fn options_that_do_not_apply_are_refused() {
         (&["--policy", "kvgeom"][..], "--policy"),
         (&["--threads", "0"][..], "--threads 0: give at least 1"),
         (
-            &["--max-memory", "1G"][..],
-            "--max-memory 1G: the live mode holds one case at a time",
+            &["--max-memory", "1K"][..],
+            "more than --max-memory 1.0 KiB; ",
         ),
         (
             &["--shard", "3/2"][..],

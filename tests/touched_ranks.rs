@@ -35,6 +35,13 @@ fn the_ranks_the_estimate_counts_are_the_ranks_a_pull_touches() {
             continue;
         }
         let run = run_case_detailed(case, &RunOptions::default());
+        // The untouched ranks got addresses without memory, and no transfer
+        // reached one (which would have run the case again with them all).
+        assert!(
+            !run.unbacked_accessed,
+            "{}: a transfer reached a rank the estimate says none touches",
+            case.geometry_name()
+        );
         if run.report.outcome != Outcome::Passed {
             continue;
         }

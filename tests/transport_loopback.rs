@@ -592,3 +592,32 @@ fn recorded_byte_ranges_are_exactly_the_bytes_that_changed() {
     // 4 x 48 + 16 bytes by the WRITE, 2 x 48 + 2 x 16 by the READ.
     assert_eq!(written[1].iter().filter(|w| **w).count(), 336);
 }
+
+#[test]
+fn a_transfer_over_memory_never_allocated_is_refused_and_noted() {
+    // Prefill's arena is an address without memory (a rank no transfer was
+    // expected to touch): registration and lists work, a transfer does not.
+    let mut t = Loopback::new();
+    let pa = HostArena::unbacked(4096);
+    let da = filled(4096, 2);
+    t.attach_arena(pa.clone());
+    t.attach_arena(da.clone());
+    let ids = mesh(
+        &mut t,
+        &["prefill", "decode"],
+        &[vec![dram(&pa, 0, 4096)], vec![dram(&da, 0, 4096)]],
+    )
+    .unwrap();
+    let (p_list, d_list) = (
+        DescList::from_runs([run(&pa, 0, 64, 64, 4)]),
+        DescList::from_runs([run(&da, 0, 64, 64, 4)]),
+    );
+    let (lh, rh) = prepare_lists(&mut t, ids[1], &d_list, "prefill", &p_list).unwrap();
+    let e = t
+        .make_xfer(ids[1], XferOp::Read, lh, &[0], rh, &[1], None)
+        .unwrap_err();
+    assert!(matches!(e, NixlError::NotFound(_)), "{e}");
+    assert!(e.to_string().contains("was not allocated"), "{e}");
+    assert!(pa.unbacked_accessed());
+    assert_eq!(da.snapshot(), pattern(2, 4096), "nothing moved");
+}

@@ -118,6 +118,14 @@ fn bench_vram_on_host_memory_prints_its_table() {
     ]);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // What it allocates is said first, on stderr.
+    assert!(
+        text(&out.stderr).starts_with(
+            "bench vram geometries/g6-kimi-linear-scale.toml --prompt 1537: allocates about "
+        ),
+        "{}",
+        text(&out.stderr)
+    );
     let lines: Vec<&str> = stdout.lines().collect();
     assert!(
         lines[0].starts_with(

@@ -28,6 +28,9 @@ pub enum BufferError {
     /// Device memory was asked of a build without the `cuda` feature.
     #[error("VRAM needs kvgeom built with `--features cuda`")]
     VramNeedsCuda,
+    /// The operating system refused a host buffer.
+    #[error(transparent)]
+    Host(#[from] crate::memory::AllocError),
     /// A copy between host and device memory (only same-kind copies are timed).
     #[error("source and destination are different kinds of memory")]
     MixedKinds,
@@ -171,7 +174,7 @@ impl Buffer {
 /// A new buffer of `len` bytes of the given kind.
 pub fn allocate(kind: MemoryKind, len: u64) -> Result<Buffer, BufferError> {
     match kind {
-        MemoryKind::Host => Ok(Buffer::Host(HostArena::new(len))),
+        MemoryKind::Host => Ok(Buffer::Host(HostArena::try_new(len)?)),
         #[cfg(feature = "cuda")]
         MemoryKind::Vram => Ok(crate::memory::CudaDevice::open(
             crate::scenario::vram::DEVICE_ORDINAL,

@@ -12,7 +12,7 @@ use crate::connector::{ConnectorError, HandshakeError, Policy, ReadRequest};
 use crate::geometry::{Geometry, Mode};
 use crate::layout::{RequestBlocks, Side};
 use crate::nixl::{DescRow, DryRun, Recording};
-use crate::scenario::engines::{allocate_ranks, register_side, Engines};
+use crate::scenario::engines::{register_side, unbacked_ranks, Engines};
 use crate::scenario::placement::{place, PlacementError};
 use crate::scenario::Outcome;
 use crate::scheduler::{request_shape, DecodeAllocation};
@@ -159,7 +159,8 @@ pub fn plan_request(geometry: &Geometry, prompt_len: u32) -> Result<RequestPlan,
     let connector = |e: ConnectorError| fail(e.into());
     let shape = request_shape(geometry, prompt_len, 0, DecodeAllocation::Mainline);
     let placement = place(geometry, &shape, 0).map_err(|e| fail(e.into()))?;
-    let (p_arenas, d_arenas) = allocate_ranks(geometry, &placement);
+    // The dry run moves no bytes: the ranks' arenas are addresses only.
+    let (p_arenas, d_arenas) = unbacked_ranks(geometry, &placement);
     let mut buffers = Vec::new();
     let mut bases = Vec::new();
     for (side, ranks) in [(Side::Prefill, &p_arenas), (Side::Decode, &d_arenas)] {

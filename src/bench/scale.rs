@@ -114,18 +114,7 @@ impl ScaleReport {
 
 /// Run every pull case (mainline allocation) of `files`, one at a time.
 pub fn scale_bench(files: &[PathBuf]) -> Result<ScaleReport, ScaleBenchError> {
-    let sources = plan::load_sources(files)?;
-    let cases = plan::grid(
-        &sources,
-        &plan::PlanOptions {
-            modes: vec![Mode::Pull],
-            allocations: Some(vec![DecodeAllocation::Mainline]),
-            ..plan::PlanOptions::default()
-        },
-    );
-    if cases.is_empty() {
-        return Err(ScaleBenchError::NoCases);
-    }
+    let cases = scale_cases(files)?;
     let bandwidth = memcpy_bandwidth();
     let mut out = Vec::new();
     for case in &cases {
@@ -157,10 +146,31 @@ pub fn scale_bench(files: &[PathBuf]) -> Result<ScaleReport, ScaleBenchError> {
     })
 }
 
+/// The cases `bench scale` runs on `files`: every pull case, mainline
+/// allocation.
+pub fn scale_cases(files: &[PathBuf]) -> Result<Vec<crate::scenario::Case>, ScaleBenchError> {
+    let sources = plan::load_sources(files)?;
+    let cases = plan::grid(
+        &sources,
+        &plan::PlanOptions {
+            modes: vec![Mode::Pull],
+            allocations: Some(vec![DecodeAllocation::Mainline]),
+            ..plan::PlanOptions::default()
+        },
+    );
+    if cases.is_empty() {
+        return Err(ScaleBenchError::NoCases);
+    }
+    Ok(cases)
+}
+
+/// Bytes the memcpy measurement allocates: two buffers of 256 MiB.
+pub const MEMCPY_BYTES: u64 = 2 * (256 << 20);
+
 /// Memcpy bandwidth between two 256 MiB buffers, best of 3 passes (the
 /// buffers are touched first, so page faults are not timed).
 fn memcpy_bandwidth() -> f64 {
-    const LEN: usize = 256 << 20;
+    const LEN: usize = (MEMCPY_BYTES / 2) as usize;
     let src = vec![0x5au8; LEN];
     let mut dst = vec![0xa5u8; LEN];
     let mut best = Duration::MAX;

@@ -33,6 +33,14 @@ pub struct TransportBenchConfig {
     pub paths: Vec<String>,
 }
 
+impl TransportBenchConfig {
+    /// Host memory the benchmark allocates: a source and a destination of
+    /// [`total_bytes`](Self::total_bytes) each.
+    pub fn host_bytes(&self) -> u64 {
+        self.total_bytes.saturating_mul(2)
+    }
+}
+
 impl Default for TransportBenchConfig {
     /// 1 GiB in 4096 descriptors of 256 KiB, WRITE, best of 5, every path.
     fn default() -> Self {
@@ -92,6 +100,9 @@ pub enum BenchError {
     /// A configuration that names no path.
     #[error("invalid benchmark configuration: no path to run; known: {}", PATHS.join(", "))]
     NoPaths,
+    /// The source or destination buffer could not be allocated.
+    #[error("allocating the benchmark's buffers: {0}")]
+    Memory(#[from] crate::memory::AllocError),
     #[error("{path}: {source}")]
     Transport {
         path: String,
@@ -123,19 +134,19 @@ struct Buffers {
 }
 
 impl Buffers {
-    fn new(config: &TransportBenchConfig, block: u64) -> Self {
-        let src = HostArena::new(config.total_bytes);
+    fn new(config: &TransportBenchConfig, block: u64) -> Result<Self, BenchError> {
+        let src = HostArena::try_new(config.total_bytes)?;
         for (i, chunk) in src.write().chunks_mut(8).enumerate() {
             let word = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes();
             chunk.copy_from_slice(&word[..chunk.len()]);
         }
-        let dst = HostArena::new(config.total_bytes);
-        Self {
+        let dst = HostArena::try_new(config.total_bytes)?;
+        Ok(Self {
             src,
             dst,
             block,
             blocks: config.descriptors,
-        }
+        })
     }
 
     fn clear_dst(&self) {
@@ -317,7 +328,7 @@ fn check_config(config: &TransportBenchConfig) -> Result<u64, BenchError> {
 pub fn transport_bench(config: &TransportBenchConfig) -> Result<TransportBenchReport, BenchError> {
     let block = check_config(config)?;
     let wants = |path: &str| config.paths.iter().any(|p| p == path);
-    let buffers = Buffers::new(config, block);
+    let buffers = Buffers::new(config, block)?;
     let bytes = config.total_bytes;
     let mut report = TransportBenchReport {
         config: config.clone(),

@@ -275,8 +275,62 @@ pub fn vram_bench(config: &VramBenchConfig) -> Result<VramBenchReport, VramBench
             path: unknown.clone(),
         });
     }
+    let plan = vram_plan(config)?;
+    vram_bench_planned(config, &plan)
+}
+
+/// The request `bench vram` replays (planned over addresses only: nothing
+/// of the request's size is allocated).
+pub fn vram_plan(config: &VramBenchConfig) -> Result<RequestPlan, VramBenchError> {
     let geometry = load_geometry(&config.geometry)?;
-    let plan = plan_request(&geometry, config.prompt_len)?;
+    Ok(plan_request(&geometry, config.prompt_len)?)
+}
+
+/// Host memory `bench vram` allocates at its peak for `plan`: the largest
+/// of its paths (they run one after the other). `copy`: a source and a
+/// destination of the plan's bytes and, to compare them, a copy of each
+/// (on device memory, the copies only); the in-process paths: every KV
+/// buffer of both sides and a copy of each destination buffer to verify
+/// it; `nixl-peer`: decode's buffers and their copies (prefill's are the
+/// peer process's).
+pub fn host_bytes(config: &VramBenchConfig, plan: &RequestPlan) -> u64 {
+    let host = config.memory == MemoryKind::Host;
+    let wants = |p: &str| wants(config, p);
+    let side_bytes = |side: Side| -> u64 {
+        plan.buffers
+            .iter()
+            .filter(|b| b.side == side)
+            .fold(0u64, |a, b| a.saturating_add(b.len))
+    };
+    let destination = match config.op {
+        XferOp::Read => Side::Decode,
+        XferOp::Write => Side::Prefill,
+    };
+    let own = |bytes: u64| if host { bytes } else { 0 };
+    let mut peak = 0u64;
+    if wants("copy") {
+        let bytes = plan.bytes();
+        peak = peak.max(own(bytes.saturating_mul(2)).saturating_add(bytes.saturating_mul(2)));
+    }
+    if ["copy-per-pair", "loopback", "nixl"]
+        .iter()
+        .any(|p| wants(p))
+    {
+        let all = side_bytes(Side::Prefill).saturating_add(side_bytes(Side::Decode));
+        peak = peak.max(own(all).saturating_add(side_bytes(destination)));
+    }
+    if wants("nixl-peer") {
+        let decode = side_bytes(Side::Decode);
+        peak = peak.max(own(decode).saturating_add(decode));
+    }
+    peak
+}
+
+/// [`vram_bench`] of a request already planned ([`vram_plan`]).
+pub fn vram_bench_planned(
+    config: &VramBenchConfig,
+    plan: &RequestPlan,
+) -> Result<VramBenchReport, VramBenchError> {
     let mut report = VramBenchReport {
         config: config.clone(),
         device: device_name(config.memory)?,
@@ -292,19 +346,19 @@ pub fn vram_bench(config: &VramBenchConfig) -> Result<VramBenchReport, VramBench
     };
     report.ucx_env.sort();
     if wants(config, "copy") {
-        report.results.push(copy_path(config, &plan)?);
+        report.results.push(copy_path(config, plan)?);
     }
     let needs_local = ["copy-per-pair", "loopback", "nixl"]
         .iter()
         .any(|p| wants(config, p));
     if needs_local {
-        let memory = BenchMemory::allocate(&plan, config.memory, &[Side::Prefill, Side::Decode])
+        let memory = BenchMemory::allocate(plan, config.memory, &[Side::Prefill, Side::Decode])
             .map_err(VramBenchError::Memory)?;
         memory
-            .fill(&plan, source(config.op))
+            .fill(plan, source(config.op))
             .map_err(VramBenchError::Memory)?;
         if wants(config, "copy-per-pair") {
-            report.results.push(per_pair_path(config, &plan, &memory)?);
+            report.results.push(per_pair_path(config, plan, &memory)?);
         }
         if wants(config, "loopback") {
             let mut lb = Loopback::new();
@@ -317,14 +371,14 @@ pub fn vram_bench(config: &VramBenchConfig) -> Result<VramBenchReport, VramBench
             }
             report
                 .results
-                .push(in_process(config, &plan, &memory, &mut lb, "loopback")?);
+                .push(in_process(config, plan, &memory, &mut lb, "loopback")?);
         }
         if wants(config, "nixl") {
-            nixl_in_process(config, &plan, &memory, &mut report)?;
+            nixl_in_process(config, plan, &memory, &mut report)?;
         }
     }
     if wants(config, "nixl-peer") {
-        nixl_peer(config, &plan, &mut report)?;
+        nixl_peer(config, plan, &mut report)?;
     }
     Ok(report)
 }

@@ -6,10 +6,13 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use super::{EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
-use crate::bench::vram::{vram_bench, VramBenchConfig, VramBenchError, PATHS};
+use crate::bench::vram::{
+    host_bytes, vram_bench_planned, vram_plan, VramBenchConfig, VramBenchError, PATHS,
+};
 use crate::bench::TransportBenchConfig;
 use crate::geometry::{GeometryError, Mode};
 use crate::nixl::XferOp;
+use crate::scenario::memory_estimate::{human_bytes, Budget};
 use crate::scenario::{MemoryKind, RunOptions};
 use crate::scheduler::DecodeAllocation;
 use crate::sweep::{execute, plan};
@@ -108,16 +111,7 @@ struct Timing {
 }
 
 fn time(files: &[&str], threads: usize, repeats: usize) -> Result<Timing, GeometryError> {
-    let paths: Vec<PathBuf> = files.iter().map(PathBuf::from).collect();
-    let sources = plan::load_sources(&paths)?;
-    let cases = plan::grid(
-        &sources,
-        &plan::PlanOptions {
-            modes: vec![Mode::Pull],
-            allocations: Some(vec![DecodeAllocation::WithLastToken]),
-            ..plan::PlanOptions::default()
-        },
-    );
+    let cases = sweep_cases(files)?;
     let mut best = f64::INFINITY;
     let mut failed = 0;
     for _ in 0..repeats {
@@ -133,7 +127,36 @@ fn time(files: &[&str], threads: usize, repeats: usize) -> Result<Timing, Geomet
     })
 }
 
-fn bench_sweep(threads: Option<usize>) -> u8 {
+/// State on stderr the host memory a benchmark allocates at its peak
+/// (`need`, for `what`), or refuse it (exit 2) when it exceeds `budget`.
+fn announce(bench: &str, need: u64, what: &str, budget: &Budget, reduce: &str) -> Result<(), u8> {
+    if let Err(message) = budget.check(bench, need, reduce) {
+        eprintln!("error: {message}");
+        return Err(EXIT_BAD_INPUT);
+    }
+    eprintln!(
+        "{bench}: allocates about {} of host memory at its peak ({what}), within {}",
+        human_bytes(need),
+        budget.describe()
+    );
+    Ok(())
+}
+
+/// The cases of `files` that `bench sweep` times.
+fn sweep_cases(files: &[&str]) -> Result<Vec<crate::scenario::Case>, GeometryError> {
+    let paths: Vec<PathBuf> = files.iter().map(PathBuf::from).collect();
+    let sources = plan::load_sources(&paths)?;
+    Ok(plan::grid(
+        &sources,
+        &plan::PlanOptions {
+            modes: vec![Mode::Pull],
+            allocations: Some(vec![DecodeAllocation::WithLastToken]),
+            ..plan::PlanOptions::default()
+        },
+    ))
+}
+
+fn bench_sweep(threads: Option<usize>, budget: &Budget) -> u8 {
     let all =
         threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let sweep = [
@@ -143,6 +166,30 @@ fn bench_sweep(threads: Option<usize>) -> u8 {
         "geometries/g4-mla-kda-remote-larger.toml",
     ];
     let kimi = ["geometries/g6-kimi-linear-scale.toml"];
+    // Cases run in parallel only as far as the budget allows; each must
+    // fit alone.
+    let mut largest = 0;
+    for files in [&sweep[..], &kimi[..]] {
+        let cases = match sweep_cases(files) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("error: {e} (run from the project root)");
+                return EXIT_BAD_INPUT;
+            }
+        };
+        if let Err(code) = super::cases_fit(&cases, budget, false) {
+            return code;
+        }
+        largest = cases
+            .iter()
+            .map(|c| crate::scenario::estimate_memory(c).peak_bytes)
+            .fold(largest, u64::max);
+    }
+    eprintln!(
+        "bench sweep: the largest case allocates about {}; cases run in parallel within {}",
+        human_bytes(largest),
+        budget.describe()
+    );
     println!("byte-level sweep (pull, every oracle), best of 5 runs; vLLM's harness: {VLLM_SWEEP_MS_PER_CASE:.1} ms/case (sweep), {VLLM_KIMI_MS_PER_CASE:.0} ms/case (KimiLinear)");
     println!(
         "{:<26} {:>7} {:>6} {:>11} {:>14}",
@@ -188,9 +235,18 @@ fn bench_sweep(threads: Option<usize>) -> u8 {
 /// `kvgeom bench KIND`. The options of `bench vram` are refused for the
 /// other kinds (exit 2), except `--paths`, which `bench transport` takes
 /// too, with its own path names.
-pub fn bench(kind: BenchKind, threads: Option<usize>, vram: &VramArgs) -> u8 {
+pub fn bench(
+    kind: BenchKind,
+    threads: Option<usize>,
+    vram: &VramArgs,
+    max_memory: Option<&str>,
+) -> u8 {
     let threads = match super::threads_within_limit(threads) {
         Ok(t) => t,
+        Err(code) => return code,
+    };
+    let budget = match super::max_memory_option(max_memory) {
+        Ok(b) => b,
         Err(code) => return code,
     };
     let vram_only = VramArgs {
@@ -198,7 +254,7 @@ pub fn bench(kind: BenchKind, threads: Option<usize>, vram: &VramArgs) -> u8 {
         ..vram.clone()
     };
     match kind {
-        BenchKind::Vram => bench_vram(vram),
+        BenchKind::Vram => bench_vram(vram, &budget),
         _ if vram_only != VramArgs::default() => {
             let given = vram_only.given();
             eprintln!(
@@ -214,9 +270,9 @@ pub fn bench(kind: BenchKind, threads: Option<usize>, vram: &VramArgs) -> u8 {
             );
             EXIT_BAD_INPUT
         }
-        BenchKind::Sweep => bench_sweep(threads),
-        BenchKind::Scale => super::bench_scale(&[], super::ScaleFormat::Table),
-        BenchKind::Transport => bench_transport(&transport_config(vram.paths.as_deref())),
+        BenchKind::Sweep => bench_sweep(threads, &budget),
+        BenchKind::Scale => super::bench_scale(&[], super::ScaleFormat::Table, max_memory),
+        BenchKind::Transport => bench_transport(&transport_config(vram.paths.as_deref()), &budget),
     }
 }
 
@@ -231,7 +287,16 @@ pub fn transport_config(paths: Option<&[String]>) -> TransportBenchConfig {
 }
 
 /// `kvgeom bench transport`; an unknown path is bad input (exit 2).
-fn bench_transport(config: &TransportBenchConfig) -> u8 {
+fn bench_transport(config: &TransportBenchConfig, budget: &Budget) -> u8 {
+    if let Err(code) = announce(
+        "bench transport",
+        config.host_bytes(),
+        "a source and a destination buffer",
+        budget,
+        "its buffers have a fixed size",
+    ) {
+        return code;
+    }
     match crate::bench::transport_bench(config) {
         Ok(report) => {
             println!("{report}");
@@ -245,7 +310,7 @@ fn bench_transport(config: &TransportBenchConfig) -> u8 {
 }
 
 /// `kvgeom bench vram`.
-pub fn bench_vram(args: &VramArgs) -> u8 {
+pub fn bench_vram(args: &VramArgs, budget: &Budget) -> u8 {
     if let Err(code) = super::prompt_option(args.prompt) {
         return code;
     }
@@ -295,7 +360,28 @@ pub fn bench_vram(args: &VramArgs) -> u8 {
         peer_exe,
         paths,
     };
-    match vram_bench(&config) {
+    let plan = match vram_plan(&config) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let what = format!(
+        "bench vram {} --prompt {}",
+        config.geometry.display(),
+        config.prompt_len
+    );
+    if let Err(code) = announce(
+        &what,
+        host_bytes(&config, &plan),
+        "the KV buffers of its paths and their copies to verify",
+        budget,
+        "use a shorter --prompt or fewer --paths",
+    ) {
+        return code;
+    }
+    match vram_bench_planned(&config, &plan) {
         Ok(report) => {
             print!("{report}");
             EXIT_OK

@@ -18,12 +18,19 @@ pub enum ScaleFormat {
 
 /// `kvgeom bench scale [FILE...]`: the shipped real-scale geometries when
 /// no file is given.
-pub fn bench_scale(files: &[PathBuf], format: ScaleFormat) -> u8 {
+pub fn bench_scale(files: &[PathBuf], format: ScaleFormat, max_memory: Option<&str>) -> u8 {
     let files: Vec<PathBuf> = if files.is_empty() {
         DEFAULT_FILES.iter().map(PathBuf::from).collect()
     } else {
         files.to_vec()
     };
+    let budget = match super::max_memory_option(max_memory) {
+        Ok(b) => b,
+        Err(code) => return code,
+    };
+    if let Err(code) = scale_fits(&files, &budget) {
+        return code;
+    }
     let report = match scale_bench(&files) {
         Ok(report) => report,
         Err(e) => {
@@ -46,4 +53,42 @@ pub fn bench_scale(files: &[PathBuf], format: ScaleFormat) -> u8 {
     } else {
         EXIT_FAILED
     }
+}
+
+/// Every case of `files` fits `budget` (one runs at a time; the memcpy
+/// measurement first takes two 256 MiB buffers): the largest is stated on
+/// stderr, or the first over the budget refused (exit 2).
+fn scale_fits(
+    files: &[PathBuf],
+    budget: &crate::scenario::memory_estimate::Budget,
+) -> Result<(), u8> {
+    use crate::scenario::memory_estimate::human_bytes;
+    let cases = match crate::bench::scale::scale_cases(files) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: bench scale: {e}");
+            return Err(EXIT_BAD_INPUT);
+        }
+    };
+    for case in &cases {
+        super::pools_hold(case)?;
+    }
+    super::cases_fit(&cases, budget, false)?;
+    let largest = cases
+        .iter()
+        .map(|c| crate::scenario::estimate_memory(c).peak_bytes)
+        .max()
+        .unwrap_or(0)
+        .max(crate::bench::scale::MEMCPY_BYTES);
+    if let Err(message) = budget.check("bench scale", largest, "give smaller geometry files") {
+        eprintln!("error: {message}");
+        return Err(EXIT_BAD_INPUT);
+    }
+    eprintln!(
+        "bench scale: {} cases, one at a time; the largest allocates about {} (within {})",
+        cases.len(),
+        human_bytes(largest),
+        budget.describe()
+    );
+    Ok(())
 }

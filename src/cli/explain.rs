@@ -7,7 +7,6 @@ use super::{VariantArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::derive::load_geometry_file;
 use crate::geometry::Mode;
 use crate::report::explain::{explain_text, svg};
-use crate::scenario::estimate_memory;
 use crate::scenario::run::check_prefix_hit;
 use crate::scenario::{run_case_detailed, Case, Outcome, RunOptions, TransportKind};
 use crate::scheduler::DecodeAllocation;
@@ -76,9 +75,24 @@ pub fn explain(args: ExplainArgs) -> u8 {
         Ok(b) => b,
         Err(code) => return code,
     };
-    let need = estimate_memory(&case);
-    if need.peak_bytes > budget {
-        eprintln!("error: {}", need.refusal(&case, budget));
+    // With --svg, the byte map keeps one class byte per byte of decode's
+    // request blocks: at most every decode rank's arenas again.
+    let need = crate::scenario::estimate_memory(&case);
+    let every_rank = args.transport == TransportKind::Nixl;
+    let mapped = need.mapped_bytes(every_rank);
+    let svg_bytes = if args.svg.is_some() {
+        need.decode_rank_bytes
+            .saturating_mul(u64::from(need.decode_ranks))
+    } else {
+        0
+    };
+    let bytes = mapped.saturating_add(svg_bytes);
+    if bytes > budget.bytes {
+        let extra = (svg_bytes > 0).then_some((svg_bytes, "for the --svg byte map"));
+        eprintln!(
+            "error: {}",
+            need.refusal_of(&case, every_rank, extra, &budget)
+        );
         return EXIT_BAD_INPUT;
     }
     let run = run_case_detailed(

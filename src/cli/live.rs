@@ -135,12 +135,6 @@ fn refused(args: &LiveSweepArgs) -> Option<String> {
     if args.compare_host {
         return Some("--compare-host: the live mode always runs on host memory".into());
     }
-    if let Some(m) = &args.max_memory {
-        return Some(format!(
-            "--max-memory {m}: the live mode holds one case at a time (the driver's tensors and kvgeom's images), \
-             so there is no budget to share"
-        ));
-    }
     None
 }
 
@@ -175,6 +169,26 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
+    let opts = plan::PlanOptions {
+        prompts: prompt_list,
+        modes: args.modes.clone(),
+        allocations: args.allocations.clone(),
+        variant: Variant::Policy(NamedPolicy::Vllm0330),
+        seed: args.seed,
+    };
+    let all_cases = match args.random {
+        Some(n) => plan::random(&sources, n, args.seed, &opts),
+        None => plan::grid(&sources, &opts),
+    };
+    // kvgeom's preparation of every case (of every shard) must fit before
+    // the interpreter is probed or a driver starts.
+    let budget = match super::max_memory_option(args.max_memory.as_deref()) {
+        Ok(b) => b,
+        Err(code) => return code,
+    };
+    if let Err(code) = super::prepared_cases_fit(&all_cases, &budget) {
+        return code;
+    }
     let python = match driver_python(args.vllm_python.as_deref(), args.nixl) {
         Ok(p) => p,
         Err(code) => return code,
@@ -197,17 +211,6 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
             eprintln!("error: {e}");
             return EXIT_BAD_INPUT;
         }
-    };
-    let opts = plan::PlanOptions {
-        prompts: prompt_list,
-        modes: args.modes.clone(),
-        allocations: args.allocations.clone(),
-        variant: Variant::Policy(NamedPolicy::Vllm0330),
-        seed: args.seed,
-    };
-    let all_cases = match args.random {
-        Some(n) => plan::random(&sources, n, args.seed, &opts),
-        None => plan::grid(&sources, &opts),
     };
     let mut options = format!("{:?} connector vllm {}", args.random, python.vllm_version);
     if let Some(version) = python.nixl.version() {
@@ -572,6 +575,8 @@ pub struct LiveExplainArgs {
     pub svg: bool,
     /// `--record-trace FILE`.
     pub record_trace: Option<PathBuf>,
+    /// `--max-memory SIZE`.
+    pub max_memory: Option<String>,
 }
 
 /// Move the one trace recorded into `dir` to `file`, gunzipped unless
@@ -637,6 +642,13 @@ pub fn live_explain(args: LiveExplainArgs) -> u8 {
         seed: args.seed,
         variant: Variant::Policy(NamedPolicy::Vllm0330),
     };
+    let budget = match super::max_memory_option(args.max_memory.as_deref()) {
+        Ok(b) => b,
+        Err(code) => return code,
+    };
+    if let Err(code) = super::prepared_cases_fit(std::slice::from_ref(&case), &budget) {
+        return code;
+    }
     let record_dir = args
         .record_trace
         .as_ref()

@@ -19,7 +19,7 @@ pub use derive::{derive, DeriveArgs, DeriveFormat};
 pub use explain::{explain, ExplainArgs};
 pub use layout::layout;
 pub use live::{live_explain, live_sweep, ConnectorArg, LiveExplainArgs, LiveSweepArgs, NixlArg};
-pub use mutants::{defects, mutants};
+pub use mutants::{defects, mutants, MutantsFormat, MUTANTS_SCHEMA};
 pub use report_merge::{merge as merge_reports, report_merge, MergeError};
 pub(crate) use sweep::threads_within_limit;
 pub use sweep::{sweep, SweepArgs};
@@ -107,17 +107,73 @@ pub(crate) fn prompt_option(n: u32) -> Result<(), u8> {
     Ok(())
 }
 
-/// `--max-memory SIZE` in bytes; half of the memory available when it is
-/// not given.
-pub(crate) fn max_memory_option(text: Option<&str>) -> Result<u64, u8> {
-    use crate::scenario::memory_estimate::{default_budget, parse_size};
+/// `--max-memory SIZE` (half of the memory available when it is not given),
+/// within what an address-space limit leaves: the budget, which also
+/// becomes the default of this process's later runs.
+pub(crate) fn max_memory_option(
+    text: Option<&str>,
+) -> Result<crate::scenario::memory_estimate::Budget, u8> {
+    use crate::scenario::memory_estimate::{parse_size, set_process_budget, Budget};
     match text.map(parse_size).transpose() {
-        Ok(b) => Ok(b.unwrap_or_else(default_budget)),
+        Ok(b) => {
+            let budget = Budget::new(b);
+            set_process_budget(budget);
+            Ok(budget)
+        }
         Err(e) => {
             eprintln!("error: --max-memory {e}");
             Err(EXIT_BAD_INPUT)
         }
     }
+}
+
+/// `--max-memory` of a command that reads its cases from files (check-trace,
+/// diff-trace): checked, and made this process's budget, which rebuilding a
+/// case is held to.
+pub fn memory_option(max_memory: Option<&str>) -> Result<(), u8> {
+    max_memory_option(max_memory).map(|_| ())
+}
+
+/// Every case fits `budget` (its mapped bytes; with `every_rank`, every
+/// rank's arenas), or the first that does not is refused with exit 2.
+pub(crate) fn cases_fit(
+    cases: &[crate::scenario::Case],
+    budget: &crate::scenario::memory_estimate::Budget,
+    every_rank: bool,
+) -> Result<(), u8> {
+    use crate::scenario::estimate_memory;
+    for case in cases {
+        let need = estimate_memory(case);
+        let bytes = need.mapped_bytes(every_rank);
+        if bytes > budget.bytes {
+            eprintln!("error: {}", need.refusal_of(case, every_rank, None, budget));
+            return Err(EXIT_BAD_INPUT);
+        }
+    }
+    Ok(())
+}
+
+/// Every case fits `budget` as kvgeom prepares it for vLLM's connector (the
+/// live mode: [`MemoryEstimate::prepared_bytes`](crate::scenario::MemoryEstimate::prepared_bytes)),
+/// or the first that does not is refused with exit 2.
+pub(crate) fn prepared_cases_fit(
+    cases: &[crate::scenario::Case],
+    budget: &crate::scenario::memory_estimate::Budget,
+) -> Result<(), u8> {
+    use crate::scenario::estimate_memory;
+    for case in cases {
+        let need = estimate_memory(case);
+        if need.prepared_bytes() > budget.bytes {
+            let extra = need.prepared_bytes() - need.every_rank_bytes;
+            let purpose = "for the copies of their initial images and kvgeom's own run";
+            eprintln!(
+                "error: {}",
+                need.refusal_of(case, true, Some((extra, purpose)), budget)
+            );
+            return Err(EXIT_BAD_INPUT);
+        }
+    }
+    Ok(())
 }
 
 /// `--random N`: 1 to [`MAX_RANDOM_CASES`] cases.

@@ -5,8 +5,45 @@ use std::path::PathBuf;
 use super::{default_paths, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::defects::Defect;
 use crate::scenario::RunOptions;
-use crate::sweep::mutants::run_mutant;
-use crate::sweep::plan;
+use crate::sweep::mutants::{run_mutant_sampled, MutantResult};
+use crate::sweep::plan::{self, SourcedGeometry};
+
+/// The JSON report's schema.
+pub const MUTANTS_SCHEMA: &str = "kvgeom-mutants/1";
+
+/// How `kvgeom mutants` prints its result.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum MutantsFormat {
+    /// A table.
+    #[default]
+    Text,
+    /// The JSON report (schema `kvgeom-mutants/1`).
+    Json,
+}
+
+/// The defects' grid (the defect changes no case's size) passes the sweep's
+/// checks before anything is allocated.
+fn grid_fits(
+    sources: &[SourcedGeometry],
+    sampled: &impl Fn(&SourcedGeometry) -> bool,
+    budget: &crate::scenario::memory_estimate::Budget,
+) -> Result<(), u8> {
+    for s in sources {
+        let file = s
+            .file
+            .as_ref()
+            .map_or_else(|| s.geometry.name.clone(), |f| f.display().to_string());
+        if let Err(e) = crate::sweep::prompts::check_default_sweep(&file, &s.geometry, false) {
+            eprintln!("error: {e}");
+            return Err(EXIT_BAD_INPUT);
+        }
+    }
+    let cases = plan::sampled_grid(sources, &plan::PlanOptions::default(), sampled);
+    for case in &cases {
+        super::pools_hold(case)?;
+    }
+    super::cases_fit(&cases, budget, false)
+}
 
 pub fn defects() -> u8 {
     for d in Defect::ALL {
@@ -16,33 +53,81 @@ pub fn defects() -> u8 {
     EXIT_OK
 }
 
-pub fn mutants(paths: Vec<PathBuf>, threads: Option<usize>) -> u8 {
+/// `kvgeom mutants [PATH...]`: the sweep once per defect. The files in a
+/// subfolder of a folder given (the real-scale pairs of
+/// `geometries/models/`) run their sample, as the default sweep's tests run
+/// them, unless `full`.
+pub fn mutants(
+    paths: Vec<PathBuf>,
+    threads: Option<usize>,
+    full: bool,
+    format: MutantsFormat,
+    max_memory: Option<&str>,
+) -> u8 {
     let threads = match super::threads_within_limit(threads) {
         Ok(t) => t,
         Err(code) => return code,
     };
-    let sources = match plan::load_sources(&default_paths(paths)) {
+    let budget = match super::max_memory_option(max_memory) {
+        Ok(b) => b,
+        Err(code) => return code,
+    };
+    let paths = default_paths(paths);
+    let sources = match plan::load_sources(&paths) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");
             return EXIT_BAD_INPUT;
         }
     };
+    let sampled = |src: &SourcedGeometry| !full && plan::in_subfolder(&paths, src);
+    // The grid every defect runs, refused as the sweep refuses it: a default
+    // prompt sweep too long, a pool too small, a case over the budget.
+    if let Err(code) = grid_fits(&sources, &sampled, &budget) {
+        return code;
+    }
     let opts = RunOptions::default();
     let results: Vec<_> = Defect::ALL
         .iter()
-        .map(|&d| run_mutant(&sources, d, &opts, threads, false))
+        .map(|&d| run_mutant_sampled(&sources, sampled, d, &opts, threads, false))
         .collect();
+    let sampled_files: Vec<&SourcedGeometry> = sources.iter().filter(|s| sampled(s)).collect();
+    let missed = results.iter().filter(|r| !r.caught()).count();
+    match format {
+        MutantsFormat::Text => print_text(&results, &sampled_files, missed),
+        MutantsFormat::Json => {
+            if let Err(code) = print_json(&results, &sampled_files, missed) {
+                return code;
+            }
+        }
+    }
+    if missed > 0 {
+        EXIT_FAILED
+    } else {
+        EXIT_OK
+    }
+}
+
+/// What was sampled, in one sentence.
+fn sample_line(sampled: &[&SourcedGeometry]) -> String {
+    if sampled.is_empty() {
+        return "sampled: nothing, every case of every file".to_string();
+    }
+    format!(
+        "sampled: {} file(s) in subfolders (real-scale pairs), the middle prompt of each \
+         in both modes with the mainline allocation; --full runs all their cases",
+        sampled.len()
+    )
+}
+
+fn print_text(results: &[MutantResult], sampled: &[&SourcedGeometry], missed: usize) {
+    println!("{}", sample_line(sampled));
     println!(
         "{:<28} {:<7} {:>13}  first failing case",
         "defect", "result", "failed cases"
     );
-    let mut missed = 0;
-    for r in &results {
-        let verdict = if r.failed > 0 { "caught" } else { "MISSED" };
-        if r.failed == 0 {
-            missed += 1;
-        }
+    for r in results {
+        let verdict = if r.caught() { "caught" } else { "MISSED" };
         let first = r.first.as_ref().map_or(String::from("-"), |(c, why)| {
             format!(
                 "{} N={} {} ({why})\n{:<52}replay: {}",
@@ -62,9 +147,52 @@ pub fn mutants(paths: Vec<PathBuf>, threads: Option<usize>) -> u8 {
         );
     }
     println!("\n{} caught, {} missed", results.len() - missed, missed);
-    if missed > 0 {
-        EXIT_FAILED
-    } else {
-        EXIT_OK
+}
+
+fn print_json(
+    results: &[MutantResult],
+    sampled: &[&SourcedGeometry],
+    missed: usize,
+) -> Result<(), u8> {
+    let file = |s: &&SourcedGeometry| s.file.as_ref().map(|f| f.display().to_string());
+    let report = serde_json::json!({
+        "schema": MUTANTS_SCHEMA,
+        "sample": {
+            "full": sampled.is_empty(),
+            "sampled_files": sampled.iter().map(file).collect::<Vec<_>>(),
+            "rule": "the middle prompt of the file's list, both modes, the mainline allocation",
+        },
+        "summary": {
+            "defects": results.len(),
+            "caught": results.len() - missed,
+            "missed": missed,
+        },
+        "defects": results.iter().map(|r| serde_json::json!({
+            "defect": r.defect.name(),
+            "caught": r.caught(),
+            "cases": r.cases,
+            "failed": r.failed,
+            "oracles": r.oracles.iter().collect::<Vec<_>>(),
+            "first_failing_case": r.first.as_ref().map(|(c, why)| serde_json::json!({
+                "geometry": c.geometry_name(),
+                "file": c.file.as_ref().map(|f| f.display().to_string()),
+                "prompt_len": c.prompt_len,
+                "prefix_hit": c.prefix_hit,
+                "mode": c.mode,
+                "allocation": c.allocation,
+                "why": why,
+                "replay": c.replay_command(),
+            })),
+        })).collect::<Vec<_>>(),
+    });
+    match serde_json::to_string_pretty(&report) {
+        Ok(text) => {
+            println!("{text}");
+            Ok(())
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            Err(EXIT_BAD_INPUT)
+        }
     }
 }

@@ -6,7 +6,7 @@ use super::{default_paths, VariantArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::geometry::Mode;
 use crate::limits::{available_cores, THREADS_PER_CORE};
 use crate::report::sweep_report::{self, Format};
-use crate::scenario::{estimate_memory, CaseReport};
+use crate::scenario::CaseReport;
 use crate::scenario::{MemoryKind, RunOptions, TransportKind};
 use crate::scheduler::DecodeAllocation;
 use crate::sweep::budget::MemoryBudget;
@@ -95,7 +95,7 @@ pub fn sweep(args: SweepArgs) -> u8 {
         return code;
     }
     let budget = match super::max_memory_option(args.max_memory.as_deref()) {
-        Ok(b) => MemoryBudget::new(b),
+        Ok(b) => b,
         Err(code) => return code,
     };
     let threads = match threads_within_limit(args.threads) {
@@ -175,13 +175,10 @@ pub fn sweep(args: SweepArgs) -> u8 {
             return code;
         }
     }
-    if let Some((case, need)) = cases
-        .iter()
-        .map(|c| (c, estimate_memory(c)))
-        .find(|(_, e)| e.peak_bytes > budget.limit())
-    {
-        eprintln!("error: {}", need.refusal(case, budget.limit()));
-        return EXIT_BAD_INPUT;
+    // Real NIXL and device memory need every rank's memory, touched or not.
+    let every_rank = args.transport == TransportKind::Nixl || args.memory == MemoryKind::Vram;
+    if let Err(code) = super::cases_fit(&cases, &budget, every_rank) {
+        return code;
     }
     // A missing runtime or device is bad input, not a failed invariant.
     if let Some(first) = cases.first() {
@@ -191,6 +188,7 @@ pub fn sweep(args: SweepArgs) -> u8 {
             return EXIT_BAD_INPUT;
         }
     }
+    let budget = MemoryBudget::new(budget.bytes);
     let reports = execute::run_all_within(&cases, &run_opts, threads, &budget);
     let shard = shard.as_ref().map(|(s, p)| (s, p.as_slice()));
     let text = match args.format {

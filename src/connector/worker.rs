@@ -371,7 +371,7 @@ impl Worker {
         let peer = self.check_pair(views, remote_tp)?;
         self.prepare_local_lists(nixl, &peer, remote_tp)?;
         let list = self.prepare_remote_list(nixl, &peer, &agent_name, remote_rank, remote_tp)?;
-        self.record_remote(remote_rank, remote_tp, &peer, &agent_name, Some(list));
+        self.record_remote(remote_rank, remote_tp, peer, &agent_name, Some(list));
         Ok(agent_name)
     }
 
@@ -691,7 +691,7 @@ impl Worker {
         &mut self,
         remote_rank: u32,
         remote_tp: u32,
-        peer: &CheckedPeer,
+        peer: CheckedPeer,
         agent_name: &str,
         list: Option<RemoteList>,
     ) {
@@ -704,7 +704,7 @@ impl Worker {
                 ppl: peer.meta.physical_blocks_per_logical_kv_block,
                 num_blocks: peer.meta.num_blocks,
                 sub_ratio: peer.sub_ratio,
-                mapping: peer.mapping.clone(),
+                mapping: peer.mapping,
                 ranks: BTreeMap::new(),
             });
         engine.ranks.insert(
@@ -712,7 +712,7 @@ impl Worker {
             RemoteRank {
                 agent_name: agent_name.to_string(),
                 list,
-                metadata: peer.meta.clone(),
+                metadata: peer.meta,
             },
         );
     }
@@ -741,7 +741,7 @@ impl Worker {
             ratio: 0,
             mapping: model_tp_mapping(model, self.cfg.tp_rank, self.cfg.engine.tp_size, remote_tp),
         };
-        self.record_remote(remote_rank, remote_tp, &peer, &agent_name, None);
+        self.record_remote(remote_rank, remote_tp, peer, &agent_name, None);
         Ok(agent_name)
     }
 

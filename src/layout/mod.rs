@@ -50,11 +50,11 @@ impl Side {
 
     /// Parses an agent name of the form `prefill-<rank>` or `decode-<rank>`.
     pub fn parse_agent_name(name: &str) -> Option<(Side, u32)> {
-        let (side, rank) = name.rsplit_once('-')?;
-        let side = match side {
-            "prefill" => Side::Prefill,
-            "decode" => Side::Decode,
-            _ => return None,
+        // A rank holds no '-', so the side is everything before the last one.
+        let (side, rank) = if let Some(rank) = name.strip_prefix("prefill-") {
+            (Side::Prefill, rank)
+        } else {
+            (Side::Decode, name.strip_prefix("decode-")?)
         };
         Some((side, rank.parse().ok()?))
     }

@@ -70,6 +70,26 @@ pub enum BatchError {
         /// What the driver said.
         message: String,
     },
+    /// The driver could not start (or ran out) within this process's memory
+    /// limits: Python or its libraries could not map or allocate memory
+    /// (an address-space limit set with `ulimit -v`, no memory left).
+    #[error(
+        "the vLLM driver ({}) cannot run within the memory this process may use: {message}{}; \
+         raise the address-space limit or free memory",
+        python.display(),
+        limit.map_or(String::new(), |l| format!(
+            " (address-space limit {})",
+            crate::scenario::memory_estimate::human_bytes(l)
+        ))
+    )]
+    DriverOutOfMemory {
+        /// The interpreter that ran it.
+        python: PathBuf,
+        /// The line of its output that says so.
+        message: String,
+        /// The address-space limit in bytes, if one is set.
+        limit: Option<u64>,
+    },
     /// The driver ended with a failure status before its time-out.
     #[error(
         "the vLLM driver ({}) failed with status {status:?}:\n{stderr_tail}",
@@ -83,4 +103,57 @@ pub enum BatchError {
         /// The last lines it wrote to stderr.
         stderr_tail: String,
     },
+}
+
+/// What a Python driver or probe wrote when it could not get memory: an
+/// import that could not map a library, `MemoryError`, a failed thread or
+/// allocation. The first such line, trimmed; `None` for any other failure.
+pub fn memory_failure(stderr: &str) -> Option<String> {
+    const SIGNS: [&str; 8] = [
+        "failed to map segment from shared object",
+        "MemoryError",
+        "Cannot allocate memory",
+        "cannot allocate memory",
+        "std::bad_alloc",
+        "out of memory",
+        "pthread_create failed",
+        "memory allocation failed",
+    ];
+    stderr
+        .lines()
+        .map(str::trim)
+        .find(|l| SIGNS.iter().any(|s| l.contains(s)))
+        .map(|l| {
+            // The driver's list of names it could not import: the reason only.
+            let l = match l.split_once("the module does not import: ") {
+                Some((_, why)) => why.strip_suffix(')').unwrap_or(why),
+                None => l,
+            };
+            l.chars().take(300).collect()
+        })
+}
+
+/// This process's address-space limit in bytes, if one is set.
+pub fn address_space_limit() -> Option<u64> {
+    crate::scenario::memory_estimate::AddressSpace::current().map(|a| a.limit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_driver_short_of_memory_is_told_apart() {
+        let import = "Traceback (most recent call last):\n  File \"x\", line 1\n\
+                      ImportError: libtorch_cpu.so: failed to map segment from shared object\n";
+        assert_eq!(
+            memory_failure(import).as_deref(),
+            Some("ImportError: libtorch_cpu.so: failed to map segment from shared object")
+        );
+        assert_eq!(
+            memory_failure("Traceback\nMemoryError\n").as_deref(),
+            Some("MemoryError")
+        );
+        assert_eq!(memory_failure("ValueError: bad block size\n"), None);
+    }
 }

@@ -84,6 +84,24 @@ pub enum FindError {
         /// How long it was given.
         limit: Duration,
     },
+    /// The interpreter could not start within this process's memory
+    /// limits (an address-space limit, no memory left).
+    #[error(
+        "{candidate} cannot run within the memory this process may use: {message}{}; raise the \
+         address-space limit or free memory",
+        limit.map_or(String::new(), |l| format!(
+            " (address-space limit {})",
+            crate::scenario::memory_estimate::human_bytes(l)
+        ))
+    )]
+    OutOfMemory {
+        /// The interpreter tried.
+        candidate: Candidate,
+        /// The line of its output that says so.
+        message: String,
+        /// The address-space limit in bytes, if one is set.
+        limit: Option<u64>,
+    },
     /// The interpreter has no `vllm` package.
     #[error(
         "{candidate} has no vLLM installed ({stderr}); install the project's venv with \
@@ -188,6 +206,13 @@ pub fn find(flag: Option<&Path>) -> Result<Interpreter, FindError> {
         });
     }
     if done.status != Some(0) {
+        if let Some(message) = super::error::memory_failure(&done.stderr) {
+            return Err(FindError::OutOfMemory {
+                candidate,
+                message,
+                limit: super::error::address_space_limit(),
+            });
+        }
         return Err(FindError::NoVllm {
             candidate,
             stderr: done.stderr_tail(1).trim().to_string(),

@@ -149,7 +149,7 @@ pub(crate) fn prepare(case: &Case, id: &str) -> Result<Prepared, Outcome> {
     let placement = place(geometry, &shape, case.seed).map_err(|e| Outcome::Error {
         message: e.to_string(),
     })?;
-    let (p_arenas, d_arenas) = allocate_ranks(geometry, &placement);
+    let (p_arenas, d_arenas) = allocate_ranks(geometry, &placement).map_err(Outcome::error)?;
     let bases = |a: &[Vec<HostArena>]| -> Vec<Vec<u64>> {
         a.iter()
             .map(|r| r.iter().map(HostArena::base).collect())
@@ -342,6 +342,15 @@ pub(super) fn run_chunk(
     cmd.arg(&script).arg(dir);
     let limit = IMPORT_LIMIT + case_limit * (batch.cases.len() as u32 + 1);
     let done = run_bounded(cmd, &dir.join("driver"), limit)?;
+    if done.status != Some(0) && !done.timed_out() {
+        if let Some(message) = super::error::memory_failure(&done.stderr) {
+            return Err(BatchError::DriverOutOfMemory {
+                python: python.python.clone(),
+                message,
+                limit: super::error::address_space_limit(),
+            });
+        }
+    }
     if done.status == Some(MISSING_API_STATUS) {
         return Err(BatchError::MissingApi {
             python: python.python.clone(),

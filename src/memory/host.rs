@@ -11,7 +11,7 @@
 //! [`HostArena::settle`] first.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
 /// The deferred initial content of an arena: writes the whole arena.
@@ -23,6 +23,19 @@ pub type DeferredFill = Box<dyn FnOnce(&mut [u8]) + Send>;
 /// back to the operating system as soon as the arena is dropped.
 pub const MAPPED_ARENA_BYTES: u64 = 1 << 20;
 
+/// Where [`HostArena::unbacked`] addresses start: bit 62, above every
+/// address a process can map.
+const UNBACKED_BASE: u64 = 1 << 62;
+
+/// The operating system refused an arena's memory (an address-space limit,
+/// no memory left).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("could not allocate {bytes} bytes of KV memory (the operating system refused the mapping)")]
+pub struct AllocError {
+    /// The bytes asked for.
+    pub bytes: u64,
+}
+
 /// An arena's bytes: a heap block, or (large arenas) an anonymous mapping.
 pub struct ArenaBytes(Storage);
 
@@ -33,18 +46,25 @@ enum Storage {
 
 impl ArenaBytes {
     /// `len` zero bytes; a mapping from [`MAPPED_ARENA_BYTES`] on (falling
-    /// back to the heap where the mapping is refused).
-    fn zeroed(len: u64) -> Self {
+    /// back to the heap where the mapping is refused). An allocation the
+    /// operating system refuses (an address-space limit, no memory left) is
+    /// an error, never an abort.
+    fn zeroed(len: u64) -> Result<Self, AllocError> {
+        let refused = || AllocError { bytes: len };
+        let size = usize::try_from(len).map_err(|_| refused())?;
         if len >= MAPPED_ARENA_BYTES {
-            if let Ok(map) = memmap2::MmapMut::map_anon(len as usize) {
+            if let Ok(map) = memmap2::MmapMut::map_anon(size) {
                 // Huge pages where the kernel offers them on request: far
                 // fewer page faults when a case fills gigabytes. Only a hint.
                 #[cfg(target_os = "linux")]
                 let _ = map.advise(memmap2::Advice::HugePage);
-                return ArenaBytes(Storage::Mapped(map));
+                return Ok(ArenaBytes(Storage::Mapped(map)));
             }
         }
-        ArenaBytes(Storage::Heap(vec![0u8; len as usize].into_boxed_slice()))
+        let mut bytes = Vec::new();
+        bytes.try_reserve_exact(size).map_err(|_| refused())?;
+        bytes.resize(size, 0);
+        Ok(ArenaBytes(Storage::Heap(bytes.into_boxed_slice())))
     }
 
     /// No bytes.
@@ -123,6 +143,10 @@ struct Inner {
     /// Set while a deferred fill waits for the first access.
     pending: AtomicBool,
     fill: Mutex<Option<DeferredFill>>,
+    /// An address without memory ([`HostArena::unbacked`]).
+    unbacked: bool,
+    /// Set when a transfer over an unbacked arena was attempted.
+    unbacked_accessed: AtomicBool,
 }
 
 impl fmt::Debug for Inner {
@@ -138,9 +162,40 @@ impl fmt::Debug for Inner {
 impl HostArena {
     /// A zeroed arena of `len` bytes (from [`MAPPED_ARENA_BYTES`] on, zero
     /// pages that the operating system backs with memory once written).
+    /// Panics where the memory is refused: the harness allocates with
+    /// [`try_new`](Self::try_new).
     pub fn new(len: u64) -> Self {
-        let bytes = ArenaBytes::zeroed(len);
+        match Self::try_new(len) {
+            Ok(arena) => arena,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// [`new`](Self::new), or the error where the operating system refuses
+    /// the memory.
+    pub fn try_new(len: u64) -> Result<Self, AllocError> {
+        let bytes = ArenaBytes::zeroed(len)?;
         let base = bytes.as_ptr() as u64;
+        Ok(Self::with_bytes(base, len, bytes, false))
+    }
+
+    /// An arena of `len` bytes with an address and no memory behind it: for
+    /// a rank that registers its memory (addresses and sizes) but that no
+    /// transfer reads or writes. Its address lies outside every address a
+    /// process can map, its deferred fill never runs, and the loopback
+    /// transport refuses any transfer over it (and notes the attempt:
+    /// [`unbacked_accessed`](Self::unbacked_accessed)). Reading or writing
+    /// its bytes through the arena gives an empty slice.
+    pub fn unbacked(len: u64) -> Self {
+        // Above every user-space address of x86-64 and AArch64 (at most 57
+        // bits); each arena gets its own page-aligned range.
+        static NEXT: AtomicU64 = AtomicU64::new(UNBACKED_BASE);
+        let span = len.max(1).div_ceil(4096).saturating_mul(4096);
+        let base = NEXT.fetch_add(span, Ordering::Relaxed);
+        Self::with_bytes(base, len, ArenaBytes::empty(), true)
+    }
+
+    fn with_bytes(base: u64, len: u64, bytes: ArenaBytes, unbacked: bool) -> Self {
         Self {
             inner: Arc::new(Inner {
                 base,
@@ -148,8 +203,25 @@ impl HostArena {
                 bytes: RwLock::new(bytes),
                 pending: AtomicBool::new(false),
                 fill: Mutex::new(None),
+                unbacked,
+                unbacked_accessed: AtomicBool::new(false),
             }),
         }
+    }
+
+    /// Whether real memory backs the arena (not [`unbacked`](Self::unbacked)).
+    pub fn is_backed(&self) -> bool {
+        !self.inner.unbacked
+    }
+
+    /// Note that something tried to transfer over an unbacked arena.
+    pub fn note_unbacked_access(&self) {
+        self.inner.unbacked_accessed.store(true, Ordering::Release);
+    }
+
+    /// Whether something tried to transfer over this unbacked arena.
+    pub fn unbacked_accessed(&self) -> bool {
+        self.inner.unbacked_accessed.load(Ordering::Acquire)
     }
 
     /// Defer the arena's initial content: `fill` runs once, on the first
@@ -175,6 +247,10 @@ impl HostArena {
 
     /// Runs the pending fill into `bytes` (the caller holds the write lock).
     fn run_fill(&self, bytes: &mut [u8]) {
+        // An unbacked arena has no bytes to fill: its fill stays pending.
+        if self.inner.unbacked {
+            return;
+        }
         let fill = self
             .inner
             .fill
@@ -338,6 +414,28 @@ mod tests {
         assert_eq!((bytes.len() as u64, bytes[5]), (MAPPED_ARENA_BYTES, 3));
         assert_eq!(bytes.clone(), bytes);
         assert!(arena.is_empty() || arena.read().is_empty());
+    }
+
+    #[test]
+    fn memory_the_system_refuses_is_an_error() {
+        let e = HostArena::try_new(u64::MAX / 2).unwrap_err();
+        assert_eq!(e.bytes, u64::MAX / 2);
+        assert!(e.to_string().starts_with("could not allocate "), "{e}");
+    }
+
+    #[test]
+    fn an_unbacked_arena_has_an_address_and_no_memory() {
+        let (a, b) = (HostArena::unbacked(5000), HostArena::unbacked(1 << 40));
+        assert!(!a.is_backed() && !b.is_backed() && HostArena::new(4).is_backed());
+        assert!(a.base() >= UNBACKED_BASE && b.base() >= a.base() + 8192);
+        assert_eq!((a.len(), b.len()), (5000, 1 << 40));
+        a.defer_fill(|bytes| bytes.fill(1));
+        assert!(a.read().is_empty());
+        assert!(a.fill_pending(), "its fill never runs");
+        assert_eq!(a.take_bytes_if_accessed(), None);
+        assert!(!a.unbacked_accessed());
+        a.note_unbacked_access();
+        assert!(a.unbacked_accessed());
     }
 
     #[test]

@@ -12,7 +12,7 @@ pub(crate) mod region;
 
 #[cfg(feature = "cuda")]
 pub use cuda::{CudaDevice, CudaError, DeviceArena, DeviceQueue};
-pub use host::{ArenaBytes, HostArena, MAPPED_ARENA_BYTES};
+pub use host::{AllocError, ArenaBytes, HostArena, MAPPED_ARENA_BYTES};
 pub use region::{MemKind, MemRegion};
 
 /// A worker's host tensors, in region order. The connector's post-process

@@ -65,7 +65,10 @@ impl DescList {
 
     /// A list of these runs, in order.
     pub fn from_runs(runs: impl IntoIterator<Item = StridedRun>) -> Self {
+        let runs = runs.into_iter();
         let mut list = Self::new();
+        list.starts.reserve(runs.size_hint().0);
+        list.runs.reserve(runs.size_hint().0);
         for run in runs {
             list.push_run(run);
         }

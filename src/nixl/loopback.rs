@@ -569,6 +569,17 @@ impl Nixl for Loopback {
             }
             let lp = place(&self.arenas, lrow.addr, lrow.len).ok_or_else(|| unplaced(lrow))?;
             let rp = place(&self.arenas, rrow.addr, rrow.len).ok_or_else(|| unplaced(rrow))?;
+            for (p, row) in [(lp, lrow), (rp, rrow)] {
+                let arena = &self.arenas[p.arena];
+                if !arena.is_backed() {
+                    arena.note_unbacked_access();
+                    return Err(NixlError::NotFound(format!(
+                        "descriptor {:#x}+{} lies in a rank's memory that was not allocated \
+                         (no transfer was expected to touch it)",
+                        row.addr, row.len
+                    )));
+                }
+            }
             let len = usize::try_from(lrow.len)
                 .map_err(|_| NixlError::InvalidParam(format!("pair {pair} is too long")))?;
             let (src, dst) = match op {

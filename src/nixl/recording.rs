@@ -224,8 +224,9 @@ impl<T: Nixl> Recording<T> {
     /// Every pair of every transfer resolved to byte ranges and classified.
     /// Pairs whose ids are out of range are skipped (NIXL rejects them at make time).
     pub fn resolve<C: Classify>(&self, classifier: &C) -> Vec<ResolvedPair<C::Location>> {
-        let mut out = Vec::new();
-        for (xi, x) in self.xfers().into_iter().enumerate() {
+        let xfers = self.xfers();
+        let mut out = Vec::with_capacity(xfers.iter().map(|x| x.local_ids.len()).sum());
+        for (xi, x) in xfers.into_iter().enumerate() {
             let initiator_name = self.name_of(x.agent).unwrap_or("");
             for (pi, (&l, &r)) in x.local_ids.iter().zip(x.remote_ids).enumerate() {
                 let (Some(local), Some(remote)) = (

@@ -35,9 +35,10 @@ fn base(pair: &OraclePair, loc: &Location, message: String) -> Violation {
 
 fn destination(input: &OracleInput, pair: &OraclePair) -> Option<Violation> {
     let loc = &pair.destination.location;
-    let what = format!("{} {} destination", pair.op.as_str(), pair.id);
+    // Named only for a violation: most pairs are contained.
+    let what = || format!("{} {} destination", pair.op.as_str(), pair.id);
     let message = if loc.side != Some(Side::Decode) {
-        format!("{what} is not decode memory")
+        format!("{} is not decode memory", what())
     } else {
         match &loc.kind {
             LocationKind::Attention(_) | LocationKind::Mamba(_) => {
@@ -45,13 +46,21 @@ fn destination(input: &OracleInput, pair: &OraclePair) -> Option<Violation> {
                 if input.case.is_decode_transfer_block(block) {
                     return None;
                 }
-                format!("{what} writes decode block {block}, which the request owns but the transfer must not write (prefix hit)")
+                format!("{} writes decode block {block}, which the request owns but the transfer must not write (prefix hit)", what())
             }
-            LocationKind::Unowned => format!("{what} writes a block the request does not own"),
-            LocationKind::CrossesBlocks => format!("{what} runs across a logical block boundary"),
-            LocationKind::PagePadding => format!("{what} writes the padding between kernel pages"),
-            LocationKind::OutsideRegions => format!("{what} is outside every registered region"),
-            LocationKind::UnknownAgent => format!("{what} is on an agent this case does not know"),
+            LocationKind::Unowned => format!("{} writes a block the request does not own", what()),
+            LocationKind::CrossesBlocks => {
+                format!("{} runs across a logical block boundary", what())
+            }
+            LocationKind::PagePadding => {
+                format!("{} writes the padding between kernel pages", what())
+            }
+            LocationKind::OutsideRegions => {
+                format!("{} is outside every registered region", what())
+            }
+            LocationKind::UnknownAgent => {
+                format!("{} is on an agent this case does not know", what())
+            }
         }
     };
     Some(
@@ -62,17 +71,25 @@ fn destination(input: &OracleInput, pair: &OraclePair) -> Option<Violation> {
 
 fn source(pair: &OraclePair) -> Option<Violation> {
     let loc = &pair.source.location;
-    let what = format!("{} {} source", pair.op.as_str(), pair.id);
+    let what = || format!("{} {} source", pair.op.as_str(), pair.id);
     let message = if loc.side != Some(Side::Prefill) {
-        format!("{what} is not prefill memory")
+        format!("{} is not prefill memory", what())
     } else {
         match &loc.kind {
             LocationKind::Attention(_) | LocationKind::Mamba(_) => return None,
-            LocationKind::Unowned => format!("{what} reads a block the request does not own"),
-            LocationKind::CrossesBlocks => format!("{what} runs across a logical block boundary"),
-            LocationKind::PagePadding => format!("{what} reads the padding between kernel pages"),
-            LocationKind::OutsideRegions => format!("{what} is outside every registered region"),
-            LocationKind::UnknownAgent => format!("{what} is on an agent this case does not know"),
+            LocationKind::Unowned => format!("{} reads a block the request does not own", what()),
+            LocationKind::CrossesBlocks => {
+                format!("{} runs across a logical block boundary", what())
+            }
+            LocationKind::PagePadding => {
+                format!("{} reads the padding between kernel pages", what())
+            }
+            LocationKind::OutsideRegions => {
+                format!("{} is outside every registered region", what())
+            }
+            LocationKind::UnknownAgent => {
+                format!("{} is on an agent this case does not know", what())
+            }
         }
     };
     Some(base(pair, loc, message).expected("a byte range inside the request's prefill blocks"))

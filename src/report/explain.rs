@@ -29,12 +29,24 @@ pub struct BlockAccount {
     pub group: usize,
     pub block: u32,
     pub bytes: BlockBytes,
-    /// Class of every byte (0 transferred, 1 zeroed, 2 stale, 3 wrong).
+    /// Class of every byte (0 transferred, 1 zeroed, 2 stale, 3 wrong);
+    /// empty from [`account`], which keeps the counts only.
     pub classes: Vec<u8>,
 }
 
-/// Account every attention transfer block of every decode rank and region.
+/// Account every attention transfer block of every decode rank and region
+/// (the counts: no class per byte).
 pub fn account(run: &CaseRun) -> Vec<BlockAccount> {
+    account_bytes(run, false)
+}
+
+/// [`account`], with the class of every byte kept (as many bytes as the
+/// blocks hold: what the SVG map draws).
+pub fn account_with_classes(run: &CaseRun) -> Vec<BlockAccount> {
+    account_bytes(run, true)
+}
+
+fn account_bytes(run: &CaseRun, keep_classes: bool) -> Vec<BlockAccount> {
     let (Some(layout), Some(input)) = (&run.layout, &run.oracle_input) else {
         return Vec::new();
     };
@@ -53,7 +65,8 @@ pub fn account(run: &CaseRun) -> Vec<BlockAccount> {
             for &block in blocks {
                 for region in 0..engine.num_regions() {
                     let mut bytes = BlockBytes::default();
-                    let mut classes = Vec::with_capacity(page as usize);
+                    let mut classes =
+                        Vec::with_capacity(if keep_classes { page as usize } else { 0 });
                     let after = &images.after[region as usize];
                     for off in u64::from(block) * page..u64::from(block + 1) * page {
                         let found = after[off as usize];
@@ -70,7 +83,9 @@ pub fn account(run: &CaseRun) -> Vec<BlockAccount> {
                             2 => bytes.stale += 1,
                             _ => bytes.wrong += 1,
                         }
-                        classes.push(class);
+                        if keep_classes {
+                            classes.push(class);
+                        }
                     }
                     out.push(BlockAccount {
                         rank,
@@ -225,7 +240,7 @@ pub fn explain_text(run: &CaseRun) -> String {
 /// An SVG byte map: one row per decode request block and region, each byte
 /// (downsampled to at most 512 cells) coloured by its class.
 pub fn svg(run: &CaseRun) -> String {
-    let accounts = account(run);
+    let accounts = account_with_classes(run);
     const CELLS: usize = 512;
     const COLOURS: [&str; 4] = ["#3c9d4e", "#b0b0b0", "#d62728", "#ff9f1c"];
     let row_h = 14;

@@ -3,11 +3,11 @@
 use crate::connector::{ConnectorError, KvTensor, Policy, Role, Worker, WorkerConfig};
 use crate::geometry::{EngineGeometry, Geometry, Mode};
 use crate::layout::Side;
-use crate::memory::HostArena;
+use crate::memory::{AllocError, HostArena};
 use crate::nixl::{MemKind, Nixl};
 
 use super::case::Outcome;
-use super::error::VramError;
+use super::error::{AllocationError, VramError};
 use super::placement::Placement;
 use super::vram::{RankDevice, RankMemory, DEVICE_ORDINAL};
 
@@ -110,11 +110,18 @@ impl Engines {
     }
 }
 
+/// Host arenas of every rank, `(prefill, decode)`: `[rank][region]`.
+pub type BothSides = (Vec<Vec<HostArena>>, Vec<Vec<HostArena>>);
+
 /// Host arenas of one rank: one per layer slot, `pool x unified page` bytes.
-pub fn allocate(geometry: &Geometry, engine: &EngineGeometry, pool: u32) -> Vec<HostArena> {
-    let len = u64::from(pool) * engine.unified_page_bytes(&geometry.model);
+pub fn allocate(
+    geometry: &Geometry,
+    engine: &EngineGeometry,
+    pool: u32,
+) -> Result<Vec<HostArena>, AllocError> {
+    let len = u64::from(pool).saturating_mul(engine.unified_page_bytes(&geometry.model));
     (0..geometry.model.layer_slots)
-        .map(|_| HostArena::new(len))
+        .map(|_| HostArena::try_new(len))
         .collect()
 }
 
@@ -123,10 +130,62 @@ pub fn allocate(geometry: &Geometry, engine: &EngineGeometry, pool: u32) -> Vec<
 pub fn allocate_ranks(
     geometry: &Geometry,
     placement: &Placement,
-) -> (Vec<Vec<HostArena>>, Vec<Vec<HostArena>>) {
-    let side = |engine: &EngineGeometry, pool: u32| -> Vec<Vec<HostArena>> {
+) -> Result<BothSides, AllocationError> {
+    allocate_ranks_touched(geometry, placement, None)
+}
+
+/// [`allocate_ranks`], where the prefill ranks outside `touched_prefill`
+/// (when given) get [`HostArena::unbacked`] arenas: addresses and sizes to
+/// register, and no memory.
+pub fn allocate_ranks_touched(
+    geometry: &Geometry,
+    placement: &Placement,
+    touched_prefill: Option<&[u32]>,
+) -> Result<BothSides, AllocationError> {
+    let side = |side: Side,
+                engine: &EngineGeometry,
+                pool: u32,
+                touched: Option<&[u32]>|
+     -> Result<Vec<Vec<HostArena>>, AllocationError> {
         (0..engine.tp_size)
-            .map(|_| allocate(geometry, engine, pool))
+            .map(|rank| {
+                if touched.is_some_and(|t| !t.contains(&rank)) {
+                    let len =
+                        u64::from(pool).saturating_mul(engine.unified_page_bytes(&geometry.model));
+                    return Ok((0..geometry.model.layer_slots)
+                        .map(|_| HostArena::unbacked(len))
+                        .collect());
+                }
+                allocate(geometry, engine, pool).map_err(|source| AllocationError {
+                    side,
+                    rank,
+                    source,
+                })
+            })
+            .collect()
+    };
+    Ok((
+        side(
+            Side::Prefill,
+            &geometry.prefill,
+            placement.prefill_pool,
+            touched_prefill,
+        )?,
+        side(Side::Decode, &geometry.decode, placement.decode_pool, None)?,
+    ))
+}
+
+/// Every rank's arenas as [`HostArena::unbacked`] addresses and sizes, for
+/// planning over a transport that moves no bytes (`DryRun`).
+pub fn unbacked_ranks(geometry: &Geometry, placement: &Placement) -> BothSides {
+    let side = |engine: &EngineGeometry, pool: u32| -> Vec<Vec<HostArena>> {
+        let len = u64::from(pool).saturating_mul(engine.unified_page_bytes(&geometry.model));
+        (0..engine.tp_size)
+            .map(|_| {
+                (0..geometry.model.layer_slots)
+                    .map(|_| HostArena::unbacked(len))
+                    .collect()
+            })
             .collect()
     };
     (

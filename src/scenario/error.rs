@@ -86,3 +86,20 @@ pub enum TransportError {
     #[error(transparent)]
     Vram(#[from] VramError),
 }
+
+/// A rank's KV memory that the operating system refused (an address-space
+/// limit, no memory left) although the case passed its memory estimate.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{side} rank {rank}: {source}; the case does not fit in the memory this process may use \
+     (lower --max-memory so that the estimate refuses it, or raise the limit)"
+)]
+pub struct AllocationError {
+    /// The engine.
+    pub side: crate::layout::Side,
+    /// The rank.
+    pub rank: u32,
+    /// What the operating system refused.
+    #[source]
+    pub source: crate::memory::AllocError,
+}

@@ -1,10 +1,11 @@
 //! What one case will take, known before it allocates anything: the arenas
 //! (a pool of logical blocks x the padded page x the layer slots) of every
-//! rank a transfer touches. Every rank's arenas are allocated, but an
+//! rank a transfer touches. In pull mode the prefill ranks no decode rank
+//! reads get no memory (their arenas are addresses and sizes only), and an
 //! arena's pages are only written (and so backed by memory) once something
-//! accesses it, and in pull mode the prefill ranks no decode rank reads are
-//! never accessed. The oracles recompute the initial fill instead of
-//! keeping a copy. Pure arithmetic (and the connector's TP mapping), so an
+//! accesses it. The oracles recompute the initial fill instead of keeping a
+//! copy. The budget the estimate is held against (`--max-memory`, and what
+//! an address-space limit leaves) is [`Budget`]. Pure arithmetic (and the connector's TP mapping), so an
 //! absurd input is refused in microseconds instead of exhausting memory.
 
 use serde::Serialize;
@@ -34,8 +35,13 @@ pub struct MemoryEstimate {
     /// The arenas of the ranks a transfer touches.
     pub arena_bytes: u64,
     /// The peak: the touched ranks' arenas (nothing else of the case's
-    /// size is held).
+    /// size is held). The ranks no transfer touches get no memory at all
+    /// (addresses only), so this is also what the case maps.
     pub peak_bytes: u64,
+    /// The arenas of every rank, touched or not: what a case maps and
+    /// fills where every rank needs real memory (`--transport nixl`,
+    /// `--memory vram`, the live mode's preparation).
+    pub every_rank_bytes: u64,
 }
 
 /// Prefill ranks a case's transfers touch: all of them in push (each one
@@ -73,6 +79,8 @@ pub fn estimate(case: &Case) -> MemoryEstimate {
     let prefill_ranks = touched_prefill_ranks(g, case.mode).len() as u32;
     let arenas =
         prefill_rank * u128::from(prefill_ranks) + decode_rank * u128::from(g.decode.tp_size);
+    let every =
+        prefill_rank * u128::from(g.prefill.tp_size) + decode_rank * u128::from(g.decode.tp_size);
     let fit = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
     MemoryEstimate {
         prefill_rank_bytes: fit(prefill_rank),
@@ -83,30 +91,287 @@ pub fn estimate(case: &Case) -> MemoryEstimate {
         decode_pool,
         arena_bytes: fit(arenas),
         peak_bytes: fit(arenas),
+        every_rank_bytes: fit(every),
     }
 }
 
 impl MemoryEstimate {
-    /// Why the case does not fit `budget` bytes, and what to reduce.
-    pub fn refusal(&self, case: &Case, budget: u64) -> String {
+    /// The bytes the case maps: [`peak_bytes`](Self::peak_bytes), or
+    /// [`every_rank_bytes`](Self::every_rank_bytes) where every rank needs
+    /// real memory.
+    pub fn mapped_bytes(&self, every_rank: bool) -> u64 {
+        if every_rank {
+            self.every_rank_bytes
+        } else {
+            self.peak_bytes
+        }
+    }
+
+    /// What kvgeom holds to run `case` against vLLM's connector (the live
+    /// mode) or to rebuild a recorded trace: every rank's arenas and a copy
+    /// of their initial images (the preparation), and the case's own run.
+    pub fn prepared_bytes(&self) -> u64 {
+        self.every_rank_bytes
+            .saturating_mul(2)
+            .saturating_add(self.peak_bytes)
+    }
+
+    /// Why the case does not fit `budget`, and what to reduce.
+    pub fn refusal(&self, case: &Case, budget: &Budget) -> String {
+        self.refusal_of(case, false, None, budget)
+    }
+
+    /// [`refusal`](Self::refusal) for the case's
+    /// [`mapped_bytes`](Self::mapped_bytes) plus `extra` (bytes and what
+    /// they are for).
+    pub fn refusal_of(
+        &self,
+        case: &Case,
+        every_rank: bool,
+        extra: Option<(u64, &str)>,
+        budget: &Budget,
+    ) -> String {
+        let prefill_ranks = if every_rank {
+            case.geometry.prefill.tp_size
+        } else {
+            self.prefill_ranks
+        };
+        let mut what = format!(
+            "the arenas of {}: prefill {prefill_ranks} ranks x {}, decode {} ranks x {}",
+            if every_rank {
+                "every rank"
+            } else {
+                "the ranks its transfers touch"
+            },
+            human_bytes(self.prefill_rank_bytes),
+            self.decode_ranks,
+            human_bytes(self.decode_rank_bytes)
+        );
+        let mut need = self.mapped_bytes(every_rank);
+        if let Some((bytes, purpose)) = extra {
+            need = need.saturating_add(bytes);
+            what.push_str(&format!(", and {} {purpose}", human_bytes(bytes)));
+        }
         format!(
-            "{} N={} h={} {} {}: needs about {} (the arenas of the ranks its transfers touch: \
-             prefill {} ranks x {}, decode {} ranks x {}), more than --max-memory {}; run a \
-             shorter prompt, fewer layer slots or a smaller pool (num_logical_blocks), or raise \
-             --max-memory",
+            "{} N={} h={} {} {}: needs about {} ({what}), more than {}; run a shorter prompt, \
+             fewer layer slots or a smaller pool (num_logical_blocks), or raise {}",
             case.geometry_name(),
             case.prompt_len,
             case.prefix_hit,
             case.mode,
             case.allocation.as_str(),
-            human_bytes(self.peak_bytes),
-            self.prefill_ranks,
-            human_bytes(self.prefill_rank_bytes),
-            self.decode_ranks,
-            human_bytes(self.decode_rank_bytes),
-            human_bytes(budget)
+            human_bytes(need),
+            budget.describe(),
+            budget.raise_hint(),
         )
     }
+}
+
+/// Address space kept back from an address-space limit for the process's
+/// own needs (code, heap, thread stacks): this much, plus
+/// [`ADDRESS_SPACE_PER_THREAD`] per core.
+pub const ADDRESS_SPACE_MARGIN: u64 = 256 << 20;
+
+/// Address space kept back per core (a worker thread's stack and its
+/// allocator arena, which reserves 64 MiB).
+pub const ADDRESS_SPACE_PER_THREAD: u64 = 80 << 20;
+
+/// What an address-space limit (`RLIMIT_AS`, `ulimit -v`) leaves this
+/// process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct AddressSpace {
+    /// The soft limit in bytes.
+    pub limit: u64,
+    /// The process's mapped (virtual) size when the budget was set
+    /// (`VmSize`).
+    pub mapped: u64,
+    /// Kept back for the process's own needs.
+    pub margin: u64,
+}
+
+impl AddressSpace {
+    /// The limit of this process, if one is set (`/proc/self/limits`,
+    /// `/proc/self/status`; `None` off Linux).
+    pub fn current() -> Option<Self> {
+        let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+        let limit = address_space_limit(&limits)?;
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let mapped = status
+            .lines()
+            .find(|l| l.starts_with("VmSize:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024);
+        let cores = std::thread::available_parallelism().map_or(4, |n| n.get() as u64);
+        Some(AddressSpace {
+            limit,
+            mapped,
+            margin: ADDRESS_SPACE_MARGIN + ADDRESS_SPACE_PER_THREAD * cores.min(64),
+        })
+    }
+
+    /// The bytes left for KV memory: the limit less what is mapped and the
+    /// margin.
+    pub fn room(&self) -> u64 {
+        self.limit
+            .saturating_sub(self.mapped)
+            .saturating_sub(self.margin)
+    }
+}
+
+/// The soft `Max address space` of a `/proc/self/limits` text, in bytes;
+/// `None` when unlimited or absent.
+pub fn address_space_limit(limits: &str) -> Option<u64> {
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max address space"))?;
+    let soft = line
+        .strip_prefix("Max address space")?
+        .split_whitespace()
+        .next()?;
+    soft.parse().ok()
+}
+
+/// The memory a command's cases may take: the smaller of `--max-memory`
+/// (default: half of the memory available) and what an address-space
+/// limit leaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Budget {
+    /// The budget in bytes.
+    pub bytes: u64,
+    /// `--max-memory`, or its default.
+    pub max_memory: u64,
+    /// Whether `--max-memory` was given.
+    pub explicit: bool,
+    /// The address-space limit, if one is set.
+    pub address_space: Option<AddressSpace>,
+    /// A command's own limit below both, and what it is for
+    /// ([`capped`](Self::capped)).
+    pub cap: Option<(u64, &'static str)>,
+}
+
+impl Budget {
+    /// The budget for `max_memory` (`None`: half of the memory available)
+    /// under this process's address-space limit.
+    pub fn new(max_memory: Option<u64>) -> Self {
+        Self::under(max_memory, AddressSpace::current())
+    }
+
+    /// The budget for `max_memory` under `address_space`.
+    pub fn under(max_memory: Option<u64>, address_space: Option<AddressSpace>) -> Self {
+        let max = max_memory.unwrap_or_else(half_available);
+        let bytes = address_space.map_or(max, |a| a.room().min(max));
+        Budget {
+            bytes,
+            max_memory: max,
+            explicit: max_memory.is_some(),
+            address_space,
+            cap: None,
+        }
+    }
+
+    /// The budget, at most `bytes` (a command's own limit, `what`).
+    pub fn capped(self, bytes: u64, what: &'static str) -> Self {
+        if bytes >= self.bytes {
+            return self;
+        }
+        Budget {
+            bytes,
+            cap: Some((bytes, what)),
+            ..self
+        }
+    }
+
+    /// Whether the address-space limit, not `--max-memory`, sets the budget.
+    pub fn limited_by_address_space(&self) -> bool {
+        self.address_space
+            .is_some_and(|a| a.room() < self.max_memory)
+    }
+
+    /// `--max-memory 4.0 GiB`, or the room an address-space limit leaves.
+    pub fn describe(&self) -> String {
+        if let Some((bytes, what)) = self.cap {
+            return format!("{what} {}", human_bytes(bytes));
+        }
+        match self.address_space {
+            Some(a) if self.limited_by_address_space() => format!(
+                "the {} this process's address-space limit leaves (ulimit -v {}, {} mapped \
+                 already, {} kept for the process; --max-memory {})",
+                human_bytes(self.bytes),
+                human_bytes(a.limit),
+                human_bytes(a.mapped),
+                human_bytes(a.margin),
+                human_bytes(self.max_memory)
+            ),
+            _ if self.explicit => format!("--max-memory {}", human_bytes(self.bytes)),
+            _ => format!(
+                "--max-memory {} (its default: half of the memory available)",
+                human_bytes(self.bytes)
+            ),
+        }
+    }
+
+    /// What to raise: the limit, or `--max-memory`.
+    pub fn raise_hint(&self) -> &'static str {
+        if self.cap.is_some() {
+            "nothing: it is a fixed limit"
+        } else if self.limited_by_address_space() {
+            "the address-space limit"
+        } else {
+            "--max-memory"
+        }
+    }
+
+    /// Whether `need` bytes fit; otherwise the refusal naming `what`, the
+    /// bytes, the budget and how to need less (`reduce`).
+    pub fn check(&self, what: &str, need: u64, reduce: &str) -> Result<(), OverBudget> {
+        if need <= self.bytes {
+            return Ok(());
+        }
+        Err(OverBudget {
+            what: what.to_string(),
+            need,
+            budget: self.describe(),
+            reduce: reduce.to_string(),
+            raise: self.raise_hint(),
+        })
+    }
+}
+
+/// Something that needs more than the budget.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{what}: needs about {}, more than {budget}; {reduce}, or raise {raise}", human_bytes(*.need))]
+pub struct OverBudget {
+    /// What needs the memory.
+    pub what: String,
+    /// The bytes it needs.
+    pub need: u64,
+    /// The budget ([`Budget::describe`]).
+    pub budget: String,
+    /// How to need less.
+    pub reduce: String,
+    /// What to raise ([`Budget::raise_hint`]).
+    pub raise: &'static str,
+}
+
+/// The budget a command chose ([`set_process_budget`]), which the sweep's
+/// runners take as their default.
+static PROCESS_BUDGET: std::sync::OnceLock<Budget> = std::sync::OnceLock::new();
+
+/// Make `budget` the default of this process's later runs (the first call
+/// wins).
+pub fn set_process_budget(budget: Budget) {
+    let _ = PROCESS_BUDGET.set(budget);
+}
+
+/// The budget a command chose ([`set_process_budget`]), or else the
+/// default: half of the memory available, within what an address-space
+/// limit leaves.
+pub fn process_budget() -> Budget {
+    PROCESS_BUDGET
+        .get()
+        .copied()
+        .unwrap_or_else(|| Budget::new(None))
 }
 
 /// `1.5 GiB`, `640 KiB`, `12 B`.
@@ -194,9 +459,14 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     Ok(bytes as u64)
 }
 
-/// The default budget: half of the memory available now (`MemAvailable`),
-/// or 4 GiB where that cannot be read.
+/// The default budget in bytes: [`process_budget`]'s.
 pub fn default_budget() -> u64 {
+    process_budget().bytes
+}
+
+/// Half of the memory available now (`MemAvailable`), or 4 GiB where that
+/// cannot be read.
+fn half_available() -> u64 {
     let available = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
         m.lines()
             .find(|l| l.starts_with("MemAvailable:"))
@@ -238,5 +508,39 @@ mod tests {
         );
         assert_eq!(human_bytes(12), "12 B");
         assert_eq!(human_bytes(3 << 29), "1.5 GiB");
+    }
+
+    #[test]
+    fn an_address_space_limit_caps_the_budget() {
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
+                      Max address space         3221225472           unlimited            bytes\n";
+        assert_eq!(address_space_limit(limits), Some(3 << 30));
+        let unlimited =
+            "Max address space         unlimited            unlimited            bytes\n";
+        assert_eq!(address_space_limit(unlimited), None);
+        let space = AddressSpace {
+            limit: 3 << 30,
+            mapped: 1 << 30,
+            margin: 512 << 20,
+        };
+        assert_eq!(space.room(), 1536 << 20);
+        let capped = Budget::under(Some(8 << 30), Some(space));
+        assert_eq!(capped.bytes, 1536 << 20);
+        assert!(capped.limited_by_address_space());
+        assert!(
+            capped.describe().contains("address-space limit"),
+            "{}",
+            capped.describe()
+        );
+        assert!(capped
+            .check("x", 2 << 30, "less")
+            .unwrap_err()
+            .to_string()
+            .contains("ulimit -v 3.0 GiB"));
+        let given = Budget::under(Some(1 << 30), Some(space));
+        assert_eq!(given.bytes, 1 << 30);
+        assert_eq!(given.describe(), "--max-memory 1.0 GiB");
+        assert_eq!(Budget::under(Some(5), None).bytes, 5);
+        assert!(given.check("x", 1 << 30, "less").is_ok());
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use rayon::prelude::*;
 
 use super::execute;
-use super::plan::{grid, PlanOptions, SourcedGeometry};
+use super::plan::{sampled_grid, PlanOptions, SourcedGeometry};
 use crate::defects::Defect;
 use crate::scenario::{run_case, Case, RunOptions};
 use crate::variant::Variant;
@@ -45,12 +45,26 @@ pub fn run_mutant(
     threads: Option<usize>,
     stop_early: bool,
 ) -> MutantResult {
-    let cases = grid(
+    run_mutant_sampled(sources, |_| false, defect, opts, threads, stop_early)
+}
+
+/// `run_mutant` with each source for which `sampled` holds reduced to its
+/// sample (`plan::sample_options`: one prompt, the mainline allocation).
+pub fn run_mutant_sampled(
+    sources: &[SourcedGeometry],
+    sampled: impl Fn(&SourcedGeometry) -> bool,
+    defect: Defect,
+    opts: &RunOptions,
+    threads: Option<usize>,
+    stop_early: bool,
+) -> MutantResult {
+    let cases = sampled_grid(
         sources,
         &PlanOptions {
             variant: Variant::Defect(defect),
             ..PlanOptions::default()
         },
+        sampled,
     );
     let mut ran = 0;
     let mut failures = Vec::new();

@@ -176,3 +176,51 @@ pub fn random(
         })
         .collect()
 }
+
+/// Whether `src` lies in a subfolder of one of the folders in `paths` (the
+/// derived pairs at real model scale, `geometries/models/` under
+/// `geometries/`): the files a sampled grid runs one prompt of.
+pub fn in_subfolder(paths: &[PathBuf], src: &SourcedGeometry) -> bool {
+    let Some(parent) = src.file.as_deref().and_then(std::path::Path::parent) else {
+        return false;
+    };
+    paths
+        .iter()
+        .any(|p| p.is_dir() && parent != p.as_path() && parent.starts_with(p))
+}
+
+/// The sample of one geometry: the middle prompt of its list (its own, or
+/// the default residue sweep), in `opts`'s modes, with the mainline
+/// allocation (the default sweep's tests sample the real-scale pairs so).
+pub fn sample_options(geometry: &Geometry, opts: &PlanOptions) -> PlanOptions {
+    let prompts = prompts_for(geometry, opts.prompts.as_deref());
+    PlanOptions {
+        prompts: Some(
+            prompts
+                .get(prompts.len() / 2)
+                .map_or_else(Vec::new, |&p| vec![p]),
+        ),
+        allocations: Some(vec![DecodeAllocation::Mainline]),
+        ..opts.clone()
+    }
+}
+
+/// The grid, with each source for which `sampled` holds reduced to its
+/// sample (`sample_options`); sources keep their order.
+pub fn sampled_grid(
+    sources: &[SourcedGeometry],
+    opts: &PlanOptions,
+    sampled: impl Fn(&SourcedGeometry) -> bool,
+) -> Vec<Case> {
+    sources
+        .iter()
+        .flat_map(|src| {
+            let one = std::slice::from_ref(src);
+            if sampled(src) {
+                grid(one, &sample_options(&src.geometry, opts))
+            } else {
+                grid(one, opts)
+            }
+        })
+        .collect()
+}

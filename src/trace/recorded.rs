@@ -19,6 +19,7 @@ use crate::layout::Side;
 use crate::limits::{read_capped, InputError, MAX_INPUT_BYTES, MAX_PROMPT_LEN};
 use crate::live::protocol::{CaseResult, CaseSpec, RESULT_FORMAT};
 use crate::live::run::{prepare, side_index, Prepared};
+use crate::scenario::memory_estimate::process_budget;
 use crate::scenario::{estimate_memory, Case};
 use crate::variant::Variant;
 
@@ -87,10 +88,13 @@ pub enum RecordedErrorKind {
     #[error("prompt_len {0} is not in 1..={MAX_PROMPT_LEN}")]
     PromptLen(u32),
     /// Rebuilding the case would take too much memory.
-    #[error("rebuilding the case needs {need} bytes, above the limit of {MAX_REBUILD_BYTES}")]
+    #[error("rebuilding the case: {refusal}")]
     TooLarge {
-        /// Bytes kvgeom's run of the case would allocate.
+        /// Bytes kvgeom's rebuild of the case would allocate.
         need: u64,
+        /// The case, its estimate and the budget (`--max-memory`, at most
+        /// [`MAX_REBUILD_BYTES`]).
+        refusal: String,
     },
     /// kvgeom's scenario cannot prepare the case.
     #[error("kvgeom cannot prepare the traced case: {0}")]
@@ -360,9 +364,18 @@ fn rebuild_case(spec: &CaseSpec) -> Result<Case, RecordedErrorKind> {
         seed: spec.seed,
         variant: Variant::Policy(crate::connector::NamedPolicy::Vllm0330),
     };
-    let need = estimate_memory(&case).peak_bytes;
-    if need > MAX_REBUILD_BYTES {
-        return Err(RecordedErrorKind::TooLarge { need });
+    // The preparation holds every rank's arenas and a copy of their images,
+    // and the judging runs the case again.
+    let estimate = estimate_memory(&case);
+    let need = estimate.prepared_bytes();
+    let budget = process_budget().capped(MAX_REBUILD_BYTES, "the limit on rebuilding a trace,");
+    if need > budget.bytes {
+        let extra = need - estimate.every_rank_bytes;
+        let purpose = "for the copies of their initial images and the judging run";
+        return Err(RecordedErrorKind::TooLarge {
+            need,
+            refusal: estimate.refusal_of(&case, true, Some((extra, purpose)), &budget),
+        });
     }
     Ok(case)
 }

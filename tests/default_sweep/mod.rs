@@ -6,7 +6,6 @@
 use std::path::{Path, PathBuf};
 
 use kvgeom::scenario::Case;
-use kvgeom::scheduler::DecodeAllocation;
 use kvgeom::sweep::plan;
 use kvgeom::variant::Variant;
 
@@ -28,34 +27,24 @@ pub fn in_root(src: &plan::SourcedGeometry) -> bool {
 /// The default sweep's grid as the test suite runs it: every case of the
 /// files in `geometries/` itself, and of each file below it (the derived
 /// pairs at real model scale, seconds per case in a debug build) the middle
-/// prompt of its list in both modes with the mainline allocation. `.ci/run`
+/// prompt of its list in both modes with the mainline allocation
+/// (`plan::sampled_grid`, the sample `kvgeom mutants` runs too). `.ci/run`
 /// sweeps those in full on a release build.
 pub fn default_grid(variant: Variant) -> Vec<Case> {
     let sources = geometries();
-    let (top, nested): (Vec<_>, Vec<_>) = sources.into_iter().partition(in_root);
-    assert!(!top.is_empty() && !nested.is_empty());
-    let mut cases = plan::grid(
-        &top,
+    assert!(sources.iter().any(in_root) && !sources.iter().all(in_root));
+    for src in sources.iter().filter(|s| !in_root(s)) {
+        assert!(
+            src.geometry.prompts.is_some(),
+            "derived pairs list their prompts"
+        );
+    }
+    plan::sampled_grid(
+        &sources,
         &plan::PlanOptions {
             variant,
             ..plan::PlanOptions::default()
         },
-    );
-    for src in &nested {
-        let prompts = src
-            .geometry
-            .prompts
-            .clone()
-            .expect("derived pairs list their prompts");
-        cases.extend(plan::grid(
-            std::slice::from_ref(src),
-            &plan::PlanOptions {
-                prompts: Some(vec![prompts[prompts.len() / 2]]),
-                allocations: Some(vec![DecodeAllocation::Mainline]),
-                variant,
-                ..plan::PlanOptions::default()
-            },
-        ));
-    }
-    cases
+        |src| plan::in_subfolder(&[root()], src),
+    )
 }
