@@ -239,13 +239,16 @@ def file_name(rank):
 
 def write(spec, case_dir, result, recorder, alias, vllm_version):
     """One `trace.v1.d<rank>.jsonl` per decode rank in `case_dir`; the
-    names written. `alias` maps vLLM's agent names to kvgeom's."""
+    names written. `alias` maps vLLM's agent names to kvgeom's. A rank
+    whose worker was never registered (vLLM's `register_kv_caches` raised
+    on some rank first) gets no file: `trace.v1.skipped` says why."""
     geometry = spec["geometry"]
     decode, prefill = geometry["decode"], geometry["prefill"]
     p_tp, d_tp = prefill["tp_size"], decode["tp_size"]
     cached = cached_blocks(spec)
     kvgeom_of = {v: k for k, v in alias.items()}
     written = []
+    skipped = []
     for d in range(d_tp):
         me = kvgeom_of.get(f"decode-{d}")
         if me is None:
@@ -261,6 +264,7 @@ def write(spec, case_dir, result, recorder, alias, vllm_version):
             "prefix_hit": spec["prefix_hit"],
             "geometry": name,
             "seed": spec.get("seed", 0),
+            "groups": list(geometry["model"]["groups"]),
         }
         events = [
             {
@@ -302,6 +306,9 @@ def write(spec, case_dir, result, recorder, alias, vllm_version):
             {"ev": "nixl_agent", "cls": recorder.nixl_cls},
         ]
         mine = [dict(event) for agent, event in recorder.timeline if agent == me]
+        if not any(e["ev"] == "local_geometry" for e in mine):
+            skipped.append(f"decode-{d} has no geometry: {result.get('message')}")
+            continue
         bases = next(
             (
                 e["geometry"]["local_base_addrs"].get(str(d))
@@ -356,6 +363,8 @@ def write(spec, case_dir, result, recorder, alias, vllm_version):
                 f.write(json.dumps(line) + "\n")
         os.replace(tmp, path)
         written.append(path)
+    if skipped:
+        write_skipped(case_dir, "; ".join(skipped))
     return written
 
 

@@ -38,8 +38,8 @@ pub fn v1_trace_file_name(case: &Case, rank: u32) -> String {
 /// Copy each case's `trace.json` (the driver writes one per case it ran,
 /// in its folder `case_dirs[i]` of the batch folder `dir`) into `to`,
 /// gzipped, under [`trace_file_name`], and its v1 traces, one per decode
-/// rank, under [`v1_trace_file_name`]. A case without v1 traces (push)
-/// is named on stderr with the driver's reason.
+/// rank, under [`v1_trace_file_name`]. Cases without v1 traces (push)
+/// are counted on stderr, the first with the driver's reason.
 pub(crate) fn save_traces(
     dir: &Path,
     cases: &[Case],
@@ -60,6 +60,7 @@ pub(crate) fn save_traces(
         };
         write(&path).map_err(|source| BatchError::Write { path, source })
     };
+    let mut skipped = Vec::new();
     for (case, case_dir) in cases.iter().zip(case_dirs) {
         let Some(case_dir) = case_dir else { continue };
         let case_dir = dir.join(case_dir);
@@ -76,12 +77,14 @@ pub(crate) fn save_traces(
             }
         }
         if let Ok(why) = std::fs::read_to_string(case_dir.join("trace.v1.skipped")) {
-            eprintln!(
-                "note: {}: no v1 trace ({})",
-                trace_file_name(case),
-                why.trim()
-            );
+            skipped.push(format!("{}: {}", trace_file_name(case), why.trim()));
         }
+    }
+    if let Some(first) = skipped.first() {
+        eprintln!(
+            "note: {} of the recorded cases have no v1 trace (e.g. {first})",
+            skipped.len()
+        );
     }
     Ok(())
 }
