@@ -824,6 +824,30 @@ fn a_live_sweep_records_traces_that_judge_as_its_cases() {
     assert_eq!(v, "passed", "{m}");
     let (v, m, _) = verdict(&["diff-trace", "--policy", "vllm-0.33.0"], &file);
     assert_eq!(v, "match", "{m}");
+    // Beside it, decode rank 0's v1 trace of the same case.
+    let v1 = dir.join("nemotron-h-gqa-mamba2-hnd-pull-n13-hit0-mainline-s0-d0.jsonl.gz");
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(&v1).expect("the v1 trace"))
+        .read_to_string(&mut text)
+        .expect("gzip");
+    let events: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON event a line"))
+        .collect();
+    assert_eq!(events[0]["format"], "vllm-nixl-geometry-trace/1");
+    assert_eq!(events[0]["params"]["d_rank"], 0);
+    assert_eq!(events[0]["params"]["alloc"], "mainline");
+    let evs: Vec<&str> = events.iter().map(|e| e["ev"].as_str().unwrap()).collect();
+    for ev in [
+        "register_memory",
+        "local_geometry",
+        "add_remote_agent",
+        "request",
+        "xfer",
+    ] {
+        assert!(evs.contains(&ev), "{ev} in {evs:?}");
+    }
+    assert_eq!(events.last().unwrap()["outcome"], "passed");
     // One case with explain, saved as plain JSON.
     let one = dir.join("one.trace.json");
     let out = Command::new(env!("CARGO_BIN_EXE_kvgeom"))
