@@ -21,9 +21,9 @@
 #   gqa/         GQA + Mamba2 (Nemotron-H), prompts 9..=40: kvgeom's v1
 #                reader refuses GQA
 #   all/         every geometries/*.toml at prompts 9, 13, 21 and 37
-# Measured: 2 min 20 s (830 v1 traces, 730 v2) on a 2-core machine shared
-# with other work
-# (docs/trace-format.md, "Recording").
+# Measured: 1 min 54 s to 2 min 20 s for 830 v1 traces and 730 v2 (--fixtures
+# adds a second) on a 2-core machine shared with other work; a re-recording
+# gives the same truth.json (docs/trace-format.md, "Recording").
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
