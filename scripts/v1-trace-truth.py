@@ -29,7 +29,9 @@ Violations: an attention pair whose decode token start differs from
 prefill's (misaligned), pairs of different lengths or kinds, a pair
 writing outside the request's blocks (attention: the group's kernel
 blocks after the prefix hit; mamba: the request's state blocks) or reading
-outside prefill's, two pairs writing the same bytes, decode tokens
+outside prefill's, a state part (conv sub-projection or temporal state: the
+place of the row's run among its list's state runs of that region) filled
+from another part, two pairs writing the same bytes, decode tokens
 between the prefix hit and the transferred tokens that no pair fills, and
 a mamba state block not filled whole.
 
@@ -79,6 +81,21 @@ def is_attention(run, page, block_len, block_stride):
     the page and spans a whole kernel block, which a state row never does."""
     stride, length = run[3], run[1]
     return stride < page or (page == block_stride and length >= block_len)
+
+
+def state_part(dlist, k, bases, ends, strides, ppl, lens):
+    """Which part of a mamba state (conv sub-projections, then the temporal
+    state) run `k` of a list holds: its place among the list's state runs
+    of the same region."""
+    runs = dlist["strided"]
+    reg = region_of(bases, ends, runs[k][0])
+    page = ppl * strides[reg]
+    part = 0
+    for i in range(k):
+        r = runs[i]
+        if region_of(bases, ends, r[0]) == reg and not is_attention(r, page, lens[reg], strides[reg]):
+            part += 1
+    return part
 
 
 def group_kinds(params, geo, phys, logical, ppl_d, num_groups):
@@ -254,6 +271,10 @@ def judge(path):
                 if pb not in remote_ids[g]:
                     findings.append(f"{where}: reads prefill state block {pb}, not group {g}'s")
                     continue
+                lj = state_part(local, lk, local_bases, local_ends, l_stride, ppl_d, l_len)
+                rj = state_part(remote, rk, r_bases, r_ends, r_stride, ppl_p, r_len)
+                if lj != rj:
+                    findings.append(f"{where}: decode state part {lj} receives prefill state part {rj}")
                 key = (lreg, g, lb)
                 state_fill[key] = state_fill.get(key, 0) + ll
 

@@ -452,6 +452,62 @@ fn the_v1_truth_script_gives_the_reproducers_verdicts() {
         rows += 1;
     }
     assert_eq!(rows, 3, "the README's table");
+    // Planted in a passing reproducer: two attention pairs swapped, a
+    // write into the prefix-hit block, two state parts swapped.
+    let base = std::fs::read_to_string(
+        root.join(V1_REPRODUCERS)
+            .join("A1-mla-kda-16-4-prefix-tp1-tp1_N18-c1-mainline.jsonl"),
+    )
+    .expect("reproducer");
+    let dir = scratch("v1-truth");
+    let plant = |name: &str, change: &dyn Fn(&mut Value)| -> PathBuf {
+        let mut text = String::new();
+        for line in base.lines() {
+            let mut e: Value = serde_json::from_str(line).expect("event");
+            if e["ev"] == "xfer" {
+                change(&mut e);
+            }
+            text.push_str(&e.to_string());
+            text.push('\n');
+        }
+        let path = dir.join(format!("{name}.jsonl"));
+        std::fs::write(&path, text).expect("write");
+        path
+    };
+    let swap = |e: &mut Value, which: &str, a: usize, b: usize| {
+        let ids = e[which].as_array_mut().expect("ids");
+        ids.swap(a, b);
+    };
+    let position = |e: &Value, id: u64| {
+        e["local_ids"]
+            .as_array()
+            .and_then(|ids| ids.iter().position(|v| v.as_u64() == Some(id)))
+            .expect("local id")
+    };
+    let planted = [
+        plant("swapped-attention", &|e| swap(e, "remote_ids", 0, 1)),
+        plant("into-the-hit", &|e| e["local_ids"][0] = 4.into()),
+        plant("swapped-state", &|e| {
+            let (a, b) = (position(e, 64), position(e, 88));
+            swap(e, "remote_ids", a, b)
+        }),
+    ];
+    let out = Command::new("python3")
+        .arg(root.join("scripts/v1-trace-truth.py"))
+        .arg("--manifest")
+        .args(&planted)
+        .output()
+        .expect("run python3");
+    let manifest: Value = serde_json::from_slice(&out.stdout).expect("the manifest");
+    for path in &planted {
+        let got = &manifest[path.to_string_lossy().as_ref()];
+        assert_eq!(got["check"], "violations", "{}: {got}", path.display());
+    }
+    assert_eq!(
+        manifest[planted[0].to_string_lossy().as_ref()]["misaligned"],
+        2
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn load(name: &str) -> Value {
