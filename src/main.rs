@@ -175,7 +175,9 @@ enum Command {
         nixl: Option<cli::NixlArg>,
         /// With --connector vllm: save every case's v2 trace (vLLM's lists,
         /// transfers and outcome; memory images for a case of at most 1 MiB)
-        /// into this folder, for check-trace and diff-trace.
+        /// and, for a pull case, one v1 trace per decode rank
+        /// (`<case>-d<rank>.jsonl.gz`) into this folder, for check-trace and
+        /// diff-trace.
         #[arg(long, value_name = "DIR")]
         record_traces: Option<PathBuf>,
     },

@@ -197,6 +197,319 @@ fn every_fixture_is_pinned() {
     assert_eq!(names, pinned);
 }
 
+// The v1 corpus: v1 traces (one per decode rank) and the v2 trace of the
+// same case, recorded together from vLLM 0.33.0's pull worker by
+// scripts/record-v1-trace-corpus.sh, with the true verdicts that
+// scripts/v1-trace-truth.py computed from their desc ids (`truth.json`,
+// which also covers the v1 reproducers).
+
+const V1_CORPUS: &str = "tests/fixtures/vllm-0.33.0-v1-corpus";
+const V1_REPRODUCERS: &str = "tests/fixtures/vllm-0.33.0-v1-reproducers";
+
+/// `truth.json`: per file (relative to tests/fixtures/), its true verdicts.
+fn v1_truth() -> serde_json::Map<String, Value> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(V1_CORPUS)
+        .join("truth.json");
+    let text = std::fs::read_to_string(&path).expect("truth.json");
+    match serde_json::from_str(&text).expect("truth.json is JSON") {
+        Value::Object(map) => map,
+        _ => panic!("truth.json: not an object"),
+    }
+}
+
+/// One run of `kvgeom ARGS --format json FILES...`: per file name, its
+/// (verdict, message).
+fn verdicts(
+    args: &[&str],
+    files: &[PathBuf],
+) -> std::collections::BTreeMap<String, (String, String)> {
+    let out = Command::new(env!("CARGO_BIN_EXE_kvgeom"))
+        .args(args)
+        .args(["--format", "json"])
+        .args(files)
+        .output()
+        .expect("run kvgeom");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{args:?}: no JSON report ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let mut by_name = std::collections::BTreeMap::new();
+    for f in report["files"].as_array().expect("files") {
+        let file = f["file"].as_str().unwrap_or_default();
+        let name = Path::new(file)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        // The message's start: enough to tell why, short enough to list many.
+        let message: String = f["message"]
+            .as_str()
+            .unwrap_or_default()
+            .chars()
+            .take(240)
+            .collect();
+        by_name.insert(
+            name,
+            (
+                f["verdict"].as_str().unwrap_or_default().to_string(),
+                message,
+            ),
+        );
+    }
+    by_name
+}
+
+/// The v1 corpus files and reproducers truth.json names, as paths.
+fn v1_files(truth: &serde_json::Map<String, Value>) -> Vec<PathBuf> {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    truth.keys().map(|k| fixtures.join(k)).collect()
+}
+
+#[test]
+fn v1_corpus_verdicts_are_the_true_ones() {
+    let truth = v1_truth();
+    let files = v1_files(&truth);
+    // Every v1 file of both folders has its truth, and only those.
+    let mut on_disk = Vec::new();
+    for dir in [V1_CORPUS, V1_REPRODUCERS] {
+        for e in std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(dir)).expect(dir) {
+            let name = e.expect("entry").file_name().to_string_lossy().into_owned();
+            if name.ends_with(".jsonl") || name.ends_with(".jsonl.gz") {
+                on_disk.push(format!(
+                    "{}/{name}",
+                    dir.trim_start_matches("tests/fixtures/")
+                ));
+            }
+        }
+    }
+    on_disk.sort();
+    let named: Vec<String> = truth.keys().cloned().collect();
+    assert_eq!(on_disk, named, "truth.json names every v1 file");
+    assert!(
+        named.len() >= 20,
+        "a corpus, not a handful: {}",
+        named.len()
+    );
+    let check = verdicts(&["check-trace"], &files);
+    let diff = verdicts(&["diff-trace", "--policy", "vllm-0.33.0"], &files);
+    let mut wrong = Vec::new();
+    for (key, t) in &truth {
+        let name = key.rsplit('/').next().unwrap_or(key);
+        let (want_check, want_diff) = (t["check"].as_str().unwrap(), t["diff"].as_str().unwrap());
+        let (c, cm) = check.get(name).cloned().unwrap_or_default();
+        let (d, dm) = diff.get(name).cloned().unwrap_or_default();
+        if want_check == "refused" {
+            // A refusal names its reason and judges nothing.
+            for (cmd, v, m) in [("check-trace", &c, &cm), ("diff-trace", &d, &dm)] {
+                let judged =
+                    ["passed", "violations", "rejected", "match", "differ"].contains(&v.as_str());
+                if judged || m.trim().is_empty() {
+                    wrong.push(format!(
+                        "{name}: {cmd}: want a refusal ({}), got {v}: {m}",
+                        t["reason_class"]
+                    ));
+                }
+            }
+            continue;
+        }
+        if c != want_check {
+            wrong.push(format!(
+                "{name}: check-trace: want {want_check}, got {c}: {cm}"
+            ));
+        }
+        if d != want_diff {
+            wrong.push(format!(
+                "{name}: diff-trace --policy vllm-0.33.0: want {want_diff}, got {d}: {dm}"
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} files:\n{}",
+        wrong.len(),
+        truth.len(),
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn v1_corpus_verdicts_equal_their_v2_cases() {
+    let truth = v1_truth();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(V1_CORPUS);
+    // Each v1 file `<case>-d<rank>.jsonl.gz` with its case's v2 trace.
+    let mut pairs = Vec::new();
+    for key in truth.keys() {
+        let Some(name) = key.strip_prefix("vllm-0.33.0-v1-corpus/") else {
+            continue;
+        };
+        let Some((case, _rank)) = name
+            .strip_suffix(".jsonl.gz")
+            .and_then(|s| s.rsplit_once("-d"))
+        else {
+            continue;
+        };
+        let v2 = dir.join(format!("{case}.trace.json.gz"));
+        if v2.exists() {
+            pairs.push((key.clone(), name.to_string(), v2));
+        }
+    }
+    assert!(pairs.len() >= 10, "v1/v2 pairs: {}", pairs.len());
+    let mut files: Vec<PathBuf> = pairs.iter().map(|p| dir.join(&p.1)).collect();
+    files.extend(pairs.iter().map(|p| p.2.clone()));
+    files.dedup();
+    let check = verdicts(&["check-trace"], &files);
+    let mut wrong = Vec::new();
+    for (key, name, v2) in &pairs {
+        let v2_name = v2.file_name().unwrap().to_string_lossy().into_owned();
+        let (v2_verdict, v2m) = check.get(&v2_name).cloned().unwrap_or_default();
+        let want = truth[key]["check"].as_str().unwrap();
+        if want == "refused" {
+            // kvgeom's v1 reader refuses GQA; its v2 reader judges the case.
+            assert!(
+                ["passed", "violations"].contains(&v2_verdict.as_str()),
+                "{v2_name}: {v2_verdict}: {v2m}"
+            );
+            continue;
+        }
+        // The independent truth of the v1 file is the v2 verdict of its case.
+        if v2_verdict != want {
+            wrong.push(format!(
+                "{name}: truth {want}, v2 check-trace {v2_verdict}: {v2m}"
+            ));
+        }
+        let (v1_verdict, v1m) = check.get(name).cloned().unwrap_or_default();
+        if v1_verdict != v2_verdict {
+            wrong.push(format!(
+                "{name}: v1 check-trace {v1_verdict} ({v1m}), v2 {v2_verdict}"
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} pairs:\n{}",
+        wrong.len(),
+        pairs.len(),
+        wrong.join("\n")
+    );
+}
+
+/// The truth script, run on the reproducers, gives their README's verdicts,
+/// and on every committed file the truth.json it wrote.
+#[test]
+fn the_v1_truth_script_gives_the_reproducers_verdicts() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    if Command::new("python3")
+        .arg("--version")
+        .output()
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
+    {
+        println!("the_v1_truth_script_gives_the_reproducers_verdicts: skipped: no python3");
+        return;
+    }
+    let out = Command::new("python3")
+        .current_dir(root.join("tests/fixtures"))
+        .args([
+            "../../scripts/v1-trace-truth.py",
+            "--manifest",
+            "vllm-0.33.0-v1-corpus",
+            "vllm-0.33.0-v1-reproducers",
+        ])
+        .output()
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let manifest: Value = serde_json::from_slice(&out.stdout).expect("the manifest");
+    assert_eq!(
+        Value::Object(v1_truth()),
+        manifest,
+        "truth.json is the script's output"
+    );
+    let readme =
+        std::fs::read_to_string(root.join(V1_REPRODUCERS).join("README.md")).expect("README");
+    let mut rows = 0;
+    for line in readme.lines() {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let Some(file) = cells.get(1).filter(|c| c.ends_with(".jsonl")) else {
+            continue;
+        };
+        let right = cells[cells.len() - 2];
+        let got = &manifest[format!("vllm-0.33.0-v1-reproducers/{file}")];
+        let want_check = format!("check-trace: {};", got["check"].as_str().unwrap());
+        let want_diff = format!(
+            "diff-trace --policy vllm-0.33.0: {}",
+            got["diff"].as_str().unwrap()
+        );
+        assert!(
+            right.contains(&want_check) && right.contains(&want_diff),
+            "{file}: README says {right:?}, the script {got}"
+        );
+        rows += 1;
+    }
+    assert_eq!(rows, 3, "the README's table");
+    // Planted in a passing reproducer: two attention pairs swapped, a
+    // write into the prefix-hit block, two state parts swapped.
+    let base = std::fs::read_to_string(
+        root.join(V1_REPRODUCERS)
+            .join("A1-mla-kda-16-4-prefix-tp1-tp1_N18-c1-mainline.jsonl"),
+    )
+    .expect("reproducer");
+    let dir = scratch("v1-truth");
+    let plant = |name: &str, change: &dyn Fn(&mut Value)| -> PathBuf {
+        let mut text = String::new();
+        for line in base.lines() {
+            let mut e: Value = serde_json::from_str(line).expect("event");
+            if e["ev"] == "xfer" {
+                change(&mut e);
+            }
+            text.push_str(&e.to_string());
+            text.push('\n');
+        }
+        let path = dir.join(format!("{name}.jsonl"));
+        std::fs::write(&path, text).expect("write");
+        path
+    };
+    let swap = |e: &mut Value, which: &str, a: usize, b: usize| {
+        let ids = e[which].as_array_mut().expect("ids");
+        ids.swap(a, b);
+    };
+    let position = |e: &Value, id: u64| {
+        e["local_ids"]
+            .as_array()
+            .and_then(|ids| ids.iter().position(|v| v.as_u64() == Some(id)))
+            .expect("local id")
+    };
+    let planted = [
+        plant("swapped-attention", &|e| swap(e, "remote_ids", 0, 1)),
+        plant("into-the-hit", &|e| e["local_ids"][0] = 4.into()),
+        plant("swapped-state", &|e| {
+            let (a, b) = (position(e, 64), position(e, 88));
+            swap(e, "remote_ids", a, b)
+        }),
+    ];
+    let out = Command::new("python3")
+        .arg(root.join("scripts/v1-trace-truth.py"))
+        .arg("--manifest")
+        .args(&planted)
+        .output()
+        .expect("run python3");
+    let manifest: Value = serde_json::from_slice(&out.stdout).expect("the manifest");
+    for path in &planted {
+        let got = &manifest[path.to_string_lossy().as_ref()];
+        assert_eq!(got["check"], "violations", "{}: {got}", path.display());
+    }
+    assert_eq!(
+        manifest[planted[0].to_string_lossy().as_ref()]["misaligned"],
+        2
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn load(name: &str) -> Value {
     let bytes = std::fs::read(fixture(name)).expect("fixture");
     let mut text = Vec::new();
@@ -567,6 +880,30 @@ fn a_live_sweep_records_traces_that_judge_as_its_cases() {
     assert_eq!(v, "passed", "{m}");
     let (v, m, _) = verdict(&["diff-trace", "--policy", "vllm-0.33.0"], &file);
     assert_eq!(v, "match", "{m}");
+    // Beside it, decode rank 0's v1 trace of the same case.
+    let v1 = dir.join("nemotron-h-gqa-mamba2-hnd-pull-n13-hit0-mainline-s0-d0.jsonl.gz");
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(&v1).expect("the v1 trace"))
+        .read_to_string(&mut text)
+        .expect("gzip");
+    let events: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON event a line"))
+        .collect();
+    assert_eq!(events[0]["format"], "vllm-nixl-geometry-trace/1");
+    assert_eq!(events[0]["params"]["d_rank"], 0);
+    assert_eq!(events[0]["params"]["alloc"], "mainline");
+    let evs: Vec<&str> = events.iter().map(|e| e["ev"].as_str().unwrap()).collect();
+    for ev in [
+        "register_memory",
+        "local_geometry",
+        "add_remote_agent",
+        "request",
+        "xfer",
+    ] {
+        assert!(evs.contains(&ev), "{ev} in {evs:?}");
+    }
+    assert_eq!(events.last().unwrap()["outcome"], "passed");
     // One case with explain, saved as plain JSON.
     let one = dir.join("one.trace.json");
     let out = Command::new(env!("CARGO_BIN_EXE_kvgeom"))

@@ -75,6 +75,24 @@ def run_with_timeout(fn, limit):
     return "ok", box.get("value")
 
 
+def write_v1(spec, case_dir, result, state, vllm_version):
+    """The case's v1 traces, one per decode rank (trace_v1.py): pull cases
+    that ran to an end; otherwise a note saying why there are none."""
+    import live_case
+    import trace_v1
+
+    recorded = live_case.V1_RECORDER[0]
+    if spec["mode"] != "pull":
+        trace_v1.write_skipped(case_dir, f"{spec['mode']} case: v1 traces record a pull worker's reads")
+    elif state != "ok" or recorded is None or result.get("status") == "error":
+        trace_v1.write_skipped(case_dir, f"the case ended {result.get('status')} before the driver recorded it")
+    else:
+        try:
+            trace_v1.write(spec, case_dir, result, recorded[0], recorded[1], vllm_version)
+        except Exception as e:  # a v1 writer fault costs the v1 trace only
+            trace_v1.write_skipped(case_dir, f"the v1 writer failed: {type(e).__name__}: {e}")
+
+
 def main(argv):
     resume = argv[2:] == ["--resume"]
     if len(argv) != 2 and not resume:
@@ -124,6 +142,7 @@ def main(argv):
 
     live_case.use_nixl(NIXL_RAN["kind"])
     live_case.warm()
+    live_case.RECORD_V1[0] = batch.get("trace_memory_limit") is not None
 
     what = f"real NIXL {NIXL_RAN['version']} (UCX, host memory)" if nixl == "real" else "the NIXL stand-in"
     print(f"driver: vLLM imported in {time.time() - started:.1f} s; {what} moves the bytes", flush=True)
@@ -160,6 +179,7 @@ def main(argv):
             import trace_file
 
             trace_file.write(spec, case_dir, result, batch["trace_memory_limit"], vllm.__version__)
+            write_v1(spec, case_dir, result, state, vllm.__version__)
         print(f"driver: {spec['id']} {result['status']}", flush=True)
         if state == "hung" and i + 1 < len(cases):
             print("driver: a case's thread is left blocked; restarting for the rest", flush=True)

@@ -24,13 +24,34 @@ class Fabric:
         # notifications sent to it and not yet taken.
         self.real = []
         self.in_flight = {}
+        # The v1 trace recorder (trace_v1.Recorder) when the batch records
+        # traces of a pull case.
+        self.v1 = None
 
-    def record_dlist(self, agent, agent_name, mem_type, rows):
-        """Log a prepared list as vLLM asked for it; its new handle."""
+    def record_dlist(self, agent, agent_name, mem_type, rows, descs=None):
+        """Log a prepared list as vLLM asked for it (`descs`: vLLM's own
+        strided rows, for the v1 trace); its new handle."""
         handle = next(self.handles)
         target = "local" if agent_name in ("", "NIXL_INIT_AGENT") else agent_name
         self.dlists.append({"agent": agent, "handle": handle, "target": target, "mem": str(mem_type), "rows": rows})
+        if self.v1 is not None and descs is not None:
+            self.v1.dlist(agent, handle, target, mem_type, descs, rows)
         return handle, target
+
+    def record_registration(self, agent, descs=None, backends=None):
+        """For the v1 trace: the rows of vLLM's `get_reg_descs` (`descs`),
+        then their registration (`descs` None)."""
+        if self.v1 is None:
+            return
+        if descs is not None:
+            self.v1.reg_descs(agent, descs)
+        else:
+            self.v1.registered(agent, backends)
+
+    def record_xfer_handle(self, agent, handle, record):
+        """For the v1 trace: the handle vLLM got for a recorded transfer."""
+        if self.v1 is not None:
+            self.v1.xfer(agent, handle, record)
 
     def record_xfer(self, agent, op, local, local_ids, remote, remote_ids, notif_msg):
         """Log a prepared transfer (before anything judges it); the record."""
@@ -89,11 +110,13 @@ class FakeNixlWrapper:
         return None
 
     def get_reg_descs(self, descs, mem_type=None, *args, **kwargs):
+        self.fabric.record_registration(self.name, list(descs))
         return (list(descs), mem_type)
 
     def register_memory(self, descs, *args, **kwargs):
         rows = descs[0] if isinstance(descs, tuple) else descs
         self.regions.extend(rows)
+        self.fabric.record_registration(self.name, backends=kwargs.get("backends"))
 
     def deregister_memory(self, *args, **kwargs):
         return None
@@ -113,7 +136,7 @@ class FakeNixlWrapper:
     # -- descriptor lists --
     def prep_xfer_dlist(self, agent_name, descs, mem_type=None, *args, **kwargs):
         rows = expand(descs)
-        handle, _ = self.fabric.record_dlist(self.name, agent_name, mem_type, rows)
+        handle, _ = self.fabric.record_dlist(self.name, agent_name, mem_type, rows, descs)
         self.lists[handle] = rows
         return handle
 
@@ -127,6 +150,7 @@ class FakeNixlWrapper:
         handle = next(self.fabric.handles)
         record = self.fabric.record_xfer(self.name, op, local, local_ids, remote, remote_ids, notif_msg)
         self.xfer_table[handle] = record
+        self.fabric.record_xfer_handle(self.name, handle, record)
         return handle
 
     def transfer(self, handle, *args, **kwargs):

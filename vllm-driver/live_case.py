@@ -39,6 +39,7 @@ from vllm.v1.worker.utils import allocate_kv_cache
 
 import fake_nixl
 import real_nixl
+import trace_v1
 
 VLLM_VERSION = vllm.__version__
 
@@ -534,7 +535,15 @@ def make_worker(spec, side, rank, fabric, case_dir, worker_cls=NixlConnectorWork
     return w, raw
 
 
+# Set by the driver when the batch records traces: pull cases then also
+# record what their v1 traces need (`trace_v1.Recorder`), left in
+# V1_RECORDER[0] (with the fabric's agent names) for the driver to write.
+RECORD_V1 = [False]
+V1_RECORDER = [None]
+
+
 def run(spec, case_dir):
+    V1_RECORDER[0] = None
     if spec["mode"] == "push":
         import push_case
 
@@ -543,10 +552,17 @@ def run(spec, case_dir):
         return {"status": "error", "message": f"mode {spec['mode']!r}: the driver runs pull and push"}
     fabric = fake_nixl.Fabric()
     fake_nixl.FABRIC[0] = fabric
+    if RECORD_V1[0]:
+        fabric.v1 = trace_v1.Recorder()
+        fabric.v1.nixl_cls = base_worker.NixlWrapper.__name__
+        V1_RECORDER[0] = (fabric.v1, fabric.alias)
     ranks = {}
+    started = time.time()
     try:
         return _run_pull(spec, case_dir, fabric, ranks)
     finally:
+        if fabric.v1 is not None:
+            fabric.v1.duration_s = round(time.time() - started, 4)
         # Real NIXL agents release their handles and registrations before
         # the case's tensors go.
         for w, _ in ranks.values():
@@ -561,6 +577,8 @@ def _run_pull(spec, case_dir, fabric, ranks):
         for side in ("prefill", "decode"):
             for r in range(geometry[side]["tp_size"]):
                 ranks[(side, r)] = make_worker(spec, side, r, fabric, case_dir)
+                if side == "decode" and fabric.v1 is not None:
+                    fabric.v1.local_geometry(ranks[(side, r)][0])
     except Unsupported as e:
         return {"status": "error", "message": f"the driver cannot build this case: {e}"}
     except RegistrationRaised as e:
@@ -584,19 +602,26 @@ def _run_pull(spec, case_dir, fabric, ranks):
         _TP.rank, _TP.size = d, d_tp
         for p in range(p_tp):
             pw, _ = ranks[("prefill", p)]
+            agent_meta = None
             try:
                 agent_meta = _agent_metadata(pw)
                 name = dw.add_remote_agent(agent_meta, remote_tp_rank=p, remote_tp_size=p_tp)
+                if fabric.v1 is not None:
+                    fabric.v1.add_remote_agent(dw, agent_meta, p, p_tp, name, None)
                 # What the handshake's completion records (the caller's part).
                 dw._remote_agents["prefill"][(0, p)] = name
                 dw._engine_clock_offset["prefill"] = 0.0
                 result["handshakes"].append({"agent": agent("decode", d), "remote": agent("prefill", p), "ok": True})
             except Exception as e:
+                if fabric.v1 is not None and agent_meta is not None:
+                    fabric.v1.add_remote_agent(dw, agent_meta, p, p_tp, None, f"{type(e).__name__}: {e}")
                 result.update(status="rejected", side="decode", message=f"{type(e).__name__}: {e}", trace=traceback.format_exc())
                 return finish(result, ranks, fabric, case_dir)
+    dw, req = None, None
     try:
         for d in range(d_tp):
             dw, _ = ranks[("decode", d)]
+            req = None
             _TP.rank, _TP.size = d, d_tp
             req = ReqMeta(
                 local_block_ids=tuple(tuple(g) for g in spec["decode"]["transfer_blocks"]),
@@ -617,6 +642,8 @@ def _run_pull(spec, case_dir, fabric, ranks):
             )
             dw._recving_metadata["req-d"] = req
             watch_post_process(dw, agent("decode", d), result, regions[agent("decode", d)], spec.get("skip_receive_post_process"))
+            if fabric.v1 is not None:
+                fabric.v1.request(dw, "req-d", spec, req)
             dw._read_blocks_for_req("req-d", req)
             done_recving = set(dw.get_finished()[1])
             # Real NIXL may still be moving the bytes: ask again while the
@@ -625,7 +652,11 @@ def _run_pull(spec, case_dir, fabric, ranks):
                 time.sleep(0.0005)
                 done_recving |= set(dw.get_finished()[1])
             result["post_process"].append({"agent": agent("decode", d), "done_recving": sorted(done_recving)})
+            if fabric.v1 is not None:
+                fabric.v1.request_done(dw, "req-d", req)
     except Exception as e:
+        if fabric.v1 is not None and req is not None:
+            fabric.v1.request_done(dw, "req-d", req, f"{type(e).__name__}: {e}")
         result.update(status="crashed", side="decode", message=f"{type(e).__name__}: {e}", trace=traceback.format_exc())
         return finish(result, ranks, fabric, case_dir)
     result["status"] = "done"

@@ -152,11 +152,13 @@ class RealNixlWrapper:
         return self.agent.create_backend(backend, params or {})
 
     def get_reg_descs(self, descs, mem_type=None, *args, **kwargs):
+        self.fabric.record_registration(self.name, list(descs))
         return self.agent.get_reg_descs(descs, _host(mem_type), *args, **kwargs)
 
     def register_memory(self, descs, *args, **kwargs):
         out = self.agent.register_memory(descs, *args, **kwargs)
         self.registered.append(descs)
+        self.fabric.record_registration(self.name, backends=kwargs.get("backends"))
         return out
 
     def deregister_memory(self, descs, *args, **kwargs):
@@ -183,7 +185,7 @@ class RealNixlWrapper:
     def prep_xfer_dlist(self, agent_name, descs, mem_type=None, *args, **kwargs):
         rows = fake_nixl.expand(descs)
         real = self.agent.prep_xfer_dlist(agent_name, descs, _host(mem_type), *args, **kwargs)
-        handle, target = self.fabric.record_dlist(self.name, agent_name, mem_type, rows)
+        handle, target = self.fabric.record_dlist(self.name, agent_name, mem_type, rows, descs)
         with self.lock:
             self.dlists[handle] = (real, target)
         return handle
@@ -207,6 +209,7 @@ class RealNixlWrapper:
         handle = next(self.fabric.handles)
         with self.lock:
             self.xfer_table[handle] = (real, record, target)
+        self.fabric.record_xfer_handle(self.name, handle, record)
         return handle
 
     def transfer(self, handle, notif_msg=b""):

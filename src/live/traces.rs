@@ -1,5 +1,6 @@
-//! Recording v2 traces (docs/trace-format.md) from a live sweep: the
-//! driver writes each case's `trace.json`; kvgeom saves them, gzipped and
+//! Recording traces (docs/trace-format.md) from a live sweep: the driver
+//! writes each case's v2 `trace.json` and, for a pull case, one v1
+//! `trace.v1.d<rank>.jsonl` per decode rank; kvgeom saves them, gzipped and
 //! named by their case, before the scratch folder goes.
 
 use std::path::Path;
@@ -26,9 +27,19 @@ pub fn trace_file_name(case: &Case) -> String {
     )
 }
 
+/// The name decode rank `rank`'s v1 trace of a case gets: the v2 name's
+/// stem, the rank, `.jsonl`.
+pub fn v1_trace_file_name(case: &Case, rank: u32) -> String {
+    let v2 = trace_file_name(case);
+    let stem = v2.strip_suffix(".trace.json").unwrap_or(&v2);
+    format!("{stem}-d{rank}.jsonl")
+}
+
 /// Copy each case's `trace.json` (the driver writes one per case it ran,
 /// in its folder `case_dirs[i]` of the batch folder `dir`) into `to`,
-/// gzipped, under [`trace_file_name`].
+/// gzipped, under [`trace_file_name`], and its v1 traces, one per decode
+/// rank, under [`v1_trace_file_name`]. Cases without v1 traces (push)
+/// are counted on stderr, the first with the driver's reason.
 pub(crate) fn save_traces(
     dir: &Path,
     cases: &[Case],
@@ -40,19 +51,40 @@ pub(crate) fn save_traces(
         path: to.to_path_buf(),
         source,
     })?;
-    for (case, case_dir) in cases.iter().zip(case_dirs) {
-        let Some(case_dir) = case_dir else { continue };
-        let Ok(text) = std::fs::read(dir.join(case_dir).join("trace.json")) else {
-            continue;
-        };
-        let path = to.join(format!("{}.gz", trace_file_name(case)));
+    let save = |text: &[u8], path: std::path::PathBuf| -> Result<(), BatchError> {
         let write = |path: &Path| -> std::io::Result<()> {
             let file = std::fs::File::create(path)?;
             let mut gz = flate2::write::GzEncoder::new(file, flate2::Compression::best());
-            gz.write_all(&text)?;
+            gz.write_all(text)?;
             gz.finish()?.sync_all()
         };
-        write(&path).map_err(|source| BatchError::Write { path, source })?;
+        write(&path).map_err(|source| BatchError::Write { path, source })
+    };
+    let mut skipped = Vec::new();
+    for (case, case_dir) in cases.iter().zip(case_dirs) {
+        let Some(case_dir) = case_dir else { continue };
+        let case_dir = dir.join(case_dir);
+        let Ok(text) = std::fs::read(case_dir.join("trace.json")) else {
+            continue;
+        };
+        save(&text, to.join(format!("{}.gz", trace_file_name(case))))?;
+        for rank in 0..case.geometry.decode.tp_size {
+            if let Ok(text) = std::fs::read(case_dir.join(format!("trace.v1.d{rank}.jsonl"))) {
+                save(
+                    &text,
+                    to.join(format!("{}.gz", v1_trace_file_name(case, rank))),
+                )?;
+            }
+        }
+        if let Ok(why) = std::fs::read_to_string(case_dir.join("trace.v1.skipped")) {
+            skipped.push(format!("{}: {}", trace_file_name(case), why.trim()));
+        }
+    }
+    if let Some(first) = skipped.first() {
+        eprintln!(
+            "note: {} of the recorded cases have no v1 trace (e.g. {first})",
+            skipped.len()
+        );
     }
     Ok(())
 }
