@@ -432,22 +432,35 @@ fn the_v1_truth_script_gives_the_reproducers_verdicts() {
     );
     let readme =
         std::fs::read_to_string(root.join(V1_REPRODUCERS).join("README.md")).expect("README");
+    // The table's columns by their headers: the file, then check-trace's
+    // and diff-trace --policy vllm-0.33.0's verdicts.
+    let mut columns: Option<(usize, usize)> = None;
     let mut rows = 0;
     for line in readme.lines() {
         let cells: Vec<&str> = line.split('|').map(str::trim).collect();
-        let Some(file) = cells.get(1).filter(|c| c.ends_with(".jsonl")) else {
+        if cells.get(1) == Some(&"file") {
+            let at = |header: &str| cells.iter().position(|c| *c == header);
+            columns = Some((
+                at("check-trace").expect("a check-trace column"),
+                at("diff-trace --policy vllm-0.33.0").expect("a diff-trace --policy column"),
+            ));
+            continue;
+        }
+        let Some(file) = cells
+            .get(1)
+            .map(|c| c.trim_matches('`'))
+            .filter(|c| c.ends_with(".jsonl"))
+        else {
             continue;
         };
-        let right = cells[cells.len() - 2];
+        let (check_at, diff_at) = columns.expect("the table's header before its rows");
         let got = &manifest[format!("vllm-0.33.0-v1-reproducers/{file}")];
-        let want_check = format!("check-trace: {};", got["check"].as_str().unwrap());
-        let want_diff = format!(
-            "diff-trace --policy vllm-0.33.0: {}",
-            got["diff"].as_str().unwrap()
-        );
-        assert!(
-            right.contains(&want_check) && right.contains(&want_diff),
-            "{file}: README says {right:?}, the script {got}"
+        assert!(got.is_object(), "{file}: the script gives no verdict");
+        let (readme_check, readme_diff) = (cells[check_at], cells[diff_at]);
+        assert_eq!(
+            (readme_check, readme_diff),
+            (got["check"].as_str().unwrap(), got["diff"].as_str().unwrap()),
+            "{file}: README says check-trace {readme_check}, diff-trace {readme_diff}; the script {got}"
         );
         rows += 1;
     }

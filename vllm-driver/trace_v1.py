@@ -254,6 +254,12 @@ def write(spec, case_dir, result, recorder, alias, vllm_version):
         if me is None:
             continue  # the rank was never built
         name = geometry.get("name", "case")
+        mine = [dict(event) for agent, event in recorder.timeline if agent == me]
+        # The prefill worker's blocks as it reported them in the handshake
+        # (its kernel block and blocks per logical block), which can differ
+        # from the geometry's: vLLM picks the kernel block from the backend
+        # and the hybrid allocator's page, not from the geometry file.
+        p_kernel, p_logical = reported_prefill_blocks(mine, prefill)
         params = {
             "p_tp": p_tp,
             "d_tp": d_tp,
@@ -281,10 +287,10 @@ def write(spec, case_dir, result, recorder, alias, vllm_version):
                 "args": {
                     "local_block": decode["logical_block"],
                     "kernel": decode["kernel_block"],
-                    "remote_block": prefill["logical_block"],
+                    "remote_block": p_logical,
                     "num_tokens": spec["prompt_len"],
                     "tp_size": p_tp,
-                    "remote_kernel": prefill["kernel_block"],
+                    "remote_kernel": p_kernel,
                     "remote_dcp_size": 1,
                     "cached": cached,
                     "local_dcp_size": 1,
@@ -305,7 +311,6 @@ def write(spec, case_dir, result, recorder, alias, vllm_version):
             },
             {"ev": "nixl_agent", "cls": recorder.nixl_cls},
         ]
-        mine = [dict(event) for agent, event in recorder.timeline if agent == me]
         if not any(e["ev"] == "local_geometry" for e in mine):
             skipped.append(f"decode-{d} has no geometry: {result.get('message')}")
             continue
@@ -331,8 +336,8 @@ def write(spec, case_dir, result, recorder, alias, vllm_version):
                             "ev": "make_remote_meta",
                             "fn": "remote_meta",
                             "args": {
-                                "remote_block_size": prefill["logical_block"],
-                                "remote_kernel_block_size": prefill["kernel_block"],
+                                "remote_block_size": p_logical,
+                                "remote_kernel_block_size": p_kernel,
                                 "remote_num_logical": spec["prefill"]["num_logical_blocks"],
                                 "remote_ssm_sizes": event["remote_meta"].get("ssm_sizes") or [],
                             },
@@ -366,6 +371,20 @@ def write(spec, case_dir, result, recorder, alias, vllm_version):
     if skipped:
         write_skipped(case_dir, "; ".join(skipped))
     return written
+
+
+def reported_prefill_blocks(events, prefill):
+    """`(kernel block, logical block)` of the first prefill rank this decode
+    rank handshook with, as its metadata reported them; the geometry's
+    where no handshake got that far."""
+    for event in events:
+        if event["ev"] != "add_remote_agent":
+            continue
+        meta = event.get("remote_meta") or {}
+        kernel, ppl = meta.get("block_size"), meta.get("physical_blocks_per_logical_kv_block")
+        if isinstance(kernel, int) and isinstance(ppl, int) and kernel > 0 and ppl > 0:
+            return kernel, kernel * ppl
+    return prefill["kernel_block"], prefill["logical_block"]
 
 
 def split_registration(event, bases):

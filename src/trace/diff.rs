@@ -228,6 +228,13 @@ pub enum Difference {
         /// What the run recorded.
         found: usize,
     },
+    /// One side refused the read and the other did not.
+    ReadOutcome {
+        /// The exception vLLM's read raised, if it did (`request_done`).
+        vllm: Option<String>,
+        /// Why kvgeom's connector refused the read, if it did.
+        kvgeom: Option<String>,
+    },
 }
 
 fn opt(s: &Option<String>) -> String {
@@ -243,6 +250,12 @@ impl fmt::Display for Difference {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use Difference as D;
         match self {
+            D::ReadOutcome { vllm, kvgeom } => write!(
+                f,
+                "the read: vLLM raised {}, kvgeom's connector refused it {}",
+                opt(vllm),
+                opt(kvgeom)
+            ),
             D::LocalRegionCount { expected, found } => {
                 write!(f, "local regions: expected {expected} found {found}")
             }

@@ -1,10 +1,13 @@
 //! Decode's prefix hit in a v1 trace: `request.local_num_computed_blocks`
 //! counts, per KV-cache group, the logical blocks decode already holds. The
 //! attention group's hit blocks come before the request's blocks and are not
-//! in `local_block_ids`; the recorder gives decode's attention blocks the ids
-//! `2i+1` (block `i` of the prompt), so hit block `i` is `2i+1` unless the
-//! request uses that id, in which case the lowest free id stands in for it
-//! (the oracles only need a block the transfer must not write).
+//! in `local_block_ids`, and a v1 trace does not record their ids. The
+//! reproducers' recorder gives decode's attention blocks the ids `2i+1`
+//! (block `i` of the prompt); other recorders (kvgeom's live driver) place
+//! them as their scheduler does. Hit block `i` is therefore `2i+1` unless the
+//! request uses that id, in which case the lowest free id stands in for it:
+//! the oracles only need, for each hit block, a block the request does not
+//! hold and the transfer must not write, and no verdict depends on which.
 
 use std::collections::BTreeSet;
 

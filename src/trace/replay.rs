@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::case::TraceCase;
-use super::diff::{diff_block_ids, diff_run, ActualRun, DiffReport};
+use super::diff::{diff_block_ids, diff_run, ActualRun, DiffReport, Difference};
 use crate::connector::{
     ConnectorError, HandshakeMetadata, KvTensor, Policy, ReadRequest, Role, Worker, WorkerConfig,
 };
@@ -43,8 +43,12 @@ pub struct Replay {
     pub recording: Recording<DryRun>,
     /// The run as the diff compares it with the trace.
     pub actual: ActualRun,
-    /// P's block ids after kernel expansion (vLLM rewrites them in place).
+    /// P's block ids after kernel expansion (vLLM rewrites them in place);
+    /// empty when the connector refused the read.
     pub remote_kernel_ids: Vec<Vec<u64>>,
+    /// Why kvgeom's connector refused the read (its planning), if it did:
+    /// the lists were prepared and no transfer was made.
+    pub read_refused: Option<String>,
 }
 
 fn layout(name: &str) -> KvLayout {
@@ -246,18 +250,25 @@ pub fn replay(case: &TraceCase, policy: Policy) -> Result<Replay, ReplayError> {
             .map(|&n| u32::try_from(n).unwrap_or(u32::MAX))
             .collect(),
     };
-    let receiving = worker.start_read(&mut nixl, &request).map_err(connector)?;
+    let (remote_kernel_ids, read_refused) = match worker.start_read(&mut nixl, &request) {
+        Ok(receiving) => (
+            receiving
+                .remote_kernel_ids
+                .iter()
+                .map(|g| g.iter().map(|&b| u64::from(b)).collect())
+                .collect(),
+            None,
+        ),
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    };
     Ok(Replay {
         actual: ActualRun {
             agent: worker.agent(),
             local_bases: tensors.iter().map(|t| t.base).collect(),
             remote_bases,
         },
-        remote_kernel_ids: receiving
-            .remote_kernel_ids
-            .iter()
-            .map(|g| g.iter().map(|&b| u64::from(b)).collect())
-            .collect(),
+        remote_kernel_ids,
+        read_refused,
         recording: nixl,
     })
 }
@@ -269,6 +280,25 @@ pub fn diff_against_connector(case: &TraceCase, policy: Policy) -> Result<DiffRe
     let report = diff_run(case, run.recording.events(), &run.actual);
     if !report.is_match() {
         return Ok(report);
+    }
+    // vLLM raised in the read (its planning refused the request) exactly
+    // when kvgeom's connector refused it: then the lists and the transfers
+    // made (none, or those before the refusal) are all there is to compare.
+    let vllm_raised = case
+        .request_done
+        .as_ref()
+        .and_then(|d| d.exception.as_ref())
+        .filter(|e| !e.is_null())
+        .map(|e| match e {
+            serde_json::Value::String(text) => text.clone(),
+            other => other.to_string(),
+        });
+    match (vllm_raised, run.read_refused) {
+        (None, None) => {}
+        (Some(_), Some(_)) => return Ok(report),
+        (vllm, kvgeom) => {
+            return Ok(DiffReport::Differ(Difference::ReadOutcome { vllm, kvgeom }));
+        }
     }
     match case
         .request_done

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::case::TraceCase;
-use super::error::{Refusal, TraceErrorKind};
+use super::error::{Disagreement, Refusal, TraceErrorKind};
 use crate::nixl::XferOp;
 
 /// The way forward for a geometry the live mode runs.
@@ -29,7 +29,7 @@ const PULL_WORKER: &str = "NixlPullConnectorWorker";
 const TOKEN_MAJOR_LAYOUTS: [&str; 2] = ["LBNHC", "NHD"];
 
 /// `meta.params` keys and what they are: every other key is refused.
-pub const PARAM_KEYS: [&str; 12] = [
+pub const PARAM_KEYS: [&str; 13] = [
     "num_tokens",
     "local_block",
     "remote_block",
@@ -42,6 +42,7 @@ pub const PARAM_KEYS: [&str; 12] = [
     "geometry",
     "seed",
     "kernel",
+    "groups",
 ];
 
 /// The decode allocation models `meta.params.alloc` may name.
@@ -193,6 +194,7 @@ fn params(case: &TraceCase) -> Result<(), TraceErrorKind> {
             NOT_JUDGED,
         ));
     }
+    groups(case)?;
     if let Some(alloc) = params.get("alloc") {
         if !alloc.as_str().is_some_and(|a| ALLOCATIONS.contains(&a)) {
             return Err(refused(
@@ -206,6 +208,62 @@ fn params(case: &TraceCase) -> Result<(), TraceErrorKind> {
                 NOT_JUDGED,
             ));
         }
+    }
+    Ok(())
+}
+
+/// `meta.params.groups`, the model's KV-cache groups by kind, is the case
+/// the rest of the file registers: one kind per group of the request,
+/// mamba among them exactly when the worker has mamba state, and in the
+/// order the v1 reader models (the attention group first, mamba after it).
+fn groups(case: &TraceCase) -> Result<(), TraceErrorKind> {
+    const EV: &str = "meta";
+    const FIELD: &str = "params.groups";
+    let Some(value) = case.meta.params.get("groups") else {
+        return Ok(());
+    };
+    let kinds: Option<Vec<&str>> = value
+        .as_array()
+        .and_then(|a| a.iter().map(Value::as_str).collect());
+    let Some(kinds) = kinds.filter(|k| k.iter().all(|k| ["attention", "mamba"].contains(k))) else {
+        return Err(refused(
+            EV,
+            FIELD,
+            value,
+            "kvgeom's v1 reader models KV-cache groups of the kinds attention and mamba only",
+            NOT_JUDGED,
+        ));
+    };
+    let disagree = |expected: String| {
+        TraceErrorKind::Inconsistent(Box::new(Disagreement {
+            ev: EV,
+            field: FIELD.to_string(),
+            value: value.to_string(),
+            expected,
+        }))
+    };
+    let requested = case.request.blocks.local_block_ids.len();
+    if kinds.len() != requested {
+        return Err(disagree(format!(
+            "one kind per KV-cache group, and request local_block_ids has {requested} groups"
+        )));
+    }
+    let has_mamba = case.local_geometry.has_mamba;
+    if kinds.contains(&"mamba") != has_mamba {
+        return Err(disagree(format!(
+            "mamba among the groups exactly when the worker has mamba state, and \
+             local_geometry geometry._has_mamba is {has_mamba}"
+        )));
+    }
+    if kinds.first() != Some(&"attention") || kinds.iter().skip(1).any(|k| *k == "attention") {
+        return Err(refused(
+            EV,
+            FIELD,
+            value,
+            "kvgeom's v1 reader models one attention group, the request's first, with \
+             mamba groups after it",
+            RECORD_V2,
+        ));
     }
     Ok(())
 }
@@ -272,6 +330,7 @@ fn local_geometry(case: &TraceCase) -> Result<(), TraceErrorKind> {
         EV,
         "geometry.region_group_ids",
         g.other.get("region_group_ids"),
+        case.request.blocks.local_block_ids.len(),
     )?;
     unknown_extra(EV, "geometry.", &g.other, &KNOWN_GEOMETRY_EXTRAS)?;
     layout(EV, "geometry.kv_cache_layout", &g.kv_cache_layout)?;
@@ -319,18 +378,22 @@ fn local_geometry(case: &TraceCase) -> Result<(), TraceErrorKind> {
 }
 
 /// Region group ids, when given, must all be -1: every region shared by
-/// the KV-cache groups, as the model lays them out.
+/// the KV-cache groups, as the model lays them out. With one KV-cache group
+/// (`groups`, the request's), every region tied to group 0 is the same
+/// layout: the only group owns every region.
 fn shared_regions(
     ev: &'static str,
     field: &str,
     ids: Option<&Value>,
+    groups: usize,
 ) -> Result<(), TraceErrorKind> {
     let Some(v) = ids.filter(|v| !v.is_null()) else {
         return Ok(());
     };
-    let all_shared = v
-        .as_array()
-        .is_some_and(|ids| ids.iter().all(|id| id.as_i64() == Some(-1)));
+    let all_shared = v.as_array().is_some_and(|ids| {
+        ids.iter().all(|id| id.as_i64() == Some(-1))
+            || (groups == 1 && ids.iter().all(|id| id.as_i64() == Some(0)))
+    });
     if all_shared {
         return Ok(());
     }
@@ -338,7 +401,8 @@ fn shared_regions(
         ev,
         field,
         v,
-        "regions tied to single KV-cache groups are not modelled (every region must be shared, -1)",
+        "regions tied to single KV-cache groups are not modelled (every region must be shared, -1, \
+         or, with one KV-cache group, all 0)",
         NOT_JUDGED,
     ))
 }
@@ -455,6 +519,7 @@ fn remote_rank(case: &TraceCase, remote: &super::case::RemoteRank) -> Result<(),
         EV,
         "remote_meta.region_group_ids",
         m.other.get("region_group_ids"),
+        case.request.blocks.local_block_ids.len(),
     )?;
     for (field, why) in [
         (
