@@ -543,6 +543,23 @@ fn verdict_changing_edits() -> Vec<(&'static str, &'static str, Value)> {
         ("meta", "/params/num_tokens", json!(7)),
         ("meta", "/params/prefix_hit", json!(48)),
         ("meta", "/params/speculative", json!(true)),
+        // Both traces have an attention group and two mamba groups.
+        ("meta", "/params/groups", json!(["attention", "mamba"])),
+        (
+            "meta",
+            "/params/groups",
+            json!(["mamba", "attention", "mamba"]),
+        ),
+        (
+            "meta",
+            "/params/groups",
+            json!(["attention", "attention", "attention"]),
+        ),
+        (
+            "meta",
+            "/params/groups",
+            json!(["attention", "sliding_window", "mamba"]),
+        ),
         ("case", "/args/local_block", json!(40)),
         ("case", "/args/kernel", json!(8)),
         ("case", "/args/remote_block", json!(40)),
@@ -598,6 +615,11 @@ fn verdict_changing_edits() -> Vec<(&'static str, &'static str, Value)> {
             "local_geometry",
             "/geometry/region_group_ids",
             json!([0, 1]),
+        ),
+        (
+            "local_geometry",
+            "/geometry/region_group_ids",
+            json!([0, 0]),
         ),
         (
             "local_geometry",
@@ -728,6 +750,11 @@ fn informational_edits() -> Vec<(&'static str, &'static str, Value)> {
         ("meta", "/vllm", json!("0.0.1")),
         ("meta", "/params/seed", json!(7)),
         ("meta", "/params/geometry", json!("g")),
+        (
+            "meta",
+            "/params/groups",
+            json!(["attention", "mamba", "mamba"]),
+        ),
         ("case", "/fn", json!("other")),
         ("make_worker", "/fn", json!("other")),
         ("nixl_agent", "/cls", json!("Other")),
