@@ -152,7 +152,25 @@ fn unknown_extra(
     }
 }
 
-/// The first field of `case` that kvgeom does not model at its value.
+/// The model kvgeom's v1 reader rebuilds: MLA attention, and the KV-cache
+/// groups in its order. Refused before the counts are checked, since those
+/// checks read the trace on that model (a GQA or mamba-first trace is
+/// refused as such, not as an inconsistent one).
+pub fn refuse_unmodelled_model(case: &TraceCase) -> Result<(), TraceErrorKind> {
+    if !case.local_geometry.use_mla {
+        return Err(refused(
+            "local_geometry",
+            "geometry.use_mla",
+            false,
+            "kvgeom judges v1 traces of MLA attention only (GQA pages are not rebuilt from a v1 trace)",
+            RECORD_V2,
+        ));
+    }
+    groups(case)
+}
+
+/// The first field of `case` that kvgeom does not model at its value
+/// (after [`refuse_unmodelled_model`] and the counts).
 pub fn refuse_unmodelled(case: &TraceCase) -> Result<(), TraceErrorKind> {
     params(case)?;
     if let Some(args) = &case.case_args {
@@ -194,7 +212,6 @@ fn params(case: &TraceCase) -> Result<(), TraceErrorKind> {
             NOT_JUDGED,
         ));
     }
-    groups(case)?;
     if let Some(alloc) = params.get("alloc") {
         if !alloc.as_str().is_some_and(|a| ALLOCATIONS.contains(&a)) {
             return Err(refused(
@@ -271,15 +288,6 @@ fn groups(case: &TraceCase) -> Result<(), TraceErrorKind> {
 fn local_geometry(case: &TraceCase) -> Result<(), TraceErrorKind> {
     const EV: &str = "local_geometry";
     let g = &case.local_geometry;
-    if !g.use_mla {
-        return Err(refused(
-            EV,
-            "geometry.use_mla",
-            false,
-            "kvgeom judges v1 traces of MLA attention only (GQA pages are not rebuilt from a v1 trace)",
-            RECORD_V2,
-        ));
-    }
     if case.worker_class != PULL_WORKER {
         return Err(refused(
             EV,
