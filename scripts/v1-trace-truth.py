@@ -39,7 +39,10 @@ The verdict per file: check-trace `passed` or `violations`; diff-trace
 `--policy vllm-0.33.0` `match` (every file here is recorded from vLLM
 0.33.0, whose behaviour that policy reproduces). A trace whose attention is
 not MLA (GQA: kvgeom's v1 reader has no layout model for it) is `refused`
-(reason class `gqa`); one whose handshake vLLM refused is `rejected`.
+(reason class `gqa`); one whose handshake vLLM refused is `rejected`, or,
+when the trace holds no request (vLLM refused before any read), `refused`
+(reason class `handshake`: a v1 trace does not carry all the handshake
+checked, decode's prefix caching among it).
 Only the standard library is used.
 """
 
@@ -128,6 +131,17 @@ def judge(path):
     geo = geo_ev["geometry"]
     remotes = by.get("add_remote_agent", [])
     if any(r.get("exception") for r in remotes):
+        if not by.get("request"):
+            # vLLM refused the handshake before any read: the trace holds no
+            # request, and nothing of what the handshake checked beyond it
+            # (decode's prefix caching is not in a v1 trace).
+            return {
+                "check": "refused",
+                "diff": "refused",
+                "reason": "vLLM refused the handshake and the trace holds no request: "
+                + remotes[-1]["exception"],
+                "reason_class": "handshake",
+            }
         return {"check": "rejected", "diff": "match", "reason": remotes[-1]["exception"]}
     if not geo["use_mla"]:
         return {

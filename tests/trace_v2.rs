@@ -366,9 +366,15 @@ fn v1_corpus_verdicts_equal_their_v2_cases() {
         let (v2_verdict, v2m) = check.get(&v2_name).cloned().unwrap_or_default();
         let want = truth[key]["check"].as_str().unwrap();
         if want == "refused" {
-            // kvgeom's v1 reader refuses GQA; its v2 reader judges the case.
+            // kvgeom's v1 reader refuses GQA, and a handshake vLLM refused
+            // before any read; its v2 reader judges the case.
+            let judged: &[&str] = if truth[key]["reason_class"] == "handshake" {
+                &["rejected"]
+            } else {
+                &["passed", "violations"]
+            };
             assert!(
-                ["passed", "violations"].contains(&v2_verdict.as_str()),
+                judged.contains(&v2_verdict.as_str()),
                 "{v2_name}: {v2_verdict}: {v2m}"
             );
             continue;
@@ -393,6 +399,93 @@ fn v1_corpus_verdicts_equal_their_v2_cases() {
         pairs.len(),
         wrong.join("\n")
     );
+}
+
+/// A v1 trace whose handshake vLLM refused before any read holds no
+/// request: both commands refuse it naming the handshake's exception, and
+/// the truth script says so; with its request kept, check-trace reports the
+/// rejection.
+#[test]
+fn a_v1_handshake_refused_before_any_read_is_refused_naming_it() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let base = std::fs::read_to_string(
+        root.join(V1_REPRODUCERS)
+            .join("A1-mla-kda-16-4-prefix-tp1-tp1_N18-c1-mainline.jsonl"),
+    )
+    .expect("reproducer");
+    let dir = scratch("v1-handshake-refused");
+    let write = |name: &str, keep_request: bool| -> PathBuf {
+        let mut text = String::new();
+        let mut seq = 0u64;
+        for line in base.lines() {
+            let mut e: Value = serde_json::from_str(line).expect("event");
+            if e["ev"] == "add_remote_agent" {
+                e["exception"] = Value::from("RuntimeError: refused by the test");
+                e["result"] = Value::Null;
+            }
+            let read =
+                ["request", "xfer", "request_done"].contains(&e["ev"].as_str().unwrap_or(""));
+            if read && !keep_request {
+                continue;
+            }
+            e["seq"] = Value::from(seq);
+            seq += 1;
+            text.push_str(&e.to_string());
+            text.push('\n');
+        }
+        let path = dir.join(format!("{name}.jsonl"));
+        std::fs::write(&path, text).expect("write");
+        path
+    };
+    let no_read = write("no-read", false);
+    let with_read = write("with-read", true);
+    let files = [no_read, with_read];
+    for args in [
+        &["check-trace"][..],
+        &["diff-trace", "--policy", "vllm-0.33.0"],
+    ] {
+        let got = verdicts(args, &files);
+        let (v, m) = &got["no-read.jsonl"];
+        assert_eq!(v, "error", "{args:?}: {m}");
+        assert!(
+            m.contains("refused:") && m.contains("`add_remote_agent` field `exception`"),
+            "{args:?}: {m}"
+        );
+    }
+    let (v, m) = &verdicts(&["check-trace"], &files)["with-read.jsonl"];
+    assert_eq!(v, "rejected", "{m}");
+    if Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        let out = Command::new("python3")
+            .current_dir(&dir)
+            .args([
+                root.join("scripts/v1-trace-truth.py").to_str().unwrap(),
+                "--manifest",
+                ".",
+            ])
+            .output()
+            .expect("run python3");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let manifest: Value = serde_json::from_slice(&out.stdout).expect("the manifest");
+        let entry = |name: &str| {
+            manifest
+                .as_object()
+                .and_then(|m| m.iter().find(|(k, _)| k.ends_with(name)))
+                .map(|(_, v)| v.clone())
+                .unwrap_or_else(|| panic!("{name} in {manifest}"))
+        };
+        assert_eq!(entry("no-read.jsonl")["check"], "refused");
+        assert_eq!(entry("no-read.jsonl")["reason_class"], "handshake");
+        assert_eq!(entry("with-read.jsonl")["check"], "rejected");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The truth script, run on the reproducers, gives their README's verdicts,

@@ -342,7 +342,16 @@ impl TraceCase {
 
         let remotes = link_remotes(path, &mut dlists, &by_handle, remote_events)?;
         let need = |name: &'static str| err(None, TraceErrorKind::MissingEvent(name));
-        let (request_line, request) = request.ok_or_else(|| need("request"))?;
+        let Some((request_line, request)) = request else {
+            // vLLM refused a handshake before any read: no request to judge.
+            if let Some((line, why)) = remotes
+                .iter()
+                .find_map(|r| r.refused.as_ref().map(|why| (r.line, why)))
+            {
+                return Err(err(Some(line), handshake_refused(why)));
+            }
+            return Err(need("request"));
+        };
         let worker = worker.ok_or_else(|| need("make_worker"))?;
         in_pools(&request, &worker, &remotes).map_err(|kind| err(Some(request_line), kind))?;
         Ok(TraceCase {
@@ -580,4 +589,20 @@ fn link_remotes(
         };
     }
     Ok(remotes)
+}
+
+/// The refusal of a trace whose handshake vLLM refused before any read.
+fn handshake_refused(why: &str) -> TraceErrorKind {
+    TraceErrorKind::NotModelled(Box::new(super::error::Refusal {
+        ev: "add_remote_agent",
+        field: "exception".to_string(),
+        value: serde_json::Value::from(why).to_string(),
+        why: "vLLM refused the handshake, so the trace holds no request; a v1 trace does not \
+              carry all the handshake checked (decode's prefix caching among it), so kvgeom \
+              cannot tell whether its connector refuses it too"
+            .to_string(),
+        instead: "record a v2 trace of the geometry instead (`kvgeom sweep --connector vllm \
+                  GEOMETRY --record-traces DIR`), whose judge compares the rejection"
+            .to_string(),
+    }))
 }
