@@ -488,6 +488,44 @@ fn a_v1_handshake_refused_before_any_read_is_refused_naming_it() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// vLLM 0.33.0 raised in the read of the committed decode-logical-larger
+/// case, as kvgeom's model of it refuses the read: that matches; a trace
+/// saying vLLM's read went through differs.
+#[test]
+fn a_read_one_connector_refused_differs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let name = "mla-decode-logical-larger-pull-n9-hit0-mainline-s0-d0.jsonl.gz";
+    let bytes = std::fs::read(root.join(V1_CORPUS).join(name)).expect("corpus file");
+    let text = kvgeom::trace::decompress(Path::new(name), &bytes).expect("gunzip");
+    let text = String::from_utf8(text).expect("utf-8");
+    let dir = scratch("v1-read-refused");
+    let mut edited = String::new();
+    let mut raised = 0;
+    for line in text.lines() {
+        let mut e: Value = serde_json::from_str(line).expect("event");
+        if e["ev"] == "request_done" && !e["exception"].is_null() {
+            e["exception"] = Value::Null;
+            raised += 1;
+        }
+        edited.push_str(&e.to_string());
+        edited.push('\n');
+    }
+    assert_eq!(raised, 1, "the recorded read raised");
+    let original = dir.join("raised.jsonl");
+    std::fs::write(&original, text).expect("write");
+    let went_through = dir.join("went-through.jsonl");
+    std::fs::write(&went_through, edited).expect("write");
+    let got = verdicts(
+        &["diff-trace", "--policy", "vllm-0.33.0"],
+        &[original, went_through],
+    );
+    assert_eq!(got["raised.jsonl"].0, "match", "{:?}", got["raised.jsonl"]);
+    let (v, m) = &got["went-through.jsonl"];
+    assert_eq!(v, "differ", "{m}");
+    assert!(m.contains("the read: vLLM raised none"), "{m}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The truth script, run on the reproducers, gives their README's verdicts,
 /// and on every committed file the truth.json it wrote.
 #[test]
