@@ -1363,3 +1363,136 @@ fn nixl_real_without_the_package_names_what_to_install() {
         "{err}"
     );
 }
+
+/// What the driver touches on vLLM by name, from its sources: every
+/// `receiver._name` (receivers that are the driver's own objects, the
+/// standard library's or NIXL's left out), every `"_name"` string (methods
+/// patched by name, attributes read with `getattr`), and every global it
+/// assigns in vLLM's modules (`base_worker.NAME = ...`, `_torch_utils.NAME
+/// = ...`). Comments are skipped.
+fn driver_names(sources: &[(String, String)]) -> Vec<(String, String)> {
+    const NOT_VLLM: [&str; 6] = ["self", "cls", "sys", "nixl", "executor", "os"];
+    const VLLM_MODULES: [&str; 2] = ["base_worker", "_torch_utils"];
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out: Vec<(String, String)> = Vec::new();
+    let mut add = |file: &str, name: &str| {
+        if !out.iter().any(|(_, n)| n == name) {
+            out.push((file.to_string(), name.to_string()));
+        }
+    };
+    for (file, text) in sources {
+        for line in text.lines() {
+            let code = match line.find('#') {
+                Some(i) if !line[..i].contains('"') => &line[..i],
+                _ => line,
+            };
+            let chars: Vec<char> = code.chars().collect();
+            let word_at = |start: usize| -> String {
+                chars[start..].iter().take_while(|c| ident(**c)).collect()
+            };
+            for (i, c) in chars.iter().enumerate() {
+                if *c == '.' && i > 0 && ident(chars[i - 1]) {
+                    let mut s = i;
+                    while s > 0 && ident(chars[s - 1]) {
+                        s -= 1;
+                    }
+                    let receiver: String = chars[s..i].iter().collect();
+                    let name = word_at(i + 1);
+                    let rest: String = chars[i + 1 + name.len()..].iter().collect();
+                    let rest = rest.trim_start();
+                    let assigned = rest.starts_with('=') && !rest.starts_with("==");
+                    if VLLM_MODULES.contains(&receiver.as_str()) && assigned && !name.is_empty() {
+                        add(file, &name);
+                    } else if name.starts_with('_')
+                        && !name.starts_with("__")
+                        && !NOT_VLLM.contains(&receiver.as_str())
+                        && !receiver.starts_with(char::is_numeric)
+                    {
+                        add(file, &name);
+                    }
+                }
+                if *c == '"' && chars.get(i + 1) == Some(&'_') {
+                    let name = word_at(i + 1);
+                    // "_worker": the standard library's executor thread function.
+                    if !name.starts_with("__")
+                        && name != "_worker"
+                        && chars.get(i + 1 + name.len()) == Some(&'"')
+                    {
+                        add(file, &name);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The names of `driver_names` that `api_check` (the text of
+/// vllm-driver/api_check.py) does not list as a quoted string.
+fn unchecked(sources: &[(String, String)], api_check: &str) -> Vec<String> {
+    driver_names(sources)
+        .into_iter()
+        .filter(|(_, name)| {
+            !api_check.contains(&format!("\"{name}\""))
+                && !api_check.contains(&format!(".{name}\""))
+        })
+        .map(|(file, name)| format!("{file}: {name}"))
+        .collect()
+}
+
+/// Every private attribute and patched global of vLLM the driver touches is
+/// in vllm-driver/api_check.py, so that another vLLM without it is refused
+/// with its name instead of failing in a case. Python-free: it reads the
+/// driver's files. It fails on a copy of the check with one name taken out.
+#[test]
+fn api_check_lists_every_private_name_the_driver_touches() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("vllm-driver");
+    let mut sources = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if name.ends_with(".py") && name != "api_check.py" {
+            sources.push((name, std::fs::read_to_string(&path).unwrap()));
+        }
+    }
+    sources.sort();
+    let check = std::fs::read_to_string(dir.join("api_check.py")).unwrap();
+    let names: Vec<String> = driver_names(&sources).into_iter().map(|(_, n)| n).collect();
+    // The scan finds what it is for: attributes, patched methods, globals.
+    for expected in [
+        "_recving_transfers",
+        "_zero_region_blocks",
+        "_send_registration_to_p",
+        "_has_mamba",
+        "check_nixl_version",
+        "get_current_attn_backends",
+        "zmq_ctx",
+        "PIN_MEMORY",
+    ] {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "{expected} not found by the scan: {names:?}"
+        );
+    }
+    for own in ["_current_frames", "_api", "_threads", "_add", "_TP"] {
+        assert!(
+            !names.iter().any(|n| n == own),
+            "{own} is not vLLM's: {names:?}"
+        );
+    }
+    let missing = unchecked(&sources, &check);
+    assert!(
+        missing.is_empty(),
+        "vllm-driver/api_check.py does not check: {missing:?}"
+    );
+    for name in ["_recving_transfers", "_log_failure", "zmq_ctx"] {
+        let without = check
+            .replace(&format!("\"{name}\""), "\"removed\"")
+            .replace(&format!(".{name}\""), ".removed\"");
+        let found = unchecked(&sources, &without);
+        assert!(
+            found.iter().any(|f| f.ends_with(&format!(": {name}"))),
+            "a check without {name} passes: {found:?}"
+        );
+    }
+}
