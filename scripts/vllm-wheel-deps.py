@@ -10,8 +10,8 @@ printed one requirement a line:
 
     torch <pin>        the torch requirement (installed first, on its own)
     dep <requirement>  a light dependency, installed with its dependencies
-                       (its own extras dropped: `fastapi[standard]` becomes
-                       `fastapi`)
+                       and extras (`fastapi[standard]` brings uvloop, which
+                       vLLM imports)
     nodeps <req>       imported by vLLM's model registry or attention
                        backends, but its own dependencies are GPU-only:
                        installed with --no-deps
@@ -79,7 +79,8 @@ def main(argv):
         if req.marker is not None and not req.marker.evaluate({"extra": ""}):
             continue  # another platform's, or an extra's
         name = canonical(req.name)
-        plain = f"{req.name}{req.specifier}"
+        extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+        plain = f"{req.name}{extras}{req.specifier}"
         why = next((w for pattern, w in SKIP if re.fullmatch(pattern, name)), None)
         if name == "torch":
             print(f"torch {plain}")

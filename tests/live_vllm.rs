@@ -580,14 +580,19 @@ fn a_vllm_without_the_connector_classes_is_named_exit_2() {
     for needed in [
         "vLLM 0.0.1 (",
         "lacks what the driver needs:",
-        "  - vllm.distributed.kv_transfer.kv_connector.v1.nixl.worker.NixlConnectorWorker (the pull worker; the module does not import",
-        "  - vllm.distributed.kv_transfer.kv_connector.v1.nixl.worker.NixlConnectorWorker._read_blocks_for_req (planning a pull;",
+        "  - vllm.distributed.kv_transfer.kv_connector.v1.nixl.worker (the module does not import: ModuleNotFoundError",
+        "vLLM's own import failed; the driver needs from it: NixlConnectorWorker: the pull worker; NixlConnectorWorker.register_kv_caches: registration;",
+        "NixlConnectorWorker._read_blocks_for_req: planning a pull;",
         "  - vllm.config.VllmConfig (the engine config)\n",
-        "  - vllm.v1.worker.utils.allocate_kv_cache (allocating the caches as vLLM does;",
+        "  - vllm.v1.worker.utils (the module does not import",
+        "allocate_kv_cache: allocating the caches as vLLM does",
     ] {
         assert!(err.contains(needed), "{needed:?} not in: {err}");
     }
     assert!(!err.contains("vllm.config.ModelConfig"), "{err}");
+    // One line per module that does not import; a pull sweep needs no push worker.
+    assert_eq!(err.matches("nixl.worker (the module").count(), 1, "{err}");
+    assert!(!err.contains("push_worker"), "{err}");
 }
 
 /// The pinned expectations, without their message texts (vLLM words its
@@ -1495,4 +1500,122 @@ fn api_check_lists_every_private_name_the_driver_touches() {
             "a check without {name} passes: {found:?}"
         );
     }
+}
+
+/// `scripts/install-vllm.sh --version/--source` refuse bad input with exit 2
+/// and the reason, before any download: a directory that is not there or is
+/// no vLLM tree, a version that is no release number, `--venv` alone, and
+/// `.vllm-venv/` as the target. Needs bash only.
+#[test]
+fn install_script_refuses_bad_input_with_exit_2() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let empty = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("not-a-vllm-tree");
+    std::fs::create_dir_all(&empty).unwrap();
+    let empty = empty.to_str().unwrap().to_string();
+    let pinned = root.join(".vllm-venv");
+    let pinned = pinned.to_str().unwrap().to_string();
+    for (args, reason) in [
+        (vec!["--source", "/nonexistent/vllm"], "no such directory"),
+        (vec!["--source", empty.as_str()], "not a vLLM source tree"),
+        (vec!["--version", "latest;rm"], "not a release number"),
+        (vec!["--version"], "--version needs a value"),
+        (
+            vec!["--venv", "/tmp/x"],
+            "--venv goes with --version or --source",
+        ),
+        (
+            vec!["--version", "0.31.0", "--source", "."],
+            "exclude each other",
+        ),
+        (
+            vec!["--version", "0.31.0", "--venv", pinned.as_str()],
+            "holds the pinned vLLM",
+        ),
+        (vec!["--bogus"], "unknown option --bogus"),
+    ] {
+        let out = Command::new("bash")
+            .arg(root.join("scripts/install-vllm.sh"))
+            .args(&args)
+            .output()
+            .expect("run bash");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(reason), "{args:?}: {reason:?} not in {err}");
+        assert!(!err.contains("Traceback"), "{args:?}: {err}");
+    }
+}
+
+/// scripts/vllm-wheel-deps.py sorts a wheel's Requires-Dist: torch on its
+/// own, GPU-only packages and other platforms' and extras' requirements left
+/// out, flashinfer without its dependencies, the light ones kept with their
+/// extras. A made-up wheel plays the vllm wheel; needs a python3.
+#[test]
+fn wheel_dependencies_are_filtered_to_what_cpu_import_needs() {
+    let Some(python3) = ["python3", "python"].into_iter().find(|p| {
+        Command::new(p)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }) else {
+        println!("wheel_dependencies_are_filtered_to_what_cpu_import_needs: skipped: no python3");
+        return;
+    };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("wheel-deps");
+    std::fs::create_dir_all(&dir).unwrap();
+    let wheel = dir.join("vllm-9.9.9-py3-none-any.whl");
+    let metadata = "Metadata-Version: 2.1\\nName: vllm\\nVersion: 9.9.9\\n\
+        Requires-Dist: torch==2.13.0\\nRequires-Dist: numpy\\n\
+        Requires-Dist: fastapi[standard]<0.137.0,>=0.133.0\\n\
+        Requires-Dist: nvidia-cutlass-dsl[cu13]==4.7.1\\nRequires-Dist: torchvision==0.28.0\\n\
+        Requires-Dist: xformers; platform_system == \\\"Linux\\\"\\nRequires-Dist: ray>=2\\n\
+        Requires-Dist: flashinfer-python==0.7.0.post1\\n\
+        Requires-Dist: pywin32; sys_platform == \\\"win32\\\"\\nRequires-Dist: pandas; extra == \\\"bench\\\"\\n";
+    let make = format!(
+        "import zipfile; z = zipfile.ZipFile('{}', 'w'); z.writestr('vllm-9.9.9.dist-info/METADATA', \"{metadata}\"); z.close()",
+        wheel.display()
+    );
+    let made = Command::new(python3).args(["-c", &make]).output().unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(python3)
+        .arg(root.join("scripts/vllm-wheel-deps.py"))
+        .arg(&wheel)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        plan,
+        [
+            "torch torch==2.13.0",
+            "dep numpy",
+            "dep fastapi[standard]<0.137.0,>=0.133.0",
+            "nodeps flashinfer-python==0.7.0.post1",
+            "dep pytest",
+            "dep loguru",
+            "dep nvidia-ml-py",
+        ]
+    );
+    let skipped = String::from_utf8_lossy(&out.stderr);
+    for name in ["nvidia-cutlass-dsl", "torchvision", "xformers", "ray"] {
+        assert!(
+            skipped.contains(&format!("skip {name}")),
+            "{name}: {skipped}"
+        );
+    }
+    assert!(
+        !skipped.contains("pandas") && !skipped.contains("pywin32"),
+        "{skipped}"
+    );
 }

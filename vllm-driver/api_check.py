@@ -166,12 +166,18 @@ def _absent(modes, wanted):
                 modules[name] = e
         return modules[name]
 
+    # A module that does not import is one line, naming what the driver
+    # needed from it.
+    broken = {}
     for module_name, dotted, need, purpose in REQUIRED:
         if not wanted(need):
             continue
         m = module(module_name)
         if isinstance(m, Exception):
-            out.append(f"{module_name}.{dotted} ({purpose}; the module does not import: {type(m).__name__}: {m})")
+            if module_name not in broken:
+                broken[module_name] = []
+                out.append(module_name)
+            broken[module_name].append(f"{dotted}: {purpose}")
             continue
         try:
             _lookup(m, dotted)
@@ -183,10 +189,22 @@ def _absent(modes, wanted):
         m = module(module_name)
         cls = None if isinstance(m, Exception) else getattr(m, cls_name, None)
         if cls is None:
-            continue  # the class itself is reported above
+            continue  # the module or the class itself is reported above
         if not _has_attr(cls, attr):
             out.append(f"{module_name}.{cls_name}.{attr} ({purpose})")
+    for i, item in enumerate(out):
+        if item in broken:
+            e = modules[item]
+            what = "a dependency missing from the venv" if _foreign(e) else "vLLM's own import failed"
+            out[i] = (f"{item} (the module does not import: {type(e).__name__}: {e}; {what}; "
+                      f"the driver needs from it: {'; '.join(broken[item])})")
     return out
+
+
+def _foreign(e):
+    """Whether an import failure is another package's absence, not vLLM's."""
+    name = getattr(e, "name", None) or ""
+    return isinstance(e, ModuleNotFoundError) and name != "vllm" and not name.startswith("vllm.")
 
 
 def missing(modes=("pull", "push")):
