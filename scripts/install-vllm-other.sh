@@ -161,7 +161,10 @@ install_other() {
     store_install --deps "${torch_req}"
     note "${torch_req} in $(($(date +%s) - t0)) s"
     note "installing $(basename "${wheel}") without its dependencies"
-    other_pip install -q --no-deps --force-reinstall "${wheel}" >"${log}" 2>&1 || {
+    # A source tree's wheel keeps its version across changes: reinstall it.
+    local force=()
+    [[ "${kind}" == source ]] && force=(--force-reinstall)
+    other_pip install -q --no-deps "${force[@]}" "${wheel}" >"${log}" 2>&1 || {
         echo "install-vllm: error: pip could not install ${wheel}:" >&2
         log_tail "${log}" >&2
         exit 2
@@ -178,6 +181,12 @@ install_other() {
         echo "install-vllm: error: ${what} was installed in ${VENV} but does not import:" >&2
         log_tail "${log}" >&2
         exit 2
+    fi
+    # The driver's NIXL modules: a release without them installs, and the
+    # driver names what it lacks (vllm-driver/api_check.py).
+    if ! "${VENV}/bin/python" -c 'import vllm.distributed.kv_transfer.kv_connector.v1.nixl.worker' >"${log}" 2>&1; then
+        note "note: vLLM's NIXL worker module does not import in ${VENV}; the driver will refuse it, naming what is missing:"
+        grep -E '^[A-Za-z]*(Error|Exception)' "${log}" | tail -n 1 | sed 's/^/    /' >&2
     fi
     local versions
     versions="$("${VENV}/bin/python" -c 'import torch, vllm; print(f"torch=={torch.__version__} vllm=={vllm.__version__}")' 2>/dev/null)" ||

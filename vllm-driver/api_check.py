@@ -207,10 +207,47 @@ def _foreign(e):
     return isinstance(e, ModuleNotFoundError) and name != "vllm" and not name.startswith("vllm.")
 
 
-def missing(modes=("pull", "push")):
+def nixl_calls(package=NIXL):
+    """The NIXL agent methods vLLM's connector calls (`nixl_wrapper.NAME(`
+    in the package's sources, read as text), sorted; empty when the package
+    is not there."""
+    import importlib.util
+    import os
+
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return []
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    names = set()
+    for folder in spec.submodule_search_locations:
+        for file in sorted(os.listdir(folder)):
+            if file.endswith(".py"):
+                with open(os.path.join(folder, file), encoding="utf-8") as f:
+                    names |= set(re.findall(r"\bnixl_wrapper\.([A-Za-z_]\w*)\(", f.read()))
+    return sorted(names)
+
+
+def unserved_nixl_calls(wrapper_cls, package=NIXL):
+    """The NIXL methods vLLM calls that `wrapper_cls` (the driver's stand-in
+    or its real-NIXL wrapper) does not implement, as missing-piece lines."""
+    return [
+        f"{package}: vLLM calls nixl_wrapper.{name}(), which the driver's {wrapper_cls.__name__} "
+        "does not implement (the NIXL agent surface of another vLLM)"
+        for name in nixl_calls(package)
+        if not hasattr(wrapper_cls, name)
+    ]
+
+
+def missing(modes=("pull", "push"), wrapper_cls=None):
     """Every name the installed vLLM lacks that the batch's case `modes`
-    need, as `module.name (purpose)` strings, in table order."""
-    return _absent(modes, lambda need: _needed(need, modes))
+    need, as `module.name (purpose)` strings, in table order; then every
+    NIXL method it calls that `wrapper_cls` (when given) lacks."""
+    out = _absent(modes, lambda need: _needed(need, modes))
+    if wrapper_cls is not None:
+        out += unserved_nixl_calls(wrapper_cls)
+    return out
 
 
 def optional():

@@ -151,7 +151,15 @@ def main(argv):
     import api_check
 
     modes = sorted({c.get("mode") for c in batch.get("cases", [])} & {"pull", "push"})
-    lacking = api_check.missing(modes)
+    if nixl == "real":
+        import real_nixl
+
+        wrapper_cls = real_nixl.RealNixlWrapper
+    else:
+        import fake_nixl
+
+        wrapper_cls = fake_nixl.FakeNixlWrapper
+    lacking = api_check.missing(modes, wrapper_cls)
     if lacking:
         return refuse(lacking)
     checks = batch.get("block_checks") or []
