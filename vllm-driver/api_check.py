@@ -54,6 +54,8 @@ REQUIRED = [
     (BASE, "get_current_attn_backends", "all", "faking the attention backend"),
     (BASE, "zmq_ctx", "push", "answering a push handshake in process"),
     ("vllm.utils.torch_utils", "PIN_MEMORY", "optional", "switching pinned staging memory off"),
+    ("vllm.utils.torch_utils", "is_pin_memory_available", "optional",
+     "switching pinned staging memory off (releases before PIN_MEMORY)"),
     (f"{NIXL}.metadata", "NixlAgentMetadata", "all", "the handshake metadata"),
     (f"{NIXL}.metadata", "RemoteMeta", "all", "a request's remote side"),
     (f"{NIXL}.metadata", "ReqMeta", "all", "a request"),

@@ -131,6 +131,9 @@ base_worker.current_platform = _Platform()
 import vllm.utils.torch_utils as _torch_utils  # noqa: E402
 
 _torch_utils.PIN_MEMORY = False
+# Releases before PIN_MEMORY (e.g. 0.32.0) ask this function each time.
+if hasattr(_torch_utils, "is_pin_memory_available"):
+    _torch_utils.is_pin_memory_available = lambda: False
 
 _MODEL_DIR = [None]
 
