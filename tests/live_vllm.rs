@@ -1406,13 +1406,13 @@ fn driver_names(sources: &[(String, String)]) -> Vec<(String, String)> {
                     let rest: String = chars[i + 1 + name.len()..].iter().collect();
                     let rest = rest.trim_start();
                     let assigned = rest.starts_with('=') && !rest.starts_with("==");
-                    if VLLM_MODULES.contains(&receiver.as_str()) && assigned && !name.is_empty() {
-                        add(file, &name);
-                    } else if name.starts_with('_')
+                    let patched_global =
+                        VLLM_MODULES.contains(&receiver.as_str()) && assigned && !name.is_empty();
+                    let private = name.starts_with('_')
                         && !name.starts_with("__")
                         && !NOT_VLLM.contains(&receiver.as_str())
-                        && !receiver.starts_with(char::is_numeric)
-                    {
+                        && !receiver.starts_with(char::is_numeric);
+                    if patched_global || private {
                         add(file, &name);
                     }
                 }
