@@ -114,24 +114,24 @@ install_other() {
         if ! "${PYTHON}" -m pip --disable-pip-version-check download --no-deps --find-links "${WHEEL_STORE}" -d "${WHEEL_STORE}" "${what}" >"${log}" 2>&1; then
             if grep -q -e "No matching distribution" -e "Could not find a version" "${log}"; then
                 local known
-                known="$(grep -o 'from versions: .*)' "${log}" | sed -e 's/^from versions: //' -e 's/)$//' | tr ',' '\n' | tail -n 6 | tr -d ' ' | paste -sd' ' -)"
+                known="$({ grep -o 'from versions: .*)' "${log}" || true; } | sed -e 's/^from versions: //' -e 's/)$//' | tr ',' '\n' | tail -n 6 | tr -d ' ' | paste -sd' ' -)"
                 bad "${what} is not on PyPI (its latest releases there: ${known:-none listed})"
             fi
             echo "install-vllm: error: pip could not download ${what}:" >&2
             log_tail "${log}" >&2
             exit 2
         fi
-        wheel="$(ls -t "${WHEEL_STORE}"/vllm-"${OTHER_VERSION}"-*.whl 2>/dev/null | head -n 1)"
+        wheel="$({ ls -t "${WHEEL_STORE}"/vllm-"${OTHER_VERSION}"-*.whl 2>/dev/null || true; } | head -n 1)"
         [[ -n "${wheel}" ]] || bad "pip downloaded ${what} but no vllm-${OTHER_VERSION}-*.whl is in ${WHEEL_STORE} (an sdist only? use --source)"
         make_venv
     else
-        make_venv
         # setup.py imports torch: install the pin of the tree's build
         # requirements first, with the build tools (no build isolation).
         local torch_pin
-        torch_pin="$(grep -o -E '"torch *== *[0-9][0-9a-z.+]*"' "${OTHER_SOURCE}/pyproject.toml" 2>/dev/null | head -n 1 | tr -d '" ')"
-        [[ -n "${torch_pin}" ]] || torch_pin="$(grep -h -o -E '^torch *== *[0-9][0-9a-z.+]*' "${OTHER_SOURCE}"/requirements/cuda.txt "${OTHER_SOURCE}"/requirements/build.txt 2>/dev/null | head -n 1 | tr -d ' ')"
-        [[ -n "${torch_pin}" ]] || bad "--source ${OTHER_SOURCE}: no torch==X pin in pyproject.toml or requirements/cuda.txt"
+        torch_pin="$({ grep -o -E '"torch *== *[0-9][0-9a-z.+]*"' "${OTHER_SOURCE}/pyproject.toml" 2>/dev/null || true; } | head -n 1 | tr -d '" ')"
+        [[ -n "${torch_pin}" ]] || torch_pin="$({ grep -h -o -E '^torch *== *[0-9][0-9a-z.+]*' "${OTHER_SOURCE}"/requirements/cuda.txt "${OTHER_SOURCE}"/requirements/build.txt 2>/dev/null || true; } | head -n 1 | tr -d ' ')"
+        [[ -n "${torch_pin}" ]] || bad "--source ${OTHER_SOURCE}: no torch==X pin in pyproject.toml or requirements/{cuda,build}.txt; not a vLLM source tree"
+        make_venv
         note "installing ${torch_pin} and the build tools (the tree's setup.py imports torch)"
         store_install --deps "${torch_pin}"
         store_install --deps "setuptools>=77.0.3,<81" "setuptools-scm>=8" wheel packaging jinja2 cmake ninja
@@ -141,7 +141,7 @@ install_other() {
             log_tail "${log}" 12 >&2
             exit 2
         fi
-        wheel="$(ls "${wheels}"/vllm-*.whl 2>/dev/null | head -n 1)"
+        wheel="$({ ls "${wheels}"/vllm-*.whl 2>/dev/null || true; } | head -n 1)"
         [[ -n "${wheel}" ]] || bad "${OTHER_SOURCE} built, but no vllm-*.whl came out (not a vLLM tree?)"
     fi
 
