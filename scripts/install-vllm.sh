@@ -4,6 +4,19 @@
 # reference test in tests/derive.rs.
 #
 # Usage: scripts/install-vllm.sh [--nixl]
+#        scripts/install-vllm.sh --version X [--venv DIR] [--nixl]
+#        scripts/install-vllm.sh --source DIR [--venv DIR] [--nixl]
+#
+# --version X installs the release vllm==X from PyPI into .vllm-venvs/X/ (or
+# --venv DIR); --source DIR installs a vLLM git checkout or unpacked sdist,
+# Python only (VLLM_TARGET_DEVICE=empty, pip --no-build-isolation --no-deps),
+# into .vllm-venvs/src-<name>/. Neither touches .vllm-venv/. Each takes the
+# torch pin and the light dependencies from the vllm wheel's own metadata
+# (Requires-Dist, filtered by scripts/vllm-wheel-deps.py to what CPU-side
+# import needs), and keeps every wheel it downloads in .vllm-venvs/.wheels/,
+# so a second venv with the same torch pin downloads no torch. The torch that
+# was installed is written to the venv's .kvgeom-torch. A release not on PyPI,
+# a tree that does not build, or a vLLM that does not import is exit 2.
 #
 # Pinned: torch==2.14.0, the vllm==0.33.0 wheel installed with --no-deps, and
 # the light dependencies vLLM's config and KV-cache code imports. Downloads a
@@ -61,17 +74,43 @@ elapsed() {
     echo "$(($(date +%s) - START)) s"
 }
 
+USAGE="usage: scripts/install-vllm.sh [--nixl] | --version X [--venv DIR] [--nixl] | --source DIR [--venv DIR] [--nixl]"
+# Bad input to --version / --source / --venv: exit 2 with the reason.
+bad() {
+    echo "install-vllm: error: $*" >&2
+    exit 2
+}
+
 WITH_NIXL=0
-for arg in "$@"; do
-    case "${arg}" in
+OTHER_VERSION=""
+OTHER_SOURCE=""
+OTHER_VENV=""
+while (($#)); do
+    case "$1" in
     --nixl) WITH_NIXL=1 ;;
+    --version | --source | --venv)
+        (($# >= 2)) && [[ -n "$2" ]] || bad "$1 needs a value (${USAGE})"
+        case "$1" in
+        --version) OTHER_VERSION="$2" ;;
+        --source) OTHER_SOURCE="$2" ;;
+        --venv) OTHER_VENV="$2" ;;
+        esac
+        shift
+        ;;
     -h | --help)
         sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'
         exit 0
         ;;
-    *) die "unknown option ${arg} (usage: scripts/install-vllm.sh [--nixl])" ;;
+    *) bad "unknown option $1 (${USAGE})" ;;
     esac
+    shift
 done
+if [[ -n "${OTHER_VERSION}" && -n "${OTHER_SOURCE}" ]]; then
+    bad "--version and --source exclude each other (${USAGE})"
+fi
+if [[ -n "${OTHER_VENV}" && -z "${OTHER_VERSION}${OTHER_SOURCE}" ]]; then
+    bad "--venv goes with --version or --source; plain install-vllm.sh always installs .vllm-venv/ (${USAGE})"
+fi
 
 # The nixl wheels, into a venv that has vLLM (idempotent: a matching stamp
 # and an importable nixl._api return at once).
@@ -102,6 +141,16 @@ command -v "${PYTHON}" >/dev/null ||
     die "${PYTHON} not found; install Python 3.10-3.13 (or set PYTHON=/path/to/python3)"
 "${PYTHON}" -c 'import venv, ensurepip' 2>/dev/null ||
     die "${PYTHON} lacks the venv/ensurepip modules (Debian/Ubuntu: apt-get install python3-venv)"
+
+if [[ -n "${OTHER_VERSION}${OTHER_SOURCE}" ]]; then
+    # shellcheck source=scripts/install-vllm-other.sh
+    source "${ROOT}/scripts/install-vllm-other.sh"
+    install_other
+    if ((WITH_NIXL)); then
+        install_nixl
+    fi
+    exit 0
+fi
 
 if [[ -f "${STAMP}" && "$(cat "${STAMP}")" == "${STAMP_TEXT}" ]] &&
     "${VENV}/bin/python" -c 'import importlib.metadata as m; assert m.version("vllm") == "'"${VLLM_VERSION}"'"' 2>/dev/null; then

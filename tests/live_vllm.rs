@@ -580,14 +580,19 @@ fn a_vllm_without_the_connector_classes_is_named_exit_2() {
     for needed in [
         "vLLM 0.0.1 (",
         "lacks what the driver needs:",
-        "  - vllm.distributed.kv_transfer.kv_connector.v1.nixl.worker.NixlConnectorWorker (the pull worker; the module does not import",
-        "  - vllm.distributed.kv_transfer.kv_connector.v1.nixl.worker.NixlConnectorWorker._read_blocks_for_req (planning a pull;",
+        "  - vllm.distributed.kv_transfer.kv_connector.v1.nixl.worker (the module does not import: ModuleNotFoundError",
+        "vLLM's own import failed; the driver needs from it: NixlConnectorWorker: the pull worker; NixlConnectorWorker.register_kv_caches: registration;",
+        "NixlConnectorWorker._read_blocks_for_req: planning a pull;",
         "  - vllm.config.VllmConfig (the engine config)\n",
-        "  - vllm.v1.worker.utils.allocate_kv_cache (allocating the caches as vLLM does;",
+        "  - vllm.v1.worker.utils (the module does not import",
+        "allocate_kv_cache: allocating the caches as vLLM does",
     ] {
         assert!(err.contains(needed), "{needed:?} not in: {err}");
     }
     assert!(!err.contains("vllm.config.ModelConfig"), "{err}");
+    // One line per module that does not import; a pull sweep needs no push worker.
+    assert_eq!(err.matches("nixl.worker (the module").count(), 1, "{err}");
+    assert!(!err.contains("push_worker"), "{err}");
 }
 
 /// The pinned expectations, without their message texts (vLLM words its
@@ -1361,5 +1366,256 @@ fn nixl_real_without_the_package_names_what_to_install() {
     assert!(
         err.contains("--nixl selects what moves the bytes of vLLM's connector"),
         "{err}"
+    );
+}
+
+/// What the driver touches on vLLM by name, from its sources: every
+/// `receiver._name` (receivers that are the driver's own objects, the
+/// standard library's or NIXL's left out), every `"_name"` string (methods
+/// patched by name, attributes read with `getattr`), and every global it
+/// assigns in vLLM's modules (`base_worker.NAME = ...`, `_torch_utils.NAME
+/// = ...`). Comments are skipped.
+fn driver_names(sources: &[(String, String)]) -> Vec<(String, String)> {
+    const NOT_VLLM: [&str; 6] = ["self", "cls", "sys", "nixl", "executor", "os"];
+    const VLLM_MODULES: [&str; 2] = ["base_worker", "_torch_utils"];
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out: Vec<(String, String)> = Vec::new();
+    let mut add = |file: &str, name: &str| {
+        if !out.iter().any(|(_, n)| n == name) {
+            out.push((file.to_string(), name.to_string()));
+        }
+    };
+    for (file, text) in sources {
+        for line in text.lines() {
+            let code = match line.find('#') {
+                Some(i) if !line[..i].contains('"') => &line[..i],
+                _ => line,
+            };
+            let chars: Vec<char> = code.chars().collect();
+            let word_at = |start: usize| -> String {
+                chars[start..].iter().take_while(|c| ident(**c)).collect()
+            };
+            for (i, c) in chars.iter().enumerate() {
+                if *c == '.' && i > 0 && ident(chars[i - 1]) {
+                    let mut s = i;
+                    while s > 0 && ident(chars[s - 1]) {
+                        s -= 1;
+                    }
+                    let receiver: String = chars[s..i].iter().collect();
+                    let name = word_at(i + 1);
+                    let rest: String = chars[i + 1 + name.len()..].iter().collect();
+                    let rest = rest.trim_start();
+                    let assigned = rest.starts_with('=') && !rest.starts_with("==");
+                    let patched_global =
+                        VLLM_MODULES.contains(&receiver.as_str()) && assigned && !name.is_empty();
+                    let private = name.starts_with('_')
+                        && !name.starts_with("__")
+                        && !NOT_VLLM.contains(&receiver.as_str())
+                        && !receiver.starts_with(char::is_numeric);
+                    if patched_global || private {
+                        add(file, &name);
+                    }
+                }
+                if *c == '"' && chars.get(i + 1) == Some(&'_') {
+                    let name = word_at(i + 1);
+                    // "_worker": the standard library's executor thread function.
+                    if !name.starts_with("__")
+                        && name != "_worker"
+                        && chars.get(i + 1 + name.len()) == Some(&'"')
+                    {
+                        add(file, &name);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The names of `driver_names` that `api_check` (the text of
+/// vllm-driver/api_check.py) does not list as a quoted string.
+fn unchecked(sources: &[(String, String)], api_check: &str) -> Vec<String> {
+    driver_names(sources)
+        .into_iter()
+        .filter(|(_, name)| {
+            !api_check.contains(&format!("\"{name}\""))
+                && !api_check.contains(&format!(".{name}\""))
+        })
+        .map(|(file, name)| format!("{file}: {name}"))
+        .collect()
+}
+
+/// Every private attribute and patched global of vLLM the driver touches is
+/// in vllm-driver/api_check.py, so that another vLLM without it is refused
+/// with its name instead of failing in a case. Python-free: it reads the
+/// driver's files. It fails on a copy of the check with one name taken out.
+#[test]
+fn api_check_lists_every_private_name_the_driver_touches() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("vllm-driver");
+    let mut sources = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if name.ends_with(".py") && name != "api_check.py" {
+            sources.push((name, std::fs::read_to_string(&path).unwrap()));
+        }
+    }
+    sources.sort();
+    let check = std::fs::read_to_string(dir.join("api_check.py")).unwrap();
+    let names: Vec<String> = driver_names(&sources).into_iter().map(|(_, n)| n).collect();
+    // The scan finds what it is for: attributes, patched methods, globals.
+    for expected in [
+        "_recving_transfers",
+        "_zero_region_blocks",
+        "_send_registration_to_p",
+        "_has_mamba",
+        "check_nixl_version",
+        "get_current_attn_backends",
+        "zmq_ctx",
+        "PIN_MEMORY",
+    ] {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "{expected} not found by the scan: {names:?}"
+        );
+    }
+    for own in ["_current_frames", "_api", "_threads", "_add", "_TP"] {
+        assert!(
+            !names.iter().any(|n| n == own),
+            "{own} is not vLLM's: {names:?}"
+        );
+    }
+    let missing = unchecked(&sources, &check);
+    assert!(
+        missing.is_empty(),
+        "vllm-driver/api_check.py does not check: {missing:?}"
+    );
+    for name in ["_recving_transfers", "_log_failure", "zmq_ctx"] {
+        let without = check
+            .replace(&format!("\"{name}\""), "\"removed\"")
+            .replace(&format!(".{name}\""), ".removed\"");
+        let found = unchecked(&sources, &without);
+        assert!(
+            found.iter().any(|f| f.ends_with(&format!(": {name}"))),
+            "a check without {name} passes: {found:?}"
+        );
+    }
+}
+
+/// `scripts/install-vllm.sh --version/--source` refuse bad input with exit 2
+/// and the reason, before any download: a directory that is not there or is
+/// no vLLM tree, a version that is no release number, `--venv` alone, and
+/// `.vllm-venv/` as the target. Needs bash only.
+#[test]
+fn install_script_refuses_bad_input_with_exit_2() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let empty = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("not-a-vllm-tree");
+    std::fs::create_dir_all(&empty).unwrap();
+    let empty = empty.to_str().unwrap().to_string();
+    let pinned = root.join(".vllm-venv");
+    let pinned = pinned.to_str().unwrap().to_string();
+    for (args, reason) in [
+        (vec!["--source", "/nonexistent/vllm"], "no such directory"),
+        (vec!["--source", empty.as_str()], "not a vLLM source tree"),
+        (vec!["--version", "latest;rm"], "not a release number"),
+        (vec!["--version"], "--version needs a value"),
+        (
+            vec!["--venv", "/tmp/x"],
+            "--venv goes with --version or --source",
+        ),
+        (
+            vec!["--version", "0.31.0", "--source", "."],
+            "exclude each other",
+        ),
+        (
+            vec!["--version", "0.31.0", "--venv", pinned.as_str()],
+            "holds the pinned vLLM",
+        ),
+        (vec!["--bogus"], "unknown option --bogus"),
+    ] {
+        let out = Command::new("bash")
+            .arg(root.join("scripts/install-vllm.sh"))
+            .args(&args)
+            .output()
+            .expect("run bash");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(reason), "{args:?}: {reason:?} not in {err}");
+        assert!(!err.contains("Traceback"), "{args:?}: {err}");
+    }
+}
+
+/// scripts/vllm-wheel-deps.py sorts a wheel's Requires-Dist: torch on its
+/// own, GPU-only packages and other platforms' and extras' requirements left
+/// out, flashinfer without its dependencies, the light ones kept with their
+/// extras. A made-up wheel plays the vllm wheel; needs a python3.
+#[test]
+fn wheel_dependencies_are_filtered_to_what_cpu_import_needs() {
+    let Some(python3) = ["python3", "python"].into_iter().find(|p| {
+        Command::new(p)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }) else {
+        println!("wheel_dependencies_are_filtered_to_what_cpu_import_needs: skipped: no python3");
+        return;
+    };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("wheel-deps");
+    std::fs::create_dir_all(&dir).unwrap();
+    let wheel = dir.join("vllm-9.9.9-py3-none-any.whl");
+    let metadata = "Metadata-Version: 2.1\\nName: vllm\\nVersion: 9.9.9\\n\
+        Requires-Dist: torch==2.13.0\\nRequires-Dist: numpy\\n\
+        Requires-Dist: fastapi[standard]<0.137.0,>=0.133.0\\n\
+        Requires-Dist: nvidia-cutlass-dsl[cu13]==4.7.1\\nRequires-Dist: torchvision==0.28.0\\n\
+        Requires-Dist: xformers; platform_system == \\\"Linux\\\"\\nRequires-Dist: ray>=2\\n\
+        Requires-Dist: flashinfer-python==0.7.0.post1\\n\
+        Requires-Dist: pywin32; sys_platform == \\\"win32\\\"\\nRequires-Dist: pandas; extra == \\\"bench\\\"\\n";
+    let make = format!(
+        "import zipfile; z = zipfile.ZipFile('{}', 'w'); z.writestr('vllm-9.9.9.dist-info/METADATA', \"{metadata}\"); z.close()",
+        wheel.display()
+    );
+    let made = Command::new(python3).args(["-c", &make]).output().unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(python3)
+        .arg(root.join("scripts/vllm-wheel-deps.py"))
+        .arg(&wheel)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        plan,
+        [
+            "torch torch==2.13.0",
+            "dep numpy",
+            "dep fastapi[standard]<0.137.0,>=0.133.0",
+            "nodeps flashinfer-python==0.7.0.post1",
+            "dep pytest",
+            "dep loguru",
+            "dep nvidia-ml-py",
+        ]
+    );
+    let skipped = String::from_utf8_lossy(&out.stderr);
+    for name in ["nvidia-cutlass-dsl", "torchvision", "xformers", "ray"] {
+        assert!(
+            skipped.contains(&format!("skip {name}")),
+            "{name}: {skipped}"
+        );
+    }
+    assert!(
+        !skipped.contains("pandas") && !skipped.contains("pywin32"),
+        "{skipped}"
     );
 }

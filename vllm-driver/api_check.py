@@ -1,47 +1,127 @@
 """What the driver needs from the vLLM it runs, checked before any case.
 
-Another vLLM (a branch, an open pull request) may have moved or renamed
-what the driver drives. `missing()` imports each module and looks up each
-name without running anything, and returns every one that is absent with
-what the driver uses it for, so that kvgeom can name them all at once
-instead of failing on the first import.
+Another vLLM (an older release, a branch, an open pull request) may have
+moved, renamed or never had what the driver drives. `missing()` imports
+each module and looks up each name without running anything, and returns
+every one that is absent with what the driver uses it for, so that kvgeom
+can name them all at once instead of failing on the first import.
+
+Three kinds of entry:
+
+- `REQUIRED`: modules, classes, functions and methods, looked up by name.
+- `ATTRS`: attributes of a vLLM object that the driver reads, writes or
+  replaces (most of them private, set in `__init__`), looked up on the
+  class (a method, a property) or else found as `self.<name>` in the
+  source of the class or one of its bases; nothing is built.
+- each entry's `need`: `"all"` (every case), `"pull"` or `"push"` (only
+  when the batch has a case of that mode), or `"optional"` (the driver
+  checks for it where it uses it and does without: `optional()` says what
+  is lost).
+
+Every private name the driver touches on a vLLM object is in one of these
+tables; `tests/live_vllm.rs` scans the driver's files and fails when one
+is not.
 """
 
 import importlib
+import inspect
+import re
 
 NIXL = "vllm.distributed.kv_transfer.kv_connector.v1.nixl"
+BASE = f"{NIXL}.base_worker"
+PULL = f"{NIXL}.worker"
+PUSH = f"{NIXL}.push_worker"
 
-# (module, dotted name in it, what the driver uses it for)
+# (module, dotted name in it, need, what the driver uses it for)
 REQUIRED = [
-    (f"{NIXL}.worker", "NixlConnectorWorker", "the pull worker"),
-    (f"{NIXL}.worker", "NixlConnectorWorker.register_kv_caches", "registration"),
-    (f"{NIXL}.worker", "NixlConnectorWorker.add_remote_agent", "the handshake"),
-    (f"{NIXL}.worker", "NixlConnectorWorker._read_blocks_for_req", "planning a pull"),
-    (f"{NIXL}.worker", "NixlConnectorWorker.get_finished", "completion and the receive post-process"),
-    (f"{NIXL}.push_worker", "NixlPushConnectorWorker", "the push worker"),
-    (f"{NIXL}.push_worker", "NixlPushConnectorWorker.start_load_kv", "handing a push its request"),
-    (f"{NIXL}.push_worker", "NixlPushConnectorWorker.get_transfer_results", "push completion"),
-    (f"{NIXL}.push_worker", "NixlPushConnectorWorker.shutdown", "stopping a push worker's threads"),
-    (f"{NIXL}.base_worker", "NixlWrapper", "replacing NIXL with the stand-in"),
-    (f"{NIXL}.base_worker", "current_platform", "faking the platform"),
-    (f"{NIXL}.base_worker", "get_tensor_model_parallel_rank", "faking the TP group"),
-    (f"{NIXL}.base_worker", "get_tensor_model_parallel_world_size", "faking the TP group"),
-    (f"{NIXL}.metadata", "NixlAgentMetadata", "the handshake metadata"),
-    (f"{NIXL}.metadata", "RemoteMeta", "a request's remote side"),
-    (f"{NIXL}.metadata", "ReqMeta", "a request"),
-    (f"{NIXL}.metadata", "NixlConnectorMetadata", "a push step's scheduler output"),
-    (f"{NIXL}.metadata", "GET_META_MSG", "answering a push handshake"),
-    (f"{NIXL}.metadata", "PUSH_REG_NOTIF_PREFIX", "decode's push registration"),
-    ("vllm.v1.kv_cache_interface", "KVCacheConfig", "the KV cache tensors"),
-    ("vllm.v1.kv_cache_interface", "KVCacheTensor", "the KV cache tensors"),
-    ("vllm.v1.kv_cache_interface", "KVCacheGroupSpec", "the KV cache groups"),
-    ("vllm.v1.kv_cache_interface", "FullAttentionSpec", "full-attention layers"),
-    ("vllm.v1.kv_cache_interface", "MLAAttentionSpec", "MLA layers"),
-    ("vllm.v1.kv_cache_layout", "KVCacheLayout", "the page layout"),
-    ("vllm.v1.worker.utils", "allocate_kv_cache", "allocating the caches as vLLM does"),
-    ("vllm.config", "VllmConfig", "the engine config"),
-    ("vllm.config", "ModelConfig", "the engine config"),
+    (PULL, "NixlConnectorWorker", "all", "the pull worker"),
+    (PULL, "NixlConnectorWorker.register_kv_caches", "all", "registration"),
+    (PULL, "NixlConnectorWorker.add_remote_agent", "pull", "the handshake"),
+    (PULL, "NixlConnectorWorker._read_blocks_for_req", "pull", "planning a pull"),
+    (PULL, "NixlConnectorWorker.get_finished", "pull", "completion and the receive post-process"),
+    (PULL, "NixlConnectorWorker._logical_to_kernel_block_ids", "pull", "a request's kernel block ids"),
+    (PULL, "NixlConnectorWorker.shutdown", "all", "releasing a case's handles and registrations"),
+    (PUSH, "NixlPushConnectorWorker", "push", "the push worker"),
+    (PUSH, "NixlPushConnectorWorker.start_load_kv", "push", "handing a push its request"),
+    (PUSH, "NixlPushConnectorWorker.get_transfer_results", "push", "push completion"),
+    (PUSH, "NixlPushConnectorWorker.shutdown", "push", "stopping a push worker's threads"),
+    # Module globals the driver replaces.
+    (BASE, "NixlWrapper", "all", "replacing NIXL with the stand-in"),
+    (BASE, "check_nixl_version", "optional", "skipped for the stand-in (patched only where vLLM has it)"),
+    (BASE, "current_platform", "all", "faking the platform"),
+    (BASE, "get_tensor_model_parallel_rank", "all", "faking the TP group"),
+    (BASE, "get_tensor_model_parallel_world_size", "all", "faking the TP group"),
+    (BASE, "get_current_attn_backends", "all", "faking the attention backend"),
+    (BASE, "zmq_ctx", "push", "answering a push handshake in process"),
+    ("vllm.utils.torch_utils", "PIN_MEMORY", "optional", "switching pinned staging memory off"),
+    ("vllm.utils.torch_utils", "is_pin_memory_available", "optional",
+     "switching pinned staging memory off (releases before PIN_MEMORY)"),
+    (f"{NIXL}.metadata", "NixlAgentMetadata", "all", "the handshake metadata"),
+    (f"{NIXL}.metadata", "RemoteMeta", "all", "a request's remote side"),
+    (f"{NIXL}.metadata", "ReqMeta", "all", "a request"),
+    (f"{NIXL}.metadata", "NixlConnectorMetadata", "push", "a push step's scheduler output"),
+    (f"{NIXL}.metadata", "GET_META_MSG", "push", "answering a push handshake"),
+    (f"{NIXL}.metadata", "PUSH_REG_NOTIF_PREFIX", "push", "decode's push registration"),
+    ("vllm.distributed.kv_transfer.kv_connector.v1.ssm_conv_transfer_utils", "derive_mamba_conv_split", "optional",
+     "checking the conv decomposition of a hybrid (hybrid cases need it)"),
+    ("vllm.v1.kv_cache_interface", "KVCacheConfig", "all", "the KV cache tensors"),
+    ("vllm.v1.kv_cache_interface", "KVCacheTensor", "all", "the KV cache tensors"),
+    ("vllm.v1.kv_cache_interface", "KVCacheGroupSpec", "all", "the KV cache groups"),
+    ("vllm.v1.kv_cache_interface", "FullAttentionSpec", "all", "full-attention layers"),
+    ("vllm.v1.kv_cache_interface", "MLAAttentionSpec", "all", "MLA layers"),
+    ("vllm.v1.kv_cache_interface", "MambaSpec", "optional", "mamba layers (hybrid cases need it)"),
+    ("vllm.v1.kv_cache_layout", "KVCacheLayout", "all", "the page layout"),
+    ("vllm.v1.worker.utils", "allocate_kv_cache", "all", "allocating the caches as vLLM does"),
+    ("vllm.config", "VllmConfig", "all", "the engine config"),
+    ("vllm.config", "ModelConfig", "all", "the engine config"),
 ]
+
+# (module, class, attribute, need, what the driver does with it)
+ATTRS = [
+    (PULL, "NixlConnectorWorker", "xfer_handshake_metadata", "all", "the prefill rank's handshake payload"),
+    (PULL, "NixlConnectorWorker", "nixl_wrapper", "all", "the worker's NIXL agent"),
+    (PULL, "NixlConnectorWorker", "_remote_agents", "pull", "recording a finished handshake"),
+    (PULL, "NixlConnectorWorker", "_engine_clock_offset", "pull", "recording a finished handshake"),
+    (PULL, "NixlConnectorWorker", "_physical_blocks_per_logical_kv_block", "pull", "a request's kernel block ids"),
+    (PULL, "NixlConnectorWorker", "_recving_metadata", "pull", "handing decode its request"),
+    (PULL, "NixlConnectorWorker", "_recving_transfers", "pull", "waiting for real NIXL's reads"),
+    (PULL, "NixlConnectorWorker", "post_process_device_kv_on_receive", "optional",
+     "recording the receive post-process calls (patched)"),
+    (PULL, "NixlConnectorWorker", "_zero_region_blocks", "optional",
+     "recording the region-mapped zeroing calls (patched)"),
+    (PULL, "NixlConnectorWorker", "kv_caches_base_addr", "optional", "the v1 trace's base addresses"),
+    (PULL, "NixlConnectorWorker", "dst_num_blocks", "optional", "the v1 trace's handshakes"),
+    (PULL, "NixlConnectorWorker", "dst_region_num_blocks", "optional", "the v1 trace's handshakes"),
+    (PUSH, "NixlPushConnectorWorker", "_log_failure", "push", "recording what vLLM only logs (patched)"),
+    (PUSH, "NixlPushConnectorWorker", "add_remote_agent", "push", "recording the handshakes (patched)"),
+    (PUSH, "NixlPushConnectorWorker", "_add_notif_only_remote_agent", "push", "recording the handshakes (patched)"),
+    (PUSH, "NixlPushConnectorWorker", "_do_start_push_kv", "push", "recording a writer thread's exception (patched)"),
+    (PUSH, "NixlPushConnectorWorker", "_send_registration_to_p", "push",
+     "recording a writer thread's exception (patched)"),
+    (PUSH, "NixlPushConnectorWorker", "_handshake_futures", "push", "telling a settled push from a busy one"),
+    (PUSH, "NixlPushConnectorWorker", "_handshake_initiation_executor", "push", "telling a settled push from a busy one"),
+    (PUSH, "NixlPushConnectorWorker", "_reg_send_inbox", "push", "telling a settled push from a busy one"),
+    (PUSH, "NixlPushConnectorWorker", "_deferred_push_inbox", "push", "telling a settled push from a busy one"),
+    (PUSH, "NixlPushConnectorWorker", "_finished_blocks_inbox", "push", "telling a settled push from a busy one"),
+    (PUSH, "NixlPushConnectorWorker", "_pending_completion_notifs", "push", "telling a settled push from a busy one"),
+    (PUSH, "NixlPushConnectorWorker", "_push_writer_thread", "push", "telling a settled push from a busy one"),
+    (PUSH, "NixlPushConnectorWorker", "_push_writer_wake", "push", "telling a settled push from a busy one"),
+    (PUSH, "NixlPushConnectorWorker", "_push_finished_blocks", "push", "naming what a hung push holds"),
+    (PUSH, "NixlPushConnectorWorker", "_pending_d_registrations", "push", "naming what a hung push holds"),
+    (PUSH, "NixlPushConnectorWorker", "consumer_notification_counts_by_req", "push", "naming what a hung push holds"),
+]
+# The worker geometry a pull case's v1 trace records (trace_v1.GEOMETRY_ATTRS,
+# read with a default: an absent one is recorded as null).
+for _name in ("engine_id", "tp_rank", "world_size", "dcp_size", "pcp_size", "pp_size", "use_mla",
+              "_has_mamba", "_is_csa_linear", "kv_cache_layout", "block_size", "num_blocks",
+              "_logical_num_blocks", "num_regions", "num_descs", "block_len_per_layer",
+              "block_stride_per_layer", "region_num_blocks", "region_group_ids", "region_names",
+              "region_mem_types", "_region_is_mla", "_transfer_layer_region_indices",
+              "_transfer_layer_group_ids", "_ssm_region_indices", "_scratch_region_indices",
+              "_ple_group_index", "_mamba_ssm_size", "nixl_memory_type", "use_host_buffer",
+              "src_blocks_data"):
+    if not any(a[2] == _name for a in ATTRS):
+        ATTRS.append((PULL, "NixlConnectorWorker", _name, "optional", "the v1 trace's worker geometry"))
 
 
 def _lookup(module, dotted):
@@ -51,24 +131,128 @@ def _lookup(module, dotted):
     return obj
 
 
-def missing(required=REQUIRED):
-    """Every required name the installed vLLM lacks, as
-    `module.name (purpose)` strings, in the order of `required`."""
-    out = []
-    modules = {}
-    for module_name, dotted, purpose in required:
-        if module_name not in modules:
-            try:
-                modules[module_name] = importlib.import_module(module_name)
-            except Exception as e:  # any import failure is a missing module
-                modules[module_name] = e
-        module = modules[module_name]
-        if isinstance(module, Exception):
-            out.append(f"{module_name}.{dotted} ({purpose}; the module does not import: "
-                       f"{type(module).__name__}: {module})")
+def _source_sets(cls, name):
+    """Whether `self.<name>` appears in the source of `cls` or a base."""
+    pattern = re.compile(rf"\bself\.{re.escape(name)}\b")
+    for base in inspect.getmro(cls):
+        if base is object:
             continue
         try:
-            _lookup(module, dotted)
+            source = inspect.getsource(base)
+        except (OSError, TypeError):
+            continue
+        if pattern.search(source):
+            return True
+    return False
+
+
+def _has_attr(cls, name):
+    return hasattr(cls, name) or _source_sets(cls, name)
+
+
+def _needed(need, modes):
+    return need == "all" or need in modes
+
+
+def _absent(modes, wanted):
+    """(text, need) of every entry whose need is in `wanted` and that the
+    installed vLLM lacks; `modes` are the batch's case modes."""
+    out = []
+    modules = {}
+
+    def module(name):
+        if name not in modules:
+            try:
+                modules[name] = importlib.import_module(name)
+            except Exception as e:  # any import failure is a missing module
+                modules[name] = e
+        return modules[name]
+
+    # A module that does not import is one line, naming what the driver
+    # needed from it.
+    broken = {}
+    for module_name, dotted, need, purpose in REQUIRED:
+        if not wanted(need):
+            continue
+        m = module(module_name)
+        if isinstance(m, Exception):
+            if module_name not in broken:
+                broken[module_name] = []
+                out.append(module_name)
+            broken[module_name].append(f"{dotted}: {purpose}")
+            continue
+        try:
+            _lookup(m, dotted)
         except AttributeError:
             out.append(f"{module_name}.{dotted} ({purpose})")
+    for module_name, cls_name, attr, need, purpose in ATTRS:
+        if not wanted(need):
+            continue
+        m = module(module_name)
+        cls = None if isinstance(m, Exception) else getattr(m, cls_name, None)
+        if cls is None:
+            continue  # the module or the class itself is reported above
+        if not _has_attr(cls, attr):
+            out.append(f"{module_name}.{cls_name}.{attr} ({purpose})")
+    for i, item in enumerate(out):
+        if item in broken:
+            e = modules[item]
+            what = "a dependency missing from the venv" if _foreign(e) else "vLLM's own import failed"
+            out[i] = (f"{item} (the module does not import: {type(e).__name__}: {e}; {what}; "
+                      f"the driver needs from it: {'; '.join(broken[item])})")
     return out
+
+
+def _foreign(e):
+    """Whether an import failure is another package's absence, not vLLM's."""
+    name = getattr(e, "name", None) or ""
+    return isinstance(e, ModuleNotFoundError) and name != "vllm" and not name.startswith("vllm.")
+
+
+def nixl_calls(package=NIXL):
+    """The NIXL agent methods vLLM's connector calls (`nixl_wrapper.NAME(`
+    in the package's sources, read as text), sorted; empty when the package
+    is not there."""
+    import importlib.util
+    import os
+
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return []
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    names = set()
+    for folder in spec.submodule_search_locations:
+        for file in sorted(os.listdir(folder)):
+            if file.endswith(".py"):
+                with open(os.path.join(folder, file), encoding="utf-8") as f:
+                    names |= set(re.findall(r"\bnixl_wrapper\.([A-Za-z_]\w*)\(", f.read()))
+    return sorted(names)
+
+
+def unserved_nixl_calls(wrapper_cls, package=NIXL):
+    """The NIXL methods vLLM calls that `wrapper_cls` (the driver's stand-in
+    or its real-NIXL wrapper) does not implement, as missing-piece lines."""
+    return [
+        f"{package}: vLLM calls nixl_wrapper.{name}(), which the driver's {wrapper_cls.__name__} "
+        "does not implement (the NIXL agent surface of another vLLM)"
+        for name in nixl_calls(package)
+        if not hasattr(wrapper_cls, name)
+    ]
+
+
+def missing(modes=("pull", "push"), wrapper_cls=None):
+    """Every name the installed vLLM lacks that the batch's case `modes`
+    need, as `module.name (purpose)` strings, in table order; then every
+    NIXL method it calls that `wrapper_cls` (when given) lacks."""
+    out = _absent(modes, lambda need: _needed(need, modes))
+    if wrapper_cls is not None:
+        out += unserved_nixl_calls(wrapper_cls)
+    return out
+
+
+def optional():
+    """Every optional name the installed vLLM lacks, with what the driver
+    does without it."""
+    return _absent((), lambda need: need == "optional")

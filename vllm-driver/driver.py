@@ -93,6 +93,36 @@ def write_v1(spec, case_dir, result, state, vllm_version):
             trace_v1.write_skipped(case_dir, f"the v1 writer failed: {type(e).__name__}: {e}")
 
 
+def versions():
+    """`X (torch Y)`: the vLLM and the torch this process runs."""
+    import importlib.metadata as md
+
+    def version(name):
+        try:
+            return md.version(name)
+        except md.PackageNotFoundError:
+            return "not installed"
+
+    return f"{version('vllm')} (torch {version('torch')})"
+
+
+def _where(e):
+    """The driver's own line an exception came from."""
+    tb = traceback.extract_tb(e.__traceback__)
+    here = os.path.dirname(os.path.abspath(__file__))
+    mine = [f for f in tb if os.path.dirname(os.path.abspath(f.filename)) == here]
+    f = (mine or tb)[-1] if (mine or tb) else None
+    return f"{os.path.basename(f.filename)}:{f.lineno}" if f is not None else "driver"
+
+
+def refuse(lacking):
+    """Names each missing piece on stderr, one line each; the exit status."""
+    print(f"driver: this vLLM ({versions()}) lacks what the driver needs:", file=sys.stderr)
+    for item in lacking:
+        print(f"  - {item}", file=sys.stderr)
+    return MISSING_API_STATUS
+
+
 def main(argv):
     resume = argv[2:] == ["--resume"]
     if len(argv) != 2 and not resume:
@@ -120,12 +150,18 @@ def main(argv):
             return real_nixl.UNAVAILABLE_STATUS
     import api_check
 
-    lacking = api_check.missing()
+    modes = sorted({c.get("mode") for c in batch.get("cases", [])} & {"pull", "push"})
+    if nixl == "real":
+        import real_nixl
+
+        wrapper_cls = real_nixl.RealNixlWrapper
+    else:
+        import fake_nixl
+
+        wrapper_cls = fake_nixl.FakeNixlWrapper
+    lacking = api_check.missing(modes, wrapper_cls)
     if lacking:
-        print("driver: this vLLM lacks what the driver needs:", file=sys.stderr)
-        for item in lacking:
-            print(f"  - {item}", file=sys.stderr)
-        return MISSING_API_STATUS
+        return refuse(lacking)
     checks = batch.get("block_checks") or []
     blocks_file = os.path.join(batch_dir, "blocks.json")
     if checks and not (resume and os.path.exists(blocks_file)):
@@ -137,15 +173,24 @@ def main(argv):
             json.dump(blocks, f)
         os.replace(tmp, blocks_file)
         print(f"driver: {len(checks)} block checks", flush=True)
-    import live_case  # imports vLLM (the slow part)
-    import push_case
+    try:
+        import live_case  # imports vLLM (the slow part)
+        import push_case
+    except (ImportError, AttributeError) as e:
+        # Something api_check.py does not list: named, never a traceback.
+        return refuse([f"{_where(e)}: {type(e).__name__}: {e} (importing the driver's case modules)"])
 
     live_case.use_nixl(NIXL_RAN["kind"])
     live_case.warm()
     live_case.RECORD_V1[0] = batch.get("trace_memory_limit") is not None
 
     what = f"real NIXL {NIXL_RAN['version']} (UCX, host memory)" if nixl == "real" else "the NIXL stand-in"
-    print(f"driver: vLLM imported in {time.time() - started:.1f} s; {what} moves the bytes", flush=True)
+    print(
+        f"driver: vLLM {versions()} imported in {time.time() - started:.1f} s; {what} moves the bytes",
+        flush=True,
+    )
+    for item in api_check.optional():
+        print(f"driver: absent, done without: {item}", flush=True)
     limit = float(batch.get("case_timeout_s", 10.0))
     push_case.CASE_LIMIT_S = limit
     cases = batch["cases"]

@@ -134,7 +134,14 @@ class FakeNixlWrapper:
         return True
 
     # -- descriptor lists --
+    def get_xfer_descs(self, descs, mem_type=None, *args, **kwargs):
+        """Plain rows `(addr, len, dev)` as a list for prep_xfer_dlist
+        (vLLM before strided lists, e.g. 0.31.0 and 0.32.0)."""
+        return (list(descs), mem_type)
+
     def prep_xfer_dlist(self, agent_name, descs, mem_type=None, *args, **kwargs):
+        if mem_type is None and isinstance(descs, tuple) and len(descs) == 2:
+            mem_type = descs[1]  # get_xfer_descs's
         rows = expand(descs)
         handle, _ = self.fabric.record_dlist(self.name, agent_name, mem_type, rows, descs)
         self.lists[handle] = rows

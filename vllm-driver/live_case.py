@@ -73,9 +73,18 @@ class _TP:
     size = 1
 
 
-_check_nixl_version = base_worker.check_nixl_version
+# vLLM's NIXL version check (absent from some releases: then nothing to
+# switch off for the stand-in).
+_check_nixl_version = getattr(base_worker, "check_nixl_version", None)
 base_worker.NixlWrapper = fake_nixl.FakeNixlWrapper
-base_worker.check_nixl_version = lambda *a, **k: None
+
+
+def _set_nixl_version_check(check):
+    if _check_nixl_version is not None:
+        base_worker.check_nixl_version = check
+
+
+_set_nixl_version_check(lambda *a, **k: None)
 
 
 def use_nixl(kind):
@@ -86,10 +95,10 @@ def use_nixl(kind):
 
         real_nixl.RealNixlWrapper.api = importlib.import_module("nixl._api")
         base_worker.NixlWrapper = real_nixl.RealNixlWrapper
-        base_worker.check_nixl_version = _check_nixl_version
+        _set_nixl_version_check(_check_nixl_version)
     else:
         base_worker.NixlWrapper = fake_nixl.FakeNixlWrapper
-        base_worker.check_nixl_version = lambda *a, **k: None
+        _set_nixl_version_check(lambda *a, **k: None)
 
 
 base_worker.get_tensor_model_parallel_rank = lambda: _TP.rank
@@ -122,6 +131,9 @@ base_worker.current_platform = _Platform()
 import vllm.utils.torch_utils as _torch_utils  # noqa: E402
 
 _torch_utils.PIN_MEMORY = False
+# Releases before PIN_MEMORY (e.g. 0.32.0) ask this function each time.
+if hasattr(_torch_utils, "is_pin_memory_available"):
+    _torch_utils.is_pin_memory_available = lambda: False
 
 _MODEL_DIR = [None]
 
@@ -468,8 +480,10 @@ def watch_post_process(worker, name, result, regions, skip=False):
     agent's `(addr, bytes)` regions."""
     calls = result.setdefault("post_process_calls", [])
     region_calls = result.setdefault("region_zero_calls", [])
-    run = worker.post_process_device_kv_on_receive
-    run_region = worker._zero_region_blocks
+    # Either may be absent from another vLLM (api_check.py: optional): its
+    # calls are then not recorded.
+    run = getattr(worker, "post_process_device_kv_on_receive", None)
+    run_region = getattr(worker, "_zero_region_blocks", None)
 
     def recorded(block_size_ratio, block_ids_list, convert=True):
         calls.append(
@@ -497,8 +511,10 @@ def watch_post_process(worker, name, result, regions, skip=False):
             return run_region(block_ids)
         return None
 
-    worker.post_process_device_kv_on_receive = recorded
-    worker._zero_region_blocks = recorded_region
+    if run is not None:
+        worker.post_process_device_kv_on_receive = recorded
+    if run_region is not None:
+        worker._zero_region_blocks = recorded_region
 
 
 class RegistrationRaised(Exception):

@@ -1,0 +1,198 @@
+# Sourced by scripts/install-vllm.sh for --version X and --source DIR: a vLLM
+# release or source tree in its own venv under .vllm-venvs/ (never
+# .vllm-venv/). Uses ROOT, PYTHON, OTHER_VERSION, OTHER_SOURCE, OTHER_VENV,
+# bad(), note(), elapsed() of the caller; sets VENV and NIXL_STAMP for its
+# install_nixl.
+#
+# Every wheel pip downloads goes to .vllm-venvs/.wheels/ first and is
+# installed from there (--no-index), so another venv with the same torch pin
+# or the same dependency versions downloads nothing again.
+
+WHEEL_STORE="${ROOT}/.vllm-venvs/.wheels"
+
+# pip in the new venv; its output goes to LOG, which bad() callers cite.
+other_pip() {
+    "${VENV}/bin/python" -m pip --disable-pip-version-check "$@"
+}
+
+# The last lines of pip's log, indented, for an error message.
+log_tail() {
+    tail -n "${2:-6}" "$1" | sed 's/^/    /'
+}
+
+# Downloads REQS into the wheel store (what is there already is not fetched
+# again) and installs them from it. $1: --deps or --no-deps; the rest:
+# requirements.
+store_install() {
+    local deps="$1" log
+    shift
+    log="$(mktemp)"
+    local nodeps=()
+    [[ "${deps}" == --no-deps ]] && nodeps=(--no-deps)
+    if ! other_pip download -q "${nodeps[@]}" --find-links "${WHEEL_STORE}" -d "${WHEEL_STORE}" "$@" >"${log}" 2>&1; then
+        echo "install-vllm: error: pip could not download $*:" >&2
+        log_tail "${log}" >&2
+        rm -f "${log}"
+        exit 2
+    fi
+    if ! other_pip install -q "${nodeps[@]}" --no-index --find-links "${WHEEL_STORE}" "$@" >"${log}" 2>&1; then
+        echo "install-vllm: error: pip could not install $*:" >&2
+        log_tail "${log}" >&2
+        rm -f "${log}"
+        exit 2
+    fi
+    # --no-deps leaves vLLM's own requirement list unmet on purpose.
+    grep -v -e "requires .*, which is not installed" -e "dependency resolver does not currently" -e "^vllm .* requires" "${log}" >&2 || true
+    rm -f "${log}"
+}
+
+# A fingerprint of a source tree: its git commit and changes, else the size
+# and time of every file (build outputs excluded).
+tree_fingerprint() {
+    local dir="$1"
+    if git -C "${dir}" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+        echo "git=$(git -C "${dir}" rev-parse HEAD 2>/dev/null || echo none) changes=$(git -C "${dir}" status --porcelain 2>/dev/null | cksum | cut -d' ' -f1)"
+    else
+        echo "files=$(cd "${dir}" && find . -path ./build -prune -o -name '*.egg-info' -prune -o -type f -printf '%P %s %T@\n' | sort | cksum | cut -d' ' -f1)"
+    fi
+}
+
+make_venv() {
+    if [[ ! -x "${VENV}/bin/python" ]]; then
+        note "creating the virtual environment ${VENV}"
+        "${PYTHON}" -m venv "${VENV}" || bad "${PYTHON} -m venv ${VENV} failed"
+    fi
+    other_pip --version >/dev/null 2>&1 || bad "pip does not run in ${VENV}; remove it and retry"
+}
+
+install_other() {
+    local kind what default_venv
+    if [[ -n "${OTHER_VERSION}" ]]; then
+        [[ "${OTHER_VERSION}" =~ ^[0-9][0-9A-Za-z.+!-]*$ ]] ||
+            bad "--version ${OTHER_VERSION}: not a release number (e.g. 0.31.0)"
+        kind="release"
+        what="vllm==${OTHER_VERSION}"
+        default_venv="${ROOT}/.vllm-venvs/${OTHER_VERSION}"
+    else
+        [[ -d "${OTHER_SOURCE}" ]] || bad "--source ${OTHER_SOURCE}: no such directory"
+        OTHER_SOURCE="$(cd "${OTHER_SOURCE}" && pwd)"
+        [[ -f "${OTHER_SOURCE}/setup.py" || -f "${OTHER_SOURCE}/pyproject.toml" ]] ||
+            bad "--source ${OTHER_SOURCE}: neither setup.py nor pyproject.toml there; not a vLLM source tree"
+        [[ -f "${OTHER_SOURCE}/vllm/__init__.py" ]] ||
+            bad "--source ${OTHER_SOURCE}: no vllm/__init__.py there; not a vLLM source tree"
+        kind="source"
+        what="${OTHER_SOURCE} ($(tree_fingerprint "${OTHER_SOURCE}"))"
+        default_venv="${ROOT}/.vllm-venvs/src-$(basename "${OTHER_SOURCE}")"
+    fi
+    VENV="${OTHER_VENV:-${default_venv}}"
+    mkdir -p "$(dirname "${VENV}")" || bad "cannot create $(dirname "${VENV}")"
+    VENV="$(cd "$(dirname "${VENV}")" && pwd)/$(basename "${VENV}")"
+    if [[ "${VENV}" == "${ROOT}/.vllm-venv" ]]; then
+        bad "--venv ${VENV}: .vllm-venv/ holds the pinned vLLM ${VLLM_VERSION}; name another folder"
+    fi
+    STAMP="${VENV}/.kvgeom-stamp"
+    NIXL_STAMP="${VENV}/.kvgeom-nixl-stamp"
+    local stamp_text="${kind} ${what} filter=$(cksum <"${ROOT}/scripts/vllm-wheel-deps.py" | cut -d' ' -f1)"
+
+    if [[ -f "${STAMP}" && "$(cat "${STAMP}")" == "${stamp_text}" ]] &&
+        "${VENV}/bin/python" -c 'import importlib.metadata as m; m.version("vllm")' 2>/dev/null; then
+        note "already installed in ${VENV} (${what}, $(cat "${VENV}/.kvgeom-torch" 2>/dev/null || echo 'torch unknown')); nothing to do ($(elapsed))"
+        return 0
+    fi
+
+    rm -f "${STAMP}"
+    mkdir -p "${WHEEL_STORE}"
+    local wheels log wheel
+    wheels="$(mktemp -d)"
+    log="$(mktemp)"
+    # shellcheck disable=SC2064
+    trap "rm -rf '${wheels}' '${log}'" EXIT
+    if [[ "${kind}" == release ]]; then
+        note "downloading the ${what} wheel"
+        # With the interpreter the venv is made from, before the venv: a
+        # release that is not there leaves no folder behind.
+        if ! "${PYTHON}" -m pip --disable-pip-version-check download --no-deps --find-links "${WHEEL_STORE}" -d "${WHEEL_STORE}" "${what}" >"${log}" 2>&1; then
+            if grep -q -e "No matching distribution" -e "Could not find a version" "${log}"; then
+                local known
+                known="$({ grep -o 'from versions: .*)' "${log}" || true; } | sed -e 's/^from versions: //' -e 's/)$//' | tr ',' '\n' | tail -n 6 | tr -d ' ' | paste -sd' ' -)"
+                bad "${what} is not on PyPI (its latest releases there: ${known:-none listed})"
+            fi
+            echo "install-vllm: error: pip could not download ${what}:" >&2
+            log_tail "${log}" >&2
+            exit 2
+        fi
+        wheel="$({ ls -t "${WHEEL_STORE}"/vllm-"${OTHER_VERSION}"-*.whl 2>/dev/null || true; } | head -n 1)"
+        [[ -n "${wheel}" ]] || bad "pip downloaded ${what} but no vllm-${OTHER_VERSION}-*.whl is in ${WHEEL_STORE} (an sdist only? use --source)"
+        make_venv
+    else
+        # setup.py imports torch: install the pin of the tree's build
+        # requirements first, with the build tools (no build isolation).
+        local torch_pin
+        torch_pin="$({ grep -o -E '"torch *== *[0-9][0-9a-z.+]*"' "${OTHER_SOURCE}/pyproject.toml" 2>/dev/null || true; } | head -n 1 | tr -d '" ')"
+        [[ -n "${torch_pin}" ]] || torch_pin="$({ grep -h -o -E '^torch *== *[0-9][0-9a-z.+]*' "${OTHER_SOURCE}"/requirements/cuda.txt "${OTHER_SOURCE}"/requirements/build.txt 2>/dev/null || true; } | head -n 1 | tr -d ' ')"
+        [[ -n "${torch_pin}" ]] || bad "--source ${OTHER_SOURCE}: no torch==X pin in pyproject.toml or requirements/{cuda,build}.txt; not a vLLM source tree"
+        make_venv
+        note "installing ${torch_pin} and the build tools (the tree's setup.py imports torch)"
+        store_install --deps "${torch_pin}"
+        store_install --deps "setuptools>=77.0.3,<81" "setuptools-scm>=8" wheel packaging jinja2 cmake ninja
+        note "building ${OTHER_SOURCE} Python-only (VLLM_TARGET_DEVICE=empty)"
+        if ! VLLM_TARGET_DEVICE=empty other_pip wheel --no-build-isolation --no-deps -w "${wheels}" "${OTHER_SOURCE}" >"${log}" 2>&1; then
+            echo "install-vllm: error: ${OTHER_SOURCE} does not build (VLLM_TARGET_DEVICE=empty pip wheel --no-build-isolation --no-deps):" >&2
+            log_tail "${log}" 12 >&2
+            exit 2
+        fi
+        wheel="$({ ls "${wheels}"/vllm-*.whl 2>/dev/null || true; } | head -n 1)"
+        [[ -n "${wheel}" ]] || bad "${OTHER_SOURCE} built, but no vllm-*.whl came out (not a vLLM tree?)"
+    fi
+
+    # The wheel's own requirements, sorted by the CPU filter.
+    local plan torch_req deps=() nodeps=()
+    plan="$("${VENV}/bin/python" "${ROOT}/scripts/vllm-wheel-deps.py" "${wheel}" 2>"${log}")" ||
+        bad "cannot read the requirements of ${wheel}: $(cat "${log}")"
+    note "leaving out $(grep -c '^skip' "${log}") GPU-only requirements of the wheel (scripts/vllm-wheel-deps.py)"
+    torch_req="$(sed -n 's/^torch //p' <<<"${plan}" | head -n 1)"
+    [[ -n "${torch_req}" ]] || torch_req="torch"
+    mapfile -t deps < <(sed -n 's/^dep //p' <<<"${plan}")
+    mapfile -t nodeps < <(sed -n 's/^nodeps //p' <<<"${plan}")
+
+    local t0
+    t0=$(date +%s)
+    note "installing ${torch_req} (through ${WHEEL_STORE}: a pin installed before is not downloaded again)"
+    store_install --deps "${torch_req}"
+    note "${torch_req} in $(($(date +%s) - t0)) s"
+    note "installing $(basename "${wheel}") without its dependencies"
+    # A source tree's wheel keeps its version across changes: reinstall it.
+    local force=()
+    [[ "${kind}" == source ]] && force=(--force-reinstall)
+    other_pip install -q --no-deps "${force[@]}" "${wheel}" >"${log}" 2>&1 || {
+        echo "install-vllm: error: pip could not install ${wheel}:" >&2
+        log_tail "${log}" >&2
+        exit 2
+    }
+    note "installing ${#deps[@]} light dependencies from the wheel's metadata"
+    store_install --deps "${deps[@]}"
+    if ((${#nodeps[@]})); then
+        note "installing ${nodeps[*]} without their dependencies"
+        store_install --no-deps "${nodeps[@]}"
+    fi
+
+    note "checking that vLLM's config and KV-cache modules import"
+    if ! "${VENV}/bin/python" -c 'import vllm.v1.kv_cache_interface' >"${log}" 2>&1; then
+        echo "install-vllm: error: ${what} was installed in ${VENV} but does not import:" >&2
+        log_tail "${log}" >&2
+        exit 2
+    fi
+    # The driver's NIXL modules: a release without them installs, and the
+    # driver names what it lacks (vllm-driver/api_check.py).
+    if ! "${VENV}/bin/python" -c 'import vllm.distributed.kv_transfer.kv_connector.v1.nixl.worker' >"${log}" 2>&1; then
+        note "note: vLLM's NIXL worker module does not import in ${VENV}; the driver will refuse it, naming what is missing:"
+        grep -E '^[A-Za-z]*(Error|Exception)' "${log}" | tail -n 1 | sed 's/^/    /' >&2
+    fi
+    local versions
+    versions="$("${VENV}/bin/python" -c 'import torch, vllm; print(f"torch=={torch.__version__} vllm=={vllm.__version__}")' 2>/dev/null)" ||
+        bad "${VENV}: torch or vllm does not import"
+    echo "${versions%% vllm==*}" >"${VENV}/.kvgeom-torch"
+    echo "${stamp_text}" >"${STAMP}"
+    note "installed ${versions} in ${VENV} ($(du -sh "${VENV}" | cut -f1), $(elapsed))"
+    note "then: kvgeom sweep --connector vllm --vllm-python ${VENV}/bin/python ..."
+}
