@@ -1183,3 +1183,76 @@ fn hostile_values_of(base: &str) {
     assert!(paths.len() > 50, "{base}: {} leaves", paths.len());
     assert!(judged > 0, "{base}: every change was refused");
 }
+
+/// The events of a gzipped v1 trace.
+fn v1_events(path: &Path) -> Vec<Value> {
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(path).expect("a v1 trace"))
+        .read_to_string(&mut text)
+        .expect("gzip");
+    text.lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON event a line"))
+        .collect()
+}
+
+#[test]
+fn v1_corpus_handshakes_state_the_prefill_blocks_its_geometry_has() {
+    // vLLM's decode rewrites a larger prefill block into several of its own
+    // kernel block during the handshake; the recorded metadata must be what
+    // prefill sent, so the v1 file describes the prefill that ran (the
+    // geometry of the case's v2 trace), on every file with a v2 sibling.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(V1_CORPUS);
+    let mut checked = 0;
+    let mut larger_prefill_kernel = 0;
+    for entry in std::fs::read_dir(&dir).expect("the corpus") {
+        let path = entry.expect("an entry").path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let Some(stem) = name.strip_suffix(".jsonl.gz") else {
+            continue;
+        };
+        let Some((case, _rank)) = stem.rsplit_once("-d") else {
+            continue;
+        };
+        let v2 = dir.join(format!("{case}.trace.json.gz"));
+        if !v2.exists() {
+            continue;
+        }
+        let mut text = Vec::new();
+        flate2::read::GzDecoder::new(std::fs::File::open(&v2).expect("a v2 trace"))
+            .read_to_end(&mut text)
+            .expect("gzip");
+        let v2: Value = serde_json::from_slice(&text).expect("JSON");
+        let prefill = &v2["case"]["geometry"]["prefill"];
+        let (kernel, logical) = (
+            prefill["kernel_block"].as_u64().expect("kernel_block"),
+            prefill["logical_block"].as_u64().expect("logical_block"),
+        );
+        let events = v1_events(&path);
+        let decode_kernel = events
+            .iter()
+            .find(|e| e["ev"] == "case")
+            .map(|e| e["args"]["kernel"].as_u64().expect("kernel"))
+            .expect("a case event");
+        for e in events.iter().filter(|e| e["ev"] == "add_remote_agent") {
+            let meta = &e["remote_meta"];
+            let block = meta["block_size"].as_u64().expect("block_size");
+            let ppl = meta["physical_blocks_per_logical_kv_block"]
+                .as_u64()
+                .expect("ppl");
+            assert_eq!(
+                (block, block * ppl),
+                (kernel, logical),
+                "{name}: the handshake states prefill blocks of {block} x {ppl}, its geometry has kernel {kernel}, logical {logical}"
+            );
+        }
+        checked += 1;
+        if kernel > decode_kernel {
+            larger_prefill_kernel += 1;
+        }
+    }
+    assert!(checked >= 20, "only {checked} v1 files with a v2 sibling");
+    assert!(
+        larger_prefill_kernel > 0,
+        "no case with a prefill kernel block larger than decode's: the rewrite goes unchecked"
+    );
+}

@@ -618,19 +618,23 @@ def _run_pull(spec, case_dir, fabric, ranks):
         _TP.rank, _TP.size = d, d_tp
         for p in range(p_tp):
             pw, _ = ranks[("prefill", p)]
-            agent_meta = None
+            sent = None
             try:
                 agent_meta = _agent_metadata(pw)
+                # What prefill sent, before decode's handshake rewrites the
+                # metadata in place (a remote block larger than decode's
+                # kernel block is viewed as several smaller ones).
+                sent = trace_v1.snapshot_metadata(agent_meta) if fabric.v1 is not None else None
                 name = dw.add_remote_agent(agent_meta, remote_tp_rank=p, remote_tp_size=p_tp)
                 if fabric.v1 is not None:
-                    fabric.v1.add_remote_agent(dw, agent_meta, p, p_tp, name, None)
+                    fabric.v1.add_remote_agent(dw, sent, p, p_tp, name, None)
                 # What the handshake's completion records (the caller's part).
                 dw._remote_agents["prefill"][(0, p)] = name
                 dw._engine_clock_offset["prefill"] = 0.0
                 result["handshakes"].append({"agent": agent("decode", d), "remote": agent("prefill", p), "ok": True})
             except Exception as e:
-                if fabric.v1 is not None and agent_meta is not None:
-                    fabric.v1.add_remote_agent(dw, agent_meta, p, p_tp, None, f"{type(e).__name__}: {e}")
+                if fabric.v1 is not None and sent is not None:
+                    fabric.v1.add_remote_agent(dw, sent, p, p_tp, None, f"{type(e).__name__}: {e}")
                 result.update(status="rejected", side="decode", message=f"{type(e).__name__}: {e}", trace=traceback.format_exc())
                 return finish(result, ranks, fabric, case_dir)
     dw, req = None, None

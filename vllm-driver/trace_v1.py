@@ -146,14 +146,16 @@ class Recorder:
     def local_geometry(self, worker):
         self._add(worker.nixl_wrapper.name, {"ev": "local_geometry", **worker_geometry(worker)})
 
-    def add_remote_agent(self, worker, agent_meta, p_rank, p_tp, name, exception):
-        meta = {k: plain(v) for k, v in _fields(agent_meta).items() if k != "agent_metadata"}
+    def add_remote_agent(self, worker, sent, p_rank, p_tp, name, exception):
+        """One handshake; `sent` is [`snapshot_metadata`] of the metadata
+        prefill sent, taken before decode's `add_remote_agent` ran."""
+        meta = dict(sent["fields"])
         handle = None
         for agent, event in reversed(self.timeline):
             if agent == worker.nixl_wrapper.name and event["ev"] == "dlist" and event["target"] == name:
                 handle = event["handle"]
                 break
-        engine = getattr(agent_meta, "engine_id", None)
+        engine = sent["engine_id"]
         self._add(
             worker.nixl_wrapper.name,
             {
@@ -191,6 +193,17 @@ class Recorder:
                 "geometry": worker_geometry(worker)["geometry"],
             },
         )
+
+
+def snapshot_metadata(agent_meta):
+    """The metadata prefill sent, as plain values: vLLM's decode rewrites it
+    in place during the handshake (`_split_remote_blocks` views a remote
+    block larger than decode's kernel block as several), and a v1 trace
+    states what the remote rank reported."""
+    return {
+        "fields": {k: plain(v) for k, v in _fields(agent_meta).items() if k != "agent_metadata"},
+        "engine_id": getattr(agent_meta, "engine_id", None),
+    }
 
 
 def _fields(struct):
@@ -255,10 +268,9 @@ def write(spec, case_dir, result, recorder, alias, vllm_version):
             continue  # the rank was never built
         name = geometry.get("name", "case")
         mine = [dict(event) for agent, event in recorder.timeline if agent == me]
-        # The prefill worker's blocks as it reported them in the handshake
-        # (its kernel block and blocks per logical block), which can differ
-        # from the geometry's: vLLM picks the kernel block from the backend
-        # and the hybrid allocator's page, not from the geometry file.
+        # The prefill worker's blocks as its handshake metadata stated them
+        # (kernel block, blocks per logical block: what vLLM derived from the
+        # backend and the hybrid allocator's page).
         p_kernel, p_logical = reported_prefill_blocks(mine, prefill)
         params = {
             "p_tp": p_tp,
