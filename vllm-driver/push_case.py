@@ -53,7 +53,10 @@ REQUEST = "req-0"
 CHANNELS = {"prefill": ("127.0.0.1", 5601), "decode": ("127.0.0.1", 5602)}
 # The driver sets this from the batch: a case's whole budget.
 CASE_LIMIT_S = 10.0
-# Nothing may move for this long before a waiting case counts as stuck.
+# Nothing may move, with no worker thread running (`_running`), for this
+# long before a waiting case counts as stuck. A thread still running (a
+# push writer copying a large request on a busy machine) keeps the clock at
+# zero: such a case is stuck only at the deadline.
 SETTLE_S = 0.25
 # ... or for this long, when every worker thread then parks (`_settled`)
 # within PROBE_S of the last engine step.
@@ -225,6 +228,27 @@ def _parked(workers):
     return True
 
 
+def _running(workers):
+    """Some worker thread is executing, not waiting: a push writer outside
+    its wait (copying a request, which on a busy machine can take longer
+    than SETTLE_S), or a handshake executor inside a work item."""
+    frames = sys._current_frames()
+    for w in workers:
+        writer = w._push_writer_thread
+        if writer is not None and writer.is_alive():
+            frame = frames.get(writer.ident)
+            if frame is not None and (os.path.basename(frame.f_code.co_filename), frame.f_code.co_name) != (
+                "threading.py",
+                "wait",
+            ):
+                return True
+        for t in list(w._handshake_initiation_executor._threads):
+            frame = frames.get(t.ident)
+            if frame is not None and "work_item" in frame.f_locals:
+                return True
+    return False
+
+
 def _settled(workers, fabric, log, state):
     """Without waking anyone, wait up to PROBE_S for every worker thread to
     park (`_parked`) with nothing queued and nothing new since `state`, and
@@ -391,7 +415,7 @@ def _drive(spec, ranks, fabric, log, result):
             break
         now = time.monotonic()
         state = _progress(fabric, log)
-        if state != last or not _idle(prefill + decode):
+        if state != last or not _idle(prefill + decode) or _running(prefill + decode):
             last, quiet_since = state, now
         quiet = now - quiet_since
         settled = quiet >= PARKED_SETTLE_S and _settled(prefill + decode, fabric, log, state)
