@@ -242,7 +242,8 @@ def _running(workers):
                 "wait",
             ):
                 return True
-        for t in list(w._handshake_initiation_executor._threads):
+        executor = w._handshake_initiation_executor
+        for t in list(executor._threads):
             frame = frames.get(t.ident)
             if frame is not None and "work_item" in frame.f_locals:
                 return True
