@@ -194,25 +194,28 @@ def _idle(workers):
     return True
 
 
+def _where(frames, thread):
+    """`((file, function), frame)` of a thread's innermost Python frame in
+    `frames` (`sys._current_frames()`); `(None, None)` when it has none."""
+    frame = frames.get(thread.ident)
+    if frame is None:
+        return None, None
+    return (os.path.basename(frame.f_code.co_filename), frame.f_code.co_name), frame
+
+
 def _parked(workers):
-    """Every thread of the workers is blocked with nothing to do: each push
-    writer waits and has no wake-up pending (the untimed wait; a writer
-    polling for a registration waits with a time-out), each handshake
-    executor waits for work. With nothing queued either (`_idle`), only the
-    case's own thread can make anything happen."""
+    """Every thread of the workers is blocked with nothing to do: none is
+    running (`_running`), each push writer waits and has no wake-up pending
+    (the untimed wait; a writer polling for a registration waits with a
+    time-out), each handshake executor waits for work. With nothing queued
+    either (`_idle`), only the case's own thread can make anything happen."""
     frames = sys._current_frames()
-
-    def where(thread):
-        frame = frames.get(thread.ident)
-        if frame is None:
-            return None, frame
-        return (os.path.basename(frame.f_code.co_filename), frame.f_code.co_name), frame
-
+    if _running(workers, frames):
+        return False
     for w in workers:
         writer = w._push_writer_thread
         if writer is not None and writer.is_alive():
-            at, _ = where(writer)
-            if at != ("threading.py", "wait"):
+            if _where(frames, writer)[0] is None:
                 return False
             if not w._push_finished_blocks and w._push_writer_wake.is_set():
                 return False
@@ -220,31 +223,26 @@ def _parked(workers):
         if executor._work_queue.qsize():
             return False
         for t in list(executor._threads):
-            at, frame = where(t)
-            if at is None:
-                continue
-            if at != ("thread.py", "_worker") or "work_item" in frame.f_locals:
+            at, _ = _where(frames, t)
+            if at is not None and at != ("thread.py", "_worker"):
                 return False
     return True
 
 
-def _running(workers):
+def _running(workers, frames=None):
     """Some worker thread is executing, not waiting: a push writer outside
     its wait (copying a request, which on a busy machine can take longer
     than SETTLE_S), or a handshake executor inside a work item."""
-    frames = sys._current_frames()
+    frames = sys._current_frames() if frames is None else frames
     for w in workers:
         writer = w._push_writer_thread
         if writer is not None and writer.is_alive():
-            frame = frames.get(writer.ident)
-            if frame is not None and (os.path.basename(frame.f_code.co_filename), frame.f_code.co_name) != (
-                "threading.py",
-                "wait",
-            ):
+            at, _ = _where(frames, writer)
+            if at is not None and at != ("threading.py", "wait"):
                 return True
         executor = w._handshake_initiation_executor
         for t in list(executor._threads):
-            frame = frames.get(t.ident)
+            _, frame = _where(frames, t)
             if frame is not None and "work_item" in frame.f_locals:
                 return True
     return False
