@@ -459,21 +459,7 @@ fn a_v1_handshake_refused_before_any_read_is_refused_naming_it() {
         .output()
         .is_ok_and(|o| o.status.success())
     {
-        let out = Command::new("python3")
-            .current_dir(&dir)
-            .args([
-                root.join("scripts/v1-trace-truth.py").to_str().unwrap(),
-                "--manifest",
-                ".",
-            ])
-            .output()
-            .expect("run python3");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let manifest: Value = serde_json::from_slice(&out.stdout).expect("the manifest");
+        let manifest = truth_manifest(&dir, &[".".as_ref()]);
         let entry = |name: &str| {
             manifest
                 .as_object()
@@ -540,22 +526,13 @@ fn the_v1_truth_script_gives_the_reproducers_verdicts() {
         println!("the_v1_truth_script_gives_the_reproducers_verdicts: skipped: no python3");
         return;
     }
-    let out = Command::new("python3")
-        .current_dir(root.join("tests/fixtures"))
-        .args([
-            "../../scripts/v1-trace-truth.py",
-            "--manifest",
-            "vllm-0.33.0-v1-corpus",
-            "vllm-0.33.0-v1-reproducers",
-        ])
-        .output()
-        .expect("run python3");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let manifest = truth_manifest(
+        &root.join("tests/fixtures"),
+        &[
+            "vllm-0.33.0-v1-corpus".as_ref(),
+            "vllm-0.33.0-v1-reproducers".as_ref(),
+        ],
     );
-    let manifest: Value = serde_json::from_slice(&out.stdout).expect("the manifest");
     assert_eq!(
         Value::Object(v1_truth()),
         manifest,
@@ -636,13 +613,8 @@ fn the_v1_truth_script_gives_the_reproducers_verdicts() {
             swap(e, "remote_ids", a, b)
         }),
     ];
-    let out = Command::new("python3")
-        .arg(root.join("scripts/v1-trace-truth.py"))
-        .arg("--manifest")
-        .args(&planted)
-        .output()
-        .expect("run python3");
-    let manifest: Value = serde_json::from_slice(&out.stdout).expect("the manifest");
+    let planted_paths: Vec<&Path> = planted.iter().map(PathBuf::as_path).collect();
+    let manifest = truth_manifest(root, &planted_paths);
     for path in &planted {
         let got = &manifest[path.to_string_lossy().as_ref()];
         assert_eq!(got["check"], "violations", "{}: {got}", path.display());
@@ -1255,4 +1227,23 @@ fn v1_corpus_handshakes_state_the_prefill_blocks_its_geometry_has() {
         larger_prefill_kernel > 0,
         "no case with a prefill kernel block larger than decode's: the rewrite goes unchecked"
     );
+}
+
+/// `scripts/v1-trace-truth.py --manifest ARGS...` run in `dir`: its JSON
+/// manifest (the script must succeed).
+fn truth_manifest(dir: &Path, args: &[&Path]) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/v1-trace-truth.py");
+    let out = Command::new("python3")
+        .current_dir(dir)
+        .arg(script)
+        .arg("--manifest")
+        .args(args)
+        .output()
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the manifest")
 }
