@@ -49,6 +49,12 @@ impl RunArgs {
                     .into(),
             );
         }
+        if let Some(python) = &self.vllm_python {
+            return Some(format!(
+                "--vllm-python {}: the interpreter runs vLLM's connector; add --connector vllm",
+                python.display()
+            ));
+        }
         None
     }
 }
