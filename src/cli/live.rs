@@ -573,10 +573,6 @@ pub fn live_explain(args: ExplainArgs) -> u8 {
     if let Err(code) = super::prompt_option(args.prompt) {
         return code;
     }
-    let python = match driver_python(args.run.vllm_python.as_deref(), args.run.nixl) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
     let geometry = std::sync::Arc::new(geometry);
     let checks: Vec<live::BlockCheck> = model
         .map(|m| live::BlockCheck {
@@ -602,6 +598,11 @@ pub fn live_explain(args: ExplainArgs) -> u8 {
     if let Err(code) = super::prepared_cases_fit(std::slice::from_ref(&case), &budget) {
         return code;
     }
+    // The case fits before the interpreter is probed (vLLM's import is slow).
+    let python = match driver_python(args.run.vllm_python.as_deref(), args.run.nixl) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
     let record_dir = args
         .record_trace
         .as_ref()
