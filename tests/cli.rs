@@ -311,6 +311,11 @@ fn bench_scale_measures_each_case_against_its_touched_bytes() {
     // Options of other benchmarks are refused, not ignored.
     let refused = kvgeom(&["bench", "scale", "--threads", "2"]);
     assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    for kind in ["transport", "vram"] {
+        let refused = kvgeom(&["bench", kind, "--threads", "2"]);
+        assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+        assert!(text(&refused).contains("--threads"), "{}", text(&refused));
+    }
     let files_elsewhere = kvgeom(&["bench", "sweep", "geometries/deepseek-mla.toml"]);
     assert_eq!(
         files_elsewhere.status.code(),
@@ -635,7 +640,7 @@ fn each_subcommands_documented_options_parse_and_apply() {
             "--max-memory",
         ),
         (
-            "bench transport --paths memcpy --threads 1 --max-memory 1K".into(),
+            "bench transport --paths memcpy --max-memory 1K".into(),
             2,
             "--max-memory",
         ),

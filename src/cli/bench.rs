@@ -254,7 +254,8 @@ pub struct BenchArgs {
 }
 
 /// `kvgeom bench KIND [FILE...]`: geometry files and `--format` are
-/// `bench scale`'s, which takes none of the other kinds' options (exit 2).
+/// `bench scale`'s, which takes none of the other kinds' options, and
+/// `--threads` is `bench sweep`'s (others exit 2).
 pub fn bench(args: &BenchArgs) -> u8 {
     let max_memory = args.max_memory.as_deref();
     if args.what == BenchKind::Scale {
@@ -269,6 +270,10 @@ pub fn bench(args: &BenchArgs) -> u8 {
     }
     if !args.files.is_empty() || args.format.is_some() {
         eprintln!("error: geometry files and --format apply to `kvgeom bench scale` only");
+        return EXIT_BAD_INPUT;
+    }
+    if args.threads.is_some() && args.what != BenchKind::Sweep {
+        eprintln!("error: --threads applies to `kvgeom bench sweep` only");
         return EXIT_BAD_INPUT;
     }
     bench_kind(args.what, args.threads, &args.vram, max_memory)
