@@ -1,12 +1,14 @@
 """The scheduler side of a kvgeom case, run by vLLM's own scheduler.
 
-One `EngineScheduler` per engine (prefill, decode) of a geometry: vLLM's v1
-`Scheduler` with its KV cache manager (the hybrid allocator with one KV-cache
-group per entry of the geometry's `groups`, the prefix cache when the engine
-has prefix caching on) and the NIXL connector's scheduler half (pull or
-push). It is built once and reused: after each case every request is
-finished, the prefix cache reset and the free-block queue put back in block
-order, so a case sees the pool a fresh scheduler would.
+One `EngineScheduler` per engine (prefill, decode) of a geometry and mode:
+vLLM's v1 scheduler (the class its engine core runs: `AsyncScheduler` under
+async scheduling, the default) with its KV cache manager (the hybrid
+allocator with one KV-cache group per entry of the geometry's `groups`, the
+prefix cache when the engine has prefix caching on) and the NIXL
+connector's scheduler half (pull or push). It is built once and reused:
+after each case every request is brought to its end, the prefix cache reset
+and the free-block queue put back in block order, so a case sees the pool a
+fresh scheduler would.
 
 `run_case(spec)` takes a case as the driver receives it (batch.json's case:
 `geometry`, `prompt_len`, `prefix_hit`, `mode`) and runs:
@@ -41,7 +43,6 @@ from vllm.v1.core.kv_cache_utils import (  # noqa: E402
     init_none_hash,
     resolve_kv_cache_block_sizes,
 )
-from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
@@ -118,7 +119,10 @@ class EngineScheduler:
         # The scheduler's and the hashes' block sizes, as vLLM's engine core
         # resolves them from the groups (their LCM, for a hybrid).
         scheduler_block, hash_block = resolve_kv_cache_block_sizes(self.kv_cache_config, config)
-        self.scheduler = Scheduler(
+        # The class the engine core runs (AsyncScheduler with async
+        # scheduling, the default).
+        scheduler_cls = config.scheduler_config.get_scheduler_cls()
+        self.scheduler = scheduler_cls(
             vllm_config=config,
             kv_cache_config=self.kv_cache_config,
             log_stats=False,
@@ -219,15 +223,20 @@ class EngineScheduler:
         return req
 
     def step(self, finished_recving=(), finished_sending=()):
-        """One engine step: schedule, then the model runner's output (one
-        sampled token for every request whose prompt is done)."""
+        """One engine step: schedule, then the model runner's output."""
         out = self.scheduler.schedule()
+        return out, self.finish_step(out, finished_recving, finished_sending)
+
+    def finish_step(self, out, finished_recving=(), finished_sending=()):
+        """The model runner's output for the step `out` scheduled: one
+        sampled token for every request whose prompt is then computed (the
+        scheduler advances a request's computed tokens when it schedules
+        it), the transfers named finished."""
         ids = list(out.num_scheduled_tokens)
         sampled = []
         for rid in ids:
             req = self.scheduler.requests[rid]
-            done = req.num_computed_tokens + out.num_scheduled_tokens[rid] >= req.num_tokens
-            sampled.append([SAMPLED_TOKEN] if done else [])
+            sampled.append([SAMPLED_TOKEN] if req.num_computed_tokens >= req.num_prompt_tokens else [])
         kv_out = None
         if finished_recving or finished_sending:
             kv_out = KVConnectorOutput(
@@ -240,8 +249,7 @@ class EngineScheduler:
             sampled_token_ids=sampled,
             kv_connector_output=kv_out,
         )
-        engine_out = self.scheduler.update_from_output(out, mro)
-        return out, engine_out
+        return self.scheduler.update_from_output(out, mro)
 
     def run_to_completion(self, req):
         """Schedule `req` until it finishes (its prompt computed, one token
@@ -263,27 +271,33 @@ class EngineScheduler:
         return None
 
     def reset(self):
-        """Finish every request, release every block, empty the prefix cache
-        and put the free queue back in block order."""
+        """Bring every request to its end as the engine would (a load
+        reported received, then the request's last token computed; a
+        prefill's blocks reported sent), release every block, empty the
+        prefix cache and put the free queue back in block order."""
         s = self.scheduler
-        live = [rid for rid, r in s.requests.items() if not r.is_finished()]
-        if live:
-            s.finish_requests(live, RequestStatus.FINISHED_ABORTED)
-        # Finished requests whose blocks wait on the connector (a prefill's
-        # blocks held for the transfer, an aborted load): the transfer is over.
-        for _ in range(4):
+        pool = s.kv_cache_manager.block_pool
+        reported = set()  # each transfer is reported finished once
+        for _ in range(MAX_STEPS):
             if not s.requests:
                 break
-            held = list(s.requests)
-            if self.side == "decode":
-                self.step(finished_recving=held)
-            else:
-                self.step(finished_sending=held)
+            live = [r for r in s.requests.values() if r.request_id not in reported]
+            recving = [r.request_id for r in live if r.status == RequestStatus.WAITING_FOR_REMOTE_KVS]
+            sending = [r.request_id for r in live if r.is_finished()]
+            reported.update(recving, sending)
+            self.step(finished_recving=recving, finished_sending=sending)
         if s.requests:
             raise SchedulerSideError(f"requests left after reset: {sorted(s.requests)}")
+        if pool.get_num_free_blocks() != self.num_blocks - 1:
+            # Blocks freed while a step was in flight (async scheduling)
+            # return once a step with scheduled tokens completes.
+            self.run_to_completion(self.new_request([SAMPLED_TOKEN], None, "drain"))
+        if pool.get_num_free_blocks() != self.num_blocks - 1:
+            raise SchedulerSideError(
+                f"{self.num_blocks - 1 - pool.get_num_free_blocks()} blocks still held after reset"
+            )
         if not s.reset_prefix_cache():
             raise SchedulerSideError("vLLM refused to reset the prefix cache")
-        pool = s.kv_cache_manager.block_pool
         pool.free_block_queue = FreeKVCacheBlockQueue([b for b in pool.blocks if not b.is_null])
         self.calls.clear()
 
@@ -324,6 +338,8 @@ class Schedulers:
     def __init__(self):
         self._built = {}
         self.builds = 0
+        self.build_s = 0.0
+        self.last_built = False
 
     def get(self, spec):
         geometry = spec["geometry"]
@@ -336,12 +352,17 @@ class Schedulers:
                 tokens *= 2
             need = pool_blocks(geometry, tokens)
             page = {side: (spec.get(side) or {}).get("page_bytes") for side in ("prefill", "decode")}
+            started = time.perf_counter()
             pair = tuple(
                 EngineScheduler(geometry, side, spec["mode"], need, page[side] or _page_bytes(geometry, side))
                 for side in ("prefill", "decode")
             )
             self._built[key] = pair
             self.builds += 1
+            self.build_s += time.perf_counter() - started
+            self.last_built = True
+        else:
+            self.last_built = False
         return pair
 
 
@@ -465,6 +486,7 @@ def _run(spec, prefill, decode, n, hit, started):
     d_req = decode.new_request(tokens, params, "req")
     decode.scheduler.add_request(d_req)
     out = decode.scheduler.schedule()
+    decode.finish_step(out)
     matched = decode.call("get_num_new_matched_tokens", d_req.request_id)
     alloc = decode.call("update_state_after_alloc", d_req.request_id)
     meta = out.kv_connector_metadata
@@ -515,13 +537,17 @@ def run_batch(cases, schedulers=None):
     """Every case through `run_case`, each result with its case `id`; a case
     vLLM's scheduler or the driver's build of it refused is `status: error`
     with the message. Returns (results, cost): cost is the time of the
-    first case and of the rest (one scheduler per engine reused)."""
+    first case and of the rest, and of the cases that found their schedulers
+    built (one scheduler per engine per geometry and mode, reused) apart
+    from the time spent building them."""
     import traceback
 
     schedulers = schedulers or Schedulers()
     results = []
     times = []
+    reused = []  # cases that found their schedulers built
     for spec in cases:
+        schedulers.last_built = False
         started = time.perf_counter()
         try:
             result = run_case(spec, schedulers)
@@ -533,6 +559,8 @@ def run_batch(cases, schedulers=None):
                 "trace": traceback.format_exc(),
             }
         times.append(time.perf_counter() - started)
+        if not schedulers.last_built:
+            reused.append(times[-1])
         result["id"] = spec.get("id")
         results.append(result)
     rest = times[1:]
@@ -542,6 +570,11 @@ def run_batch(cases, schedulers=None):
         "mean_after_first_s": round(sum(rest) / len(rest), 6) if rest else None,
         "max_after_first_s": round(max(rest), 6) if rest else None,
         "scheduler_builds": schedulers.builds,
+        "build_s": round(schedulers.build_s, 6),
+        "reused_cases": len(reused),
+        "mean_reused_s": round(sum(reused) / len(reused), 6) if reused else None,
+        "max_reused_s": round(max(reused), 6) if reused else None,
+        "total_s": round(sum(times), 6),
     }
     return results, cost
 
