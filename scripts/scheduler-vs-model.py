@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Compare kvgeom's scheduler model with what vLLM's own scheduler does.
 
-Usage: scripts/scheduler-vs-model.py [--kvgeom BIN] [--python PY] [--json FILE] [GEOMETRY.toml...]
+Usage: scripts/scheduler-vs-model.py [--kvgeom BIN] [--python PY] [--json FILE] [--alloc A] [PATH...]
 
-For every case of the geometry files (default: geometries/*.toml) that a
-sweep runs, in the mainline allocation (`with-last-token` is the allocation
+For every case of the geometry files or folders (default: geometries/*.toml)
+that a sweep of them runs, in the mainline allocation (`with-last-token` is the allocation
 of vLLM's tests, not of its scheduler: those cases are counted apart), this
 runs vLLM's v1 scheduler with its KV cache manager and the NIXL connector's
 scheduler half (vllm-driver/scheduler_side.py, one process, one scheduler
@@ -54,7 +54,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def geometry_from_toml(path, name):
     """The geometry as kvgeom's batch.json states it (the file's fields,
-    the file format's defaults filled in)."""
+    the file format's defaults filled in; `expect_rejection` is left out,
+    the scheduler side does not read it); None for a file whose model kvgeom
+    derives from an HF config."""
     with open(path, "rb") as f:
         doc = tomllib.load(f)
 
@@ -71,6 +73,8 @@ def geometry_from_toml(path, name):
         }
 
     model = doc["model"]
+    if "groups" not in model:
+        return None  # derived from an HF config by kvgeom (model.hf_config)
     attention = model.get("attention")
     if attention is not None:
         attention = dict(attention)
@@ -97,13 +101,19 @@ def geometry_from_toml(path, name):
 
 
 def sweep_cases(kvgeom, path):
+    """The cases `kvgeom sweep PATH` runs (a folder: its files, and the
+    sample of its subfolders' files, as the sweep chooses), by file."""
     with tempfile.TemporaryDirectory(prefix="kvgeom-sched-") as d:
         out = os.path.join(d, "sweep.json")
         subprocess.run([kvgeom, "sweep", path, "--format", "json", "--out", out], check=False, capture_output=True)
         if not os.path.exists(out):
             raise SystemExit(f"scheduler-vs-model: kvgeom sweep {path} wrote no report")
         with open(out) as f:
-            return json.load(f)["cases"]
+            cases = json.load(f)["cases"]
+    by_file = {}
+    for c in cases:
+        by_file.setdefault(c["file"], []).append(c)
+    return by_file
 
 
 EXPLAIN_M = re.compile(r"^\s*transferred tokens M = (\d+)", re.M)
@@ -185,6 +195,20 @@ def direct_path_differences(result, model, mode):
     return out
 
 
+def every_hit(geometry, listed):
+    """The sweep's cases with every whole decode-block prefix hit short of
+    the transferred tokens (M: N - 1 for a mamba hybrid, else N)."""
+    block = geometry["decode"]["logical_block"]
+    out = []
+    for c in listed:
+        if c["prefix_hit"]:
+            continue
+        n = c["prompt_len"]
+        m = n - 1 if geometry["model"]["mamba"] is not None and n > 1 else n
+        out.extend({**c, "prefix_hit": h} for h in range(0, m, block))
+    return out
+
+
 FIELDS = ["M", "to_transfer", "d_blocks", "d_transfer", "d_computed", "p_blocks", "d_zeroed"]
 
 
@@ -200,6 +224,13 @@ def main(argv):
         help="the kvgeom allocation compared (with-last-token: a control, kvgeom's model of vLLM's tests "
         "against vLLM's scheduler, which must differ)",
     )
+    ap.add_argument(
+        "--hits",
+        default="grid",
+        choices=["grid", "all"],
+        help="prefix hits: the sweep's (none, one block, the most whole blocks short of M) or, with "
+        "prefix caching on decode, every whole-block hit short of M",
+    )
     ap.add_argument("geometries", nargs="*")
     args = ap.parse_args(argv[1:])
     files = args.geometries or sorted(
@@ -211,15 +242,21 @@ def main(argv):
             return 2
     cases = []  # (file, geometry, sweep case)
     apart = {}
+    listed_by_file = {}
     for path in files:
-        if not os.path.isfile(path):
-            print(f"scheduler-vs-model: {path}: no such file", file=sys.stderr)
+        if not os.path.exists(path):
+            print(f"scheduler-vs-model: {path}: no such file or folder", file=sys.stderr)
             return 2
-        listed = sweep_cases(args.kvgeom, path)
-        if not listed:
-            continue
+        listed_by_file.update(sweep_cases(args.kvgeom, path))
+    skipped = []
+    for path, listed in listed_by_file.items():
         geometry = geometry_from_toml(path, listed[0]["geometry"])
+        if geometry is None:
+            skipped.append(path)
+            continue
         geometry["prompts"] = sorted({c["prompt_len"] for c in listed})
+        if args.hits == "all" and geometry["decode"]["prefix_caching"]:
+            listed = every_hit(geometry, listed)
         seen = set()
         for c in listed:
             key = (c["prompt_len"], c["prefix_hit"], c["mode"], c["allocation"])
@@ -230,7 +267,7 @@ def main(argv):
                 apart[geometry["name"]] = apart.get(geometry["name"], 0) + 1
                 continue
             cases.append((path, geometry, c))
-    print(f"scheduler-vs-model: {len(cases)} {args.alloc} cases of {len(files)} files", file=sys.stderr)
+    print(f"scheduler-vs-model: {len(cases)} {args.alloc} cases of {len(listed_by_file)} files", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="kvgeom-sched-") as d:
         batch = [
             {"id": f"c{i}", "geometry": g, "prompt_len": c["prompt_len"], "prefix_hit": c["prefix_hit"], "mode": c["mode"]}
@@ -256,7 +293,7 @@ def main(argv):
     detail = []
     for (path, g, c), result, model in zip(cases, ran["results"], models):
         key = (g["name"], c["mode"])
-        row = rows.setdefault(key, {"cases": 0, "unreachable": 0, "errors": 0, "differ": 0, "fields": {}, "null": 0, "reasons": {}})
+        row = rows.setdefault(key, {"cases": 0, "unreachable": 0, "errors": 0, "differ": 0, "fields": {}, "null": 0, "p_zeroed": 0, "reasons": {}})
         row["cases"] += 1
         name = f"N={c['prompt_len']} hit {c['prefix_hit']}"
         entry = {"file": path, "case": c, "vllm": result, "kvgeom": model}
@@ -271,6 +308,7 @@ def main(argv):
             continue
         ours = vllm_numbers(result)
         row["null"] += ours.pop("d_null") > 0
+        row["p_zeroed"] += bool(result["prefill"]["zeroed_at_alloc"])
         differs = False
         for field in FIELDS:
             if field in ours and ours[field] != model[field]:
@@ -298,6 +336,14 @@ def main(argv):
             print(f"{'':<50}   not run or not reachable ({first}): {reason}")
         if row["null"]:
             print(f"{'':<50}   {row['null']} cases: decode's mamba groups also hold vLLM's null placeholder blocks")
+        if row["p_zeroed"]:
+            print(
+                f"{'':<50}   {row['p_zeroed']} cases: vLLM zeroes prefill's new attention blocks at allocation "
+                "(kvgeom's model zeroes nothing on prefill)"
+            )
+    if skipped:
+        print()
+        print("skipped (model derived from an HF config, not read by this script): " + ", ".join(skipped))
     if notes:
         print()
         print("ReqMeta fields vLLM's scheduler sets otherwise than the driver's direct path (live_case.py, push_case.py):")
