@@ -50,12 +50,13 @@ from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 import live_case  # noqa: E402  (the driver's config and spec builders)
 
 NOT_REACHABLE = "not reachable by vLLM's scheduler"
-# Token ids: the prompt counts up from here, the earlier request's tail
-# (none today) and the sampled token stay apart from it.
+# Token ids: a prompt counts up from FIRST_TOKEN; the model runner samples
+# SAMPLED_TOKEN (not the end-of-sequence id: a request ends at max_tokens).
 FIRST_TOKEN = 1000
 SAMPLED_TOKEN = 7
-# Steps a request may take before the driver gives up on it.
+# Steps a request may take before the scheduler side gives up on it.
 MAX_STEPS = 64
+# The model length the schedulers are configured for (any prompt fits).
 MAX_MODEL_LEN = 1 << 20
 
 _NONE_HASH = [False]
@@ -207,6 +208,8 @@ class EngineScheduler:
     # --- requests -------------------------------------------------------
 
     def new_request(self, tokens, kv_transfer_params=None, name="req"):
+        """A request of `tokens` that ends after one sampled token, hashed
+        as the engine hashes it (for the prefix cache)."""
         params = SamplingParams(max_tokens=1)
         params.update_from_generation_config({}, SAMPLED_TOKEN + 1)
         req = Request(
@@ -253,7 +256,7 @@ class EngineScheduler:
 
     def run_to_completion(self, req):
         """Schedule `req` until it finishes (its prompt computed, one token
-        sampled); the block ids it was given at allocation, per step."""
+        sampled); the block ids vLLM zeroed at allocation in its steps."""
         self.scheduler.add_request(req)
         zeroed = []
         for _ in range(MAX_STEPS):
