@@ -531,6 +531,18 @@ fn broken_links(page: &Path) -> Vec<String> {
 
 #[test]
 fn every_relative_link_and_anchor_resolves() {
+    // An unclosed code block would hide the rest of its page from the checks.
+    for page in pages() {
+        let fences = read(&page)
+            .lines()
+            .filter(|l| l.trim_start().starts_with("```"))
+            .count();
+        assert!(
+            fences % 2 == 0,
+            "{}: a code block is not closed",
+            page.display()
+        );
+    }
     let broken: Vec<String> = pages().iter().flat_map(|p| broken_links(p)).collect();
     assert!(
         broken.is_empty(),
