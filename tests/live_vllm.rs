@@ -18,6 +18,7 @@ use kvgeom::scenario::{run_case, Case, Outcome, RunOptions};
 use kvgeom::scheduler::DecodeAllocation;
 use kvgeom::sweep::expectations::Expectations;
 use kvgeom::sweep::plan;
+use kvgeom::under_test::{CodeUnderTest, Release};
 use kvgeom::variant::Variant;
 
 fn kvgeom(args: &[&str]) -> Output {
@@ -46,8 +47,11 @@ fn python_with_site(dir: &std::path::Path, site: &std::path::Path, python: &str)
 }
 
 fn interpreter(test: &str) -> Option<Interpreter> {
-    match live::find(None) {
-        Ok(p) => Some(p),
+    match live::find(None, Release::pinned().version) {
+        Ok(mut p) => {
+            p.reference = CodeUnderTest::vllm(&p.vllm_version).reference_policy();
+            Some(p)
+        }
         Err(why) => {
             println!("{test}: skipped: no vLLM venv ({why})");
             None

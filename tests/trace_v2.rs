@@ -961,7 +961,7 @@ fn a_trace_that_does_not_rebuild_is_an_error() {
 /// policy.
 #[test]
 fn a_live_sweep_records_traces_that_judge_as_its_cases() {
-    if let Err(why) = kvgeom::live::find(None) {
+    if let Err(why) = kvgeom::live::find(None, kvgeom::under_test::Release::pinned().version) {
         println!(
             "a_live_sweep_records_traces_that_judge_as_its_cases: skipped: no vLLM venv ({why})"
         );

@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 
 use super::{default_paths, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
-use crate::connector::NamedPolicy;
 use crate::geometry::Mode;
 use crate::live::{self, LiveReport};
 use crate::report::sweep_report::{self, Format};
@@ -13,6 +12,7 @@ use crate::scheduler::DecodeAllocation;
 use crate::sweep::expectations::Expectations;
 use crate::sweep::plan;
 use crate::sweep::shard::{parse_shard, Shard};
+use crate::under_test::{CodeUnderTest, Release};
 use crate::variant::Variant;
 
 /// Which connector a sweep runs.
@@ -55,10 +55,11 @@ fn driver_python(
     flag: Option<&std::path::Path>,
     nixl: Option<NixlArg>,
 ) -> Result<live::Interpreter, u8> {
-    let mut python = live::find(flag).map_err(|e| {
+    let mut python = live::find(flag, Release::pinned().version).map_err(|e| {
         eprintln!("error: {e}");
         EXIT_BAD_INPUT
     })?;
+    python.reference = CodeUnderTest::vllm(&python.vllm_version).reference_policy();
     let driver_dir = live::python::project_root().join("vllm-driver");
     let resolved = live::nixl::resolve(
         &python.python,
@@ -109,9 +110,6 @@ pub struct LiveSweepArgs {
 /// Why `--transport nixl` is refused with `--connector vllm`.
 const TRANSPORT_NIXL: &str = "--transport nixl: --transport selects kvgeom's own transport; \
      with --connector vllm, --nixl real gives vLLM's workers real NIXL agents";
-
-/// The expectations file of the pinned vLLM.
-pub const PINNED_EXPECTATIONS: &str = "expected/vllm-0.33.0.toml";
 
 fn refused(args: &LiveSweepArgs) -> Option<String> {
     if let Some(d) = &args.defect {
@@ -173,7 +171,9 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
         prompts: prompt_list,
         modes: args.modes.clone(),
         allocations: args.allocations.clone(),
-        variant: Variant::Policy(NamedPolicy::Vllm0330),
+        // Planned before the interpreter is probed; set again below to the
+        // reference of the release it has.
+        variant: compared_variant(None),
         seed: args.seed,
     };
     let all_cases = match args.random {
@@ -193,16 +193,24 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
         Ok(p) => p,
         Err(code) => return code,
     };
+    let under_test = CodeUnderTest::vllm(&python.vllm_version);
+    let all_cases: Vec<crate::scenario::Case> = all_cases
+        .into_iter()
+        .map(|case| crate::scenario::Case {
+            variant: compared_variant(python.reference),
+            ..case
+        })
+        .collect();
     let expect_path = args.expect.clone().or_else(|| {
-        python
-            .is_pinned()
-            .then(|| live::python::project_root().join(PINNED_EXPECTATIONS))
+        under_test
+            .expectations()
+            .map(|file| live::python::project_root().join(file))
     });
-    if !python.is_pinned() {
+    if under_test.release().is_none() {
         eprintln!(
             "note: vLLM {} is not the pinned {}: the expectations do not apply; the exit status is a plain sweep's",
             python.vllm_version,
-            live::PINNED_VLLM
+            Release::pinned().version
         );
     }
     let expectations = match expect_path.as_deref().map(Expectations::load).transpose() {
@@ -259,7 +267,7 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
         }
         None => print!("{text}"),
     }
-    let code = judge(&live, expectations.as_ref(), python.is_pinned());
+    let code = judge(&live, expectations.as_ref(), python.reference.is_some());
     if code != EXIT_OK {
         show_replays(&live, expectations.as_ref(), &python, args.shrink, drivers);
     }
@@ -522,6 +530,14 @@ fn table(live: &[LiveReport], nixl: &live::NixlRun) -> String {
     text
 }
 
+/// The variant a live case is planned under: the reference policy of the
+/// installed release (`reference`, from the release table), or for a release
+/// kvgeom does not model the pinned release's (its comparison is then
+/// information).
+fn compared_variant(reference: Option<crate::connector::NamedPolicy>) -> Variant {
+    Variant::Policy(reference.unwrap_or(Release::pinned().policy))
+}
+
 /// The sweep's JSON report with `"connector": "vllm"`, `"nixl"` (what
 /// moved the bytes) and each case's `plan`.
 fn json(live: &[LiveReport], shard: Option<(&Shard, &[usize])>, nixl: &live::NixlRun) -> String {
@@ -640,7 +656,7 @@ pub fn live_explain(args: LiveExplainArgs) -> u8 {
         mode: args.mode,
         allocation: args.allocation,
         seed: args.seed,
-        variant: Variant::Policy(NamedPolicy::Vllm0330),
+        variant: compared_variant(python.reference),
     };
     let budget = match super::max_memory_option(args.max_memory.as_deref()) {
         Ok(b) => b,
