@@ -253,10 +253,10 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
     let shard = shard.as_ref().map(|(s, p)| (s, p.as_slice()));
     let text = match args.format {
         Format::Table => table(&live, &python.nixl),
-        Format::Json => json(&live, shard, &python.nixl),
+        Format::Json => json(&live, shard, &python.nixl, &under_test),
         Format::Junit => {
             let reports: Vec<CaseReport> = live.iter().map(|l| l.report.clone()).collect();
-            sweep_report::junit(&reports, shard)
+            sweep_report::junit(&reports, shard, &under_test)
         }
     };
     match &args.out {
@@ -539,10 +539,15 @@ fn compared_variant(reference: Option<crate::connector::NamedPolicy>) -> Variant
 }
 
 /// The sweep's JSON report with `"connector": "vllm"`, `"nixl"` (what
-/// moved the bytes) and each case's `plan`.
-fn json(live: &[LiveReport], shard: Option<(&Shard, &[usize])>, nixl: &live::NixlRun) -> String {
+/// moved the bytes), `code_under_test` and each case's `plan`.
+fn json(
+    live: &[LiveReport],
+    shard: Option<(&Shard, &[usize])>,
+    nixl: &live::NixlRun,
+    code: &CodeUnderTest,
+) -> String {
     let reports: Vec<CaseReport> = live.iter().map(|l| l.report.clone()).collect();
-    let text = sweep_report::json(&reports, shard);
+    let text = sweep_report::json(&reports, shard, code);
     let Ok(mut doc) = serde_json::from_str::<serde_json::Value>(&text) else {
         return text;
     };
