@@ -74,8 +74,9 @@ pub struct DefectInfo {
     pub bug: &'static str,
     /// The real-world symptom it caused.
     pub symptom: &'static str,
-    /// Whether vLLM 0.33.0 as released has it (`Policy::vllm_0_33_0`).
-    pub in_vllm_0_33_0: bool,
+    /// The vLLM releases that have it as released (`0.33.0`: the policy
+    /// that models that release is exactly its defects).
+    pub in_vllm: &'static [&'static str],
     /// The decision it changes in `Policy::default()`.
     pub select: fn(&mut Policy),
 }
@@ -88,7 +89,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         title: "strict prefix-cache count bound",
         bug: "prefix-cache count check uses max(local ppl, remote ppl) as a strict bound",
         symptom: "legitimate transfers refused (AssertionError), e.g. 12- vs 8-token blocks at N=25",
-        in_vllm_0_33_0: false,
+        in_vllm: &[],
         select: |p| p.prefix_count_tolerance = PrefixCountTolerance::StrictMaxPpl,
     },
     DefectInfo {
@@ -97,7 +98,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         title: "clipped block tail never zeroed",
         bug: "with equal kernel pages but different logical blocks, the clipped tail is never zeroed",
         symptom: "stale tail bytes surfacing as garbage mid-response",
-        in_vllm_0_33_0: false,
+        in_vllm: &[],
         select: |p| p.receive_zeroing = ReceiveZeroing::RatioOnly,
     },
     DefectInfo {
@@ -106,7 +107,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         title: "older two-path receive zeroing",
         bug: "older split zeroing: ratio tail path (non-MLA, last block only) plus a whole-kernel-block path for ppl mismatch",
         symptom: "stale kernel blocks when both regimes meet (11 of 16 mixed-regime lengths)",
-        in_vllm_0_33_0: false,
+        in_vllm: &[],
         select: |p| p.receive_zeroing = ReceiveZeroing::TwoPath,
     },
     DefectInfo {
@@ -115,7 +116,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         title: "post-process block ids dropped",
         bug: "block ids for the post-process are computed but not passed on, so nothing is zeroed",
         symptom: "every clipped block keeps stale bytes",
-        in_vllm_0_33_0: false,
+        in_vllm: &[],
         select: |p| p.receive_zeroing = ReceiveZeroing::Skipped,
     },
     DefectInfo {
@@ -124,7 +125,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         title: "sub-block addresses as index x stride / ratio",
         bug: "sub-block addresses computed as index x stride / ratio, right only when stride equals length",
         symptom: "sub-blocks written outside the layer's page on interleaved layouts",
-        in_vllm_0_33_0: false,
+        in_vllm: &[],
         select: |p| p.sub_block_addressing = SubBlockAddressing::StrideOverRatio,
     },
     DefectInfo {
@@ -133,7 +134,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         title: "remote ids expanded with the local ppl",
         bug: "remote logical ids expanded to kernel ids with the local ppl instead of the remote one",
         symptom: "reads from the wrong prefill blocks (Qwen3.5 4P2D bug class)",
-        in_vllm_0_33_0: false,
+        in_vllm: &[],
         select: |p| p.remote_id_expansion = RemoteIdExpansion::LocalPpl,
     },
     DefectInfo {
@@ -142,7 +143,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         title: "mamba state expanded by the block-size ratio",
         bug: "mamba state descriptors and desc ids expanded by the block-size ratio like attention",
         symptom: "mamba state read from and written to wrong sub-regions",
-        in_vllm_0_33_0: false,
+        in_vllm: &[],
         select: |p| p.mamba_expansion = MambaExpansion::RatioExpanded,
     },
     DefectInfo {
@@ -151,7 +152,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         title: "host-buffer mode accepted with a block-size ratio",
         bug: "handshake accepts host-buffer mode with a block-size ratio",
         symptom: "host staging copies at the wrong granularity, corrupting KV",
-        in_vllm_0_33_0: false,
+        in_vllm: &[],
         select: |p| p.handshake.host_buffer_with_ratio = Acceptance::Accept,
     },
     DefectInfo {
@@ -160,7 +161,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         title: "split lists keyed by the TP ratio alone",
         bug: "per-source split lists keyed by tp_ratio alone and built at local granularity",
         symptom: "multi-read transfers use descriptors of the wrong granularity",
-        in_vllm_0_33_0: false,
+        in_vllm: &[],
         select: |p| p.split_list_key = SplitListKey::RatioOnly,
     },
     DefectInfo {
@@ -169,7 +170,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         title: "vLLM 0.33.0 push: empty remote block list on decode",
         bug: "vLLM 0.33.0 push: D keeps an empty remote block list and fails on completion when ppl differs",
         symptom: "decode crashes with IndexError; request never finishes",
-        in_vllm_0_33_0: true,
+        in_vllm: &["0.33.0"],
         select: |p| {
             p.push.decode_handshake = DecodePushHandshake::RecordOnly;
             p.push.completion_report = PushCompletionReport::RequestOnly;
@@ -181,7 +182,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         title: "vLLM 0.33.0 push: one-way block-size ratio",
         bug: "vLLM 0.33.0 push: P and D compute the block-size ratio in opposite directions",
         symptom: "assertion on one side, decode waits forever for a push that never comes",
-        in_vllm_0_33_0: true,
+        in_vllm: &["0.33.0"],
         select: |p| {
             p.push.decode_handshake = DecodePushHandshake::RecordOnly;
             p.push.ratio_direction = PushRatioDirection::LocalOverRemote;
@@ -193,7 +194,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         title: "vLLM 0.33.0 push: replicated pages written by every prefill rank",
         bug: "vLLM 0.33.0 push with P_TP > D_TP: every prefill rank writes the replicated MLA pages",
         symptom: "the same decode bytes written by several concurrent WRITEs (NIXL does not detect it)",
-        in_vllm_0_33_0: true,
+        in_vllm: &["0.33.0"],
         select: |p| p.push.replicated_pages = ReplicatedPageWriters::EveryHolder,
     },
     DefectInfo {
@@ -202,7 +203,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         title: "vLLM 0.33.0 end-trim alignment",
         bug: "vLLM 0.33.0's prefix alignment end-aligns P's list to D's, wrong when P's list does not end where D's does",
         symptom: "D receives the wrong tokens after a prefix hit with the last-token block, or with different logical blocks on a model without mamba (silent corruption); a longer D list is refused",
-        in_vllm_0_33_0: true,
+        in_vllm: &["0.33.0"],
         select: |p| p.prefix_alignment = PrefixAlignment::EndTrim,
     },
     DefectInfo {
@@ -211,7 +212,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         title: "vLLM 0.33.0 NHD pages accepted for gathered replicated heads",
         bug: "vLLM 0.33.0's handshake accepts token-major (NHD) pages when a rank gathers heads from prefill ranks that replicate them",
         symptom: "each prefill page lands in a byte slot, not a head slot: tokens and heads scrambled",
-        in_vllm_0_33_0: true,
+        in_vllm: &["0.33.0"],
         select: |p| p.handshake.gathered_replicated_heads_nhd = Acceptance::Accept,
     },
     DefectInfo {
@@ -220,7 +221,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         title: "receive zeroing one kernel block past the end",
         bug: "the receive post-process zeroes its stale blocks through an inclusive end: one kernel block past the request's last is zeroed too",
         symptom: "the block after the request's, which belongs to another request or the free pool, loses its KV (silent corruption of a co-resident request)",
-        in_vllm_0_33_0: false,
+        in_vllm: &[],
         select: |p| p.receive_zeroing = ReceiveZeroing::InclusiveEnd,
     },
     DefectInfo {
@@ -229,7 +230,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         title: "vLLM 0.33.0 conv offsets scaled from the local widths",
         bug: "vLLM 0.33.0 locates the peer's conv sub-projections by scaling its own widths by the TP ratio; Mamba2 B and C replicated beyond n_groups (one group) keep their width at every TP",
         symptom: "decode's B and C conv state receive half of B twice, the other projection or SSM bytes, with no error (Falcon-H1, Granite-4.0-H, Zamba2 at different TP sizes)",
-        in_vllm_0_33_0: true,
+        in_vllm: &["0.33.0"],
         select: |p| p.conv_split = ConvSplit::LocalWidthsScaled,
     },
     DefectInfo {
@@ -238,7 +239,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         title: "vLLM 0.33.0 refuses padded pages in a shared allocation",
         bug: "vLLM 0.33.0 registers a layer's view as whole runs of its blocks; a padded page (block stride larger than the page) in an allocation shared by several layer slots leaves a view whose bytes are not such runs, and registration asserts",
         symptom: "the engine fails at start (AssertionError: KV cache view cannot be partitioned into NIXL regions) for any padded kernel page layout with more than one layer slot",
-        in_vllm_0_33_0: true,
+        in_vllm: &["0.33.0"],
         select: |p| p.padded_pages = PaddedPageRegistration::RefusedWhenShared,
     },
 ];
@@ -301,16 +302,17 @@ impl Defect {
         self.info().symptom
     }
 
-    /// Whether vLLM 0.33.0 as released has it.
-    pub fn in_vllm_0_33_0(self) -> bool {
-        self.info().in_vllm_0_33_0
+    /// Whether vLLM `version` as released has it.
+    pub fn in_vllm(self, version: &str) -> bool {
+        self.info().in_vllm.contains(&version)
     }
 
-    /// The defects of vLLM 0.33.0 as released, in table order.
-    pub fn of_vllm_0_33_0() -> Vec<Defect> {
+    /// The defects of vLLM `version` as released, in table order (none for
+    /// a release the table does not name).
+    pub fn of_vllm(version: &str) -> Vec<Defect> {
         Defect::ALL
             .into_iter()
-            .filter(|d| d.in_vllm_0_33_0())
+            .filter(|d| d.in_vllm(version))
             .collect()
     }
 
@@ -361,16 +363,15 @@ mod tests {
     }
 
     #[test]
-    fn vllm_0_33_0_is_exactly_its_known_defects() {
-        let mut policy = Policy::default();
-        for row in DEFECTS.iter().filter(|row| row.in_vllm_0_33_0) {
-            (row.select)(&mut policy);
+    fn a_release_is_exactly_the_defects_the_table_names_for_it() {
+        for version in ["0.33.0", "0.32.0"] {
+            let mut policy = Policy::default();
+            for row in DEFECTS.iter().filter(|row| row.in_vllm.contains(&version)) {
+                (row.select)(&mut policy);
+            }
+            assert_eq!(policy, policy_with(&Defect::of_vllm(version)));
         }
-        assert_eq!(policy, Policy::vllm_0_33_0());
-        assert_eq!(
-            policy_with(&Defect::of_vllm_0_33_0()),
-            Policy::vllm_0_33_0()
-        );
+        assert!(Defect::of_vllm("0.32.0").is_empty());
         assert_eq!(policy_with(&[]), Policy::default());
     }
 

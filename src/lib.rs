@@ -76,6 +76,7 @@ pub mod scheduler;
 pub mod sweep;
 pub mod time_limits;
 pub mod trace;
+pub mod under_test;
 pub mod variant;
 
 /// What the `kvgeom` binary, the integration tests and the examples use

@@ -62,6 +62,7 @@ const LAYERS: &[(&str, Layer)] = &[
     ("live", Layer::Harness),
     ("sweep", Layer::Harness),
     ("trace", Layer::Harness),
+    ("under_test", Layer::Harness),
     ("report", Layer::Harness),
     ("generate", Layer::Harness),
     ("bench", Layer::Harness),
@@ -906,5 +907,76 @@ fn string_errors_are_found_in_every_spelling_and_only_there() {
             "src/sweep/shard.rs:5: Result<impl Fn ( u8 ) - > u8, Box < dyn std :: error :: Error + Send >>",
             "src/sweep/shard.rs:6: Result<( ), String>",
         ]
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Release-specific identifiers: the release under test is a value
+// (`under_test::CodeUnderTest`), looked up in the release table; only that
+// table and the policy that models the release spell a release in code.
+
+/// Spellings of a release in identifiers (as `grep` finds them, comments included).
+const RELEASE_IDENTIFIERS: [&str; 4] = ["Vllm0330", "vllm_0_33_0", "VLLM_0_33_0", "PINNED_"];
+
+/// The only files of `src/` that may write them: the release table and the
+/// policy that models the release.
+const RELEASE_FILES: [&str; 2] = ["src/under_test/code.rs", "src/connector/policy.rs"];
+
+/// Every line of a file outside [`RELEASE_FILES`] that writes a release
+/// identifier, as `file:line: identifier`.
+fn release_identifiers(files: &[(String, String)]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (file, text) in files {
+        if RELEASE_FILES.contains(&file.as_str()) {
+            continue;
+        }
+        for (n, line) in text.lines().enumerate() {
+            for ident in RELEASE_IDENTIFIERS {
+                if line.contains(ident) {
+                    found.push(format!("{file}:{}: {ident}", n + 1));
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn release_identifiers_appear_only_in_the_release_table_and_its_policy() {
+    let files = source_files();
+    for allowed in RELEASE_FILES {
+        assert!(
+            files.iter().any(|(f, _)| f == allowed),
+            "{allowed} is gone: update RELEASE_FILES"
+        );
+    }
+    let found = release_identifiers(&files);
+    assert!(
+        found.is_empty(),
+        "{} release-specific identifier(s) outside {}: look the release up in the release \
+         table instead (`Release::pinned()`, `CodeUnderTest::reference_policy()`):\n{}",
+        found.len(),
+        RELEASE_FILES.join(" and "),
+        found.join("\n")
+    );
+}
+
+#[test]
+fn a_release_identifier_outside_the_two_files_is_named_with_its_line() {
+    let files: Vec<(String, String)> = [
+        ("src/connector/policy.rs", "pub fn vllm_0_33_0() {}\n"),
+        ("src/under_test/code.rs", "policy: NamedPolicy::Vllm0330,\n"),
+        (
+            "src/live/run.rs",
+            "// vLLM 0.33.0 in prose is fine\nlet p = NamedPolicy::Vllm0330;\n",
+        ),
+        ("src/cli/live.rs", "const PINNED_X: &str = \"\";\n"),
+    ]
+    .iter()
+    .map(|(f, s)| (f.to_string(), s.to_string()))
+    .collect();
+    assert_eq!(
+        release_identifiers(&files),
+        ["src/live/run.rs:2: Vllm0330", "src/cli/live.rs:1: PINNED_"]
     );
 }

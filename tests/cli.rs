@@ -60,6 +60,49 @@ fn a_passing_sweep_exits_0_and_writes_the_json_report() {
     }
     assert!(case["stats"]["pairs"].as_u64().unwrap() > 0);
     assert!(case["stats"]["transferred_bytes"].as_u64().unwrap() > 0);
+    // What ran: kvgeom's connector at the crate's version, on each case and
+    // on the report; `connector` and `policy` keep their meaning.
+    let kvgeom_code = serde_json::json!({
+        "connector": "kvgeom",
+        "version": env!("CARGO_PKG_VERSION"),
+        "policy": "kvgeom",
+        "source": null,
+    });
+    assert_eq!(report["code_under_test"], kvgeom_code, "{report}");
+    for case in report["cases"].as_array().unwrap() {
+        assert_eq!(case["code_under_test"], kvgeom_code, "{case}");
+        assert_eq!(case["policy"], "kvgeom");
+    }
+}
+
+#[test]
+fn the_code_under_test_names_the_variant_that_ran() {
+    for (args, policy) in [
+        (&["--policy", "vllm-0.33.0"][..], "vllm-0.33.0"),
+        (
+            &["--defect", "end-trim-alignment"][..],
+            "defect end-trim-alignment",
+        ),
+    ] {
+        let mut all = vec![
+            "sweep",
+            "geometries/g1-mla-kda-ppl3-vs-2.toml",
+            "--prompts",
+            "25",
+            "--mode",
+            "pull",
+            "--no-shrink",
+            "--format",
+            "json",
+        ];
+        all.extend_from_slice(args);
+        let o = kvgeom(&all);
+        let report: serde_json::Value =
+            serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o)));
+        assert_eq!(report["code_under_test"]["policy"], policy, "{args:?}");
+        assert_eq!(report["cases"][0]["code_under_test"]["policy"], policy);
+        assert_eq!(report["cases"][0]["code_under_test"]["connector"], "kvgeom");
+    }
 }
 
 #[test]
@@ -110,6 +153,17 @@ fn junit_output_has_a_failure_per_failing_case() {
         "{xml}"
     );
     assert_eq!(xml.matches("<failure ").count(), 11);
+    for property in [
+        "<property name=\"kvgeom.code_under_test.connector\" value=\"kvgeom\"/>".to_string(),
+        format!(
+            "<property name=\"kvgeom.code_under_test.version\" value=\"{}\"/>",
+            env!("CARGO_PKG_VERSION")
+        ),
+        "<property name=\"kvgeom.code_under_test.policy\" value=\"defect two-path-zeroing\"/>"
+            .to_string(),
+    ] {
+        assert!(xml.contains(&property), "no `{property}` in {xml}");
+    }
 }
 
 #[test]

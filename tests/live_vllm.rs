@@ -18,6 +18,7 @@ use kvgeom::scenario::{run_case, Case, Outcome, RunOptions};
 use kvgeom::scheduler::DecodeAllocation;
 use kvgeom::sweep::expectations::Expectations;
 use kvgeom::sweep::plan;
+use kvgeom::under_test::{CodeUnderTest, Release};
 use kvgeom::variant::Variant;
 
 fn kvgeom(args: &[&str]) -> Output {
@@ -46,8 +47,11 @@ fn python_with_site(dir: &std::path::Path, site: &std::path::Path, python: &str)
 }
 
 fn interpreter(test: &str) -> Option<Interpreter> {
-    match live::find(None) {
-        Ok(p) => Some(p),
+    match live::find(None, Release::pinned().version) {
+        Ok(mut p) => {
+            p.reference = CodeUnderTest::vllm(&p.vllm_version).reference_policy();
+            Some(p)
+        }
         Err(why) => {
             println!("{test}: skipped: no vLLM venv ({why})");
             None
@@ -424,9 +428,9 @@ fn explain_with_vllm_refuses_kvgeom_variants_and_names_a_missing_venv() {
 /// on vLLM's connector (and `--no-shrink` keeps the case as run).
 #[test]
 fn live_shards_merge_into_the_whole_and_failures_shrink() {
-    if interpreter("live_shards_merge_into_the_whole_and_failures_shrink").is_none() {
+    let Some(python) = interpreter("live_shards_merge_into_the_whole_and_failures_shrink") else {
         return;
-    }
+    };
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("live-shards");
     std::fs::create_dir_all(&dir).unwrap();
     // No expectations: 0.33.0's dead-block pairing fails N = 5 and 6 (and
@@ -453,6 +457,19 @@ fn live_shards_merge_into_the_whole_and_failures_shrink() {
     };
     let whole = base(&[]);
     assert_eq!(whole.status.code(), Some(1));
+    // What ran: vLLM at the driver's version, judged as its release's policy.
+    let report: serde_json::Value = serde_json::from_slice(&whole.stdout).expect("a JSON report");
+    let vllm_code = serde_json::json!({
+        "connector": "vllm",
+        "version": python.vllm_version,
+        "policy": "vllm-0.33.0",
+        "source": null,
+    });
+    assert_eq!(report["code_under_test"], vllm_code, "{report}");
+    for case in report["cases"].as_array().expect("cases") {
+        assert_eq!(case["code_under_test"], vllm_code, "{case}");
+        assert_eq!(case["connector"], "vllm");
+    }
     let err = String::from_utf8_lossy(&whole.stderr);
     assert!(
         err.contains(

@@ -107,6 +107,7 @@ fn merged_json_shards_are_the_unsharded_report() {
     let whole: serde_json::Value = serde_json::from_str(&whole).unwrap();
     assert_eq!(merged, whole);
     assert_eq!(merged["summary"]["cases"], 32);
+    assert_eq!(merged["code_under_test"]["connector"], "kvgeom");
     let shard: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&shards[1]).unwrap()).unwrap();
     assert_eq!(shard["shard"]["index"], 2);
@@ -126,6 +127,7 @@ fn merged_junit_shards_are_the_unsharded_report() {
         "<property name=\"kvgeom.total_cases\" value=\"32\"/>",
         "<property name=\"kvgeom.fingerprint\" value=\"",
         "<property name=\"kvgeom.index\" value=\"1\"/>",
+        "<property name=\"kvgeom.code_under_test.connector\" value=\"kvgeom\"/>",
     ] {
         assert!(shard.contains(needle), "no `{needle}` in {shard}");
     }

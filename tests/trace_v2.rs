@@ -183,6 +183,38 @@ fn every_fixture_has_its_pinned_verdicts() {
     }
 }
 
+/// A trace of a vLLM release kvgeom does not model is still judged, but its
+/// difference from kvgeom's plan is information (the verdict says so), and
+/// only single defects can explain it (the release has no known set).
+#[test]
+fn a_trace_of_a_release_kvgeom_does_not_model_is_compared_as_information() {
+    let name = "mamba2-replicated-groups-p1-d2-pull-n9-hit0-mainline-s0";
+    let pinned = fixture(name);
+    let (v, message, by) = verdict(&["diff-trace"], &pinned);
+    assert_eq!(
+        (v.as_str(), by.as_deref()),
+        ("differ", Some("conv-offsets-scaled"))
+    );
+    assert!(!message.contains("information"), "{message}");
+    let dir = scratch("unmodelled");
+    let mut trace = load(name);
+    trace["vllm_version"] = "0.32.0".into();
+    let file = write(&dir, name, &trace);
+    let (v, message, by) = verdict(&["diff-trace"], &file);
+    assert_eq!(v, "differ", "{message}");
+    assert!(
+        message.ends_with(
+            "(vLLM 0.32.0 is not a release kvgeom models: the comparison is information)"
+        ),
+        "{message}"
+    );
+    assert_eq!(by.as_deref(), Some("conv-offsets-scaled"), "{message}");
+    // The oracles judge vLLM's bytes whatever release wrote them.
+    let (v, message, _) = verdict(&["check-trace"], &file);
+    assert_eq!(v, verdict(&["check-trace"], &pinned).0, "{message}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn every_fixture_is_pinned() {
     let mut names: Vec<String> =
@@ -961,7 +993,7 @@ fn a_trace_that_does_not_rebuild_is_an_error() {
 /// policy.
 #[test]
 fn a_live_sweep_records_traces_that_judge_as_its_cases() {
-    if let Err(why) = kvgeom::live::find(None) {
+    if let Err(why) = kvgeom::live::find(None, kvgeom::under_test::Release::pinned().version) {
         println!(
             "a_live_sweep_records_traces_that_judge_as_its_cases: skipped: no vLLM venv ({why})"
         );

@@ -2,7 +2,6 @@
 //! own NIXL connector (vllm-driver/), judged by kvgeom's oracles.
 
 use super::{default_paths, ExplainArgs, SweepArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
-use crate::connector::NamedPolicy;
 use crate::geometry::Mode;
 use crate::live::{self, LiveReport};
 use crate::report::sweep_report::{self, Format};
@@ -10,6 +9,7 @@ use crate::scenario::{CaseReport, MemoryKind, TransportKind};
 use crate::sweep::expectations::Expectations;
 use crate::sweep::plan;
 use crate::sweep::shard::{parse_shard, Shard};
+use crate::under_test::{CodeUnderTest, Release};
 use crate::variant::Variant;
 
 /// Which connector a sweep runs.
@@ -52,10 +52,11 @@ fn driver_python(
     flag: Option<&std::path::Path>,
     nixl: Option<NixlArg>,
 ) -> Result<live::Interpreter, u8> {
-    let mut python = live::find(flag).map_err(|e| {
+    let mut python = live::find(flag, Release::pinned().version).map_err(|e| {
         eprintln!("error: {e}");
         EXIT_BAD_INPUT
     })?;
+    python.reference = CodeUnderTest::vllm(&python.vllm_version).reference_policy();
     let driver_dir = live::python::project_root().join("vllm-driver");
     let resolved = live::nixl::resolve(
         &python.python,
@@ -76,9 +77,6 @@ fn driver_python(
 /// Why `--transport nixl` is refused with `--connector vllm`.
 const TRANSPORT_NIXL: &str = "--transport nixl: --transport selects kvgeom's own transport; \
      with --connector vllm, --nixl real gives vLLM's workers real NIXL agents";
-
-/// The expectations file of the pinned vLLM.
-pub const PINNED_EXPECTATIONS: &str = "expected/vllm-0.33.0.toml";
 
 fn refused(args: &SweepArgs) -> Option<String> {
     if let Some(d) = &args.run.variant.defect {
@@ -145,7 +143,9 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
         prompts: prompt_list,
         modes: args.mode.modes(),
         allocations: args.alloc.allocations(),
-        variant: Variant::Policy(NamedPolicy::Vllm0330),
+        // Planned before the interpreter is probed; set again below to the
+        // reference of the release it has.
+        variant: compared_variant(None),
         seed: args.seed,
     };
     let all_cases = match args.random {
@@ -165,16 +165,24 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
         Ok(p) => p,
         Err(code) => return code,
     };
+    let under_test = CodeUnderTest::vllm(&python.vllm_version);
+    let all_cases: Vec<crate::scenario::Case> = all_cases
+        .into_iter()
+        .map(|case| crate::scenario::Case {
+            variant: compared_variant(python.reference),
+            ..case
+        })
+        .collect();
     let expect_path = args.expect.clone().or_else(|| {
-        python
-            .is_pinned()
-            .then(|| live::python::project_root().join(PINNED_EXPECTATIONS))
+        under_test
+            .expectations()
+            .map(|file| live::python::project_root().join(file))
     });
-    if !python.is_pinned() {
+    if under_test.release().is_none() {
         eprintln!(
             "note: vLLM {} is not the pinned {}: the expectations do not apply; the exit status is a plain sweep's",
             python.vllm_version,
-            live::PINNED_VLLM
+            Release::pinned().version
         );
     }
     let expectations = match expect_path.as_deref().map(Expectations::load).transpose() {
@@ -217,10 +225,10 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
     let shard = shard.as_ref().map(|(s, p)| (s, p.as_slice()));
     let text = match args.format {
         Format::Table => table(&live, &python.nixl),
-        Format::Json => json(&live, shard, &python.nixl),
+        Format::Json => json(&live, shard, &python.nixl, &under_test),
         Format::Junit => {
             let reports: Vec<CaseReport> = live.iter().map(|l| l.report.clone()).collect();
-            sweep_report::junit(&reports, shard)
+            sweep_report::junit(&reports, shard, &under_test)
         }
     };
     match &args.out {
@@ -231,7 +239,7 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
         }
         None => print!("{text}"),
     }
-    let code = judge(&live, expectations.as_ref(), python.is_pinned());
+    let code = judge(&live, expectations.as_ref(), python.reference.is_some());
     if code != EXIT_OK {
         show_replays(
             &live,
@@ -500,11 +508,24 @@ fn table(live: &[LiveReport], nixl: &live::NixlRun) -> String {
     text
 }
 
+/// The variant a live case is planned under: the reference policy of the
+/// installed release (`reference`, from the release table), or for a release
+/// kvgeom does not model the pinned release's (its comparison is then
+/// information).
+fn compared_variant(reference: Option<crate::connector::NamedPolicy>) -> Variant {
+    Variant::Policy(reference.unwrap_or(Release::pinned().policy))
+}
+
 /// The sweep's JSON report with `"connector": "vllm"`, `"nixl"` (what
-/// moved the bytes) and each case's `plan`.
-fn json(live: &[LiveReport], shard: Option<(&Shard, &[usize])>, nixl: &live::NixlRun) -> String {
+/// moved the bytes), `code_under_test` and each case's `plan`.
+fn json(
+    live: &[LiveReport],
+    shard: Option<(&Shard, &[usize])>,
+    nixl: &live::NixlRun,
+    code: &CodeUnderTest,
+) -> String {
     let reports: Vec<CaseReport> = live.iter().map(|l| l.report.clone()).collect();
-    let text = sweep_report::json(&reports, shard);
+    let text = sweep_report::json(&reports, shard, code);
     let Ok(mut doc) = serde_json::from_str::<serde_json::Value>(&text) else {
         return text;
     };
@@ -585,7 +606,9 @@ pub fn live_explain(args: ExplainArgs) -> u8 {
         })
         .into_iter()
         .collect();
-    let case = crate::scenario::Case {
+    // Compared with the pinned release until the interpreter says which
+    // release it has; the memory estimate does not depend on it.
+    let mut case = crate::scenario::Case {
         geometry: std::sync::Arc::clone(&geometry),
         file: Some(args.geometry.clone()),
         prompt_len: args.prompt,
@@ -593,7 +616,7 @@ pub fn live_explain(args: ExplainArgs) -> u8 {
         mode: args.mode.mode(),
         allocation: args.alloc.allocation(),
         seed: args.seed,
-        variant: Variant::Policy(NamedPolicy::Vllm0330),
+        variant: compared_variant(None),
     };
     let budget = match super::max_memory_option(args.run.max_memory.as_deref()) {
         Ok(b) => b,
@@ -607,6 +630,7 @@ pub fn live_explain(args: ExplainArgs) -> u8 {
         Ok(p) => p,
         Err(code) => return code,
     };
+    case.variant = compared_variant(python.reference);
     let record_dir = args
         .record_trace
         .as_ref()

@@ -30,7 +30,7 @@ impl ReportKind {
     }
 
     /// Where the report keeps the shard's number, count, total and
-    /// fingerprint, and each case's position.
+    /// fingerprint, each case's position, and what ran.
     fn fields(self) -> Fields {
         match self {
             ReportKind::Json => Fields {
@@ -39,6 +39,7 @@ impl ReportKind {
                 total: "`shard.total_cases`",
                 fingerprint: "`shard.fingerprint`",
                 index: "`cases[].index`",
+                code: "`code_under_test`",
             },
             ReportKind::Junit => Fields {
                 shard: "property kvgeom.shard",
@@ -46,6 +47,7 @@ impl ReportKind {
                 total: "property kvgeom.total_cases",
                 fingerprint: "property kvgeom.fingerprint",
                 index: "property kvgeom.index",
+                code: "properties kvgeom.code_under_test.*",
             },
         }
     }
@@ -57,6 +59,7 @@ struct Fields {
     total: &'static str,
     fingerprint: &'static str,
     index: &'static str,
+    code: &'static str,
 }
 
 /// Why the shards cannot be merged. Each message names the file, the field
@@ -211,6 +214,10 @@ pub enum MergeError {
 struct Part<C> {
     file: String,
     shard: Shard,
+    /// What ran the shard: a JSON report's `code_under_test` (`null`
+    /// when absent), a JUnit report's `kvgeom.code_under_test.*` properties
+    /// as `[name, value]` pairs in document order.
+    code: Value,
     /// Each case with its position in the whole sweep.
     cases: Vec<(u64, C)>,
 }
@@ -263,6 +270,7 @@ fn load_json(file: &str, bytes: &[u8]) -> Result<Part<Value>, MergeError> {
             })
         }
     };
+    let code = value.get("code_under_test").cloned().unwrap_or(Value::Null);
     let Some(Value::Array(cases)) = value.get_mut("cases").map(Value::take) else {
         return Err(not_report("no `cases` array".into()));
     };
@@ -285,6 +293,7 @@ fn load_json(file: &str, bytes: &[u8]) -> Result<Part<Value>, MergeError> {
     Ok(Part {
         file: file.to_string(),
         shard,
+        code,
         cases,
     })
 }
@@ -322,6 +331,7 @@ fn load_junit(file: &str, bytes: &[u8]) -> Result<Part<JunitCase>, MergeError> {
     Ok(Part {
         file: file.to_string(),
         shard,
+        code: json!(report.code),
         cases,
     })
 }
@@ -377,13 +387,18 @@ fn check_part<C>(part: &Part<C>, kind: ReportKind) -> Result<(), MergeError> {
     Ok(())
 }
 
-/// Every shard 1..N once, of one sweep; the cases in sweep order.
-fn assemble<C>(parts: Vec<Part<C>>, kind: ReportKind) -> Result<Vec<C>, MergeError> {
+/// The cases, and what ran them (every shard's [`Part::code`] is equal).
+type Assembled<C> = (Vec<C>, Value);
+
+/// Every shard 1..N once, of one sweep, naming the same code under test;
+/// the cases in sweep order.
+fn assemble<C>(parts: Vec<Part<C>>, kind: ReportKind) -> Result<Assembled<C>, MergeError> {
     let f = kind.fields();
     let Some(first) = parts.first() else {
         return Err(MergeError::NoFiles);
     };
     let (first_file, reference) = (first.file.clone(), first.shard.clone());
+    let code = first.code.clone();
     let mut by_index: BTreeMap<u32, Part<C>> = BTreeMap::new();
     for part in parts {
         let s = &part.shard;
@@ -400,7 +415,8 @@ fn assemble<C>(parts: Vec<Part<C>>, kind: ReportKind) -> Result<Vec<C>, MergeErr
                 reference.total_cases.to_string(),
             ),
         ];
-        for (field, found, expected) in checks {
+        let code_check = (f.code, format!("`{}`", part.code), format!("`{code}`"));
+        for (field, found, expected) in checks.into_iter().chain([code_check]) {
             if found != expected {
                 return Err(MergeError::Mismatch {
                     file: part.file,
@@ -442,7 +458,7 @@ fn assemble<C>(parts: Vec<Part<C>>, kind: ReportKind) -> Result<Vec<C>, MergeErr
             slots[index as usize] = Some(case);
         }
     }
-    Ok(slots.into_iter().flatten().collect())
+    Ok((slots.into_iter().flatten().collect(), code))
 }
 
 /// Merge `files` into one report (the JSON or JUnit text the unsharded run
@@ -475,7 +491,7 @@ pub fn merge(files: &[PathBuf]) -> Result<(String, u8), MergeError> {
     match first.map(|(_, kind)| kind) {
         None => Err(MergeError::NoFiles),
         Some(ReportKind::Json) => {
-            let cases = assemble(json_parts, ReportKind::Json)?;
+            let (cases, code) = assemble(json_parts, ReportKind::Json)?;
             let passed = cases
                 .iter()
                 .filter(|c| c.get("passed").and_then(Value::as_bool) == Some(true))
@@ -492,6 +508,9 @@ pub fn merge(files: &[PathBuf]) -> Result<(String, u8), MergeError> {
                 "summary": {"cases": cases.len(), "passed": passed, "failed": failed},
                 "cases": cases,
             });
+            if !code.is_null() {
+                merged["code_under_test"] = code;
+            }
             if live {
                 merged["connector"] = "vllm".into();
                 // What moved the bytes, when every case names the same.
@@ -510,9 +529,10 @@ pub fn merge(files: &[PathBuf]) -> Result<(String, u8), MergeError> {
             Ok((text, if failed > 0 { EXIT_FAILED } else { EXIT_OK }))
         }
         Some(ReportKind::Junit) => {
-            let cases = assemble(junit_parts, ReportKind::Junit)?;
+            let (cases, code) = assemble(junit_parts, ReportKind::Junit)?;
             let failed = cases.iter().any(|c| c.failure.is_some());
-            let text = junit::write(&cases, None);
+            let code: Vec<(String, String)> = serde_json::from_value(code).unwrap_or_default();
+            let text = junit::write(&cases, None, &code);
             Ok((text, if failed { EXIT_FAILED } else { EXIT_OK }))
         }
     }

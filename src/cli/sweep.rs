@@ -12,6 +12,7 @@ use crate::sweep::budget::MemoryBudget;
 use crate::sweep::expectations::Expectations;
 use crate::sweep::shard::parse_shard;
 use crate::sweep::{compare, execute, plan, prompts};
+use crate::under_test::CodeUnderTest;
 
 /// The command line of `kvgeom sweep`.
 #[derive(Clone, Debug, clap::Args)]
@@ -252,8 +253,8 @@ fn kvgeom_sweep(args: SweepArgs) -> u8 {
     let shard = shard.as_ref().map(|(s, p)| (s, p.as_slice()));
     let text = match args.format {
         Format::Table => sweep_report::table(&reports),
-        Format::Json => sweep_report::json(&reports, shard),
-        Format::Junit => sweep_report::junit(&reports, shard),
+        Format::Json => sweep_report::json(&reports, shard, &CodeUnderTest::kvgeom(variant)),
+        Format::Junit => sweep_report::junit(&reports, shard, &CodeUnderTest::kvgeom(variant)),
     };
     match &args.out {
         Some(path) => {

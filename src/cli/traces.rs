@@ -13,6 +13,7 @@ use crate::trace::{
     check_recorded, diff_against_connector, diff_recorded, explain_difference, explain_recorded,
     is_v1_name, registration_is_modelled, trace_inputs, RecordedCase, RecordedCheck, TraceCase,
 };
+use crate::under_test::Release;
 use crate::variant::Variant;
 
 /// The `schema` of the JSON verdict report.
@@ -336,7 +337,14 @@ fn diff_v2(f: &Path, case: &RecordedCase, variant: Variant, explain: bool) -> Ju
                 vec![format!("{}: MATCH", f.display())],
             ),
             Some(difference) => {
-                let message = format!("DIFFER: {difference}");
+                let mut message = format!("DIFFER: {difference}");
+                if Release::of_vllm(&case.vllm_version).is_none() {
+                    // No policy models the traced release: nothing to hold it to.
+                    message.push_str(&format!(
+                        " (vLLM {} is not a release kvgeom models: the comparison is information)",
+                        case.vllm_version
+                    ));
+                }
                 let mut lines = vec![format!("{}: {message}", f.display())];
                 let mut judged = Judged::new(Verdict::Differ, message, Vec::new());
                 if explain {

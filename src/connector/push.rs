@@ -6,7 +6,7 @@
 //! block-size ratio in opposite directions on P and D; kvgeom's push instead
 //! carries the covered sub-block count in the completion notification and
 //! handles both kernel directions. The 0.33.0 behaviour stays available
-//! through `Policy::push` (`PushProtocol::VLLM_0_33_0`).
+//! through `Policy::push` (vLLM 0.33.0's push protocol in `policy.rs`).
 
 use serde::Serialize;
 

@@ -23,7 +23,7 @@ pub use chunks::{default_drivers, CHUNK_MEMORY_BYTES, MAX_DEFAULT_DRIVERS};
 pub use error::BatchError;
 pub use nixl::{NixlChoice, NixlRun, NixlUnavailable};
 pub use process::ProcessError;
-pub use python::{find, FindError, Interpreter, INSTALL_SCRIPT, PINNED_VLLM};
+pub use python::{find, FindError, Interpreter, INSTALL_SCRIPT};
 pub use run::{Hooks, LiveReport, PlanComparison, CASE_LIMIT};
 pub use shrink::{live_replay_command, shrink_live};
 pub use traces::{trace_file_name, TRACE_MEMORY_LIMIT};

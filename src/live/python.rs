@@ -5,11 +5,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::process::{run_bounded, ProcessError};
+use crate::connector::NamedPolicy;
 
 /// The script that installs the project's venv.
 pub const INSTALL_SCRIPT: &str = "scripts/install-vllm.sh";
-/// The vLLM version the project's venv pins and the expectations describe.
-pub const PINNED_VLLM: &str = "0.33.0";
 /// The environment variable naming another interpreter.
 pub const PYTHON_ENV: &str = "KVGEOM_VLLM_PYTHON";
 /// The project-local venv, relative to the project root.
@@ -115,7 +114,7 @@ pub enum FindError {
     },
     /// The project's venv has another vLLM than the pinned one.
     #[error(
-        "{candidate} has vLLM {version}, not the pinned {PINNED_VLLM}; install the project's \
+        "{candidate} has vLLM {version}, not the pinned {pinned}; install the project's \
          venv with `{INSTALL_SCRIPT}`"
     )]
     NotPinned {
@@ -123,6 +122,8 @@ pub enum FindError {
         candidate: Candidate,
         /// The vLLM version it has.
         version: String,
+        /// The version the project's venv pins.
+        pinned: String,
     },
 }
 
@@ -138,13 +139,10 @@ pub struct Interpreter {
     /// What moves the driver's bytes: the stand-in unless the caller
     /// resolved `--nixl` to real NIXL ([`super::nixl::resolve`]).
     pub nixl: super::nixl::NixlRun,
-}
-
-impl Interpreter {
-    /// Whether the installed vLLM is the pinned one.
-    pub fn is_pinned(&self) -> bool {
-        self.vllm_version == PINNED_VLLM
-    }
+    /// The kvgeom policy that models the installed release: `None` unless
+    /// the caller found it in the release table (`under_test::Release`);
+    /// with `None` every plan comparison is information only.
+    pub reference: Option<NamedPolicy>,
 }
 
 /// The project root: the current directory when it holds the driver,
@@ -176,9 +174,10 @@ pub fn candidate(flag: Option<&Path>) -> (PathBuf, Source) {
     )
 }
 
-/// Find the interpreter and check its vLLM. The error names the install
-/// script (the caller exits 2 with it).
-pub fn find(flag: Option<&Path>) -> Result<Interpreter, FindError> {
+/// Find the interpreter and check its vLLM (the project's venv must hold
+/// `pinned`, the release it pins). The error names the install script (the
+/// caller exits 2 with it).
+pub fn find(flag: Option<&Path>, pinned: &str) -> Result<Interpreter, FindError> {
     let (python, source) = candidate(flag);
     let candidate = Candidate {
         python: python.clone(),
@@ -219,10 +218,11 @@ pub fn find(flag: Option<&Path>) -> Result<Interpreter, FindError> {
         });
     }
     let vllm_version = done.stdout.trim().to_string();
-    if source == Source::ProjectVenv && vllm_version != PINNED_VLLM {
+    if source == Source::ProjectVenv && vllm_version != pinned {
         return Err(FindError::NotPinned {
             candidate,
             version: vllm_version,
+            pinned: pinned.to_string(),
         });
     }
     Ok(Interpreter {
@@ -230,6 +230,7 @@ pub fn find(flag: Option<&Path>) -> Result<Interpreter, FindError> {
         source,
         vllm_version,
         nixl: super::nixl::NixlRun::StandIn,
+        reference: None,
     })
 }
 
@@ -240,7 +241,7 @@ mod tests {
     #[test]
     fn a_missing_interpreter_is_named_as_it_was_given_with_the_install_hint() {
         let python = Path::new("/nonexistent/kvgeom/python");
-        let e = find(Some(python)).unwrap_err();
+        let e = find(Some(python), "0.33.0").unwrap_err();
         assert!(
             matches!(&e, FindError::Missing { candidate } if candidate.found_by == Source::Flag),
             "{e:?}"
@@ -265,7 +266,7 @@ mod tests {
     fn an_interpreter_that_does_not_start_keeps_the_process_error() {
         // A file that exists but cannot be executed.
         let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
-        let e = find(Some(&python)).unwrap_err();
+        let e = find(Some(&python), "0.33.0").unwrap_err();
         let FindError::Probe { error, .. } = &e else {
             panic!("expected a probe error, got {e:?}");
         };

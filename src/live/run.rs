@@ -395,10 +395,10 @@ pub(super) fn run_chunk(
         variant: Variant::Policy(policy),
         ..case.clone()
     };
-    let kvgeom_policy = |case: &Case| case_under(case, NamedPolicy::Vllm0330);
     let mut out = Vec::new();
     for (case, p) in cases.iter().zip(prepared) {
-        let reference = run_case_detailed(&kvgeom_policy(case), &RunOptions::default());
+        // The case carries the reference policy (the code under test's).
+        let reference = run_case_detailed(case, &RunOptions::default());
         let reference_plan = match &reference.oracle_input {
             Some(input) => Ok(plan_keys(input)),
             None => Err(reference.report.outcome.clone()),
@@ -422,8 +422,8 @@ pub(super) fn run_chunk(
                 python.nixl.as_str(),
             ),
         };
-        // Another vLLM than the pinned one is compared with each policy.
-        let live = if python.is_pinned() || live.result.is_none() {
+        // A vLLM kvgeom does not model is compared with kvgeom's policy too.
+        let live = if python.reference.is_some() || live.result.is_none() {
             live
         } else {
             let own = run_case_detailed(

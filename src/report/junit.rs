@@ -19,6 +19,7 @@ use quick_xml::events::{BytesStart, Event};
 use quick_xml::{Reader, XmlVersion};
 
 use crate::sweep::shard::{parse_shard, Shard, ShardError};
+use crate::under_test::CodeUnderTest;
 
 /// The `name` of the root `<testsuites>` of every kvgeom report.
 pub const ROOT_NAME: &str = "kvgeom";
@@ -30,6 +31,31 @@ pub const TOTAL_PROPERTY: &str = "kvgeom.total_cases";
 pub const FINGERPRINT_PROPERTY: &str = "kvgeom.fingerprint";
 /// `<testcase>` property: the case's position in the whole sweep (0-based).
 pub const INDEX_PROPERTY: &str = "kvgeom.index";
+/// `<testsuites>` properties naming the code under test start with this
+/// (`kvgeom.code_under_test.connector`, `.version`, `.policy`, `.source`).
+pub const CODE_PROPERTY_PREFIX: &str = "kvgeom.code_under_test.";
+
+/// The `<testsuites>` properties of the code under test, in the order
+/// written: connector, version, then policy and source where given (source
+/// as `PATH@COMMIT`, `+dirty` when it has local changes).
+pub fn code_properties(code: &CodeUnderTest) -> Vec<(String, String)> {
+    let name = |field: &str| format!("{CODE_PROPERTY_PREFIX}{field}");
+    let mut out = vec![
+        (name("connector"), code.connector.name().to_string()),
+        (name("version"), code.version.clone()),
+    ];
+    if let Some(policy) = &code.policy {
+        out.push((name("policy"), policy.clone()));
+    }
+    if let Some(source) = &code.source {
+        let dirty = if source.dirty { "+dirty" } else { "" };
+        out.push((
+            name("source"),
+            format!("{}@{}{dirty}", source.path, source.commit),
+        ));
+    }
+    out
+}
 
 /// One `<testcase>`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,8 +116,13 @@ fn property(out: &mut String, indent: &str, name: &str, value: &str) {
 /// The report of `cases` in sweep order: one `<testsuite>` per suite, in the
 /// order of its first case, and one `<testcase>` per case. With `shard`,
 /// the shard's properties and each case's position (`positions[i]` for
-/// `cases[i]`).
-pub fn write(cases: &[JunitCase], shard: Option<(&Shard, &[usize])>) -> String {
+/// `cases[i]`); then the code under test's properties (`code`, as
+/// [`code_properties`] gives them).
+pub fn write(
+    cases: &[JunitCase],
+    shard: Option<(&Shard, &[usize])>,
+    code: &[(String, String)],
+) -> String {
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     let failed = cases.iter().filter(|c| c.failure.is_some()).count();
     let _ = writeln!(
@@ -99,15 +130,19 @@ pub fn write(cases: &[JunitCase], shard: Option<(&Shard, &[usize])>) -> String {
         "<testsuites name=\"{ROOT_NAME}\" tests=\"{}\" failures=\"{failed}\">",
         cases.len()
     );
+    let mut props: Vec<(String, String)> = Vec::new();
     if let Some((s, _)) = shard {
+        props.extend([
+            (SHARD_PROPERTY.into(), format!("{}/{}", s.index, s.count)),
+            (TOTAL_PROPERTY.into(), s.total_cases.to_string()),
+            (FINGERPRINT_PROPERTY.into(), s.fingerprint.clone()),
+        ]);
+    }
+    props.extend(code.iter().cloned());
+    if !props.is_empty() {
         out.push_str("  <properties>\n");
-        let props = [
-            (SHARD_PROPERTY, format!("{}/{}", s.index, s.count)),
-            (TOTAL_PROPERTY, s.total_cases.to_string()),
-            (FINGERPRINT_PROPERTY, s.fingerprint.clone()),
-        ];
-        for (name, value) in props {
-            property(&mut out, "    ", name, &value);
+        for (name, value) in &props {
+            property(&mut out, "    ", name, value);
         }
         out.push_str("  </properties>\n");
     }
@@ -171,6 +206,9 @@ pub fn write(cases: &[JunitCase], shard: Option<(&Shard, &[usize])>) -> String {
 pub struct ReadReport {
     /// The shard's properties; `None` for a report written without `--shard`.
     pub shard: Option<Shard>,
+    /// The code under test's properties ([`CODE_PROPERTY_PREFIX`]), in
+    /// document order.
+    pub code: Vec<(String, String)>,
     /// Every case in document order, with its `kvgeom.index` where given.
     pub cases: Vec<(Option<u64>, JunitCase)>,
 }
@@ -704,8 +742,15 @@ pub fn read(text: &str) -> Result<ReadReport, JunitReadError> {
             });
         }
     }
+    let code = p
+        .root_properties
+        .iter()
+        .filter(|(name, _)| name.starts_with(CODE_PROPERTY_PREFIX))
+        .cloned()
+        .collect();
     Ok(ReadReport {
         shard: p.shard()?,
+        code,
         cases: p.cases,
     })
 }
@@ -746,9 +791,28 @@ mod tests {
             fingerprint: "00ff".into(),
         };
         let positions = [1, 4, 7];
-        let text = write(&cases, Some((&shard, &positions)));
+        let code = code_properties(&CodeUnderTest {
+            source: Some(crate::under_test::SourceTree {
+                path: "vllm".into(),
+                commit: "abc".into(),
+                dirty: true,
+            }),
+            ..CodeUnderTest::vllm("0.33.0")
+        });
+        let text = write(&cases, Some((&shard, &positions)), &code);
         let back = read(&text).unwrap();
         assert_eq!(back.shard, Some(shard));
+        assert_eq!(back.code, code);
+        let named: Vec<(&str, &str)> = code.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        assert_eq!(
+            named,
+            [
+                ("kvgeom.code_under_test.connector", "vllm"),
+                ("kvgeom.code_under_test.version", "0.33.0"),
+                ("kvgeom.code_under_test.policy", "vllm-0.33.0"),
+                ("kvgeom.code_under_test.source", "vllm@abc+dirty"),
+            ]
+        );
         let indices: Vec<Option<u64>> = back.cases.iter().map(|(i, _)| *i).collect();
         // Suites group their cases: a's two, then b's.
         assert_eq!(indices, [Some(1), Some(7), Some(4)]);
@@ -760,8 +824,9 @@ mod tests {
         }
         let read_cases: Vec<JunitCase> = back.cases.into_iter().map(|(_, c)| c).collect();
         assert_eq!(read_cases, expected);
-        let plain = read(&write(&cases, None)).unwrap();
+        let plain = read(&write(&cases, None, &[])).unwrap();
         assert!(plain.shard.is_none());
+        assert!(plain.code.is_empty());
         assert!(plain.cases.iter().all(|(i, _)| i.is_none()));
     }
 

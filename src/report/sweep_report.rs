@@ -7,6 +7,7 @@ use serde::Serialize;
 use super::junit::{JunitCase, JunitFailure};
 use crate::scenario::CaseReport;
 use crate::sweep::shard::Shard;
+use crate::under_test::CodeUnderTest;
 
 /// Output format of `kvgeom sweep`.
 // The variants' doc comments would become `--help` text: a table on the
@@ -53,6 +54,7 @@ struct JsonCase<'a> {
     outcome: &'a crate::scenario::Outcome,
     stats: crate::scenario::Stats,
     violations: Vec<JsonViolation<'a>>,
+    code_under_test: &'a CodeUnderTest,
 }
 
 /// The `schema` of the JSON sweep report (docs/report-format.md).
@@ -63,6 +65,8 @@ struct JsonReport<'a> {
     schema: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     shard: Option<&'a Shard>,
+    /// What ran the sweep (each case has it too).
+    code_under_test: &'a CodeUnderTest,
     summary: Summary,
     cases: Vec<JsonCase<'a>>,
 }
@@ -77,8 +81,12 @@ fn summary(reports: &[CaseReport]) -> Summary {
 }
 
 /// The JSON document of a sweep or of one shard of it (`positions` holds
-/// each report's position in the whole sweep).
-pub fn json(reports: &[CaseReport], shard: Option<(&Shard, &[usize])>) -> String {
+/// each report's position in the whole sweep) that `code` ran.
+pub fn json(
+    reports: &[CaseReport],
+    shard: Option<(&Shard, &[usize])>,
+    code: &CodeUnderTest,
+) -> String {
     let cases = reports
         .iter()
         .enumerate()
@@ -107,11 +115,13 @@ pub fn json(reports: &[CaseReport], shard: Option<(&Shard, &[usize])>) -> String
                     message: v.to_string(),
                 })
                 .collect(),
+            code_under_test: code,
         })
         .collect();
     serde_json::to_string_pretty(&JsonReport {
         schema: SWEEP_SCHEMA,
         shard: shard.map(|(s, _)| s),
+        code_under_test: code,
         summary: summary(reports),
         cases,
     })
@@ -119,8 +129,13 @@ pub fn json(reports: &[CaseReport], shard: Option<(&Shard, &[usize])>) -> String
 }
 
 /// JUnit XML: one testsuite per geometry, one testcase per case; a shard's
-/// report (`positions` as for [`json`]) adds the shard's properties.
-pub fn junit(reports: &[CaseReport], shard: Option<(&Shard, &[usize])>) -> String {
+/// report (`positions` as for [`json`]) adds the shard's properties, and
+/// every report the `kvgeom.code_under_test.*` properties of `code` (what ran).
+pub fn junit(
+    reports: &[CaseReport],
+    shard: Option<(&Shard, &[usize])>,
+    code: &CodeUnderTest,
+) -> String {
     let cases: Vec<JunitCase> = reports
         .iter()
         .map(|r| {
@@ -149,7 +164,8 @@ pub fn junit(reports: &[CaseReport], shard: Option<(&Shard, &[usize])>) -> Strin
             }
         })
         .collect();
-    super::junit::write(&cases, shard)
+    let code = super::junit::code_properties(code);
+    super::junit::write(&cases, shard, &code)
 }
 
 /// The terminal table: one line per geometry and mode, then each failure.

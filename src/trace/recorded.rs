@@ -246,7 +246,9 @@ pub struct RecordedCase {
     pub spec: CaseSpec,
     /// What the driver reported.
     pub result: CaseResult,
-    /// The case kvgeom rebuilds (variant: vLLM 0.33.0's policy).
+    /// The case kvgeom rebuilds. Its variant is kvgeom's: the preparation
+    /// does not depend on it, and each judge picks the policy (diff-trace its
+    /// `--policy`; the explanation the defects of [`Self::vllm_version`]).
     pub case: Case,
     /// Memory images per (agent, region), when the trace holds them.
     pub memory: Option<BTreeMap<(String, u32), RegionImages>>,
@@ -362,7 +364,7 @@ fn rebuild_case(spec: &CaseSpec) -> Result<Case, RecordedErrorKind> {
         mode,
         allocation: spec.allocation,
         seed: spec.seed,
-        variant: Variant::Policy(crate::connector::NamedPolicy::Vllm0330),
+        variant: Variant::KVGEOM,
     };
     // The preparation holds every rank's arenas and a copy of their images,
     // and the judging runs the case again.

@@ -304,7 +304,7 @@ pub fn explain_recorded(rc: &RecordedCase) -> Explanation {
     let Ok(vllm) = traced_keys(rc) else {
         return Explanation::Unexplained;
     };
-    smallest_explaining_set(|policy| {
+    smallest_explaining_set(&rc.vllm_version, |policy| {
         let opts = RunOptions {
             policy: Some(*policy),
             ..as_the_driver_runs()

@@ -8,7 +8,7 @@
 use super::case::TraceCase;
 use super::diff::{diff_run, Difference};
 use super::replay::replay;
-use crate::connector::Policy;
+use crate::defects::{policy_with, Defect};
 
 /// kvgeom's model of the traced sizes registers another list than vLLM's.
 #[derive(Debug, thiserror::Error)]
@@ -25,11 +25,12 @@ pub struct NotTheTracedModel {
     pub difference: String,
 }
 
-/// `Ok` when vLLM 0.33.0's model of the traced worker registers the
-/// trace's first list. A rebuild the connector refuses says nothing here
+/// `Ok` when kvgeom's model of the traced vLLM release (its known defects:
+/// for vLLM 0.33.0, `--policy vllm-0.33.0`) registers the trace's first list. A rebuild the connector refuses says nothing here
 /// (the commands report that refusal, or judge on the sizes alone).
 pub fn registration_is_modelled(case: &TraceCase) -> Result<(), NotTheTracedModel> {
-    let Ok(run) = replay(case, Policy::vllm_0_33_0()) else {
+    let model = policy_with(&Defect::of_vllm(&case.meta.vllm));
+    let Ok(run) = replay(case, model) else {
         return Ok(());
     };
     match diff_run(case, run.recording.events(), &run.actual).difference() {

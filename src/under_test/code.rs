@@ -1,0 +1,244 @@
+//! What ran, as a value: [`CodeUnderTest`] names the connector, its version,
+//! the policy it is judged as and the source tree it came from; the release
+//! table ([`RELEASES`]) maps a release kvgeom models to its reference policy,
+//! its expectations file and the driver's API profile. A release missing
+//! from the table is still run, but its plan comparison is information and
+//! no expectations apply.
+
+use serde::Serialize;
+
+use crate::connector::NamedPolicy;
+use crate::defects::Defect;
+use crate::variant::Variant;
+
+/// Which connector ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConnectorKind {
+    /// kvgeom's own Rust connector.
+    Kvgeom,
+    /// vLLM's Python NIXL connector, through `vllm-driver/`.
+    Vllm,
+    /// SGLang's connector.
+    Sglang,
+}
+
+impl ConnectorKind {
+    /// The name used in reports (`"kvgeom"`, `"vllm"`, `"sglang"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ConnectorKind::Kvgeom => "kvgeom",
+            ConnectorKind::Vllm => "vllm",
+            ConnectorKind::Sglang => "sglang",
+        }
+    }
+}
+
+/// A source tree the code under test was installed from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SourceTree {
+    /// The checkout's folder.
+    pub path: String,
+    /// Its `HEAD` commit.
+    pub commit: String,
+    /// Whether it has local changes.
+    pub dirty: bool,
+}
+
+/// The code a run judged: `code_under_test` in the reports
+/// (docs/report-format.md).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CodeUnderTest {
+    /// The connector.
+    pub connector: ConnectorKind,
+    /// Its version: kvgeom's crate version, or the installed vLLM's.
+    pub version: String,
+    /// The policy it is judged as: kvgeom's variant (`kvgeom`,
+    /// `vllm-0.33.0`, `defect NAME`), or for another connector the reference
+    /// policy of its release; `None` when kvgeom models no such release.
+    pub policy: Option<String>,
+    /// The source tree it came from; `None` for kvgeom's own connector (the
+    /// binary's version names it) and for an installed release.
+    pub source: Option<SourceTree>,
+}
+
+impl CodeUnderTest {
+    /// kvgeom's own connector running `variant`.
+    pub fn kvgeom(variant: Variant) -> CodeUnderTest {
+        CodeUnderTest {
+            connector: ConnectorKind::Kvgeom,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            policy: Some(variant.to_string()),
+            source: None,
+        }
+    }
+
+    /// vLLM's connector at the installed `version`.
+    pub fn vllm(version: &str) -> CodeUnderTest {
+        CodeUnderTest {
+            connector: ConnectorKind::Vllm,
+            version: version.to_string(),
+            policy: Release::of(ConnectorKind::Vllm, version).map(|r| r.policy.name().to_string()),
+            source: None,
+        }
+    }
+
+    /// Its row of the release table, when kvgeom models it (never for
+    /// kvgeom's own connector, which is judged by its variant).
+    pub fn release(&self) -> Option<&'static Release> {
+        Release::of(self.connector, &self.version)
+    }
+
+    /// The kvgeom policy its plans are compared with, when its release is
+    /// in the table.
+    pub fn reference_policy(&self) -> Option<NamedPolicy> {
+        self.release().map(|r| r.policy)
+    }
+
+    /// The expectations file of its release (relative to the project root).
+    pub fn expectations(&self) -> Option<&'static str> {
+        self.release().map(|r| r.expectations)
+    }
+}
+
+/// What the driver checks of a release's Python API before it runs a case
+/// (`vllm-driver/api_check.py`): the profile the release is driven with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ApiProfile {
+    /// The profile's name.
+    pub name: &'static str,
+    /// The driver's module that checks it.
+    pub checker: &'static str,
+}
+
+/// One release kvgeom models.
+#[derive(Clone, Copy, Debug)]
+pub struct Release {
+    /// The connector it is a release of.
+    pub connector: ConnectorKind,
+    /// Its version, as the installed package reports it.
+    pub version: &'static str,
+    /// The kvgeom policy that models it (its known defects included).
+    pub policy: NamedPolicy,
+    /// Where it fails on `geometries/`, case by case (relative to the project root).
+    pub expectations: &'static str,
+    /// What the driver checks of its API.
+    pub api: ApiProfile,
+}
+
+/// Every release kvgeom models; the first is the one the project's venv
+/// pins (`scripts/install-vllm.sh`). vLLM 0.31.0 and 0.32.0 install and run,
+/// but have no row: nothing models their connector yet.
+pub static RELEASES: [Release; 1] = [Release {
+    connector: ConnectorKind::Vllm,
+    version: "0.33.0",
+    policy: NamedPolicy::Vllm0330,
+    expectations: "expected/vllm-0.33.0.toml",
+    api: ApiProfile {
+        name: "vllm-0.33.0",
+        checker: "vllm-driver/api_check.py",
+    },
+}];
+
+impl Release {
+    /// The release the project's venv pins.
+    pub fn pinned() -> &'static Release {
+        &RELEASES[0]
+    }
+
+    /// The row of `connector` at `version`, if kvgeom models it.
+    pub fn of(connector: ConnectorKind, version: &str) -> Option<&'static Release> {
+        RELEASES
+            .iter()
+            .find(|r| r.connector == connector && r.version == version)
+    }
+
+    /// The vLLM release at `version`, if kvgeom models it.
+    pub fn of_vllm(version: &str) -> Option<&'static Release> {
+        Release::of(ConnectorKind::Vllm, version)
+    }
+
+    /// The known defects it has, in table order (`crate::defects`).
+    pub fn defects(&self) -> Vec<Defect> {
+        Defect::of_vllm(self.version)
+    }
+
+    /// The kvgeom policy its plans are compared with.
+    pub fn reference_policy(&self) -> NamedPolicy {
+        self.policy
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::defects::policy_with;
+
+    #[test]
+    fn the_pinned_release_maps_to_its_policy_expectations_and_profile() {
+        let code = CodeUnderTest::vllm("0.33.0");
+        let release = code.release().expect("0.33.0 is in the table");
+        assert!(std::ptr::eq(release, Release::pinned()));
+        assert_eq!(
+            code.reference_policy().map(NamedPolicy::name),
+            Some("vllm-0.33.0")
+        );
+        assert_eq!(code.expectations(), Some("expected/vllm-0.33.0.toml"));
+        assert_eq!(code.policy.as_deref(), Some("vllm-0.33.0"));
+        assert_eq!(release.api.name, "vllm-0.33.0");
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        assert!(root.join(release.expectations).is_file());
+        assert!(root.join(release.api.checker).is_file());
+    }
+
+    #[test]
+    fn a_release_not_in_the_table_maps_to_nothing() {
+        for version in ["0.31.0", "0.32.0", "0.33.1", "", "x"] {
+            let code = CodeUnderTest::vllm(version);
+            assert!(code.release().is_none(), "{version}");
+            assert_eq!(code.reference_policy(), None);
+            assert_eq!(code.expectations(), None);
+            assert_eq!(code.policy, None);
+        }
+        // kvgeom's own connector is judged by its variant, not by a release.
+        let own = CodeUnderTest::kvgeom(Variant::Policy(NamedPolicy::Kvgeom));
+        assert_eq!(own.release().map(|r| r.version), None);
+        assert_eq!(own.policy.as_deref(), Some("kvgeom"));
+        assert_eq!(own.version, env!("CARGO_PKG_VERSION"));
+    }
+
+    #[test]
+    fn each_release_policy_is_exactly_its_known_defects() {
+        for release in &RELEASES {
+            assert!(!release.defects().is_empty(), "{}", release.version);
+            assert_eq!(
+                policy_with(&release.defects()),
+                release.policy.policy(),
+                "{}",
+                release.version
+            );
+        }
+    }
+
+    #[test]
+    fn the_value_serialises_as_the_report_names_it() {
+        let json = serde_json::to_value(CodeUnderTest::vllm("0.33.0")).expect("JSON");
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "connector": "vllm", "version": "0.33.0",
+                "policy": "vllm-0.33.0", "source": null
+            })
+        );
+        let tree = SourceTree {
+            path: "vllm".into(),
+            commit: "abc".into(),
+            dirty: true,
+        };
+        let json = serde_json::to_value(&tree).expect("JSON");
+        assert_eq!(
+            json,
+            serde_json::json!({"path": "vllm", "commit": "abc", "dirty": true})
+        );
+    }
+}
