@@ -20,7 +20,7 @@
 //!   transports: [`nixl::Loopback`] (in-process), [`nixl::DryRun`] (records
 //!   only), `nixl::RealNixl` (feature `nixl`) and the [`nixl::Recording`]
 //!   wrapper. [`memory`] holds the host and CUDA arenas they move bytes in.
-//! - [`scenario`]: one case end to end ([`scenario::run_case`] on a
+//! - [`scenario`]: one case end to end ([`under_test::run_case`] on a
 //!   [`scenario::Case`]); [`sweep`]: many cases (`sweep::plan` enumerates
 //!   them, `sweep::execute` runs them, `sweep::mutants` runs them per
 //!   defect, `sweep::expectations` compares a run with an expectation file).
@@ -76,6 +76,7 @@ pub mod scheduler;
 pub mod sweep;
 pub mod time_limits;
 pub mod trace;
+pub mod under_test;
 pub mod variant;
 
 /// What the `kvgeom` binary, the integration tests and the examples use

@@ -8,8 +8,9 @@ use crate::derive::load_geometry_file;
 use crate::geometry::Mode;
 use crate::report::explain::{explain_text, svg};
 use crate::scenario::run::check_prefix_hit;
-use crate::scenario::{run_case_detailed, Case, Outcome, RunOptions, TransportKind};
+use crate::scenario::{Case, Outcome, RunOptions, TransportKind};
 use crate::scheduler::DecodeAllocation;
+use crate::under_test::run_case_detailed;
 
 pub struct ExplainArgs {
     pub geometry: PathBuf,

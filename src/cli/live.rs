@@ -6,13 +6,15 @@ use std::path::PathBuf;
 use super::{default_paths, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::connector::NamedPolicy;
 use crate::geometry::Mode;
-use crate::live::{self, LiveReport};
+use crate::live;
 use crate::report::sweep_report::{self, Format};
 use crate::scenario::{CaseReport, MemoryKind, TransportKind};
 use crate::scheduler::DecodeAllocation;
 use crate::sweep::expectations::Expectations;
 use crate::sweep::plan;
 use crate::sweep::shard::{parse_shard, Shard};
+use crate::under_test::vllm::{self, LiveReport};
+use crate::under_test::PlanComparison;
 use crate::variant::Variant;
 
 /// Which connector a sweep runs.
@@ -220,7 +222,7 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
     let (cases, shard) = super::shard_cases(all_cases, shard_of, &sources, &opts, &options);
     let checks = block_checks(&sources, &cases);
     let started = std::time::Instant::now();
-    let live = match live::run_sweep_recording(
+    let live = match vllm::run_sweep_recording(
         &cases,
         &checks,
         &python,
@@ -316,7 +318,10 @@ fn show_replays(
         return;
     }
     let minimal = if shrink {
-        match live::shrink_live(&failures, python, live::CASE_LIMIT, drivers) {
+        match crate::sweep::batch_shrink::shrink_batched(&failures, |cases| {
+            let tried = vllm::run_sweep(cases, &[], python, live::CASE_LIMIT, drivers)?;
+            Ok::<_, live::BatchError>(tried.into_iter().map(|l| l.report).collect())
+        }) {
             Ok(m) => m,
             Err(e) => {
                 eprintln!("note: shrinking failed ({e}); replays are of the cases as run");
@@ -349,7 +354,7 @@ fn without_messages(mut e: Expectations) -> Expectations {
 }
 
 /// One of a live case's plan comparisons.
-type PlanOf = fn(&LiveReport) -> Option<&live::PlanComparison>;
+type PlanOf = fn(&LiveReport) -> Option<&PlanComparison>;
 
 /// Exit status: the expectations (or, without them, every case passing),
 /// and, for the pinned vLLM, its plan equal to kvgeom's on every case. For
@@ -362,7 +367,7 @@ fn judge(live: &[LiveReport], expectations: Option<&Expectations>, pinned: bool)
         ("kvgeom", |l| l.plan_kvgeom.as_ref()),
     ];
     for (policy, plan_of) in policies {
-        let unequal: Vec<(&LiveReport, &live::PlanComparison)> = live
+        let unequal: Vec<(&LiveReport, &PlanComparison)> = live
             .iter()
             .filter_map(|l| plan_of(l).filter(|p| !p.equal).map(|p| (l, p)))
             .collect();
@@ -497,7 +502,7 @@ fn table(live: &[LiveReport], nixl: &live::NixlRun) -> String {
         "connector: vllm; plan equal to kvgeom's --policy vllm-0.33.0 on {equal} of {} cases\n",
         live.len()
     ));
-    let against_kvgeom: Vec<&live::PlanComparison> =
+    let against_kvgeom: Vec<&PlanComparison> =
         live.iter().filter_map(|l| l.plan_kvgeom.as_ref()).collect();
     if !against_kvgeom.is_empty() {
         text.push_str(&format!(
@@ -657,7 +662,7 @@ pub fn live_explain(args: LiveExplainArgs) -> u8 {
         record_traces: record_dir.clone(),
         ..live::Hooks::default()
     };
-    let ran = live::run_batch_checked(
+    let ran = vllm::run_batch_checked(
         std::slice::from_ref(&case),
         &checks,
         &python,
@@ -725,7 +730,7 @@ pub fn live_explain(args: LiveExplainArgs) -> u8 {
         }
     }
     if let Some(input) = &live.oracle_input {
-        for key in live::run::plan_keys(input) {
+        for key in crate::under_test::judge::plan_keys(input) {
             out.push_str(&format!("  pair: {key}\n"));
         }
     }

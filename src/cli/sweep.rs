@@ -182,7 +182,7 @@ pub fn sweep(args: SweepArgs) -> u8 {
     }
     // A missing runtime or device is bad input, not a failed invariant.
     if let Some(first) = cases.first() {
-        let probe = crate::scenario::run_case(first, &run_opts);
+        let probe = crate::under_test::run_case(first, &run_opts);
         if let crate::scenario::Outcome::Error { message } = &probe.outcome {
             eprintln!("error: {message}");
             return EXIT_BAD_INPUT;

@@ -18,4 +18,5 @@ pub use case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
 #[cfg(feature = "cuda")]
 pub use device_tensors::DeviceTensors;
 pub use memory_estimate::{estimate as estimate_memory, touched_prefill_ranks, MemoryEstimate};
-pub use run::{run_case, run_case_detailed, CaseRun, RunOptions};
+pub use placement::Placement;
+pub use run::{CaseRun, RunOptions};

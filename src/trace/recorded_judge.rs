@@ -10,10 +10,12 @@ use super::recorded::{RecordedCase, RecordedError, RecordedErrorKind};
 use super::recorded_lists::{first_list_difference, rebuilt_lists, traced_lists, ListKey};
 use crate::layout::Side;
 use crate::live::post_process_calls::{first_call_difference, kvgeom_calls, vllm_calls, CallKey};
-use crate::live::run::{compare_plans, plan_keys, resolve_pairs};
 use crate::oracle::{self, MemoryImages, OracleInput, Violation};
-use crate::scenario::run::judge;
-use crate::scenario::{run_case_detailed, Case, Outcome, RunOptions};
+use crate::scenario::{Case, Outcome, RunOptions};
+use crate::under_test::driver::resolve_pairs;
+use crate::under_test::judge::expected_outcome as judge;
+use crate::under_test::judge::{compare_plans, plan_keys};
+use crate::under_test::run_case_detailed;
 use crate::variant::Variant;
 
 /// The oracles' verdict on a v2 trace.
