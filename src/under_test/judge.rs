@@ -27,11 +27,11 @@ pub struct Verdict {
 /// Judge one run: every oracle over what the run observed (when it
 /// completed), then the geometry's expectations.
 pub fn verdict(record: &RunRecord) -> Verdict {
-    let violations = record
-        .observed
-        .as_ref()
-        .map(oracle::run_all)
-        .unwrap_or_default();
+    let violations = match &record.observed {
+        Some(input) if record.bytes_observed => oracle::run_all(input),
+        Some(input) => oracle::run_descriptor_level(input),
+        None => Vec::new(),
+    };
     let (pairs, transferred_bytes) = record.observed.as_ref().map_or((0, 0), |input| {
         input.posted_pairs().fold((0, 0), |(n, bytes), p| {
             (n + 1, bytes + p.destination.row.len)

@@ -43,6 +43,7 @@ impl KvgeomConnector {
             case: case.clone(),
             outcome: RunOutcome::from_outcome(outcome),
             observed: run.oracle_input.take(),
+            bytes_observed: true,
             zeroed_bytes: run.zeroed_bytes,
             memory_bytes: estimate(case).peak_bytes,
             log: RunLog::Nothing,

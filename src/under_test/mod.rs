@@ -10,6 +10,7 @@ pub(crate) mod driver;
 pub mod judge;
 pub mod kvgeom;
 pub mod record;
+pub mod replay;
 pub mod vllm;
 
 pub use judge::{judge, PlanComparison};

@@ -120,6 +120,9 @@ pub struct RunRecord {
     /// images moved out of the arenas or read from the driver's files,
     /// never copied).
     pub observed: Option<OracleInput>,
+    /// Whether `observed` holds every rank's memory: the byte-level oracles
+    /// run only then (a v2 trace without memory images holds none).
+    pub bytes_observed: bool,
     /// Bytes the receive post-process zeroed, as far as the harness measures
     /// them (0 when it does not).
     pub zeroed_bytes: u64,
@@ -145,6 +148,7 @@ impl RunRecord {
             case: case.clone(),
             outcome,
             observed: None,
+            bytes_observed: false,
             zeroed_bytes: 0,
             memory_bytes: 0,
             log: RunLog::Nothing,

@@ -157,6 +157,7 @@ fn driver_record(dc: DriverCase<'_>) -> RunRecord {
         case: case.clone(),
         outcome,
         observed,
+        bytes_observed: true,
         zeroed_bytes: 0,
         // vLLM owns the tensors: kvgeom's estimate of its own run does not apply.
         memory_bytes: 0,
