@@ -311,6 +311,11 @@ fn bench_scale_measures_each_case_against_its_touched_bytes() {
     // Options of other benchmarks are refused, not ignored.
     let refused = kvgeom(&["bench", "scale", "--threads", "2"]);
     assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    for kind in ["transport", "vram"] {
+        let refused = kvgeom(&["bench", kind, "--threads", "2"]);
+        assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+        assert!(text(&refused).contains("--threads"), "{}", text(&refused));
+    }
     let files_elsewhere = kvgeom(&["bench", "sweep", "geometries/deepseek-mla.toml"]);
     assert_eq!(
         files_elsewhere.status.code(),
@@ -372,4 +377,329 @@ fn mutants_samples_the_files_in_subfolders_unless_full() {
         "{}",
         text(&o)
     );
+}
+
+/// clap's own usage errors (unknown option, bad value) also exit 2; an
+/// option that parsed never gets one.
+fn parse_error(o: &Output) -> bool {
+    String::from_utf8_lossy(&o.stderr).contains("For more information, try '--help'")
+}
+
+/// Every option of each subcommand's `--help`: the help lists it.
+#[test]
+fn each_subcommands_help_lists_its_documented_options() {
+    let table: &[(&[&str], &[&str])] = &[
+        (
+            &["sweep"],
+            &[
+                "--prompts",
+                "--mode",
+                "--alloc",
+                "--transport",
+                "--memory",
+                "--policy",
+                "--defect",
+                "--random",
+                "--seed",
+                "--threads",
+                "--format",
+                "--out",
+                "--no-shrink",
+                "--compare-host",
+                "--expect",
+                "--max-memory",
+                "--shard",
+                "--connector",
+                "--vllm-python",
+                "--nixl",
+                "--record-traces",
+            ],
+        ),
+        (
+            &["explain"],
+            &[
+                "--prompt ",
+                "--prefix-hit",
+                "--mode",
+                "--alloc",
+                "--seed",
+                "--policy",
+                "--defect",
+                "--transport",
+                "--svg",
+                "--max-memory",
+                "--connector",
+                "--vllm-python",
+                "--nixl",
+                "--record-trace ",
+            ],
+        ),
+        (&["layout"], &["--mode", "--policy", "--defect"]),
+        (&["check-trace"], &["--format", "--max-memory"]),
+        (
+            &["diff-trace"],
+            &["--policy", "--defect", "--format", "--max-memory"],
+        ),
+        (&["report", "merge"], &["--out"]),
+        (
+            &["mutants"],
+            &["--threads", "--full", "--format", "--max-memory"],
+        ),
+        (
+            &["bench"],
+            &[
+                "--format",
+                "--threads",
+                "--geometry",
+                "--prompt",
+                "--iterations",
+                "--memory",
+                "--op",
+                "--peer-process",
+                "--paths",
+                "--max-memory",
+            ],
+        ),
+        (&["bench-peer"], &["--geometry", "--prompt", "--memory"]),
+    ];
+    for (sub, options) in table {
+        let mut args = sub.to_vec();
+        args.push("--help");
+        let o = kvgeom(&args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o));
+        let help = String::from_utf8_lossy(&o.stdout);
+        for option in *options {
+            assert!(
+                help.contains(option),
+                "{sub:?} --help lacks {option}: {help}"
+            );
+        }
+    }
+}
+
+/// Each subcommand's documented options, given together, parse and apply:
+/// the command runs (or, where running it would take long or needs vLLM,
+/// stops at the check of an option it applies) with the exit status
+/// listed, never a usage error.
+#[test]
+fn each_subcommands_documented_options_parse_and_apply() {
+    let dir = tmp("options");
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.display();
+    let g1 = "geometries/g1-mla-kda-ppl3-vs-2.toml";
+    let g5 = "geometries/g5-mla-kda-mixed-kernel.toml";
+    let trace = "tests/fixtures/vllm-0.33.0/\
+                 test_hetero_ppl_multi_read_writes_stay_within_request_blocks.jsonl.gz";
+    let qwen = "tests/fixtures/models/qwen3-next-80b-a3b.json";
+    let no_python = "--vllm-python no/such/python";
+    // (command line, exit status, text the output must hold)
+    let table: Vec<(String, i32, &str)> = vec![
+        (
+            format!(
+                "sweep {g1} --prompts 2..=3 --mode pull --alloc mainline \
+                 --transport loopback --memory host --policy kvgeom --seed 1 \
+                 --threads 1 --format json --out {d}/a.json --no-shrink \
+                 --compare-host --max-memory 1G --shard 1/1 --connector kvgeom"
+            ),
+            0,
+            "all 2 cases give the same results",
+        ),
+        (
+            format!("sweep {g1} --random 3 --seed 7 --format junit"),
+            0,
+            "<testsuites",
+        ),
+        (
+            format!(
+                "sweep {g5} --mode pull --alloc with-last-token \
+                 --defect two-path-zeroing --no-shrink"
+            ),
+            1,
+            "cases failed",
+        ),
+        (
+            format!(
+                "sweep {g1} --prompts 33 --policy vllm-0.33.0 \
+                 --expect expected/vllm-0.33.0.toml"
+            ),
+            0,
+            "each as expected",
+        ),
+        (
+            format!("sweep {g1} --prompts 2 --shard 1/2 --format json --out {d}/s1.json"),
+            0,
+            "shard 1/2",
+        ),
+        (
+            format!("sweep {g1} --prompts 2 --shard 2/2 --format json --out {d}/s2.json"),
+            0,
+            "shard 2/2",
+        ),
+        (
+            format!("report merge {d}/s1.json {d}/s2.json --out {d}/merged.json"),
+            0,
+            "",
+        ),
+        // The live mode's options: the budget is checked before an
+        // interpreter is looked for, and then the interpreter named.
+        (
+            format!(
+                "sweep {g1} --connector vllm --prompts 2..=3 --mode pull \
+                 --alloc mainline --transport loopback --memory host --random 2 \
+                 --seed 1 --threads 1 --format json --out {d}/l.json --no-shrink \
+                 --expect expected/vllm-0.33.0.toml --shard 1/1 {no_python} \
+                 --nixl stand-in --record-traces {d}/traces --max-memory 1K"
+            ),
+            2,
+            "more than --max-memory 1.0 KiB",
+        ),
+        (
+            format!("sweep {g1} --connector vllm {no_python} --nixl auto"),
+            2,
+            "--vllm-python no/such/python",
+        ),
+        (
+            format!(
+                "explain {g5} --prompt 29 --prefix-hit 0 --mode push \
+                 --alloc with-last-token --seed 3 --policy kvgeom \
+                 --transport loopback --svg {d}/e.svg --max-memory 1G \
+                 --connector kvgeom"
+            ),
+            0,
+            "transferred",
+        ),
+        (
+            format!(
+                "explain {g5} --prompt 29 --alloc with-last-token \
+                 --defect two-path-zeroing"
+            ),
+            1,
+            "stale",
+        ),
+        (
+            format!(
+                "explain {g1} --connector vllm --prompt 5 --prefix-hit 0 \
+                 --mode push --alloc with-last-token --seed 1 --transport loopback \
+                 {no_python} --nixl real --record-trace {d}/t.jsonl --max-memory 1K"
+            ),
+            2,
+            "more than --max-memory 1.0 KiB",
+        ),
+        (
+            format!("explain {g1} --prompt 5 --connector vllm {no_python}"),
+            2,
+            "--vllm-python no/such/python",
+        ),
+        (
+            format!("layout {g1} --mode both --policy vllm-0.33.0"),
+            0,
+            "local",
+        ),
+        (
+            format!("layout {g1} --mode push --defect two-path-zeroing"),
+            0,
+            "local",
+        ),
+        (
+            format!("derive {qwen} --tp 1 --backend FLASHINFER --gpu sm90 --format toml"),
+            0,
+            "",
+        ),
+        (
+            format!("check-trace {trace} --format json --max-memory 1G"),
+            0,
+            "kvgeom-trace-verdicts/1",
+        ),
+        (
+            format!("diff-trace {trace} --policy kvgeom --format json --max-memory 1G"),
+            0,
+            "kvgeom-trace-verdicts/1",
+        ),
+        (
+            format!("diff-trace {trace} --defect two-path-zeroing --format text"),
+            0,
+            "1 match",
+        ),
+        ("defects".into(), 0, "two-path-zeroing"),
+        (
+            format!("mutants {g1} --threads 1 --full --format json --max-memory 1K"),
+            2,
+            "--max-memory 1.0 KiB",
+        ),
+        (
+            "bench scale geometries/deepseek-mla.toml --format json --max-memory 1G".into(),
+            0,
+            "kvgeom-bench-scale/1",
+        ),
+        (
+            format!(
+                "bench vram --geometry {g1} --prompt 5 --iterations 1 --memory host \
+                 --op write --paths copy --max-memory 1K"
+            ),
+            2,
+            "--max-memory",
+        ),
+        (
+            "bench transport --paths memcpy --max-memory 1K".into(),
+            2,
+            "--max-memory",
+        ),
+    ];
+    for (line, code, shows) in &table {
+        let args: Vec<&str> = line.split_whitespace().collect();
+        let o = kvgeom(&args);
+        assert!(!parse_error(&o), "{line}: {}", text(&o));
+        assert_eq!(o.status.code(), Some(*code), "{line}: {}", text(&o));
+        assert!(
+            text(&o).contains(shows),
+            "{line} should say {shows:?}: {}",
+            text(&o)
+        );
+    }
+}
+
+/// An option that does not apply to the connector chosen is refused with
+/// exit 2 and one line naming it, before anything runs.
+#[test]
+fn options_of_the_other_connector_are_refused_by_name() {
+    let sweep = "sweep geometries/g1-mla-kda-ppl3-vs-2.toml --prompts 2";
+    let explain = "explain geometries/g1-mla-kda-ppl3-vs-2.toml --prompt 5";
+    // (options added to `sweep` or `explain`, the option refused)
+    let table = [
+        // kvgeom's connector: the live mode's options.
+        (sweep, "--nixl stand-in", "--nixl"),
+        (sweep, "--vllm-python python3", "--vllm-python"),
+        (sweep, "--record-traces traces", "--record-traces"),
+        (explain, "--nixl real", "--nixl"),
+        (explain, "--vllm-python python3", "--vllm-python"),
+        (explain, "--record-trace t.jsonl", "--record-trace"),
+        // vLLM's connector: kvgeom's variants, transport and memory.
+        (
+            sweep,
+            "--connector vllm --defect two-path-zeroing",
+            "--defect",
+        ),
+        (sweep, "--connector vllm --policy kvgeom", "--policy"),
+        (sweep, "--connector vllm --memory vram", "--memory"),
+        (sweep, "--connector vllm --transport nixl", "--transport"),
+        (sweep, "--connector vllm --compare-host", "--compare-host"),
+        (
+            explain,
+            "--connector vllm --defect two-path-zeroing",
+            "--defect",
+        ),
+        (explain, "--connector vllm --policy kvgeom", "--policy"),
+        (explain, "--connector vllm --transport nixl", "--transport"),
+        (explain, "--connector vllm --svg x.svg", "--svg"),
+    ];
+    for (command, options, option) in table {
+        let line = format!("{command} {options}");
+        let o = kvgeom(&line.split_whitespace().collect::<Vec<_>>());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{line}: {}", text(&o));
+        assert!(!parse_error(&o), "{line}: {err}");
+        assert_eq!(err.lines().count(), 1, "{line}: one line: {err}");
+        assert!(err.contains(option), "{line} names {option}: {err}");
+        assert!(o.stdout.is_empty(), "{line}: nothing runs: {}", text(&o));
+    }
 }

@@ -232,10 +232,57 @@ fn bench_sweep(threads: Option<usize>, budget: &Budget) -> u8 {
     code
 }
 
+/// The command line of `kvgeom bench`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct BenchArgs {
+    #[arg(value_enum, default_value = "sweep")]
+    pub what: BenchKind,
+    /// Geometry files to measure (scale only; default: bench/scale/).
+    pub files: Vec<PathBuf>,
+    /// Output of `bench scale`: table or json (scale only).
+    #[arg(long, value_enum)]
+    pub format: Option<super::ScaleFormat>,
+    #[arg(long)]
+    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub vram: VramArgs,
+    /// Memory the benchmark may allocate (e.g. 1.5G; default: half of
+    /// the memory available, within an address-space limit); it says
+    /// what it will allocate first, and refuses more.
+    #[arg(long, value_name = "SIZE")]
+    pub max_memory: Option<String>,
+}
+
+/// `kvgeom bench KIND [FILE...]`: geometry files and `--format` are
+/// `bench scale`'s, which takes none of the other kinds' options, and
+/// `--threads` is `bench sweep`'s (others exit 2).
+pub fn bench(args: &BenchArgs) -> u8 {
+    let max_memory = args.max_memory.as_deref();
+    if args.what == BenchKind::Scale {
+        if args.threads.is_some() || args.vram != VramArgs::default() {
+            eprintln!(
+                "error: bench scale runs one case at a time and takes no --threads, --geometry, \
+                 --prompt, --iterations, --memory, --op, --peer-process or --paths"
+            );
+            return EXIT_BAD_INPUT;
+        }
+        return super::bench_scale(&args.files, args.format.unwrap_or_default(), max_memory);
+    }
+    if !args.files.is_empty() || args.format.is_some() {
+        eprintln!("error: geometry files and --format apply to `kvgeom bench scale` only");
+        return EXIT_BAD_INPUT;
+    }
+    if args.threads.is_some() && args.what != BenchKind::Sweep {
+        eprintln!("error: --threads applies to `kvgeom bench sweep` only");
+        return EXIT_BAD_INPUT;
+    }
+    bench_kind(args.what, args.threads, &args.vram, max_memory)
+}
+
 /// `kvgeom bench KIND`. The options of `bench vram` are refused for the
 /// other kinds (exit 2), except `--paths`, which `bench transport` takes
 /// too, with its own path names.
-pub fn bench(
+fn bench_kind(
     kind: BenchKind,
     threads: Option<usize>,
     vram: &VramArgs,
@@ -397,9 +444,25 @@ pub fn bench_vram(args: &VramArgs, budget: &Budget) -> u8 {
     }
 }
 
+/// The command line of `kvgeom bench-peer`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct BenchPeerArgs {
+    #[arg(long)]
+    pub geometry: PathBuf,
+    #[arg(long)]
+    pub prompt: u32,
+    #[arg(long, value_enum)]
+    pub memory: MemoryKind,
+}
+
 /// `kvgeom bench-peer` (started by `bench vram --peer-process`): serve the
 /// prefill side of the replay over stdin/stdout.
-pub fn bench_peer(geometry: PathBuf, prompt: u32, memory: MemoryKind) -> u8 {
+pub fn bench_peer(args: BenchPeerArgs) -> u8 {
+    let BenchPeerArgs {
+        geometry,
+        prompt,
+        memory,
+    } = args;
     #[cfg(feature = "nixl")]
     {
         crate::bench::peer::serve(&crate::bench::peer::PeerArgs {

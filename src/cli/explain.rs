@@ -3,31 +3,76 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::{VariantArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
+use super::{ConnectorArg, OneAllocArg, OneModeArg, RunArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::derive::load_geometry_file;
-use crate::geometry::Mode;
 use crate::report::explain::{explain_text, svg};
 use crate::scenario::run::check_prefix_hit;
 use crate::scenario::{Case, Outcome, RunOptions, TransportKind};
-use crate::scheduler::DecodeAllocation;
 use crate::under_test::run_case_detailed;
 
+/// The command line of `kvgeom explain`. Four of the shared options are
+/// described here for one case (the sweep's wording is the full one).
+#[derive(Clone, Debug, clap::Args)]
+#[command(
+    mut_arg("max_memory", |a| a.help(
+        "Memory the case may use (e.g. 1.5G; default: half of the memory available); \
+         a larger case is refused before it allocates"
+    )),
+    mut_arg("connector", |a| a.help("Which connector runs: kvgeom's, or vLLM's own from the venv")),
+    mut_arg("vllm_python", |a| a.help("The Python interpreter with vLLM (see `sweep --vllm-python`)")),
+    mut_arg("nixl", |a| a.help("With --connector vllm: what moves the bytes (see `sweep --nixl`)")),
+)]
 pub struct ExplainArgs {
     pub geometry: PathBuf,
+    #[arg(long)]
     pub prompt: u32,
+    #[arg(long, default_value_t = 0)]
     pub prefix_hit: u32,
-    pub mode: Mode,
-    pub allocation: DecodeAllocation,
+    /// One case: pull or push (a sweep runs both).
+    #[arg(long, value_enum, default_value = "pull")]
+    pub mode: OneModeArg,
+    /// One case: mainline or with-last-token (a sweep runs both).
+    #[arg(long, value_enum, default_value = "mainline")]
+    pub alloc: OneAllocArg,
+    #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    pub variant: VariantArgs,
-    pub transport: TransportKind,
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Also write an SVG byte map of decode's request blocks.
+    #[arg(long)]
     pub svg: Option<PathBuf>,
-    /// `--max-memory SIZE`; `None`: half of the memory available.
-    pub max_memory: Option<String>,
+    /// With --connector vllm: save the case's v2 trace (with memory
+    /// images for a case of at most 1 MiB) as FILE (gzipped when FILE
+    /// ends in .gz).
+    #[arg(long, value_name = "FILE")]
+    pub record_trace: Option<PathBuf>,
 }
 
+/// `kvgeom explain`: the chosen connector's case, once the options that do
+/// not apply to it are refused.
 pub fn explain(args: ExplainArgs) -> u8 {
-    let variant = match args.variant.variant() {
+    let refusal = args.run.refused_for_kvgeom().or_else(|| {
+        let file = args.record_trace.as_ref()?;
+        (args.run.connector == ConnectorArg::Kvgeom).then(|| {
+            format!(
+                "--record-trace {}: traces record vLLM's own connector; add --connector vllm",
+                file.display()
+            )
+        })
+    });
+    if let Some(why) = refusal {
+        eprintln!("error: {why}");
+        return EXIT_BAD_INPUT;
+    }
+    match args.run.connector {
+        ConnectorArg::Vllm => super::live_explain(args),
+        ConnectorArg::Kvgeom => kvgeom_explain(args),
+    }
+}
+
+/// `kvgeom explain --connector kvgeom`.
+fn kvgeom_explain(args: ExplainArgs) -> u8 {
+    let variant = match args.run.variant.variant() {
         Ok(v) => v,
         Err(code) => return code,
     };
@@ -58,8 +103,8 @@ pub fn explain(args: ExplainArgs) -> u8 {
         file: Some(args.geometry.clone()),
         prompt_len: args.prompt,
         prefix_hit: args.prefix_hit,
-        mode: args.mode,
-        allocation: args.allocation,
+        mode: args.mode.mode(),
+        allocation: args.alloc.allocation(),
         seed: args.seed,
         variant,
     };
@@ -72,14 +117,14 @@ pub fn explain(args: ExplainArgs) -> u8 {
     if let Err(code) = super::pools_hold(&case) {
         return code;
     }
-    let budget = match super::max_memory_option(args.max_memory.as_deref()) {
+    let budget = match super::max_memory_option(args.run.max_memory.as_deref()) {
         Ok(b) => b,
         Err(code) => return code,
     };
     // With --svg, the byte map keeps one class byte per byte of decode's
     // request blocks: at most every decode rank's arenas again.
     let need = crate::scenario::estimate_memory(&case);
-    let every_rank = args.transport == TransportKind::Nixl;
+    let every_rank = args.run.transport == TransportKind::Nixl;
     let mapped = need.mapped_bytes(every_rank);
     let svg_bytes = if args.svg.is_some() {
         need.decode_rank_bytes
@@ -99,7 +144,7 @@ pub fn explain(args: ExplainArgs) -> u8 {
     let run = run_case_detailed(
         &case,
         &RunOptions {
-            transport: args.transport,
+            transport: args.run.transport,
             ..RunOptions::default()
         },
     );

@@ -1,16 +1,26 @@
 //! `kvgeom layout`.
 
-use std::path::Path;
+use std::path::PathBuf;
 
-use super::{VariantArgs, EXIT_BAD_INPUT, EXIT_OK};
+use super::{ModeArg, VariantArgs, EXIT_BAD_INPUT, EXIT_OK};
 use crate::derive::load_geometry_file;
-use crate::geometry::Mode;
 use crate::report::layout_tables::layout_tables;
 
-/// Print `path`'s descriptor tables in each of `modes` under the chosen
-/// connector variant.
-pub fn layout(path: &Path, modes: &[Mode], variant: &VariantArgs) -> u8 {
-    let policy = match variant.variant() {
+/// The command line of `kvgeom layout`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct LayoutArgs {
+    pub geometry: PathBuf,
+    #[arg(long, value_enum, default_value = "pull")]
+    pub mode: ModeArg,
+    #[command(flatten)]
+    pub variant: VariantArgs,
+}
+
+/// Print the geometry's descriptor tables in each mode asked for under the
+/// chosen connector variant.
+pub fn layout(args: &LayoutArgs) -> u8 {
+    let (path, modes) = (&args.geometry, args.mode.modes());
+    let policy = match args.variant.variant() {
         Ok(v) => v.policy(),
         Err(code) => return code,
     };

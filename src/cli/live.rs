@@ -1,15 +1,12 @@
 //! `kvgeom sweep --connector vllm`: the sweep's cases run through vLLM's
 //! own NIXL connector (vllm-driver/), judged by kvgeom's oracles.
 
-use std::path::PathBuf;
-
-use super::{default_paths, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
+use super::{default_paths, ExplainArgs, SweepArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::connector::NamedPolicy;
 use crate::geometry::Mode;
 use crate::live;
 use crate::report::sweep_report::{self, Format};
 use crate::scenario::{CaseReport, MemoryKind, TransportKind};
-use crate::scheduler::DecodeAllocation;
 use crate::sweep::expectations::Expectations;
 use crate::sweep::plan;
 use crate::sweep::shard::{parse_shard, Shard};
@@ -78,36 +75,6 @@ fn driver_python(
     Ok(python)
 }
 
-/// The sweep options that apply to the live mode, and the ones it refuses.
-pub struct LiveSweepArgs {
-    pub paths: Vec<PathBuf>,
-    pub prompts: Option<String>,
-    pub modes: Vec<Mode>,
-    pub allocations: Option<Vec<DecodeAllocation>>,
-    pub random: Option<usize>,
-    pub seed: u64,
-    pub format: Format,
-    pub out: Option<PathBuf>,
-    pub expect: Option<PathBuf>,
-    pub vllm_python: Option<PathBuf>,
-    /// `--nixl`: what moves the bytes (default: the stand-in).
-    pub nixl: Option<NixlArg>,
-    /// `--shard K/N`.
-    pub shard: Option<String>,
-    /// Shrink the first failures to a minimal replay (not `--no-shrink`).
-    pub shrink: bool,
-    /// Refused options, as given.
-    pub transport: TransportKind,
-    pub memory: MemoryKind,
-    pub defect: Option<String>,
-    pub policy: Option<String>,
-    pub compare_host: bool,
-    pub threads: Option<usize>,
-    pub max_memory: Option<String>,
-    /// `--record-traces DIR`.
-    pub record_traces: Option<PathBuf>,
-}
-
 /// Why `--transport nixl` is refused with `--connector vllm`.
 const TRANSPORT_NIXL: &str = "--transport nixl: --transport selects kvgeom's own transport; \
      with --connector vllm, --nixl real gives vLLM's workers real NIXL agents";
@@ -115,13 +82,13 @@ const TRANSPORT_NIXL: &str = "--transport nixl: --transport selects kvgeom's own
 /// The expectations file of the pinned vLLM.
 pub const PINNED_EXPECTATIONS: &str = "expected/vllm-0.33.0.toml";
 
-fn refused(args: &LiveSweepArgs) -> Option<String> {
-    if let Some(d) = &args.defect {
+fn refused(args: &SweepArgs) -> Option<String> {
+    if let Some(d) = &args.run.variant.defect {
         return Some(format!(
             "--defect {d}: defects are variants of kvgeom's connector; --connector vllm runs vLLM's own"
         ));
     }
-    if let Some(p) = &args.policy {
+    if let Some(p) = &args.run.variant.policy {
         return Some(format!(
             "--policy {p}: --connector vllm runs vLLM's own connector and compares it with kvgeom's --policy vllm-0.33.0 plan"
         ));
@@ -131,7 +98,7 @@ fn refused(args: &LiveSweepArgs) -> Option<String> {
             "--memory vram: the live mode runs vLLM's connector on host tensors (CPU only)".into(),
         );
     }
-    if args.transport == TransportKind::Nixl {
+    if args.run.transport == TransportKind::Nixl {
         return Some(TRANSPORT_NIXL.into());
     }
     if args.compare_host {
@@ -140,7 +107,8 @@ fn refused(args: &LiveSweepArgs) -> Option<String> {
     None
 }
 
-pub fn live_sweep(args: LiveSweepArgs) -> u8 {
+/// `kvgeom sweep --connector vllm`.
+pub fn live_sweep(args: SweepArgs) -> u8 {
     if let Some(why) = refused(&args) {
         eprintln!("error: {why}");
         return EXIT_BAD_INPUT;
@@ -173,8 +141,8 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
     };
     let opts = plan::PlanOptions {
         prompts: prompt_list,
-        modes: args.modes.clone(),
-        allocations: args.allocations.clone(),
+        modes: args.mode.modes(),
+        allocations: args.alloc.allocations(),
         variant: Variant::Policy(NamedPolicy::Vllm0330),
         seed: args.seed,
     };
@@ -184,14 +152,14 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
     };
     // kvgeom's preparation of every case (of every shard) must fit before
     // the interpreter is probed or a driver starts.
-    let budget = match super::max_memory_option(args.max_memory.as_deref()) {
+    let budget = match super::max_memory_option(args.run.max_memory.as_deref()) {
         Ok(b) => b,
         Err(code) => return code,
     };
     if let Err(code) = super::prepared_cases_fit(&all_cases, &budget) {
         return code;
     }
-    let python = match driver_python(args.vllm_python.as_deref(), args.nixl) {
+    let python = match driver_python(args.run.vllm_python.as_deref(), args.run.nixl) {
         Ok(p) => p,
         Err(code) => return code,
     };
@@ -263,7 +231,13 @@ pub fn live_sweep(args: LiveSweepArgs) -> u8 {
     }
     let code = judge(&live, expectations.as_ref(), python.is_pinned());
     if code != EXIT_OK {
-        show_replays(&live, expectations.as_ref(), &python, args.shrink, drivers);
+        show_replays(
+            &live,
+            expectations.as_ref(),
+            &python,
+            !args.no_shrink,
+            drivers,
+        );
     }
     code
 }
@@ -562,28 +536,6 @@ fn json(live: &[LiveReport], shard: Option<(&Shard, &[usize])>, nixl: &live::Nix
     }
 }
 
-/// `kvgeom explain --connector vllm`: one case on vLLM's connector.
-pub struct LiveExplainArgs {
-    pub geometry: PathBuf,
-    pub prompt: u32,
-    pub prefix_hit: u32,
-    pub mode: Mode,
-    pub allocation: DecodeAllocation,
-    pub seed: u64,
-    pub vllm_python: Option<PathBuf>,
-    /// `--nixl`: what moves the bytes (default: the stand-in).
-    pub nixl: Option<NixlArg>,
-    /// Refused options, as given.
-    pub transport: TransportKind,
-    pub defect: Option<String>,
-    pub policy: Option<String>,
-    pub svg: bool,
-    /// `--record-trace FILE`.
-    pub record_trace: Option<PathBuf>,
-    /// `--max-memory SIZE`.
-    pub max_memory: Option<String>,
-}
-
 /// Move the one trace recorded into `dir` to `file`, gunzipped unless
 /// `file` ends in `.gz`.
 fn save_trace(
@@ -601,12 +553,13 @@ fn save_trace(
     std::fs::write(file, text)
 }
 
-pub fn live_explain(args: LiveExplainArgs) -> u8 {
-    let refusal = if args.defect.is_some() || args.policy.is_some() {
+/// `kvgeom explain --connector vllm`: one case on vLLM's connector.
+pub fn live_explain(args: ExplainArgs) -> u8 {
+    let refusal = if args.run.variant.defect.is_some() || args.run.variant.policy.is_some() {
         Some("--defect and --policy select kvgeom's connector; --connector vllm runs vLLM's own")
-    } else if args.transport == TransportKind::Nixl {
+    } else if args.run.transport == TransportKind::Nixl {
         Some(TRANSPORT_NIXL)
-    } else if args.svg {
+    } else if args.svg.is_some() {
         Some("--svg: not available with --connector vllm")
     } else {
         None
@@ -625,10 +578,6 @@ pub fn live_explain(args: LiveExplainArgs) -> u8 {
     if let Err(code) = super::prompt_option(args.prompt) {
         return code;
     }
-    let python = match driver_python(args.vllm_python.as_deref(), args.nixl) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
     let geometry = std::sync::Arc::new(geometry);
     let checks: Vec<live::BlockCheck> = model
         .map(|m| live::BlockCheck {
@@ -642,18 +591,23 @@ pub fn live_explain(args: LiveExplainArgs) -> u8 {
         file: Some(args.geometry.clone()),
         prompt_len: args.prompt,
         prefix_hit: args.prefix_hit,
-        mode: args.mode,
-        allocation: args.allocation,
+        mode: args.mode.mode(),
+        allocation: args.alloc.allocation(),
         seed: args.seed,
         variant: Variant::Policy(NamedPolicy::Vllm0330),
     };
-    let budget = match super::max_memory_option(args.max_memory.as_deref()) {
+    let budget = match super::max_memory_option(args.run.max_memory.as_deref()) {
         Ok(b) => b,
         Err(code) => return code,
     };
     if let Err(code) = super::prepared_cases_fit(std::slice::from_ref(&case), &budget) {
         return code;
     }
+    // The case fits before the interpreter is probed (vLLM's import is slow).
+    let python = match driver_python(args.run.vllm_python.as_deref(), args.run.nixl) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
     let record_dir = args
         .record_trace
         .as_ref()

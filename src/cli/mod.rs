@@ -4,26 +4,34 @@
 
 mod bench;
 mod bench_scale;
+mod choices;
 mod derive;
 mod explain;
 mod layout;
 mod live;
 mod mutants;
 mod report_merge;
+mod run_args;
 mod sweep;
 mod traces;
 
-pub use bench::{bench, bench_peer, bench_vram, BenchKind, OpArg, VramArgs};
+pub use bench::{
+    bench, bench_peer, bench_vram, BenchArgs, BenchKind, BenchPeerArgs, OpArg, VramArgs,
+};
 pub use bench_scale::{bench_scale, ScaleFormat};
+pub use choices::{AllocArg, ModeArg, OneAllocArg, OneModeArg};
 pub use derive::{derive, DeriveArgs, DeriveFormat};
 pub use explain::{explain, ExplainArgs};
-pub use layout::layout;
-pub use live::{live_explain, live_sweep, ConnectorArg, LiveExplainArgs, LiveSweepArgs, NixlArg};
-pub use mutants::{defects, mutants, MutantsFormat, MUTANTS_SCHEMA};
-pub use report_merge::{merge as merge_reports, report_merge, MergeError};
+pub use layout::{layout, LayoutArgs};
+pub use live::{live_explain, live_sweep, ConnectorArg, NixlArg};
+pub use mutants::{defects, mutants, MutantsArgs, MutantsFormat, MUTANTS_SCHEMA};
+pub use report_merge::{merge as merge_reports, report_merge, MergeError, ReportMergeArgs};
+pub use run_args::RunArgs;
 pub(crate) use sweep::threads_within_limit;
 pub use sweep::{sweep, SweepArgs};
-pub use traces::{check_trace, diff_trace, TraceFormat, TRACE_VERDICTS_SCHEMA};
+pub use traces::{
+    check_trace, diff_trace, CheckTraceArgs, DiffTraceArgs, TraceFormat, TRACE_VERDICTS_SCHEMA,
+};
 
 use std::path::Path;
 

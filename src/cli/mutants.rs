@@ -21,6 +21,26 @@ pub enum MutantsFormat {
     Json,
 }
 
+/// The command line of `kvgeom mutants`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct MutantsArgs {
+    pub paths: Vec<PathBuf>,
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Every case of the real-scale pairs in subfolders too (by default
+    /// each runs the middle prompt of its list, both modes, mainline).
+    #[arg(long)]
+    pub full: bool,
+    /// Output: text or json (schema `kvgeom-mutants/1`).
+    #[arg(long, value_enum, default_value_t)]
+    pub format: MutantsFormat,
+    /// Memory the sweeps may use (e.g. 1.5G; default: half of the memory
+    /// available, within an address-space limit); a larger case is
+    /// refused before anything runs.
+    #[arg(long, value_name = "SIZE")]
+    pub max_memory: Option<String>,
+}
+
 /// The defects' grid (the defect changes no case's size) passes the sweep's
 /// checks before anything is allocated.
 fn grid_fits(
@@ -57,13 +77,15 @@ pub fn defects() -> u8 {
 /// subfolder of a folder given (the real-scale pairs of
 /// `geometries/models/`) run their sample, as the default sweep's tests run
 /// them, unless `full`.
-pub fn mutants(
-    paths: Vec<PathBuf>,
-    threads: Option<usize>,
-    full: bool,
-    format: MutantsFormat,
-    max_memory: Option<&str>,
-) -> u8 {
+pub fn mutants(args: MutantsArgs) -> u8 {
+    let MutantsArgs {
+        paths,
+        threads,
+        full,
+        format,
+        max_memory,
+    } = args;
+    let max_memory = max_memory.as_deref();
     let threads = match super::threads_within_limit(threads) {
         Ok(t) => t,
         Err(code) => return code,

@@ -2,7 +2,7 @@
 //! into the report one run would have written, with that run's exit status.
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
@@ -518,9 +518,21 @@ pub fn merge(files: &[PathBuf]) -> Result<(String, u8), MergeError> {
     }
 }
 
+/// The command line of `kvgeom report merge`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ReportMergeArgs {
+    /// The report of every shard, all JSON or all JUnit.
+    #[arg(required = true, value_name = "REPORT")]
+    pub files: Vec<PathBuf>,
+    /// Write the merged report here instead of stdout.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
 /// The `kvgeom report merge` command.
-pub fn report_merge(files: &[PathBuf], out: Option<&Path>) -> u8 {
-    match merge(files) {
+pub fn report_merge(args: &ReportMergeArgs) -> u8 {
+    let out = args.out.as_deref();
+    match merge(&args.files) {
         Ok((mut text, code)) => {
             if !text.ends_with('\n') {
                 text.push('\n');

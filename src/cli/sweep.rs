@@ -2,42 +2,94 @@
 
 use std::path::PathBuf;
 
-use super::{default_paths, VariantArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
-use crate::geometry::Mode;
+use super::{default_paths, AllocArg, ConnectorArg, ModeArg, RunArgs};
+use super::{EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::limits::{available_cores, THREADS_PER_CORE};
 use crate::report::sweep_report::{self, Format};
 use crate::scenario::CaseReport;
 use crate::scenario::{MemoryKind, RunOptions, TransportKind};
-use crate::scheduler::DecodeAllocation;
 use crate::sweep::budget::MemoryBudget;
 use crate::sweep::expectations::Expectations;
 use crate::sweep::shard::parse_shard;
 use crate::sweep::{compare, execute, plan, prompts};
 
+/// The command line of `kvgeom sweep`.
+#[derive(Clone, Debug, clap::Args)]
 pub struct SweepArgs {
+    /// Geometry files or folders, searched recursively (default: geometries/).
     pub paths: Vec<PathBuf>,
+    /// Prompt lengths, e.g. `2..=39,41` (default: each file's own list or the residue sweep).
+    #[arg(long)]
     pub prompts: Option<String>,
-    pub modes: Vec<Mode>,
-    pub allocations: Option<Vec<DecodeAllocation>>,
-    pub transport: TransportKind,
+    #[arg(long, value_enum, default_value = "both")]
+    pub mode: ModeArg,
+    /// Decode allocation model (both: every hybrid case runs with each).
+    #[arg(long, value_enum, default_value = "both")]
+    pub alloc: AllocArg,
+    #[command(flatten)]
+    pub run: RunArgs,
+    #[arg(long, value_enum, default_value = "host")]
     pub memory: MemoryKind,
-    pub variant: VariantArgs,
+    /// Draw this many random cases instead of the grid.
+    #[arg(long)]
     pub random: Option<usize>,
+    /// Seed of the random draw and of block placement.
+    #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Worker threads (default: all cores); with `--connector vllm`, the
+    /// vLLM driver processes run at once (default: one per core, at most 4).
+    #[arg(long)]
     pub threads: Option<usize>,
+    #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
+    /// Write the report here instead of stdout.
+    #[arg(long)]
     pub out: Option<PathBuf>,
-    pub shrink: bool,
-    /// Run every case again on host memory over the loopback transport and
-    /// require the same results case by case.
+    /// Do not shrink failing cases to a minimal replay.
+    #[arg(long)]
+    pub no_shrink: bool,
+    /// Run every case again on host memory over the loopback transport
+    /// and fail unless each gives the same results.
+    #[arg(long)]
     pub compare_host: bool,
-    /// Judge the sweep against this expectations file instead of requiring
-    /// every case to pass.
+    /// Pass when exactly the failures listed in this file occur (e.g.
+    /// `--policy vllm-0.33.0 --expect expected/vllm-0.33.0.toml`).
+    #[arg(long, value_name = "FILE")]
     pub expect: Option<PathBuf>,
-    /// `--max-memory SIZE`; `None`: half of the memory available.
-    pub max_memory: Option<String>,
-    /// `--shard K/N`: run only that shard of the cases.
+    /// Run shard K of N (1-based) of the cases, e.g. `--shard 2/4` on the
+    /// second of four CI runners; `kvgeom report merge` joins the JSON or
+    /// JUnit reports.
+    #[arg(long, value_name = "K/N")]
     pub shard: Option<String>,
+    /// With --connector vllm: save every case's v2 trace (vLLM's lists,
+    /// transfers and outcome; memory images for a case of at most 1 MiB)
+    /// and, for a pull case, one v1 trace per decode rank
+    /// (`<case>-d<rank>.jsonl.gz`) into this folder, for check-trace and
+    /// diff-trace.
+    #[arg(long, value_name = "DIR")]
+    pub record_traces: Option<PathBuf>,
+}
+
+/// `kvgeom sweep`: the chosen connector's sweep, once the options that do
+/// not apply to it are refused.
+pub fn sweep(args: SweepArgs) -> u8 {
+    let refusal = args.run.refused_for_kvgeom().or_else(|| {
+        let dir = args.record_traces.as_ref()?;
+        (args.run.connector == ConnectorArg::Kvgeom).then(|| {
+            format!(
+                "--record-traces {}: traces record vLLM's own connector; add --connector vllm",
+                dir.display()
+            )
+        })
+    });
+    if let Some(why) = refusal {
+        eprintln!("error: {why}");
+        return EXIT_BAD_INPUT;
+    }
+    match args.run.connector {
+        ConnectorArg::Vllm => super::live_sweep(args),
+        ConnectorArg::Kvgeom => kvgeom_sweep(args),
+    }
 }
 
 /// `--threads`: at least 1, and at most a few threads per core (more only
@@ -82,8 +134,9 @@ fn overwritten_input(
         .find(|i| std::fs::canonicalize(i).is_ok_and(|c| c == out))
 }
 
-pub fn sweep(args: SweepArgs) -> u8 {
-    let variant = match args.variant.variant() {
+/// `kvgeom sweep --connector kvgeom`.
+fn kvgeom_sweep(args: SweepArgs) -> u8 {
+    let variant = match args.run.variant.variant() {
         Ok(v) => v,
         Err(code) => return code,
     };
@@ -94,7 +147,7 @@ pub fn sweep(args: SweepArgs) -> u8 {
     if let Err(code) = super::random_option(args.random) {
         return code;
     }
-    let budget = match super::max_memory_option(args.max_memory.as_deref()) {
+    let budget = match super::max_memory_option(args.run.max_memory.as_deref()) {
         Ok(b) => b,
         Err(code) => return code,
     };
@@ -144,8 +197,8 @@ pub fn sweep(args: SweepArgs) -> u8 {
     }
     let opts = plan::PlanOptions {
         prompts: prompt_list,
-        modes: args.modes,
-        allocations: args.allocations,
+        modes: args.mode.modes(),
+        allocations: args.alloc.allocations(),
         variant,
         seed: args.seed,
     };
@@ -160,10 +213,13 @@ pub fn sweep(args: SweepArgs) -> u8 {
         Some(n) => plan::random(&sources, n, args.seed, &opts),
         None => plan::grid(&sources, &opts),
     };
-    let options = format!("{:?} {:?} {:?}", args.random, args.transport, args.memory);
+    let options = format!(
+        "{:?} {:?} {:?}",
+        args.random, args.run.transport, args.memory
+    );
     let (cases, shard) = super::shard_cases(all_cases, shard_of, &sources, &opts, &options);
     let run_opts = RunOptions {
-        transport: args.transport,
+        transport: args.run.transport,
         memory: args.memory,
         policy: None,
         device_platform: false,
@@ -176,7 +232,7 @@ pub fn sweep(args: SweepArgs) -> u8 {
         }
     }
     // Real NIXL and device memory need every rank's memory, touched or not.
-    let every_rank = args.transport == TransportKind::Nixl || args.memory == MemoryKind::Vram;
+    let every_rank = args.run.transport == TransportKind::Nixl || args.memory == MemoryKind::Vram;
     if let Err(code) = super::cases_fit(&cases, &budget, every_rank) {
         return code;
     }
@@ -225,7 +281,7 @@ pub fn sweep(args: SweepArgs) -> u8 {
             continue;
         }
         shown.push(key);
-        let minimal = if args.shrink {
+        let minimal = if !args.no_shrink {
             execute::shrink(&r.case, &run_opts)
         } else {
             r.case.clone()

@@ -31,6 +31,38 @@ pub enum TraceFormat {
     Json,
 }
 
+/// The command line of `kvgeom check-trace`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct CheckTraceArgs {
+    /// Trace files (`.jsonl`, `.jsonl.gz`) or folders, searched recursively.
+    pub files: Vec<PathBuf>,
+    /// `text` (one line per file) or `json` (schema `kvgeom-trace-verdicts/1`).
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: TraceFormat,
+    /// Memory rebuilding one traced case may take (e.g. 1.5G; default:
+    /// half of the memory available, within an address-space limit, and
+    /// at most 4 GiB).
+    #[arg(long, value_name = "SIZE")]
+    pub max_memory: Option<String>,
+}
+
+/// The command line of `kvgeom diff-trace`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct DiffTraceArgs {
+    /// Trace files (`.jsonl`, `.jsonl.gz`) or folders, searched recursively.
+    pub files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub variant: VariantArgs,
+    /// `text` (one line per file) or `json` (schema `kvgeom-trace-verdicts/1`).
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: TraceFormat,
+    /// Memory rebuilding one traced case may take (e.g. 1.5G; default:
+    /// half of the memory available, within an address-space limit, and
+    /// at most 4 GiB).
+    #[arg(long, value_name = "SIZE")]
+    pub max_memory: Option<String>,
+}
+
 /// What became of one trace file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -270,8 +302,12 @@ fn judge_all(
 /// defects to name those that reproduce it ([`explain_difference`]); under
 /// any other variant nothing is sought, since that variant is already the
 /// reproduction being judged.
-pub fn diff_trace(files: &[PathBuf], variant: &VariantArgs, format: TraceFormat) -> u8 {
-    let variant = match variant.variant() {
+pub fn diff_trace(args: &DiffTraceArgs) -> u8 {
+    if let Err(code) = super::memory_option(args.max_memory.as_deref()) {
+        return code;
+    }
+    let (files, format) = (&args.files, args.format);
+    let variant = match args.variant.variant() {
         Ok(v) => v,
         Err(code) => return code,
     };
@@ -346,7 +382,11 @@ fn diff_v1(f: &Path, case: &TraceCase, policy: crate::connector::Policy, explain
 
 /// Run the oracles on each trace's own transfers: descriptor level, and
 /// byte level on a v2 trace that holds memory images.
-pub fn check_trace(files: &[PathBuf], format: TraceFormat) -> u8 {
+pub fn check_trace(args: &CheckTraceArgs) -> u8 {
+    if let Err(code) = super::memory_option(args.max_memory.as_deref()) {
+        return code;
+    }
+    let (files, format) = (&args.files, args.format);
     judge_all(
         files,
         format,
