@@ -1352,3 +1352,67 @@ fn a_tampered_replayed_record_is_a_violation() {
     );
     assert!(!reports[1].violations.is_empty());
 }
+
+/// `kvgeom sweep --connector replay FOLDER` judges every fixture as
+/// `check-trace` does (passed, failed, or refused), exits 1 since some
+/// fail, and `explain --connector replay` shows one.
+#[test]
+fn sweep_and_explain_replay_recorded_traces() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(FIXTURES);
+    let out = Command::new(env!("CARGO_BIN_EXE_kvgeom"))
+        .args(["sweep", "--connector", "replay", "--format", "json"])
+        .arg(&dir)
+        .output()
+        .expect("run kvgeom");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    assert_eq!(report["connector"], "replay");
+    let cases = report["cases"].as_array().expect("cases");
+    let paths = all_fixtures();
+    assert_eq!(cases.len(), paths.len());
+    for (case, path) in cases.iter().zip(&paths) {
+        let (v, m, _) = verdict(&["check-trace"], path);
+        let kind = case["outcome"]["kind"].as_str().expect("an outcome");
+        let expected: &[&str] = match v.as_str() {
+            "passed" => &["passed"],
+            "rejected" => &["expected_rejection"],
+            "violations" | "failed" => &[
+                "violations",
+                "crashed",
+                "hung",
+                "missing_rejection",
+                "unexpected_rejection",
+            ],
+            other => panic!("{}: check-trace {other}: {m}", path.display()),
+        };
+        assert!(
+            expected.contains(&kind),
+            "{}: check-trace {v}, replay {kind}",
+            path.display()
+        );
+    }
+    let one = fixture("mla-kda-decode-tp2-pull-n13-hit0-mainline-s0");
+    let explain = |prompt: &str| {
+        Command::new(env!("CARGO_BIN_EXE_kvgeom"))
+            .args(["explain", "--connector", "replay"])
+            .arg(&one)
+            .args(["--prompt", prompt])
+            .output()
+            .expect("run kvgeom")
+    };
+    let shown = explain("13");
+    assert_eq!(shown.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        text.contains("outcome: passed") && text.contains("pair: Read"),
+        "{text}"
+    );
+    let other = explain("12");
+    assert_eq!(other.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&other.stderr).contains("records --prompt 13"));
+}

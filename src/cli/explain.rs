@@ -66,6 +66,7 @@ pub fn explain(args: ExplainArgs) -> u8 {
     }
     match args.run.connector {
         ConnectorArg::Vllm => super::live_explain(args),
+        ConnectorArg::Replay => super::replay_explain(args),
         ConnectorArg::Kvgeom => kvgeom_explain(args),
     }
 }

@@ -22,6 +22,9 @@ pub enum ConnectorArg {
     Kvgeom,
     /// vLLM's own Python connector, from the venv (scripts/install-vllm.sh).
     Vllm,
+    /// Recorded v2 traces (the paths: `*.trace.json[.gz]`) replayed: each
+    /// run is the recorded one, judged as check-trace judges it.
+    Replay,
 }
 
 /// What moves the bytes of the vLLM driver's cases (`--nixl`).

@@ -88,6 +88,7 @@ pub fn sweep(args: SweepArgs) -> u8 {
     }
     match args.run.connector {
         ConnectorArg::Vllm => super::live_sweep(args),
+        ConnectorArg::Replay => super::replay_sweep(args),
         ConnectorArg::Kvgeom => kvgeom_sweep(args),
     }
 }
