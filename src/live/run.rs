@@ -7,13 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::layout::{CaseLayout, RequestBlocks, Side};
+use crate::layout::{CaseLayout, Side};
 use crate::memory::ArenaBytes;
-use crate::memory::HostArena;
-use crate::pattern::{self, DecodeFill};
-use crate::scenario::engines::allocate_ranks;
-use crate::scenario::run::{computed_blocks, shape_and_place, zero_decode_at_allocation};
-use crate::scenario::{Case, Outcome};
+use crate::scenario::{prepare_memory, Case, Outcome, PreparedMemory};
 
 use super::blocks::{self, BlockCheck, BlocksComparison, EngineBlocks, PairBlocks};
 use super::error::BatchError;
@@ -87,59 +83,19 @@ pub(crate) fn side_index(side: Side) -> usize {
     }
 }
 
-/// Shape, placement, allocation, provenance pattern, neighbours and
-/// alloc-time zeroing: the same steps and bytes as `scenario::run`.
+/// kvgeom's preparation of the case's memory (`scenario::prepare_memory`)
+/// and the case as the driver reads it.
 pub(crate) fn prepare(case: &Case, id: &str) -> Result<Prepared, Outcome> {
     let geometry = &case.geometry;
-    let (shape, placement) = shape_and_place(case)?;
-    let (p_arenas, d_arenas) = allocate_ranks(geometry, &placement).map_err(Outcome::error)?;
-    let bases = |a: &[Vec<HostArena>]| -> Vec<Vec<u64>> {
-        a.iter()
-            .map(|r| r.iter().map(HostArena::base).collect())
-            .collect()
-    };
-    let blocks = RequestBlocks::with_prefix_hit(
-        &geometry.model,
-        geometry.decode.logical_block,
-        placement.decode.clone(),
-        placement.prefill.clone(),
-        case.prefix_hit,
-    );
-    let layout = CaseLayout::from_bases(
-        (**geometry).clone(),
-        case.mode,
-        blocks.clone(),
-        bases(&d_arenas),
-        placement.decode_pool,
-        bases(&p_arenas),
-        placement.prefill_pool,
-    )
-    .map_err(|e| Outcome::Error {
-        message: format!("layout model: {e}"),
-    })?;
-    for (rank, arenas) in p_arenas.iter().enumerate() {
-        pattern::fill_prefill_arenas(&layout, rank as u32, arenas).map_err(|e| Outcome::Error {
-            message: e.to_string(),
-        })?;
-    }
-    for (rank, arenas) in d_arenas.iter().enumerate() {
-        pattern::fill_decode_arenas(
-            &layout,
-            rank as u32,
-            arenas,
-            DecodeFill::SentinelWithNeighbours,
-        )
-        .map_err(|e| Outcome::Error {
-            message: e.to_string(),
-        })?;
-    }
-    let decode: Vec<&[HostArena]> = d_arenas.iter().map(Vec::as_slice).collect();
-    zero_decode_at_allocation(&decode, geometry, &shape, &placement);
-    let images = |a: &[Vec<HostArena>]| -> Vec<Vec<Vec<u8>>> {
-        a.iter()
-            .map(|r| r.iter().map(HostArena::snapshot).collect())
-            .collect()
-    };
+    let PreparedMemory {
+        layout,
+        shape,
+        placement,
+        blocks,
+        computed_blocks,
+        bases,
+        before,
+    } = prepare_memory(case)?;
     let side_spec = |side: Side, pool: u32, request: Vec<Vec<u32>>| {
         let engine = match side {
             Side::Prefill => &geometry.prefill,
@@ -159,7 +115,7 @@ pub(crate) fn prepare(case: &Case, id: &str) -> Result<Prepared, Outcome> {
     };
     let mut decode_spec = side_spec(Side::Decode, placement.decode_pool, blocks.decode.clone());
     decode_spec.transfer_blocks = blocks.decode_transfer.clone();
-    decode_spec.computed_blocks = computed_blocks(&blocks);
+    decode_spec.computed_blocks = computed_blocks;
     let spec = CaseSpec {
         id: id.to_string(),
         dir: id.to_string(),
@@ -182,8 +138,8 @@ pub(crate) fn prepare(case: &Case, id: &str) -> Result<Prepared, Outcome> {
     Ok(Prepared {
         layout,
         transferred_tokens: shape.transferred_tokens,
-        bases: [bases(&p_arenas), bases(&d_arenas)],
-        before: [images(&p_arenas), images(&d_arenas)],
+        bases,
+        before,
         spec,
     })
 }

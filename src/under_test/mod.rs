@@ -17,7 +17,7 @@ pub use judge::{judge, PlanComparison};
 pub use kvgeom::{run_case, run_case_detailed, KvgeomConnector};
 pub use record::{RunLog, RunOutcome, RunRecord};
 
-use crate::scenario::placement::Placement;
+use crate::scenario::Placement;
 use crate::scenario::{Case, Outcome};
 use crate::scheduler::RequestShape;
 

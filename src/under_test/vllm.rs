@@ -27,7 +27,7 @@ use crate::live::{
     Prepared,
 };
 use crate::oracle::{MemoryImages, OracleInput};
-use crate::scenario::run::shape_and_place;
+use crate::scenario::shape_and_place;
 use crate::scenario::{Case, CaseReport, RunOptions};
 use crate::variant::Variant;
 
