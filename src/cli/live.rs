@@ -1,7 +1,7 @@
 //! `kvgeom sweep --connector vllm`: the sweep's cases run through vLLM's
 //! own NIXL connector (vllm-driver/), judged by kvgeom's oracles.
 
-use super::{default_paths, ExplainArgs, SweepArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
+use super::{default_paths, ExplainArgs, NixlArg, SweepArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::connector::NamedPolicy;
 use crate::geometry::Mode;
 use crate::live;
@@ -13,43 +13,6 @@ use crate::sweep::shard::{parse_shard, Shard};
 use crate::under_test::vllm::{self, LiveReport};
 use crate::under_test::PlanComparison;
 use crate::variant::Variant;
-
-/// Which connector a sweep runs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum ConnectorArg {
-    /// kvgeom's Rust connector (the default).
-    #[default]
-    Kvgeom,
-    /// vLLM's own Python connector, from the venv (scripts/install-vllm.sh).
-    Vllm,
-    /// Recorded v2 traces (the paths: `*.trace.json[.gz]`) replayed: each
-    /// run is the recorded one, judged as check-trace judges it.
-    Replay,
-}
-
-/// What moves the bytes of the vLLM driver's cases (`--nixl`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum NixlArg {
-    /// The driver's NIXL stand-in (memmove between the tensors): runs
-    /// wherever vLLM's venv does.
-    #[default]
-    StandIn,
-    /// Real NIXL agents (UCX) over host memory; an error when the `nixl`
-    /// package does not load in the driver's interpreter.
-    Real,
-    /// Real NIXL where it loads and runs, else the stand-in.
-    Auto,
-}
-
-impl NixlArg {
-    fn choice(self) -> live::NixlChoice {
-        match self {
-            NixlArg::StandIn => live::NixlChoice::StandIn,
-            NixlArg::Real => live::NixlChoice::Real,
-            NixlArg::Auto => live::NixlChoice::Auto,
-        }
-    }
-}
 
 /// The interpreter with vLLM and `--nixl` resolved for it; `Err` is the
 /// exit status after the error was printed.
