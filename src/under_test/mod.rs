@@ -3,7 +3,7 @@
 //! request holds on each engine. *Run*: on the memory kvgeom prepares for
 //! that placement, one [`RunRecord`] per case (what the connector
 //! registered, listed and posted, its receive post-process, how it ended,
-//! each rank's final memory). One judge ([`judge`]) turns a record into the
+//! each rank's final memory). One judge ([`judge()`]) turns a record into the
 //! case's verdict. A new connector under test is one file here.
 
 pub(crate) mod driver;

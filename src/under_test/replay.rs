@@ -12,7 +12,8 @@ mod recorded_judge;
 mod recorded_lists;
 
 pub use recorded::{
-    ImageProblem, RecordedCase, RecordedError, RecordedErrorKind, RegionImages, TRACE_FORMAT_V2,
+    ImageProblem, RecordedCase, RecordedError, RecordedErrorKind, RegionImages, MAX_REBUILD_BYTES,
+    TRACE_FORMAT_V2,
 };
 pub use recorded_judge::{
     check_recorded, diff_recorded, explain_recorded, RecordedCheck, RecordedDiff,
