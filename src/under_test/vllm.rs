@@ -8,8 +8,6 @@
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Serialize;
-
 use super::driver::resolve_pairs;
 use super::judge::{
     compare_plans, judge, not_run, plan_keys, plan_of, with_post_process, PlanComparison,
@@ -52,7 +50,7 @@ pub struct LiveReport {
 
 /// What a batch keeps of each judged case beyond its report and plan
 /// comparison.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Retention {
     /// The driver's result and the oracle input (every rank's memory
     /// images), for `explain` and the tests.
