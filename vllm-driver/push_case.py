@@ -400,7 +400,11 @@ def _drive(spec, ranks, fabric, log, result):
                 return
         if log.raised:
             # vLLM's writer thread logs this and goes on; decode would wait.
-            first = log.raised[0]
+            # The other ranks' writers may raise too, in whatever order their
+            # threads run: let them, then name the lowest rank, so that one
+            # case reads the same on every run.
+            _let_writers_finish(prefill, decode, log)
+            first = min(log.raised, key=lambda r: _agent_order(r["agent"]))
             side = "prefill" if first["agent"].startswith("prefill") else "decode"
             result.update(
                 status="crashed",
@@ -431,6 +435,32 @@ def _drive(spec, ranks, fabric, log, result):
     result["status"] = "done"
 
 
+def _agent_order(name):
+    """`prefill-10` after `prefill-2`: side, then rank as a number."""
+    side, _, rank = name.rpartition("-")
+    return (side, int(rank) if rank.isdigit() else -1, name)
+
+
+def _let_writers_finish(prefill, decode, log):
+    """Wake the prefill writers until each prefill rank has raised, or for
+    SETTLE_S while no worker thread executes and nothing is queued."""
+    ranks = {agent("prefill", p) for p in range(len(prefill))}
+    quiet_since = time.monotonic()
+    give_up = quiet_since + 8 * SETTLE_S
+    while not ranks <= {r["agent"] for r in log.raised} and time.monotonic() < give_up:
+        for w in prefill:
+            try:
+                w.get_transfer_results()
+            except Exception:
+                pass  # the failure that matters is already in the log
+        now = time.monotonic()
+        if not _idle(prefill + decode) or _running(prefill + decode):
+            quiet_since = now
+        if now - quiet_since >= SETTLE_S:
+            return
+        time.sleep(POLL_S)
+
+
 def _pending(spec, prefill, decode, received, log):
     """Why the case cannot finish: who waits, and what vLLM logged."""
     waiting = [agent("decode", d) for d in range(len(decode)) if d not in received]
@@ -446,7 +476,9 @@ def _pending(spec, prefill, decode, received, log):
             parts.append(f"{agent('prefill', p)} holds finished blocks no registration matched")
         if w._pending_d_registrations:
             parts.append(f"{agent('prefill', p)} holds registrations of {sorted(w._pending_d_registrations)}")
-    for f in log.failures:
+    # The worker threads log in whatever order they run; the message names
+    # the failures by agent so that one case reads the same on every run.
+    for f in sorted(log.failures, key=lambda f: (_agent_order(f["agent"]), f["failure_type"], f["error"])):
         parts.append(f"{f['agent']} logged {f['failure_type']}: {f['error']}")
     return "; ".join(parts)
 

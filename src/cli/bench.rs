@@ -144,7 +144,11 @@ fn announce(bench: &str, need: u64, what: &str, budget: &Budget, reduce: &str) -
 
 /// The cases of `files` that `bench sweep` times.
 fn sweep_cases(files: &[&str]) -> Result<Vec<crate::scenario::Case>, GeometryError> {
-    let paths: Vec<PathBuf> = files.iter().map(PathBuf::from).collect();
+    // The checkout's files; one found nowhere keeps its name for the error.
+    let paths: Vec<PathBuf> = files
+        .iter()
+        .map(|f| super::checkout::checkout_path(f).unwrap_or_else(|_| PathBuf::from(f)))
+        .collect();
     let sources = plan::load_sources(&paths)?;
     Ok(plan::grid(
         &sources,

@@ -20,7 +20,11 @@ pub enum ScaleFormat {
 /// no file is given.
 pub fn bench_scale(files: &[PathBuf], format: ScaleFormat, max_memory: Option<&str>) -> u8 {
     let files: Vec<PathBuf> = if files.is_empty() {
-        DEFAULT_FILES.iter().map(PathBuf::from).collect()
+        // The checkout's files; one found nowhere keeps its name for the error.
+        DEFAULT_FILES
+            .iter()
+            .map(|f| super::checkout::checkout_path(f).unwrap_or_else(|_| PathBuf::from(f)))
+            .collect()
     } else {
         files.to_vec()
     };

@@ -98,7 +98,11 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
     if let Err(code) = super::random_option(args.random) {
         return code;
     }
-    let sources = match plan::load_sources(&default_paths(args.paths.clone())) {
+    let paths = match default_paths(args.paths.clone()) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let sources = match plan::load_sources(&paths) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");

@@ -4,6 +4,7 @@
 
 mod bench;
 mod bench_scale;
+mod checkout;
 mod choices;
 mod connectors;
 mod derive;
@@ -229,13 +230,18 @@ pub(crate) fn write_output(option: &str, path: &Path, text: &str) -> Result<(), 
     })
 }
 
-/// The default geometry folder when no path is given.
-pub(crate) fn default_paths(paths: Vec<std::path::PathBuf>) -> Vec<std::path::PathBuf> {
-    if paths.is_empty() {
-        vec![std::path::PathBuf::from("geometries")]
-    } else {
-        paths
+/// The default geometry folder when no path is given (`geometries/` here,
+/// else the checkout's); `Err` is exit 2 after saying where to run.
+pub(crate) fn default_paths(paths: Vec<std::path::PathBuf>) -> Result<Vec<std::path::PathBuf>, u8> {
+    if !paths.is_empty() {
+        return Ok(paths);
     }
+    checkout::checkout_path("geometries")
+        .map(|found| vec![found])
+        .map_err(|e| {
+            eprintln!("error: {e}");
+            EXIT_BAD_INPUT
+        })
 }
 
 /// The cases of shard `of` (all of them without `--shard`), its record and

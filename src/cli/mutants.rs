@@ -94,7 +94,10 @@ pub fn mutants(args: MutantsArgs) -> u8 {
         Ok(b) => b,
         Err(code) => return code,
     };
-    let paths = default_paths(paths);
+    let paths = match default_paths(paths) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
     let sources = match plan::load_sources(&paths) {
         Ok(s) => s,
         Err(e) => {

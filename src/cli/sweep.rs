@@ -133,7 +133,10 @@ pub(crate) fn kvgeom_sweep(args: SweepArgs) -> u8 {
         Ok(t) => t,
         Err(code) => return code,
     };
-    let paths = default_paths(args.paths);
+    let paths = match default_paths(args.paths) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
     if let Some(out) = &args.out {
         if let Some(input) = overwritten_input(out, &paths, args.expect.as_deref()) {
             // The input is named when --out names it another way.
