@@ -20,8 +20,12 @@
 //!   transports: [`nixl::Loopback`] (in-process), [`nixl::DryRun`] (records
 //!   only), `nixl::RealNixl` (feature `nixl`) and the [`nixl::Recording`]
 //!   wrapper. [`memory`] holds the host and CUDA arenas they move bytes in.
-//! - [`scenario`]: one case end to end ([`scenario::run_case`] on a
-//!   [`scenario::Case`]); [`sweep`]: many cases (`sweep::plan` enumerates
+//! - [`under_test`]: the connector under test, one interface
+//!   ([`under_test::ConnectorUnderTest`]: place, run by batch, one
+//!   [`under_test::RunRecord`] per case) and one judge; kvgeom's connector
+//!   ([`under_test::run_case`] on a [`scenario::Case`]), vLLM's, and a
+//!   recorded trace replayed. [`scenario`]: kvgeom's run of one placed
+//!   case; [`sweep`]: many cases (`sweep::plan` enumerates
 //!   them, `sweep::execute` runs them, `sweep::mutants` runs them per
 //!   defect, `sweep::expectations` compares a run with an expectation file).
 //! - [`oracle`]: the invariants, one table ([`oracle::ORACLES`]) used by

@@ -60,6 +60,7 @@ const LAYERS: &[(&str, Layer)] = &[
     ("scheduler", Layer::Harness),
     ("scenario", Layer::Harness),
     ("live", Layer::Harness),
+    ("under_test", Layer::Harness),
     ("sweep", Layer::Harness),
     ("trace", Layer::Harness),
     ("under_test", Layer::Harness),

@@ -71,7 +71,7 @@ fn the_mixed_regime_two_path_zeroing_fails_11_of_16_lengths() {
     assert_eq!(cases.len(), 16);
     let failed = cases
         .iter()
-        .filter(|c| !kvgeom::scenario::run_case(c, &RunOptions::default()).passed())
+        .filter(|c| !kvgeom::under_test::run_case(c, &RunOptions::default()).passed())
         .count();
     assert_eq!(failed, 11);
 }

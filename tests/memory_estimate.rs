@@ -5,8 +5,9 @@
 
 use std::path::PathBuf;
 
-use kvgeom::scenario::{estimate_memory, run_case, RunOptions};
+use kvgeom::scenario::{estimate_memory, RunOptions};
 use kvgeom::sweep::plan;
+use kvgeom::under_test::run_case;
 
 /// A field of `/proc/self/status` in bytes (`VmHWM`: peak resident, `VmRSS`: now).
 fn status_bytes(field: &str) -> Option<u64> {

@@ -9,8 +9,9 @@ use kvgeom::geometry::{load_geometry, Mode};
 use kvgeom::layout::Side;
 use kvgeom::oracle::{self, MemoryImages, OracleInput};
 use kvgeom::pattern::SENTINEL;
-use kvgeom::scenario::{run_case_detailed, Case, CaseRun, RunOptions};
+use kvgeom::scenario::{Case, CaseRun, RunOptions};
 use kvgeom::scheduler::DecodeAllocation;
+use kvgeom::under_test::run_case_detailed;
 
 /// G5 (kernel 8 vs 4, ppl 3 vs 2, P TP2 -> D TP1) at N = 29: both zeroing
 /// regimes, multi-read, mamba shards.

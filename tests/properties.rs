@@ -11,8 +11,9 @@ use kvgeom::defects::Defect;
 use kvgeom::generate::strategy::{generated_case, plan_input};
 use kvgeom::generate::{Expected, GeneratedCase};
 use kvgeom::geometry::{validate, AttentionSpec, GroupKind, KvLayout, Mode};
-use kvgeom::scenario::{run_case_detailed, RunOptions};
+use kvgeom::scenario::RunOptions;
 use kvgeom::scheduler::DecodeAllocation;
+use kvgeom::under_test::run_case_detailed;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestError, TestRunner};
 

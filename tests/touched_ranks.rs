@@ -15,7 +15,8 @@ use kvgeom::sweep::plan;
 fn the_ranks_the_estimate_counts_are_the_ranks_a_pull_touches() {
     use kvgeom::layout::Side;
     use kvgeom::oracle::RankMemory;
-    use kvgeom::scenario::{run_case_detailed, touched_prefill_ranks, Outcome};
+    use kvgeom::scenario::{touched_prefill_ranks, Outcome};
+    use kvgeom::under_test::run_case_detailed;
 
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     // The folder is searched recursively: geometries/models/ included.

@@ -1154,7 +1154,7 @@ fn at<'a>(v: &'a mut Value, path: &[String]) -> &'a mut Value {
 
 /// [`hostile_values_never_panic`] on one fixture, its memory images left out.
 fn hostile_values_of(base: &str) {
-    use kvgeom::trace::{check_recorded, diff_recorded, RecordedCase};
+    use kvgeom::under_test::replay::{check_recorded, diff_recorded, RecordedCase};
     use kvgeom::variant::Variant;
 
     let mut trace = load(base);
@@ -1278,4 +1278,173 @@ fn truth_manifest(dir: &Path, args: &[&Path]) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("the manifest")
+}
+
+/// Every fixture's v2 trace, in name order.
+fn all_fixtures() -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(FIXTURES);
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("fixtures")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.to_string_lossy().ends_with(".trace.json.gz"))
+        .collect();
+    paths.sort();
+    paths
+}
+
+/// The reports of the replay connector (`under_test::replay`) on `paths`,
+/// each record judged by the one judge.
+fn replayed(paths: &[PathBuf]) -> Vec<kvgeom::scenario::CaseReport> {
+    use kvgeom::under_test::replay::ReplayConnector;
+    use kvgeom::under_test::{judge, ConnectorUnderTest};
+    let connector = ReplayConnector::open(paths).expect("the traces read");
+    let cases = connector.cases();
+    let placed = connector.place(&cases);
+    assert!(placed.iter().all(Result::is_ok), "every traced case places");
+    connector
+        .run(&cases, placed, &|record| judge(&record))
+        .expect("the traces replay")
+}
+
+/// A recorded trace replayed as a connector under test and judged by the
+/// one judge gives the verdict check-trace gives, violation by violation.
+#[test]
+fn a_replayed_trace_is_judged_as_check_trace_judges_it() {
+    use kvgeom::scenario::Outcome;
+    use kvgeom::under_test::replay::{check_recorded, RecordedCase, RecordedCheck};
+    let paths = all_fixtures();
+    assert_eq!(paths.len(), 16, "the v2 fixtures");
+    let reports = replayed(&paths);
+    assert_eq!(reports.len(), paths.len());
+    let (mut passed, mut failed, mut rejected) = (0, 0, 0);
+    for (path, report) in paths.iter().zip(&reports) {
+        let name = path.display();
+        let rc = RecordedCase::read(path).expect("reads");
+        match check_recorded(&rc).expect("checks") {
+            RecordedCheck::Passed { bytes_checked } => {
+                assert!(bytes_checked, "{name}: the fixtures hold memory");
+                assert_eq!(report.outcome, Outcome::Passed, "{name}");
+                assert!(report.violations.is_empty(), "{name}");
+                passed += 1;
+            }
+            RecordedCheck::Rejected { message, expected } => {
+                match (&report.outcome, expected) {
+                    (Outcome::ExpectedRejection { message: m, .. }, true)
+                    | (Outcome::UnexpectedRejection { message: m, .. }, false) => {
+                        assert_eq!(*m, message, "{name}")
+                    }
+                    (other, _) => panic!("{name}: check-trace rejected, replay says {other:?}"),
+                }
+                rejected += 1;
+            }
+            RecordedCheck::Failed { findings } => {
+                assert!(!report.passed(), "{name}: check-trace failed it");
+                for v in &report.violations {
+                    assert!(
+                        findings.contains(&v.to_string()),
+                        "{name}: replay's violation {v} is not check-trace's"
+                    );
+                }
+                let outcome_lines = findings
+                    .iter()
+                    .filter(|f| !report.violations.iter().any(|v| v.to_string() == **f))
+                    .count();
+                assert!(outcome_lines <= 1, "{name}: {findings:?}");
+                failed += 1;
+            }
+        }
+    }
+    // The pinned verdicts of the fixtures (every_fixture_has_its_pinned_verdicts).
+    assert_eq!((passed, failed, rejected), (8, 7, 1));
+}
+
+/// A run record tampered with (one remote id of a passing trace moved to
+/// another row of its list, its memory images kept) is judged a violation
+/// by the replay connector and the one judge.
+#[test]
+fn a_tampered_replayed_record_is_a_violation() {
+    let dir = scratch("replay-tampered");
+    let base = "mla-kda-decode-tp2-pull-n13-hit0-mainline-s0";
+    let clean = write(&dir, "clean", &load(base));
+    let mut t = load(base);
+    let x = &mut t["result"]["xfers"][0];
+    let mut r = ids(x, "remote_ids");
+    let last = *r.last().expect("ids");
+    assert_ne!(r[0], last, "{base}: transfer 0 reads more than one row");
+    r[0] = last;
+    set_ids(x, "remote_ids", r);
+    let tampered = write(&dir, "tampered", &t);
+    let reports = replayed(&[clean, tampered]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(reports[0].passed(), "{base}: {:?}", reports[0].outcome);
+    assert_eq!(
+        reports[1].outcome,
+        kvgeom::scenario::Outcome::Violations,
+        "{base} tampered"
+    );
+    assert!(!reports[1].violations.is_empty());
+}
+
+/// `kvgeom sweep --connector replay FOLDER` judges every fixture as
+/// `check-trace` does (passed, failed, or refused), exits 1 since some
+/// fail, and `explain --connector replay` shows one.
+#[test]
+fn sweep_and_explain_replay_recorded_traces() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(FIXTURES);
+    let out = Command::new(env!("CARGO_BIN_EXE_kvgeom"))
+        .args(["sweep", "--connector", "replay", "--format", "json"])
+        .arg(&dir)
+        .output()
+        .expect("run kvgeom");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    assert_eq!(report["connector"], "replay");
+    let cases = report["cases"].as_array().expect("cases");
+    let paths = all_fixtures();
+    assert_eq!(cases.len(), paths.len());
+    for (case, path) in cases.iter().zip(&paths) {
+        let (v, m, _) = verdict(&["check-trace"], path);
+        let kind = case["outcome"]["kind"].as_str().expect("an outcome");
+        let expected: &[&str] = match v.as_str() {
+            "passed" => &["passed"],
+            "rejected" => &["expected_rejection"],
+            "violations" | "failed" => &[
+                "violations",
+                "crashed",
+                "hung",
+                "missing_rejection",
+                "unexpected_rejection",
+            ],
+            other => panic!("{}: check-trace {other}: {m}", path.display()),
+        };
+        assert!(
+            expected.contains(&kind),
+            "{}: check-trace {v}, replay {kind}",
+            path.display()
+        );
+    }
+    let one = fixture("mla-kda-decode-tp2-pull-n13-hit0-mainline-s0");
+    let explain = |prompt: &str| {
+        Command::new(env!("CARGO_BIN_EXE_kvgeom"))
+            .args(["explain", "--connector", "replay"])
+            .arg(&one)
+            .args(["--prompt", prompt])
+            .output()
+            .expect("run kvgeom")
+    };
+    let shown = explain("13");
+    assert_eq!(shown.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        text.contains("outcome: passed") && text.contains("pair: Read"),
+        "{text}"
+    );
+    let other = explain("12");
+    assert_eq!(other.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&other.stderr).contains("records --prompt 13"));
 }

@@ -282,7 +282,8 @@ pub fn plan_request(geometry: &Geometry, prompt_len: u32) -> Result<RequestPlan,
 mod tests {
     use super::*;
     use crate::geometry::load_geometry;
-    use crate::scenario::{run_case_detailed, Case, RunOptions};
+    use crate::scenario::{Case, RunOptions};
+    use crate::under_test::run_case_detailed;
     use std::path::Path;
     use std::sync::Arc;
 

@@ -13,9 +13,10 @@ use serde::Serialize;
 
 use crate::geometry::{GeometryError, Mode};
 use crate::scenario::memory_estimate::{estimate, human_bytes};
-use crate::scenario::{run_case, RunOptions};
+use crate::scenario::RunOptions;
 use crate::scheduler::DecodeAllocation;
 use crate::sweep::plan;
+use crate::under_test::run_case;
 
 /// Peak resident memory a case may take, as a multiple of the KV bytes of
 /// the ranks it touches.

@@ -72,3 +72,40 @@ impl AllocArg {
         }
     }
 }
+
+/// Which connector a sweep runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ConnectorArg {
+    /// kvgeom's Rust connector (the default).
+    #[default]
+    Kvgeom,
+    /// vLLM's own Python connector, from the venv (scripts/install-vllm.sh).
+    Vllm,
+    /// Recorded v2 traces (the paths: `*.trace.json[.gz]`) replayed: each
+    /// run is the recorded one, judged as check-trace judges it.
+    Replay,
+}
+
+/// What moves the bytes of the vLLM driver's cases (`--nixl`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum NixlArg {
+    /// The driver's NIXL stand-in (memmove between the tensors): runs
+    /// wherever vLLM's venv does.
+    #[default]
+    StandIn,
+    /// Real NIXL agents (UCX) over host memory; an error when the `nixl`
+    /// package does not load in the driver's interpreter.
+    Real,
+    /// Real NIXL where it loads and runs, else the stand-in.
+    Auto,
+}
+
+impl NixlArg {
+    pub(crate) fn choice(self) -> crate::live::NixlChoice {
+        match self {
+            NixlArg::StandIn => crate::live::NixlChoice::StandIn,
+            NixlArg::Real => crate::live::NixlChoice::Real,
+            NixlArg::Auto => crate::live::NixlChoice::Auto,
+        }
+    }
+}

@@ -3,11 +3,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::{ConnectorArg, OneAllocArg, OneModeArg, RunArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
+use super::{OneAllocArg, OneModeArg, RunArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::derive::load_geometry_file;
 use crate::report::explain::{explain_text, svg};
 use crate::scenario::run::check_prefix_hit;
-use crate::scenario::{run_case_detailed, Case, Outcome, RunOptions, TransportKind};
+use crate::scenario::{Case, Outcome, RunOptions, TransportKind};
+use crate::under_test::run_case_detailed;
 
 /// The command line of `kvgeom explain`. Four of the shared options are
 /// described here for one case (the sweep's wording is the full one).
@@ -47,30 +48,8 @@ pub struct ExplainArgs {
     pub record_trace: Option<PathBuf>,
 }
 
-/// `kvgeom explain`: the chosen connector's case, once the options that do
-/// not apply to it are refused.
-pub fn explain(args: ExplainArgs) -> u8 {
-    let refusal = args.run.refused_for_kvgeom().or_else(|| {
-        let file = args.record_trace.as_ref()?;
-        (args.run.connector == ConnectorArg::Kvgeom).then(|| {
-            format!(
-                "--record-trace {}: traces record vLLM's own connector; add --connector vllm",
-                file.display()
-            )
-        })
-    });
-    if let Some(why) = refusal {
-        eprintln!("error: {why}");
-        return EXIT_BAD_INPUT;
-    }
-    match args.run.connector {
-        ConnectorArg::Vllm => super::live_explain(args),
-        ConnectorArg::Kvgeom => kvgeom_explain(args),
-    }
-}
-
 /// `kvgeom explain --connector kvgeom`.
-fn kvgeom_explain(args: ExplainArgs) -> u8 {
+pub(crate) fn kvgeom_explain(args: ExplainArgs) -> u8 {
     let variant = match args.run.variant.variant() {
         Ok(v) => v,
         Err(code) => return code,

@@ -1,50 +1,18 @@
 //! `kvgeom sweep --connector vllm`: the sweep's cases run through vLLM's
 //! own NIXL connector (vllm-driver/), judged by kvgeom's oracles.
 
-use super::{default_paths, ExplainArgs, SweepArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
+use super::{default_paths, ExplainArgs, NixlArg, SweepArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::geometry::Mode;
-use crate::live::{self, LiveReport};
+use crate::live;
 use crate::report::sweep_report::{self, Format};
 use crate::scenario::{CaseReport, MemoryKind, TransportKind};
 use crate::sweep::expectations::Expectations;
 use crate::sweep::plan;
 use crate::sweep::shard::{parse_shard, Shard};
+use crate::under_test::vllm::{self, LiveReport};
+use crate::under_test::PlanComparison;
 use crate::under_test::{CodeUnderTest, Release};
 use crate::variant::Variant;
-
-/// Which connector a sweep runs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum ConnectorArg {
-    /// kvgeom's Rust connector (the default).
-    #[default]
-    Kvgeom,
-    /// vLLM's own Python connector, from the venv (scripts/install-vllm.sh).
-    Vllm,
-}
-
-/// What moves the bytes of the vLLM driver's cases (`--nixl`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum NixlArg {
-    /// The driver's NIXL stand-in (memmove between the tensors): runs
-    /// wherever vLLM's venv does.
-    #[default]
-    StandIn,
-    /// Real NIXL agents (UCX) over host memory; an error when the `nixl`
-    /// package does not load in the driver's interpreter.
-    Real,
-    /// Real NIXL where it loads and runs, else the stand-in.
-    Auto,
-}
-
-impl NixlArg {
-    fn choice(self) -> live::NixlChoice {
-        match self {
-            NixlArg::StandIn => live::NixlChoice::StandIn,
-            NixlArg::Real => live::NixlChoice::Real,
-            NixlArg::Auto => live::NixlChoice::Auto,
-        }
-    }
-}
 
 /// The interpreter with vLLM and `--nixl` resolved for it; `Err` is the
 /// exit status after the error was printed.
@@ -200,7 +168,7 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
     let (cases, shard) = super::shard_cases(all_cases, shard_of, &sources, &opts, &options);
     let checks = block_checks(&sources, &cases);
     let started = std::time::Instant::now();
-    let live = match live::run_sweep_recording(
+    let live = match vllm::run_sweep_recording(
         &cases,
         &checks,
         &python,
@@ -302,7 +270,10 @@ fn show_replays(
         return;
     }
     let minimal = if shrink {
-        match live::shrink_live(&failures, python, live::CASE_LIMIT, drivers) {
+        match crate::sweep::batch_shrink::shrink_batched(&failures, |cases| {
+            let tried = vllm::run_sweep(cases, &[], python, live::CASE_LIMIT, drivers)?;
+            Ok::<_, live::BatchError>(tried.into_iter().map(|l| l.report).collect())
+        }) {
             Ok(m) => m,
             Err(e) => {
                 eprintln!("note: shrinking failed ({e}); replays are of the cases as run");
@@ -335,7 +306,7 @@ fn without_messages(mut e: Expectations) -> Expectations {
 }
 
 /// One of a live case's plan comparisons.
-type PlanOf = fn(&LiveReport) -> Option<&live::PlanComparison>;
+type PlanOf = fn(&LiveReport) -> Option<&PlanComparison>;
 
 /// Exit status: the expectations (or, without them, every case passing),
 /// and, for the pinned vLLM, its plan equal to kvgeom's on every case. For
@@ -348,7 +319,7 @@ fn judge(live: &[LiveReport], expectations: Option<&Expectations>, pinned: bool)
         ("kvgeom", |l| l.plan_kvgeom.as_ref()),
     ];
     for (policy, plan_of) in policies {
-        let unequal: Vec<(&LiveReport, &live::PlanComparison)> = live
+        let unequal: Vec<(&LiveReport, &PlanComparison)> = live
             .iter()
             .filter_map(|l| plan_of(l).filter(|p| !p.equal).map(|p| (l, p)))
             .collect();
@@ -483,7 +454,7 @@ fn table(live: &[LiveReport], nixl: &live::NixlRun) -> String {
         "connector: vllm; plan equal to kvgeom's --policy vllm-0.33.0 on {equal} of {} cases\n",
         live.len()
     ));
-    let against_kvgeom: Vec<&live::PlanComparison> =
+    let against_kvgeom: Vec<&PlanComparison> =
         live.iter().filter_map(|l| l.plan_kvgeom.as_ref()).collect();
     if !against_kvgeom.is_empty() {
         text.push_str(&format!(
@@ -639,7 +610,7 @@ pub fn live_explain(args: ExplainArgs) -> u8 {
         record_traces: record_dir.clone(),
         ..live::Hooks::default()
     };
-    let ran = live::run_batch_checked(
+    let ran = vllm::run_batch_checked(
         std::slice::from_ref(&case),
         &checks,
         &python,
@@ -707,7 +678,7 @@ pub fn live_explain(args: ExplainArgs) -> u8 {
         }
     }
     if let Some(input) = &live.oracle_input {
-        for key in live::run::plan_keys(input) {
+        for key in crate::under_test::judge::plan_keys(input) {
             out.push_str(&format!("  pair: {key}\n"));
         }
     }

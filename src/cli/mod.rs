@@ -6,11 +6,13 @@ mod bench;
 mod bench_scale;
 mod checkout;
 mod choices;
+mod connectors;
 mod derive;
 mod explain;
 mod layout;
 mod live;
 mod mutants;
+mod replay;
 mod report_merge;
 mod run_args;
 mod sweep;
@@ -20,16 +22,18 @@ pub use bench::{
     bench, bench_peer, bench_vram, BenchArgs, BenchKind, BenchPeerArgs, OpArg, VramArgs,
 };
 pub use bench_scale::{bench_scale, ScaleFormat};
-pub use choices::{AllocArg, ModeArg, OneAllocArg, OneModeArg};
+pub use choices::{AllocArg, ConnectorArg, ModeArg, NixlArg, OneAllocArg, OneModeArg};
+pub use connectors::{explain, sweep};
 pub use derive::{derive, DeriveArgs, DeriveFormat};
-pub use explain::{explain, ExplainArgs};
+pub use explain::ExplainArgs;
 pub use layout::{layout, LayoutArgs};
-pub use live::{live_explain, live_sweep, ConnectorArg, NixlArg};
+pub use live::{live_explain, live_sweep};
 pub use mutants::{defects, mutants, MutantsArgs, MutantsFormat, MUTANTS_SCHEMA};
+pub use replay::{replay_explain, replay_sweep};
 pub use report_merge::{merge as merge_reports, report_merge, MergeError, ReportMergeArgs};
 pub use run_args::RunArgs;
 pub(crate) use sweep::threads_within_limit;
-pub use sweep::{sweep, SweepArgs};
+pub use sweep::SweepArgs;
 pub use traces::{
     check_trace, diff_trace, CheckTraceArgs, DiffTraceArgs, TraceFormat, TRACE_VERDICTS_SCHEMA,
 };

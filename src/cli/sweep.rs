@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use super::{default_paths, AllocArg, ConnectorArg, ModeArg, RunArgs};
+use super::{default_paths, AllocArg, ModeArg, RunArgs};
 use super::{EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::limits::{available_cores, THREADS_PER_CORE};
 use crate::report::sweep_report::{self, Format};
@@ -71,28 +71,6 @@ pub struct SweepArgs {
     pub record_traces: Option<PathBuf>,
 }
 
-/// `kvgeom sweep`: the chosen connector's sweep, once the options that do
-/// not apply to it are refused.
-pub fn sweep(args: SweepArgs) -> u8 {
-    let refusal = args.run.refused_for_kvgeom().or_else(|| {
-        let dir = args.record_traces.as_ref()?;
-        (args.run.connector == ConnectorArg::Kvgeom).then(|| {
-            format!(
-                "--record-traces {}: traces record vLLM's own connector; add --connector vllm",
-                dir.display()
-            )
-        })
-    });
-    if let Some(why) = refusal {
-        eprintln!("error: {why}");
-        return EXIT_BAD_INPUT;
-    }
-    match args.run.connector {
-        ConnectorArg::Vllm => super::live_sweep(args),
-        ConnectorArg::Kvgeom => kvgeom_sweep(args),
-    }
-}
-
 /// `--threads`: at least 1, and at most a few threads per core (more only
 /// thrash); a larger value is capped with a note.
 pub(crate) fn threads_within_limit(threads: Option<usize>) -> Result<Option<usize>, u8> {
@@ -136,7 +114,7 @@ fn overwritten_input(
 }
 
 /// `kvgeom sweep --connector kvgeom`.
-fn kvgeom_sweep(args: SweepArgs) -> u8 {
+pub(crate) fn kvgeom_sweep(args: SweepArgs) -> u8 {
     let variant = match args.run.variant.variant() {
         Ok(v) => v,
         Err(code) => return code,
@@ -242,7 +220,7 @@ fn kvgeom_sweep(args: SweepArgs) -> u8 {
     }
     // A missing runtime or device is bad input, not a failed invariant.
     if let Some(first) = cases.first() {
-        let probe = crate::scenario::run_case(first, &run_opts);
+        let probe = crate::under_test::run_case(first, &run_opts);
         if let crate::scenario::Outcome::Error { message } = &probe.outcome {
             eprintln!("error: {message}");
             return EXIT_BAD_INPUT;

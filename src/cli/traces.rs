@@ -10,8 +10,11 @@ use serde::Serialize;
 use super::{VariantArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::trace::check::{check_case, skipped_names, SkippedCheck};
 use crate::trace::{
-    check_recorded, diff_against_connector, diff_recorded, explain_difference, explain_recorded,
-    is_v1_name, registration_is_modelled, trace_inputs, RecordedCase, RecordedCheck, TraceCase,
+    diff_against_connector, explain_difference, is_v1_name, registration_is_modelled, trace_inputs,
+    TraceCase,
+};
+use crate::under_test::replay::{
+    check_recorded, diff_recorded, explain_recorded, RecordedCase, RecordedCheck,
 };
 use crate::under_test::Release;
 use crate::variant::Variant;
@@ -184,7 +187,7 @@ enum LoadError {
     #[error(transparent)]
     V1(#[from] crate::trace::TraceError),
     #[error(transparent)]
-    V2(#[from] crate::trace::RecordedError),
+    V2(#[from] crate::under_test::replay::RecordedError),
 }
 
 /// Read a trace by its name: `*.jsonl` and `*.jsonl.gz` are v1, any other

@@ -11,8 +11,9 @@ use crate::defects::Defect;
 use crate::geometry::{
     parse_geometry, to_toml, validate, Geometry, GeometryError, Mode, Violation,
 };
-use crate::scenario::{run_case, Case, CaseReport, Outcome, RunOptions};
+use crate::scenario::{Case, CaseReport, Outcome, RunOptions};
 use crate::scheduler::DecodeAllocation;
+use crate::under_test::run_case;
 use crate::variant::Variant;
 
 use super::draw::{draw, Drawn};

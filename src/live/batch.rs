@@ -1,8 +1,7 @@
-//! The entry points of the live mode: a batch of cases in a fresh scratch
-//! folder, run by the driver processes ([`super::chunks`]), and what is kept
-//! of each case.
+//! The entry point of the live mode: a batch of cases in a fresh scratch
+//! folder, run by the driver processes ([`super::chunks`]).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::scenario::Case;
@@ -11,7 +10,7 @@ use super::blocks::BlockCheck;
 use super::chunks::{run_chunks, BatchContext};
 use super::error::BatchError;
 use super::python::Interpreter;
-use super::run::{remove_unless_kept, Hooks, LiveReport, Retention};
+use super::run::{remove_unless_kept, Hooks, JudgeDriverCase};
 
 /// A fresh scratch folder for one batch, created here. Process ids are
 /// reused (pid_max may be 32768): a folder of that name may be left over,
@@ -38,112 +37,21 @@ fn scratch_dir() -> PathBuf {
     dir
 }
 
-/// Run every case through vLLM's connector, in driver batches of at most
-/// [`CHUNK_MEMORY_BYTES`](super::chunks::CHUNK_MEMORY_BYTES) of initial memory, keeping each case's driver
-/// result and oracle input. `Err` when the driver cannot run at all (the
-/// caller exits 2).
-pub fn run_batch(
-    cases: &[Case],
-    python: &Interpreter,
-    case_limit: Duration,
-) -> Result<Vec<LiveReport>, BatchError> {
-    run_batch_with(cases, python, case_limit, false)
-}
-
-/// [`run_batch`] for a sweep: only each case's report and plan comparison
-/// are kept (`result` and `oracle_input` are `None`), so that memory does
-/// not grow with the number of cases; up to `drivers` driver processes run
-/// at once.
-pub fn run_sweep(
-    cases: &[Case],
-    checks: &[BlockCheck],
-    python: &Interpreter,
-    case_limit: Duration,
-    drivers: usize,
-) -> Result<Vec<LiveReport>, BatchError> {
-    run_sweep_recording(cases, checks, python, case_limit, drivers, None)
-}
-
-/// [`run_sweep`], saving each case's v2 trace (docs/trace-format.md) into
-/// `record_traces` when given, named by [`super::trace_file_name`].
-pub fn run_sweep_recording(
-    cases: &[Case],
-    checks: &[BlockCheck],
-    python: &Interpreter,
-    case_limit: Duration,
-    drivers: usize,
-    record_traces: Option<&Path>,
-) -> Result<Vec<LiveReport>, BatchError> {
-    let hooks = Hooks {
-        record_traces: record_traces.map(Path::to_path_buf),
-        ..Hooks::default()
-    };
-    run_in_scratch(
-        cases,
-        checks,
-        python,
-        case_limit,
-        &hooks,
-        Retention::Verdicts,
-        drivers,
-    )
-}
-
-/// [`run_batch`], optionally with vLLM's receive post-process skipped (a
-/// test hook: a fault that only the bytes reveal).
-pub fn run_batch_with(
-    cases: &[Case],
-    python: &Interpreter,
-    case_limit: Duration,
-    skip_receive_post_process: bool,
-) -> Result<Vec<LiveReport>, BatchError> {
-    let hooks = Hooks {
-        skip_receive_post_process,
-        ..Hooks::default()
-    };
-    run_batch_hooked(cases, python, case_limit, &hooks)
-}
-
-/// [`run_batch`] with test hooks.
-pub fn run_batch_hooked(
-    cases: &[Case],
-    python: &Interpreter,
-    case_limit: Duration,
-    hooks: &Hooks,
-) -> Result<Vec<LiveReport>, BatchError> {
-    run_batch_checked(cases, &[], python, case_limit, hooks)
-}
-
-/// [`run_batch_hooked`], with vLLM's own block derivation run in the same
-/// driver process on each check's deployment: every case of a checked
-/// geometry (matched by name) gets [`LiveReport::blocks`].
-pub fn run_batch_checked(
+/// Run every case through vLLM's connector in a fresh scratch folder, in
+/// driver batches of at most
+/// [`CHUNK_MEMORY_BYTES`](super::chunks::CHUNK_MEMORY_BYTES) of initial
+/// memory, up to `drivers` driver processes at once, each case handed to
+/// `judge` while its driver output is on disk; the judged cases in order.
+/// `Err` when the driver cannot run at all (the caller exits 2).
+pub fn run_in_scratch<T: Send>(
     cases: &[Case],
     checks: &[BlockCheck],
     python: &Interpreter,
     case_limit: Duration,
     hooks: &Hooks,
-) -> Result<Vec<LiveReport>, BatchError> {
-    run_in_scratch(
-        cases,
-        checks,
-        python,
-        case_limit,
-        hooks,
-        Retention::Everything,
-        1,
-    )
-}
-
-fn run_in_scratch(
-    cases: &[Case],
-    checks: &[BlockCheck],
-    python: &Interpreter,
-    case_limit: Duration,
-    hooks: &Hooks,
-    retention: Retention,
     drivers: usize,
-) -> Result<Vec<LiveReport>, BatchError> {
+    judge: &JudgeDriverCase<'_, T>,
+) -> Result<Vec<T>, BatchError> {
     let dir = scratch_dir();
     let batch = BatchContext {
         dir: &dir,
@@ -152,7 +60,7 @@ fn run_in_scratch(
         python,
         case_limit,
         hooks,
-        retention,
+        judge,
     };
     let result = run_chunks(&batch, drivers);
     remove_unless_kept(&dir);

@@ -13,7 +13,7 @@ use super::blocks::BlockCheck;
 use super::error::BatchError;
 use super::python::Interpreter;
 use super::run::{
-    prepare, remove_unless_kept, run_chunk, write_inputs, Hooks, LiveReport, Prepared, Retention,
+    prepare, remove_unless_kept, run_chunk, write_inputs, Hooks, JudgeDriverCase, Prepared,
 };
 
 /// Bytes of initial memory one batch has in flight at most: kvgeom keeps
@@ -35,26 +35,27 @@ pub fn default_drivers() -> usize {
         .clamp(1, MAX_DEFAULT_DRIVERS)
 }
 
-/// One chunk's first case and its reports.
-type ChunkResult = (usize, Result<Vec<LiveReport>, BatchError>);
+/// One chunk's first case and its judged cases.
+type ChunkResult<T> = (usize, Result<Vec<T>, BatchError>);
 
 /// What every chunk of one batch shares.
-pub(super) struct BatchContext<'a> {
+pub(super) struct BatchContext<'a, T> {
     pub dir: &'a Path,
     pub cases: &'a [Case],
     pub checks: &'a [BlockCheck],
     pub python: &'a Interpreter,
     pub case_limit: Duration,
     pub hooks: &'a Hooks,
-    pub retention: Retention,
+    /// How each case is judged.
+    pub judge: &'a JudgeDriverCase<'a, T>,
 }
 
 /// Every case of the batch through vLLM's connector, in chunks run by up to
-/// `drivers` driver processes at once; the reports in case order.
-pub(super) fn run_chunks(
-    batch: &BatchContext<'_>,
+/// `drivers` driver processes at once; the judged cases in case order.
+pub(super) fn run_chunks<T: Send>(
+    batch: &BatchContext<'_, T>,
     drivers: usize,
-) -> Result<Vec<LiveReport>, BatchError> {
+) -> Result<Vec<T>, BatchError> {
     let drivers = drivers.clamp(1, batch.cases.len().max(1));
     let limits = ChunkLimits {
         bytes: CHUNK_MEMORY_BYTES / drivers as u64,
@@ -68,7 +69,7 @@ pub(super) fn run_chunks(
         })?;
         return Ok(out);
     }
-    let finished: Mutex<Vec<ChunkResult>> = Mutex::new(Vec::new());
+    let finished: Mutex<Vec<ChunkResult<T>>> = Mutex::new(Vec::new());
     let failed = AtomicBool::new(false);
     let (send, receive) = mpsc::sync_channel::<Chunk>(0);
     let receive = Mutex::new(receive);
@@ -116,8 +117,8 @@ pub(super) fn run_chunks(
 }
 
 /// Prepare the cases in order and hand each full chunk to `run`.
-fn produce(
-    batch: &BatchContext<'_>,
+fn produce<T>(
+    batch: &BatchContext<'_, T>,
     limits: ChunkLimits,
     mut run: impl FnMut(Chunk) -> Result<(), BatchError>,
 ) -> Result<(), BatchError> {
@@ -209,7 +210,7 @@ impl Chunk {
         batch_dir.join(format!("chunk{}", self.index))
     }
 
-    fn run(self, batch: &BatchContext<'_>) -> Result<Vec<LiveReport>, BatchError> {
+    fn run<T>(self, batch: &BatchContext<'_, T>) -> Result<Vec<T>, BatchError> {
         let dir = self.dir(batch.dir);
         let cases = &batch.cases[self.first..self.first + self.prepared.len()];
         // Each driver process derives the blocks of its own cases' geometries.
@@ -230,8 +231,8 @@ impl Chunk {
             &checks,
             batch.python,
             batch.case_limit,
-            batch.retention,
             batch.hooks.record_traces.as_deref(),
+            batch.judge,
         );
         remove_unless_kept(&dir);
         result

@@ -9,6 +9,7 @@ pub(crate) mod engines;
 pub(crate) mod error;
 pub(crate) mod memory_estimate;
 pub(crate) mod placement;
+pub(crate) mod prepare;
 #[allow(missing_docs)]
 pub(crate) mod run;
 pub(crate) mod vram;
@@ -18,4 +19,6 @@ pub use case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
 #[cfg(feature = "cuda")]
 pub use device_tensors::DeviceTensors;
 pub use memory_estimate::{estimate as estimate_memory, touched_prefill_ranks, MemoryEstimate};
-pub use run::{run_case, run_case_detailed, CaseRun, RunOptions};
+pub use placement::Placement;
+pub use prepare::{prepare_memory, PreparedMemory};
+pub use run::{shape_and_place, CaseRun, RunOptions};

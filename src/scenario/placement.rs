@@ -7,9 +7,13 @@ use crate::scheduler::RequestShape;
 /// Logical block ids of the request per group, on both engines, and the pool sizes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placement {
+    /// Decode's logical block ids of the request, per KV-cache group.
     pub decode: Vec<Vec<u32>>,
+    /// Prefill's logical block ids of the request, per KV-cache group.
     pub prefill: Vec<Vec<u32>>,
+    /// Logical blocks of decode's pool.
     pub decode_pool: u32,
+    /// Logical blocks of prefill's pool.
     pub prefill_pool: u32,
 }
 

@@ -1,6 +1,8 @@
-//! Running one case end to end: allocate both engines' memory, register it,
-//! handshake, place the request among neighbours, fill provenance patterns,
-//! transfer, post-process, and hand everything to the oracles.
+//! kvgeom's connector on one case: allocate both engines' memory, register
+//! it, handshake, fill provenance patterns, transfer and post-process on the
+//! placement the scenario chose, and keep everything the run produced (the
+//! recorded transport, the resolved pairs, each rank's final memory, moved
+//! out of its arenas) for the judge (`under_test::judge`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,7 +13,7 @@ use crate::geometry::{Geometry, Mode};
 use crate::layout::{CaseLayout, RequestBlocks, Side};
 use crate::memory::{HostArena, MemKind};
 use crate::nixl::{Loopback, Nixl, Recording};
-use crate::oracle::{self, BeforeImage, MemoryImages, OracleInput};
+use crate::oracle::{BeforeImage, MemoryImages, OracleInput};
 use crate::pattern::{DecodeFill, InitialFill};
 use crate::scheduler::{request_shape, RequestShape};
 
@@ -52,7 +54,9 @@ impl Default for RunOptions {
     }
 }
 
-/// Everything one case produced, for `explain` and the tests.
+/// Everything one case produced, for the judge, `explain` and the tests.
+/// `report` is the judge's (`under_test::kvgeom::run_case_detailed`); a run
+/// not judged yet holds a report without verdict.
 pub struct CaseRun {
     pub report: CaseReport,
     pub shape: Option<RequestShape>,
@@ -67,6 +71,9 @@ pub struct CaseRun {
     /// transfers are over), which places the post-process's operations.
     pub decode_page_geometries: Vec<Vec<PageGeometry>>,
     pub oracle_input: Option<OracleInput>,
+    /// Bytes the receive post-process zeroed on every decode rank (0 unless
+    /// the transfers completed).
+    pub zeroed_bytes: u64,
     /// A transfer reached a rank allocated without memory (the case is
     /// then run again with every rank's memory).
     pub unbacked_accessed: bool,
@@ -74,7 +81,7 @@ pub struct CaseRun {
 
 impl CaseRun {
     /// A case not run yet.
-    fn new(case: &Case) -> Self {
+    pub fn new(case: &Case) -> Self {
         CaseRun {
             report: CaseReport {
                 case: case.clone(),
@@ -90,14 +97,10 @@ impl CaseRun {
             post_process: Vec::new(),
             decode_page_geometries: Vec::new(),
             oracle_input: None,
+            zeroed_bytes: 0,
             unbacked_accessed: false,
         }
     }
-}
-
-/// Run one case and report it.
-pub fn run_case(case: &Case, opts: &RunOptions) -> CaseReport {
-    run_case_detailed(case, opts).report
 }
 
 fn transport(
@@ -129,43 +132,38 @@ fn transport(
     }
 }
 
-/// Run one case and keep everything it produced.
-pub fn run_case_detailed(case: &Case, opts: &RunOptions) -> CaseRun {
+/// Run one case through kvgeom's connector on `placement` (the scenario's
+/// seeded placement of `shape`) and keep everything it produced, unjudged:
+/// the returned outcome is the connector's (passed: the transfers
+/// completed), before the oracles and the geometry's expectations.
+pub fn run_placed(
+    case: &Case,
+    opts: &RunOptions,
+    shape: &RequestShape,
+    placement: &Placement,
+) -> (CaseRun, Outcome) {
     let mut run = CaseRun::new(case);
-    let mut outcome = execute(case, opts, &mut run, true);
+    let mut outcome = execute(case, opts, shape, placement, &mut run, true);
     if run.unbacked_accessed {
         // A transfer reached a rank the estimate says none touches: run
         // the case again with every rank's memory, so the verdict is the
         // one the case earns.
         run = CaseRun::new(case);
-        outcome = execute(case, opts, &mut run, false);
+        outcome = execute(case, opts, shape, placement, &mut run, false);
     }
-    run.report.outcome = judge(&case.geometry, case.mode, outcome, &run.report.violations);
-    run.report.stats.memory_bytes = super::memory_estimate::estimate(case).peak_bytes;
-    run
+    (run, outcome)
 }
 
-/// Apply the geometry's expectation about rejections in `mode`.
-pub fn judge(
-    geometry: &Geometry,
-    mode: Mode,
-    outcome: Outcome,
-    violations: &[oracle::Violation],
-) -> Outcome {
-    match (outcome, geometry.expected_rejection(mode)) {
-        (Outcome::UnexpectedRejection { side, message }, Some(expected))
-            if message.contains(expected) =>
-        {
-            Outcome::ExpectedRejection { side, message }
-        }
-        (Outcome::Passed, Some(expected)) | (Outcome::Violations, Some(expected)) => {
-            Outcome::MissingRejection {
-                expected: expected.to_string(),
-            }
-        }
-        (Outcome::Passed, None) if !violations.is_empty() => Outcome::Violations,
-        (other, _) => other,
-    }
+/// The request's shape and its seeded placement among neighbour requests
+/// in both engines' pools: which blocks it holds on each engine.
+pub fn shape_and_place(case: &Case) -> Result<(RequestShape, Placement), Outcome> {
+    let geometry = &case.geometry;
+    check_prefix_hit(geometry, case.prompt_len, case.prefix_hit).map_err(Outcome::error)?;
+    let shape = request_shape(geometry, case.prompt_len, case.prefix_hit, case.allocation);
+    let placement = place(geometry, &shape, case.seed).map_err(|e| Outcome::Error {
+        message: e.to_string(),
+    })?;
+    Ok((shape, placement))
 }
 
 fn crashed(side: Side, e: ConnectorError) -> Outcome {
@@ -184,31 +182,26 @@ fn crashed(side: Side, e: ConnectorError) -> Outcome {
 /// With `sparse`, the prefill ranks no transfer touches get no memory (in
 /// pull mode on host memory with the loopback transport: nothing else
 /// reaches them); their arenas are addresses and sizes only.
-fn execute(case: &Case, opts: &RunOptions, run: &mut CaseRun, sparse: bool) -> Outcome {
+fn execute(
+    case: &Case,
+    opts: &RunOptions,
+    shape: &RequestShape,
+    placement: &Placement,
+    run: &mut CaseRun,
+    sparse: bool,
+) -> Outcome {
     let geometry = &case.geometry;
     let mode = case.mode;
-    if let Err(e) = check_prefix_hit(geometry, case.prompt_len, case.prefix_hit) {
-        return Outcome::error(e);
-    }
-    let shape = request_shape(geometry, case.prompt_len, case.prefix_hit, case.allocation);
-    let placement = match place(geometry, &shape, case.seed) {
-        Ok(p) => p,
-        Err(e) => {
-            return Outcome::Error {
-                message: e.to_string(),
-            }
-        }
-    };
     let sparse = sparse
         && mode == Mode::Pull
         && opts.memory == MemoryKind::Host
         && opts.transport == TransportKind::Loopback;
     let touched = sparse.then(|| touched_prefill_ranks(geometry, mode));
-    let (p_arenas, d_arenas) =
-        match allocate_ranks_touched(geometry, &placement, touched.as_deref()) {
-            Ok(a) => a,
-            Err(e) => return Outcome::error(e),
-        };
+    let (p_arenas, d_arenas) = match allocate_ranks_touched(geometry, placement, touched.as_deref())
+    {
+        Ok(a) => a,
+        Err(e) => return Outcome::error(e),
+    };
     let unbacked: Vec<HostArena> = p_arenas
         .iter()
         .flatten()
@@ -252,10 +245,10 @@ fn execute(case: &Case, opts: &RunOptions, run: &mut CaseRun, sparse: bool) -> O
     let patient = opts.transport == TransportKind::Nixl;
     let policy = opts.policy.unwrap_or_else(|| case.variant.policy());
     let outcome = transfer(
-        case, policy, platform, &shape, &placement, memory, &mut nixl, run, patient,
+        case, policy, platform, shape, placement, memory, &mut nixl, run, patient,
     );
-    run.shape = Some(shape);
-    run.placement = Some(placement);
+    run.shape = Some(shape.clone());
+    run.placement = Some(placement.clone());
     run.recording = Some(nixl);
     run.unbacked_accessed = unbacked.iter().any(HostArena::unbacked_accessed);
     outcome
@@ -428,15 +421,7 @@ fn transfer(
             }
         }
     }
-    let violations = oracle::run_all(&input);
-    let posted: Vec<_> = input.posted_pairs().collect();
-    run.report.stats = Stats {
-        pairs: posted.len() as u64,
-        transferred_bytes: posted.iter().map(|p| p.destination.row.len).sum(),
-        zeroed_bytes: zeroed,
-        memory_bytes: 0,
-    };
-    run.report.violations = violations;
+    run.zeroed_bytes = zeroed;
     run.oracle_input = Some(input);
     run.layout = Some(Arc::unwrap_or_clone(layout));
     Outcome::Passed

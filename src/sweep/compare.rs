@@ -99,8 +99,9 @@ mod tests {
     use crate::geometry::load_geometry;
     use crate::layout::Side;
     use crate::oracle::Violation;
-    use crate::scenario::{run_case, Case, RunOptions};
+    use crate::scenario::{Case, RunOptions};
     use crate::scheduler::DecodeAllocation;
+    use crate::under_test::run_case;
     use std::path::Path;
     use std::sync::Arc;
 

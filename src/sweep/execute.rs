@@ -10,7 +10,8 @@ use rayon::prelude::*;
 use super::budget::MemoryBudget;
 use super::plan::prefix_hits;
 use crate::scenario::memory_estimate::{default_budget, estimate};
-use crate::scenario::{run_case, Case, CaseReport, RunOptions, TransportKind};
+use crate::scenario::{Case, CaseReport, RunOptions, TransportKind};
+use crate::under_test::run_case;
 
 /// Run every case within the default memory budget (half of the memory
 /// available); results keep the cases' order.

@@ -2,6 +2,7 @@
 //! parallel execution, shrinking a failure to a minimal replay, and
 //! comparing a run with the same cases on host memory.
 
+pub mod batch_shrink;
 pub mod budget;
 pub mod compare;
 pub mod execute;

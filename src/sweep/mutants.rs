@@ -8,7 +8,8 @@ use rayon::prelude::*;
 use super::execute;
 use super::plan::{sampled_grid, PlanOptions, SourcedGeometry};
 use crate::defects::Defect;
-use crate::scenario::{run_case, Case, RunOptions};
+use crate::scenario::{Case, RunOptions};
+use crate::under_test::run_case;
 use crate::variant::Variant;
 
 /// One defect's result over a sweep.

@@ -1,6 +1,7 @@
 //! vLLM NIXL geometry traces. Version 2 (`kvgeom-vllm-trace/2`, one case of
-//! the live driver per file): [`RecordedCase`], judged by [`check_recorded`]
-//! and [`diff_recorded`]. Version 1 (`vllm-nixl-geometry-trace/1`): reading them
+//! the live driver per file) is a serialised run record, read and judged as
+//! a connector under test (`under_test::replay`). Version 1
+//! (`vllm-nixl-geometry-trace/1`): reading them
 //! into typed events ([`read_trace`], [`TraceEvent`]; [`format`](mod@format)
 //! documents every event and field), extracting one case
 //! ([`TraceCase`]), normalising addresses to (region, offset)
@@ -26,9 +27,6 @@ pub(crate) mod inputs;
 pub(crate) mod normalize;
 pub(crate) mod prefix_hit;
 pub(crate) mod reader;
-pub(crate) mod recorded;
-pub(crate) mod recorded_judge;
-pub(crate) mod recorded_lists;
 pub(crate) mod registration;
 pub(crate) mod reissue;
 pub(crate) mod replay;
@@ -46,12 +44,6 @@ pub use format::TraceEvent;
 pub use inputs::{is_trace_name, is_v1_name, trace_inputs};
 pub use normalize::{Location, NormRow, Region, RegionMap};
 pub use reader::{decompress, parse_trace, read_trace, TraceFile, TraceLine};
-pub use recorded::{
-    ImageProblem, RecordedCase, RecordedError, RecordedErrorKind, RegionImages, TRACE_FORMAT_V2,
-};
-pub use recorded_judge::{
-    check_recorded, diff_recorded, explain_recorded, RecordedCheck, RecordedDiff,
-};
 pub use registration::{registration_is_modelled, NotTheTracedModel};
 pub use reissue::{reissue, ReissueError, Relocation};
 pub use replay::{diff_against_connector, replay, Replay, ReplayError};

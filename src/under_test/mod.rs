@@ -1,4 +1,48 @@
-//! The connector under test: what ran and the release table that judges it.
+//! The connector under test: one interface for every connector kvgeom
+//! judges, in two steps by batch. *Place*: for each case, which blocks the
+//! request holds on each engine. *Run*: on the memory kvgeom prepares for
+//! that placement, one [`RunRecord`] per case (what the connector
+//! registered, listed and posted, its receive post-process, how it ended,
+//! each rank's final memory). One judge ([`judge()`]) turns a record into the
+//! case's verdict. A new connector under test is one file here.
 
 mod code;
+pub(crate) mod driver;
+pub mod judge;
+pub mod kvgeom;
+pub mod record;
+pub mod replay;
+pub mod vllm;
+
 pub use code::*;
+pub use judge::{judge, PlanComparison};
+pub use kvgeom::{run_case, run_case_detailed, KvgeomConnector};
+pub use record::{RunLog, RunOutcome, RunRecord};
+
+use crate::scenario::Placement;
+use crate::scenario::{Case, Outcome};
+use crate::scheduler::RequestShape;
+
+/// A case placed: the request's shape and the blocks it holds on each
+/// engine, or why it cannot be placed (the harness's error).
+pub type Placed = Result<(RequestShape, Placement), Outcome>;
+
+/// A connector kvgeom runs cases through and judges.
+pub trait ConnectorUnderTest {
+    /// Why a batch cannot run at all (the caller exits 2).
+    type Error;
+
+    /// For each case, the blocks the request holds on each engine.
+    fn place(&self, cases: &[Case]) -> Vec<Placed>;
+
+    /// Run every placed case (a case whose placement failed gets a record
+    /// saying so) and hand each record to `judge` as soon as it is complete,
+    /// so that a batch never holds more than the records being judged; the
+    /// judged cases in the cases' order.
+    fn run<T: Send>(
+        &self,
+        cases: &[Case],
+        placed: Vec<Placed>,
+        judge: &(dyn Fn(RunRecord) -> T + Sync),
+    ) -> Result<Vec<T>, Self::Error>;
+}

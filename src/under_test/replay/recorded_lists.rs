@@ -3,9 +3,10 @@
 //! memory type and rows as (agent, region, offset, length).
 
 use super::recorded::RecordedCase;
-use crate::live::run::{place_of, relocate};
 use crate::nixl::recording::Event;
 use crate::nixl::{DescRow, DlistTarget, MemKind};
+use crate::under_test::driver::relocate;
+use crate::under_test::judge::place_of;
 
 /// One prepared list, independent of addresses and handles: whose memory
 /// it addresses, its memory type and each row as `agent rREGION+OFFSET/LEN`.

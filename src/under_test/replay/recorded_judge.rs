@@ -5,15 +5,17 @@
 //! with kvgeom's connector under a policy and compares every list
 //! ([`super::recorded_lists`]), every posted pair and the outcome with vLLM's.
 
-use super::explain::{smallest_explaining_set, Explanation};
 use super::recorded::{RecordedCase, RecordedError, RecordedErrorKind};
 use super::recorded_lists::{first_list_difference, rebuilt_lists, traced_lists, ListKey};
 use crate::layout::Side;
 use crate::live::post_process_calls::{first_call_difference, kvgeom_calls, vllm_calls, CallKey};
-use crate::live::run::{compare_plans, plan_keys, resolve_pairs};
 use crate::oracle::{self, MemoryImages, OracleInput, Violation};
-use crate::scenario::run::judge;
-use crate::scenario::{run_case_detailed, Case, Outcome, RunOptions};
+use crate::scenario::{Case, Outcome, RunOptions};
+use crate::trace::{smallest_explaining_set, Explanation};
+use crate::under_test::driver::resolve_pairs;
+use crate::under_test::judge::expected_outcome as judge;
+use crate::under_test::judge::{compare_plans, plan_keys};
+use crate::under_test::run_case_detailed;
 use crate::variant::Variant;
 
 /// The oracles' verdict on a v2 trace.
@@ -71,7 +73,7 @@ fn traced_outcome(rc: &RecordedCase) -> Result<Outcome, RecordedError> {
 /// Each transfer's ids against its lists: every id inside its list, as
 /// many local as remote ids. (Real NIXL refuses such a transfer; the
 /// resolution into pairs would skip the pair.)
-fn id_findings(rc: &RecordedCase) -> Vec<String> {
+pub(crate) fn id_findings(rc: &RecordedCase) -> Vec<String> {
     let rows = |agent: &str, handle: u64| {
         rc.result
             .dlists

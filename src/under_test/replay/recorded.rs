@@ -11,9 +11,6 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::base64;
-use super::error::TraceError;
-use super::reader::decompress;
 use crate::geometry::{parse_geometry, to_toml, GeometryError, Mode};
 use crate::layout::Side;
 use crate::limits::{read_capped, InputError, MAX_INPUT_BYTES, MAX_PROMPT_LEN};
@@ -21,6 +18,8 @@ use crate::live::protocol::{CaseResult, CaseSpec, RESULT_FORMAT};
 use crate::live::run::{prepare, side_index, Prepared};
 use crate::scenario::memory_estimate::process_budget;
 use crate::scenario::{estimate_memory, Case};
+use crate::trace::base64;
+use crate::trace::{decompress, TraceError};
 use crate::variant::Variant;
 
 /// The `format` of a v2 trace.
@@ -253,7 +252,7 @@ pub struct RecordedCase {
     /// Memory images per (agent, region), when the trace holds them.
     pub memory: Option<BTreeMap<(String, u32), RegionImages>>,
     /// kvgeom's preparation of the case.
-    prepared: Prepared,
+    pub(crate) prepared: Prepared,
 }
 
 impl RecordedCase {

@@ -1,0 +1,167 @@
+//! [`RunRecord`]: what one case's run of a connector under test produced,
+//! as the judge reads it.
+
+use crate::layout::Side;
+use crate::live::protocol::CaseResult;
+use crate::live::BlocksComparison;
+use crate::oracle::OracleInput;
+use crate::scenario::{Case, CaseRun, Outcome};
+
+/// How a run ended, as the connector saw it (before any oracle or
+/// expectation judged it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// The transfers and the receive post-process completed.
+    Completed,
+    /// An engine refused the pair (a handshake check).
+    Refused {
+        /// The engine that refused.
+        side: Side,
+        /// Its reason.
+        reason: String,
+    },
+    /// A step after the handshake failed.
+    Crashed {
+        /// The engine whose step failed.
+        side: Side,
+        /// The failure.
+        message: String,
+    },
+    /// The request never completes.
+    Hung {
+        /// What never happens.
+        message: String,
+    },
+    /// The harness could not run the case (not the connector's verdict).
+    NotRun {
+        /// Why.
+        message: String,
+    },
+}
+
+impl RunOutcome {
+    /// The connector's ending as the outcome a case reports before the
+    /// judge applies the geometry's expectations.
+    pub fn to_outcome(&self) -> Outcome {
+        match self.clone() {
+            RunOutcome::Completed => Outcome::Passed,
+            RunOutcome::Refused { side, reason } => Outcome::UnexpectedRejection {
+                side,
+                message: reason,
+            },
+            RunOutcome::Crashed { side, message } => Outcome::Crashed { side, message },
+            RunOutcome::Hung { message } => Outcome::Hung { message },
+            RunOutcome::NotRun { message } => Outcome::Error { message },
+        }
+    }
+
+    /// An unjudged outcome (passed: completed) as the connector's ending.
+    pub fn from_outcome(outcome: Outcome) -> Self {
+        match outcome {
+            Outcome::Passed | Outcome::Violations | Outcome::MissingRejection { .. } => {
+                RunOutcome::Completed
+            }
+            Outcome::UnexpectedRejection { side, message }
+            | Outcome::ExpectedRejection { side, message } => RunOutcome::Refused {
+                side,
+                reason: message,
+            },
+            Outcome::Crashed { side, message } => RunOutcome::Crashed { side, message },
+            Outcome::Hung { message } => RunOutcome::Hung { message },
+            Outcome::Error { message } => RunOutcome::NotRun { message },
+        }
+    }
+
+    /// A driver's `status`, `side` and `message` (`done`, `rejected`,
+    /// `crashed`, `hung`; anything else: the driver could not run the case).
+    pub fn from_driver(status: &str, side: Option<&str>, message: Option<&str>) -> Self {
+        let message = message.unwrap_or_default().to_string();
+        let side = match side {
+            Some("prefill") => Side::Prefill,
+            _ => Side::Decode,
+        };
+        match status {
+            "done" => RunOutcome::Completed,
+            "rejected" => RunOutcome::Refused {
+                side,
+                reason: message,
+            },
+            "crashed" => RunOutcome::Crashed { side, message },
+            "hung" => RunOutcome::Hung { message },
+            _ => RunOutcome::NotRun {
+                message: format!("vLLM driver: {message}"),
+            },
+        }
+    }
+}
+
+/// The connector's own log of the run: where the regions each rank
+/// registered, every descriptor list (role, memory type, rows), every posted
+/// transfer and the receive post-process calls are read from.
+pub enum RunLog {
+    /// kvgeom's connector: the recording transport (registrations, lists,
+    /// transfers), the planned transfers and the post-process per rank.
+    Kvgeom(Box<CaseRun>),
+    /// A driver's report of the connector it ran (vLLM's live driver, or a
+    /// recorded v2 trace of it).
+    Driver(Box<CaseResult>),
+    /// The connector never ran the case.
+    Nothing,
+}
+
+/// What one case's run of a connector under test produced.
+pub struct RunRecord {
+    /// The case run.
+    pub case: Case,
+    /// How the run ended, as the connector saw it.
+    pub outcome: RunOutcome,
+    /// When the run completed: the harness's layout model, every posted
+    /// pair resolved to byte ranges, and each rank's memory (the final
+    /// images moved out of the arenas or read from the driver's files,
+    /// never copied).
+    pub observed: Option<OracleInput>,
+    /// Whether `observed` holds every rank's memory: the byte-level oracles
+    /// run only then (a v2 trace without memory images holds none).
+    pub bytes_observed: bool,
+    /// Bytes the receive post-process zeroed, as far as the harness measures
+    /// them (0 when it does not).
+    pub zeroed_bytes: u64,
+    /// The memory kvgeom's own run of the case holds at its peak (0 when the
+    /// connector owns its tensors).
+    pub memory_bytes: u64,
+    /// The connector's log.
+    pub log: RunLog,
+    /// Why this run's plan cannot be compared with another's: the harness
+    /// could not use what the connector did (`None`: it can).
+    pub uncompared: Option<String>,
+    /// For a connector that derives the geometry's blocks itself (vLLM's
+    /// driver, for a geometry that names its model config): its blocks
+    /// against the geometry's.
+    pub blocks: Option<BlocksComparison>,
+}
+
+impl RunRecord {
+    /// A case the connector never ran: the harness's `outcome`.
+    pub fn not_run(case: &Case, outcome: RunOutcome) -> Self {
+        let why = outcome.to_outcome().describe();
+        RunRecord {
+            case: case.clone(),
+            outcome,
+            observed: None,
+            bytes_observed: false,
+            zeroed_bytes: 0,
+            memory_bytes: 0,
+            log: RunLog::Nothing,
+            uncompared: Some(why),
+            blocks: None,
+        }
+    }
+
+    /// The driver's report, when a driver ran the case.
+    pub fn driver_result(&self) -> Option<&CaseResult> {
+        match &self.log {
+            RunLog::Driver(r) => Some(r),
+            _ => None,
+        }
+    }
+}

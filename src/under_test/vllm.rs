@@ -1,0 +1,406 @@
+//! vLLM's Python connector as a connector under test: placed as kvgeom's
+//! scenario places a request (the driver sends vLLM's workers the request
+//! kvgeom made), run a whole batch at a time in driver processes
+//! (`live::run_in_scratch`), each driver report turned into a
+//! [`RunRecord`] while its files are on disk, and judged by the one judge,
+//! its plan compared with kvgeom's connector under vLLM 0.33.0's policy.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::driver::resolve_pairs;
+use super::judge::{
+    compare_plans, judge, not_run, plan_keys, plan_of, with_post_process, PlanComparison,
+};
+use super::kvgeom::run_case_detailed;
+use super::record::{RunLog, RunOutcome, RunRecord};
+use super::{ConnectorUnderTest, Placed};
+use crate::connector::NamedPolicy;
+use crate::layout::Side;
+use crate::live::post_process_calls::{kvgeom_calls, CallKey};
+use crate::live::protocol::CaseResult;
+use crate::live::run::{read_final_memory, read_result};
+use crate::live::{
+    run_in_scratch, BatchError, BlockCheck, BlocksComparison, DriverCase, Hooks, Interpreter,
+    Prepared,
+};
+use crate::oracle::{MemoryImages, OracleInput};
+use crate::scenario::shape_and_place;
+use crate::scenario::{Case, CaseReport, RunOptions};
+use crate::variant::Variant;
+
+/// One live case: its report (judged on vLLM's final memory) and the plan comparison.
+pub struct LiveReport {
+    /// The case judged on vLLM's real final memory.
+    pub report: CaseReport,
+    /// vLLM's transfers against kvgeom's plan.
+    pub plan: PlanComparison,
+    /// What the driver returned, for `explain` and the tests.
+    pub result: Option<CaseResult>,
+    /// What the oracles judged, for `explain`.
+    pub oracle_input: Option<OracleInput>,
+    /// vLLM's blocks against the geometry's, for a geometry that names its
+    /// model config (`None` for any other).
+    pub blocks: Option<BlocksComparison>,
+    /// For a vLLM other than the pinned one: vLLM's transfers against
+    /// kvgeom's own connector (`--policy kvgeom`) as well; `None` for the
+    /// pinned vLLM, which [`plan`](Self::plan) alone judges.
+    pub plan_kvgeom: Option<PlanComparison>,
+}
+
+/// What a batch keeps of each judged case beyond its report and plan
+/// comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Retention {
+    /// The driver's result and the oracle input (every rank's memory
+    /// images), for `explain` and the tests.
+    Everything,
+    /// Neither: a sweep's memory then stays within one driver batch.
+    Verdicts,
+}
+
+/// vLLM's connector, run by the driver of `python`.
+pub struct VllmConnector<'a> {
+    /// The interpreter with vLLM (and what moves the bytes).
+    pub python: &'a Interpreter,
+    /// Deployments whose blocks the driver derives with vLLM's own
+    /// functions (each case of a checked geometry gets its comparison).
+    pub checks: &'a [BlockCheck],
+    /// Time-out of one case inside the driver.
+    pub case_limit: Duration,
+    /// Test hooks, and where traces are saved.
+    pub hooks: &'a Hooks,
+    /// Driver processes run at once.
+    pub drivers: usize,
+}
+
+impl ConnectorUnderTest for VllmConnector<'_> {
+    type Error = BatchError;
+
+    /// The driver sends vLLM's workers the request kvgeom's scenario
+    /// places, so the placement is kvgeom's.
+    fn place(&self, cases: &[Case]) -> Vec<Placed> {
+        cases.iter().map(shape_and_place).collect()
+    }
+
+    /// The driver's chunks prepare each case from the same placement when
+    /// their turn comes (a batch holds at most a chunk's memory); a case
+    /// whose placement failed gets a record saying why.
+    fn run<T: Send>(
+        &self,
+        cases: &[Case],
+        _placed: Vec<Placed>,
+        judge: &(dyn Fn(RunRecord) -> T + Sync),
+    ) -> Result<Vec<T>, BatchError> {
+        run_in_scratch(
+            cases,
+            self.checks,
+            self.python,
+            self.case_limit,
+            self.hooks,
+            self.drivers,
+            &|dc: DriverCase<'_>| judge(driver_record(dc)),
+        )
+    }
+}
+
+/// A driver case as a run record.
+fn driver_record(dc: DriverCase<'_>) -> RunRecord {
+    let case = dc.case;
+    let blocks = dc.blocks;
+    let p = match dc.prepared {
+        Ok(p) => p,
+        Err(outcome) => {
+            return RunRecord {
+                blocks,
+                ..RunRecord::not_run(case, RunOutcome::from_outcome(outcome))
+            }
+        }
+    };
+    let result = match read_result(&dc.case_dir, dc.nixl) {
+        Ok(r) => r,
+        Err(e) => {
+            let outcome = if dc.killed {
+                RunOutcome::Hung {
+                    message:
+                        "the vLLM driver was stopped at its time-out before this case finished"
+                            .into(),
+                }
+            } else {
+                RunOutcome::NotRun {
+                    message: format!("the vLLM driver left no result: {e}"),
+                }
+            };
+            return RunRecord {
+                blocks,
+                ..RunRecord::not_run(case, outcome)
+            };
+        }
+    };
+    let outcome = RunOutcome::from_driver(
+        &result.status,
+        result.side.as_deref(),
+        result.message.as_deref(),
+    );
+    let observed = match &outcome {
+        RunOutcome::Completed => observed(&dc.case_dir, case, p, &result),
+        RunOutcome::NotRun { message } => Err((outcome.clone(), message.clone())),
+        _ => Ok(None),
+    };
+    let (outcome, observed, uncompared) = match observed {
+        Ok(observed) => (outcome, observed, None),
+        Err((outcome, why)) => (outcome, None, Some(why)),
+    };
+    RunRecord {
+        case: case.clone(),
+        outcome,
+        observed,
+        bytes_observed: true,
+        zeroed_bytes: 0,
+        // vLLM owns the tensors: kvgeom's estimate of its own run does not apply.
+        memory_bytes: 0,
+        log: RunLog::Driver(Box::new(result)),
+        uncompared,
+        blocks,
+    }
+}
+
+/// What the oracles judge of a completed driver case: vLLM's pairs on
+/// kvgeom's layout model and every rank's memory (the initial images
+/// kvgeom prepared, the final ones the driver wrote); `Err`: the harness
+/// cannot use the driver's output, and why the plans are not compared.
+fn observed(
+    case_dir: &Path,
+    case: &Case,
+    p: Prepared,
+    result: &CaseResult,
+) -> Result<Option<OracleInput>, (RunOutcome, String)> {
+    let not_run = |message: String, why: &str| (RunOutcome::NotRun { message }, why.to_string());
+    let pairs = resolve_pairs(result, &p)
+        .map_err(|e| not_run(e.to_string(), "its transfers could not be resolved"))?;
+    let finals =
+        read_final_memory(case_dir, &p).map_err(|e| not_run(e.to_string(), "no final memory"))?;
+    let Prepared {
+        layout,
+        transferred_tokens,
+        before,
+        ..
+    } = p;
+    let mut input = OracleInput::new(layout, case.prompt_len, case.prefix_hit, pairs)
+        .with_transferred_tokens(transferred_tokens);
+    let sides = [Side::Prefill, Side::Decode];
+    for ((side, befores), finals) in sides.into_iter().zip(before).zip(finals) {
+        for (rank, (before, after)) in befores.into_iter().zip(finals).enumerate() {
+            input.set_memory(
+                side,
+                rank as u32,
+                MemoryImages {
+                    before: before.into(),
+                    after,
+                },
+            );
+        }
+    }
+    Ok(Some(input))
+}
+
+/// kvgeom's run of a case: its plan and post-process calls.
+struct Reference {
+    plan: super::judge::Plan,
+    calls: Vec<CallKey>,
+}
+
+impl Reference {
+    /// kvgeom's connector on `case` under `policy`.
+    fn of(case: &Case, policy: NamedPolicy) -> Self {
+        let case = Case {
+            variant: Variant::Policy(policy),
+            ..case.clone()
+        };
+        let run = run_case_detailed(&case, &RunOptions::default());
+        Reference {
+            plan: plan_of(run.oracle_input.as_ref(), &run.report.outcome),
+            calls: kvgeom_calls(&run, case.geometry.model.is_mla()),
+        }
+    }
+
+    /// A driver record's plan against this one.
+    fn compare(&self, record: &RunRecord, judged: &crate::scenario::Outcome) -> PlanComparison {
+        let plan = match &record.observed {
+            Some(input) => Ok(plan_keys(input)),
+            None => Err(judged.clone()),
+        };
+        let compared = compare_plans(&self.plan, &plan);
+        match (record.driver_result(), plan.is_ok()) {
+            (Some(result), true) => with_post_process(compared, result, &self.calls),
+            _ => compared,
+        }
+    }
+}
+
+/// The policy a live case is compared with: the one it carries (the
+/// reference of the code under test), else the pinned release's.
+fn reference_policy(case: &Case) -> NamedPolicy {
+    match case.variant {
+        Variant::Policy(policy) => policy,
+        Variant::Defect(_) => super::Release::pinned().policy,
+    }
+}
+
+/// Judge one driver case: the record, its report, its plan against
+/// kvgeom's under the reference policy (and, for a vLLM kvgeom does not
+/// model, under kvgeom's own).
+fn judge_driver_case(mut record: RunRecord, pinned: bool, retention: Retention) -> LiveReport {
+    let report = judge(&record);
+    let case = &record.case;
+    let plan = match &record.uncompared {
+        Some(why) => not_run(why),
+        // The connector's own ending (a refusal before the judge names it
+        // expected) is compared.
+        // The case carries the reference policy (the code under test's).
+        None => Reference::of(case, reference_policy(case))
+            .compare(&record, &record.outcome.to_outcome()),
+    };
+    let ran = record.driver_result().is_some();
+    let plan_kvgeom = (!pinned && ran)
+        .then(|| Reference::of(case, NamedPolicy::Kvgeom).compare(&record, &report.outcome));
+    let (result, oracle_input) = match retention {
+        Retention::Everything => {
+            let result = match std::mem::replace(&mut record.log, RunLog::Nothing) {
+                RunLog::Driver(result) => Some(*result),
+                _ => None,
+            };
+            (result, record.observed.take())
+        }
+        Retention::Verdicts => (None, None),
+    };
+    LiveReport {
+        report,
+        plan,
+        result,
+        oracle_input,
+        blocks: record.blocks,
+        plan_kvgeom,
+    }
+}
+
+/// Run every case through vLLM's connector, in driver batches of at most
+/// [`CHUNK_MEMORY_BYTES`](crate::live::CHUNK_MEMORY_BYTES) of initial
+/// memory, keeping each case's driver result and oracle input. `Err` when
+/// the driver cannot run at all (the caller exits 2).
+pub fn run_batch(
+    cases: &[Case],
+    python: &Interpreter,
+    case_limit: Duration,
+) -> Result<Vec<LiveReport>, BatchError> {
+    run_batch_with(cases, python, case_limit, false)
+}
+
+/// [`run_batch`] for a sweep: only each case's report and plan comparison
+/// are kept (`result` and `oracle_input` are `None`), so that memory does
+/// not grow with the number of cases; up to `drivers` driver processes run
+/// at once.
+pub fn run_sweep(
+    cases: &[Case],
+    checks: &[BlockCheck],
+    python: &Interpreter,
+    case_limit: Duration,
+    drivers: usize,
+) -> Result<Vec<LiveReport>, BatchError> {
+    run_sweep_recording(cases, checks, python, case_limit, drivers, None)
+}
+
+/// [`run_sweep`], saving each case's v2 trace (docs/trace-format.md) into
+/// `record_traces` when given, named by [`crate::live::trace_file_name`].
+pub fn run_sweep_recording(
+    cases: &[Case],
+    checks: &[BlockCheck],
+    python: &Interpreter,
+    case_limit: Duration,
+    drivers: usize,
+    record_traces: Option<&Path>,
+) -> Result<Vec<LiveReport>, BatchError> {
+    let hooks = Hooks {
+        record_traces: record_traces.map(Path::to_path_buf),
+        ..Hooks::default()
+    };
+    judged(
+        cases,
+        checks,
+        python,
+        case_limit,
+        &hooks,
+        Retention::Verdicts,
+        drivers,
+    )
+}
+
+/// [`run_batch`], optionally with vLLM's receive post-process skipped (a
+/// test hook: a fault that only the bytes reveal).
+pub fn run_batch_with(
+    cases: &[Case],
+    python: &Interpreter,
+    case_limit: Duration,
+    skip_receive_post_process: bool,
+) -> Result<Vec<LiveReport>, BatchError> {
+    let hooks = Hooks {
+        skip_receive_post_process,
+        ..Hooks::default()
+    };
+    run_batch_hooked(cases, python, case_limit, &hooks)
+}
+
+/// [`run_batch`] with test hooks.
+pub fn run_batch_hooked(
+    cases: &[Case],
+    python: &Interpreter,
+    case_limit: Duration,
+    hooks: &Hooks,
+) -> Result<Vec<LiveReport>, BatchError> {
+    run_batch_checked(cases, &[], python, case_limit, hooks)
+}
+
+/// [`run_batch_hooked`], with vLLM's own block derivation run in the same
+/// driver process on each check's deployment: every case of a checked
+/// geometry (matched by name) gets [`LiveReport::blocks`].
+pub fn run_batch_checked(
+    cases: &[Case],
+    checks: &[BlockCheck],
+    python: &Interpreter,
+    case_limit: Duration,
+    hooks: &Hooks,
+) -> Result<Vec<LiveReport>, BatchError> {
+    judged(
+        cases,
+        checks,
+        python,
+        case_limit,
+        hooks,
+        Retention::Everything,
+        1,
+    )
+}
+
+fn judged(
+    cases: &[Case],
+    checks: &[BlockCheck],
+    python: &Interpreter,
+    case_limit: Duration,
+    hooks: &Hooks,
+    retention: Retention,
+    drivers: usize,
+) -> Result<Vec<LiveReport>, BatchError> {
+    // A vLLM kvgeom models is compared with its release's policy only.
+    let pinned = python.reference.is_some();
+    let connector = VllmConnector {
+        python,
+        checks,
+        case_limit,
+        hooks,
+        drivers,
+    };
+    let placed = connector.place(cases);
+    connector.run(cases, placed, &|record| {
+        judge_driver_case(record, pinned, retention)
+    })
+}
