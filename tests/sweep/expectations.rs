@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-mod default_sweep;
+use crate::default_sweep;
 
 use kvgeom::connector::NamedPolicy;
 use kvgeom::scenario::RunOptions;
