@@ -466,7 +466,7 @@ fn check(files: &[(String, String)]) -> Vec<String> {
         let Some(layer) = layer_of(&module) else {
             problems.push(format!(
                 "{file}:1: module `{module}` is not in the layer table \
-                 (tests/architecture.rs LAYERS, docs/architecture.md)"
+                 (tests/project/architecture.rs LAYERS, docs/architecture.md)"
             ));
             continue;
         };
