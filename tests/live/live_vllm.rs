@@ -20,13 +20,7 @@ use kvgeom::sweep::expectations::Expectations;
 use kvgeom::sweep::plan;
 use kvgeom::variant::Variant;
 
-fn kvgeom(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kvgeom"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("run kvgeom")
-}
+use crate::support::{kvgeom, skip};
 
 /// The interpreter, or `None` after printing why the test is skipped.
 /// An executable `DIR/python` that runs `python` with `site` on PYTHONPATH.
@@ -49,7 +43,7 @@ fn interpreter(test: &str) -> Option<Interpreter> {
     match live::find(None) {
         Ok(p) => Some(p),
         Err(why) => {
-            println!("{test}: skipped: no vLLM venv ({why})");
+            skip(test, format_args!("no vLLM venv ({why})"));
             None
         }
     }
@@ -545,7 +539,10 @@ fn a_vllm_without_the_connector_classes_is_named_exit_2() {
             .output()
             .is_ok_and(|o| o.status.success())
     }) else {
-        println!("a_vllm_without_the_connector_classes_is_named_exit_2: skipped: no python3");
+        skip(
+            "a_vllm_without_the_connector_classes_is_named_exit_2",
+            "no python3",
+        );
         return;
     };
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fake-vllm");
@@ -1195,7 +1192,7 @@ fn real_nixl_gives_the_stand_ins_verdicts_plans_and_memory() {
     let real = match live::nixl::resolve(&python.python, &driver, live::NixlChoice::Real) {
         Ok(r) => r.run,
         Err(why) => {
-            println!("{test}: skipped: no real NIXL ({why})");
+            skip(test, format_args!("no real NIXL ({why})"));
             return;
         }
     };
@@ -1300,7 +1297,10 @@ fn nixl_real_without_the_package_names_what_to_install() {
             .output()
             .is_ok_and(|o| o.status.success())
     }) else {
-        println!("nixl_real_without_the_package_names_what_to_install: skipped: no python3");
+        skip(
+            "nixl_real_without_the_package_names_what_to_install",
+            "no python3",
+        );
         return;
     };
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("python-without-nixl");
@@ -1557,7 +1557,10 @@ fn wheel_dependencies_are_filtered_to_what_cpu_import_needs() {
             .output()
             .is_ok_and(|o| o.status.success())
     }) else {
-        println!("wheel_dependencies_are_filtered_to_what_cpu_import_needs: skipped: no python3");
+        skip(
+            "wheel_dependencies_are_filtered_to_what_cpu_import_needs",
+            "no python3",
+        );
         return;
     };
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("wheel-deps");

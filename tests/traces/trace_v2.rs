@@ -11,13 +11,9 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const FIXTURES: &str = "tests/fixtures/live-traces-vllm-0.33.0";
+use crate::support::{scratch, skip, v2_trace};
 
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join(FIXTURES)
-        .join(format!("{name}.trace.json.gz"))
-}
+const FIXTURES: &str = "tests/fixtures/live-traces-vllm-0.33.0";
 
 /// The JSON report of `kvgeom ARGS --format json FILE`: (verdict,
 /// message, explained_by) of its one file.
@@ -165,7 +161,7 @@ const VERDICTS: &[(&str, &str, &str, Option<&str>)] = &[
 #[test]
 fn every_fixture_has_its_pinned_verdicts() {
     for &(name, check, diff, explained) in VERDICTS {
-        let file = fixture(name);
+        let file = v2_trace(name);
         let (v, message, _) = verdict(&["check-trace"], &file);
         assert_eq!(v, check, "check-trace {name}: {message}");
         if v == "passed" {
@@ -413,7 +409,7 @@ fn a_v1_handshake_refused_before_any_read_is_refused_naming_it() {
             .join("A1-mla-kda-16-4-prefix-tp1-tp1_N18-c1-mainline.jsonl"),
     )
     .expect("reproducer");
-    let dir = scratch("v1-handshake-refused");
+    let dir = scratch(module_path!(), "v1-handshake-refused");
     let write = |name: &str, keep_request: bool| -> PathBuf {
         let mut text = String::new();
         let mut seq = 0u64;
@@ -484,7 +480,7 @@ fn a_read_one_connector_refused_differs() {
     let bytes = std::fs::read(root.join(V1_CORPUS).join(name)).expect("corpus file");
     let text = kvgeom::trace::decompress(Path::new(name), &bytes).expect("gunzip");
     let text = String::from_utf8(text).expect("utf-8");
-    let dir = scratch("v1-read-refused");
+    let dir = scratch(module_path!(), "v1-read-refused");
     let mut edited = String::new();
     let mut raised = 0;
     for line in text.lines() {
@@ -523,7 +519,10 @@ fn the_v1_truth_script_gives_the_reproducers_verdicts() {
         .map(|o| !o.status.success())
         .unwrap_or(true)
     {
-        println!("the_v1_truth_script_gives_the_reproducers_verdicts: skipped: no python3");
+        skip(
+            "the_v1_truth_script_gives_the_reproducers_verdicts",
+            "no python3",
+        );
         return;
     }
     let manifest = truth_manifest(
@@ -580,7 +579,7 @@ fn the_v1_truth_script_gives_the_reproducers_verdicts() {
             .join("A1-mla-kda-16-4-prefix-tp1-tp1_N18-c1-mainline.jsonl"),
     )
     .expect("reproducer");
-    let dir = scratch("v1-truth");
+    let dir = scratch(module_path!(), "v1-truth");
     let plant = |name: &str, change: &dyn Fn(&mut Value)| -> PathBuf {
         let mut text = String::new();
         for line in base.lines() {
@@ -627,19 +626,12 @@ fn the_v1_truth_script_gives_the_reproducers_verdicts() {
 }
 
 fn load(name: &str) -> Value {
-    let bytes = std::fs::read(fixture(name)).expect("fixture");
+    let bytes = std::fs::read(v2_trace(name)).expect("fixture");
     let mut text = Vec::new();
     flate2::read::GzDecoder::new(&bytes[..])
         .read_to_end(&mut text)
         .expect("gzip");
     serde_json::from_slice(&text).expect("JSON")
-}
-
-fn scratch(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kvgeom-trace-v2-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch folder");
-    dir
 }
 
 fn write(dir: &Path, name: &str, trace: &Value) -> PathBuf {
@@ -739,7 +731,7 @@ const MUTATIONS: &[Mutation] = &[
 /// 0.33.0's policy, which matches the trace unmutated.
 #[test]
 fn planted_bugs_are_caught() {
-    let dir = scratch("mutants");
+    let dir = scratch(module_path!(), "mutants");
     for base in [
         "nemotron-h-gqa-mamba2-hnd-pull-n13-hit0-mainline-s0",
         "mla-kda-decode-tp2-pull-n13-hit0-mainline-s0",
@@ -800,7 +792,7 @@ const DIFF_ONLY: &[Mutation] = &[
 
 #[test]
 fn list_changes_are_differences() {
-    let dir = scratch("lists");
+    let dir = scratch(module_path!(), "lists");
     let base = "nemotron-h-gqa-mamba2-hnd-pull-n13-hit0-mainline-s0";
     for &(what, mutate) in DIFF_ONLY {
         let mut t = load(base);
@@ -875,7 +867,7 @@ const POST_PROCESS: &[Mutation] = &[
 /// (converted), a ppl mismatch at equal kernel blocks (whole blocks zeroed).
 #[test]
 fn post_process_changes_are_differences() {
-    let dir = scratch("post-process");
+    let dir = scratch(module_path!(), "post-process");
     for base in [
         "g5-mla-kda-mixed-kernel-pull-n9-hit0-mainline-s0",
         "mamba2-replicated-groups-p4-d2-pull-n13-hit0-mainline-s0",
@@ -908,7 +900,7 @@ fn post_process_changes_are_differences() {
 /// Bad input is an error verdict naming what is wrong, never a panic.
 #[test]
 fn a_trace_that_does_not_rebuild_is_an_error() {
-    let dir = scratch("bad");
+    let dir = scratch(module_path!(), "bad");
     let base = "nemotron-h-gqa-mamba2-hnd-pull-n13-hit0-mainline-s0";
     type Edit = (&'static str, fn(&mut Value));
     let edits: &[Edit] = &[
@@ -962,12 +954,13 @@ fn a_trace_that_does_not_rebuild_is_an_error() {
 #[test]
 fn a_live_sweep_records_traces_that_judge_as_its_cases() {
     if let Err(why) = kvgeom::live::find(None) {
-        println!(
-            "a_live_sweep_records_traces_that_judge_as_its_cases: skipped: no vLLM venv ({why})"
+        skip(
+            "a_live_sweep_records_traces_that_judge_as_its_cases",
+            format_args!("no vLLM venv ({why})"),
         );
         return;
     }
-    let dir = scratch("record");
+    let dir = scratch(module_path!(), "record");
     let out = Command::new(env!("CARGO_BIN_EXE_kvgeom"))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .args([
