@@ -2,18 +2,18 @@
 //! driver in `vllm-driver/` over the same cases as the sweep, judged by
 //! kvgeom's oracles on vLLM's real final memory.
 
-pub mod batch;
-pub mod blocks;
-pub mod chunks;
-pub mod error;
-pub mod nixl;
+pub(crate) mod batch;
+pub(crate) mod blocks;
+pub(crate) mod chunks;
+pub(crate) mod error;
+pub(crate) mod nixl;
 pub(crate) mod post_process_calls;
-pub mod process;
-pub mod protocol;
-pub mod python;
-pub mod run;
-pub mod shrink;
-pub mod traces;
+pub(crate) mod process;
+pub(crate) mod protocol;
+pub(crate) mod python;
+pub(crate) mod run;
+pub(crate) mod shrink;
+pub(crate) mod traces;
 
 pub use batch::{
     run_batch, run_batch_checked, run_batch_hooked, run_batch_with, run_sweep, run_sweep_recording,

@@ -1189,13 +1189,14 @@ fn real_nixl_gives_the_stand_ins_verdicts_plans_and_memory() {
         return;
     };
     let driver = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("vllm-driver");
-    let real = match live::nixl::resolve(&python.python, &driver, live::NixlChoice::Real) {
-        Ok(r) => r.run,
-        Err(why) => {
-            skip(test, format_args!("no real NIXL ({why})"));
-            return;
-        }
-    };
+    let real =
+        match kvgeom::internals::live::resolve(&python.python, &driver, live::NixlChoice::Real) {
+            Ok(r) => r.run,
+            Err(why) => {
+                skip(test, format_args!("no real NIXL ({why})"));
+                return;
+            }
+        };
     assert!(matches!(real, live::NixlRun::Real { .. }), "{real:?}");
     let mut all = Vec::new();
     for mode in [Mode::Pull, Mode::Push] {
@@ -1236,7 +1237,7 @@ fn real_nixl_gives_the_stand_ins_verdicts_plans_and_memory() {
         );
         assert_eq!(rr.nixl.as_deref(), Some("real"), "{label}");
         assert_eq!(sr.nixl.as_deref(), Some("stand-in"), "{label}");
-        let mems = |res: &live::protocol::CaseResult| -> Vec<(String, String, String)> {
+        let mems = |res: &kvgeom::internals::live::CaseResult| -> Vec<(String, String, String)> {
             let mut m: Vec<_> = res
                 .dlists
                 .iter()

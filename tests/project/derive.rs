@@ -745,7 +745,7 @@ fn the_conv_split_table_is_what_vllm_computes_today() {
 
 #[test]
 fn layer_groups_are_vllms() {
-    use kvgeom::derive::pair::layer_groups_of;
+    use kvgeom::derive::layer_groups_of;
     use kvgeom::geometry::GroupKind;
     let table = load_table(&root().join(LAYER_GROUPS));
     let mut rows = Vec::new();
@@ -809,7 +809,7 @@ fn layer_groups_are_vllms() {
             model.mamba_first,
         );
         assert!(rows.contains(&key), "{key:?} not in {LAYER_GROUPS}");
-        let g = kvgeom::derive::pair::layer_groups(&model);
+        let g = kvgeom::derive::layer_groups(&model);
         assert_eq!(g.slots_of(GroupKind::Mamba), g.group_size, "{key:?}");
         assert_eq!(g.slots_of(GroupKind::Attention), g.group_size, "{key:?}");
     }
