@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs vLLM 0.33.0 (CPU-only use: its Python functions, no kernels) into
 # .vllm-venv/ at the project root, for scripts/vllm-derive-reference.py and the
-# reference test in tests/derive.rs.
+# reference test in tests/project/derive.rs.
 #
 # Usage: scripts/install-vllm.sh [--nixl]
 #        scripts/install-vllm.sh --version X [--venv DIR] [--nixl]
@@ -195,4 +195,4 @@ note "installed torch==${TORCH_VERSION}, vllm==${VLLM_VERSION} and ${#LIGHT_DEPS
 if ((WITH_NIXL)); then
     install_nixl
 fi
-note "then: scripts/vllm-derive-reference.py --help, or cargo test --test derive"
+note "then: scripts/vllm-derive-reference.py --help, or cargo test --test project derive::"

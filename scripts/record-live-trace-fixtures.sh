@@ -7,7 +7,7 @@
 # Usage: scripts/record-live-trace-fixtures.sh [NAME ...]
 #   (default: every fixture already in the folder). Needs the vLLM venv
 #   (scripts/install-vllm.sh). A new fixture also needs its pinned verdicts
-#   in tests/trace_v2.rs.
+#   in tests/traces/trace_v2.rs.
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"

@@ -82,7 +82,7 @@ def case(config, tp, backend, gpu, block_size=None, **dtypes):
 
 
 def table_cases():
-    """The grid of tests/derive.rs: every fixture config at TP 1, 2, 4, 8 on
+    """The grid of tests/project/derive.rs: every fixture config at TP 1, 2, 4, 8 on
     every backend of its kind, without --block-size and with 32, 64, 128,
     plus refused backends and the cache-dtype options."""
     cases = []
@@ -112,7 +112,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("cases", nargs="?", help="a JSON list of cases")
     parser.add_argument(
-        "--table", action="store_true", help="run the grid of tests/derive.rs (from the project root)"
+        "--table", action="store_true", help="run the grid of tests/project/derive.rs (from the project root)"
     )
     parser.add_argument("--config")
     parser.add_argument("--tp", type=int)

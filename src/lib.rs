@@ -101,6 +101,12 @@ pub mod internals {
         pub use crate::connector::conv_split::*;
         pub use crate::connector::policy::ConvSplit;
     }
+    /// The live driver's NIXL choice resolved and its result file, for the
+    /// live tests.
+    pub mod live {
+        pub use crate::live::nixl::resolve;
+        pub use crate::live::protocol::CaseResult;
+    }
     pub use crate::report::layout_tables::layout_tables;
     pub use crate::report::sweep_report::Format;
     pub use crate::scenario::placement::SplitMix;

@@ -13,7 +13,9 @@
 //! `--skip NAME` leaves cases out (what `scripts/gpu-check.sh` runs in two
 //! parts). Cases run in the order of what they prove, the sweeps last.
 
-mod harness;
+mod support;
+
+use support::harness;
 
 use std::process::ExitCode;
 

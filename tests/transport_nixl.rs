@@ -9,14 +9,16 @@
 //! tests), so this file has its own `main`. Arguments select cases by name,
 //! as with libtest: `cargo test --features nixl --test transport_nixl -- read`.
 
-mod common;
-mod harness;
+mod support;
+
+use support::harness;
+use support::transport_scenarios as scenarios;
 
 use std::process::ExitCode;
 
-use common::Outcome;
 use kvgeom::nixl::real::RealNixl;
 use kvgeom::nixl::{Loopback, NixlAgentOptions, NixlError};
+use scenarios::Outcome;
 
 type Scenario<T> = fn(&mut T) -> Result<Outcome, String>;
 
@@ -30,8 +32,8 @@ macro_rules! case {
     ($name:ident) => {
         Case {
             name: stringify!($name),
-            loopback: common::$name::<Loopback>,
-            real: common::$name::<RealNixl>,
+            loopback: scenarios::$name::<Loopback>,
+            real: scenarios::$name::<RealNixl>,
         }
     };
 }

@@ -19,7 +19,7 @@ Three kinds of entry:
   is lost).
 
 Every private name the driver touches on a vLLM object is in one of these
-tables; `tests/live_vllm.rs` scans the driver's files and fails when one
+tables; `tests/live/live_vllm.rs` scans the driver's files and fails when one
 is not.
 """
 

@@ -18,7 +18,7 @@ for is the requested generation's) and the list of attention backends in use
 (vLLM reads it from the model's layers, which are not built here).
 FlashInfer's TRTLLM cubins are taken as reachable.
 
-Used by scripts/vllm-derive-reference.py (the tables of tests/derive.rs) and
+Used by scripts/vllm-derive-reference.py (the tables of tests/project/derive.rs) and
 by driver.py (`block_checks` of a batch: what vLLM chooses for a geometry
 that names its model config, compared by kvgeom with its own derivation).
 """

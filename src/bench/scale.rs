@@ -193,8 +193,9 @@ fn status_bytes(field: &str) -> Option<u64> {
 }
 
 /// Runs `f`, with the peak resident bytes above the level before it (the
-/// kernel's peak mark is reset first), or `None` off Linux.
-fn peak_of<T>(f: impl FnOnce() -> T) -> (T, Option<u64>) {
+/// kernel's peak mark is reset first), or `None` off Linux. The memory
+/// estimate's test measures with it too.
+pub fn peak_of<T>(f: impl FnOnce() -> T) -> (T, Option<u64>) {
     let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
     let base = status_bytes("VmRSS:");
     let value = f();

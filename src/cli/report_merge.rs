@@ -241,12 +241,60 @@ fn kind_of(file: &str, bytes: &[u8]) -> Result<ReportKind, MergeError> {
     }
 }
 
-fn load_json(file: &str, bytes: &[u8]) -> Result<Part<Value>, MergeError> {
-    let not_report = |why: String| MergeError::NotAReport {
+/// One report as its format holds it, before the shard is required: the
+/// shard (`None`: written without `--shard`) and each case with its
+/// position, if it has one, and how to name the case.
+struct Unchecked<C> {
+    shard: Option<Shard>,
+    /// What ran, as [`Part::code`] holds it.
+    code: Value,
+    cases: Vec<(Option<u64>, String, C)>,
+}
+
+fn not_a_report(file: &str, kind: ReportKind, why: String) -> MergeError {
+    MergeError::NotAReport {
         file: file.to_string(),
-        kind: "JSON",
+        kind: kind.name(),
         why,
+    }
+}
+
+/// One shard's report, of either format, as a part of the sweep: the shard
+/// and every case's position are required.
+fn into_part<C>(
+    file: &str,
+    kind: ReportKind,
+    unchecked: Unchecked<C>,
+) -> Result<Part<C>, MergeError> {
+    let fields = kind.fields();
+    let Some(shard) = unchecked.shard else {
+        return Err(MergeError::NotAShard {
+            file: file.to_string(),
+            field: fields.shard,
+        });
     };
+    let cases = unchecked
+        .cases
+        .into_iter()
+        .map(|(index, name, case)| match index {
+            Some(index) => Ok((index, case)),
+            None => Err(MergeError::NoIndex {
+                file: file.to_string(),
+                case: name,
+                field: fields.index,
+            }),
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Part {
+        file: file.to_string(),
+        shard,
+        code: unchecked.code,
+        cases,
+    })
+}
+
+fn read_json(file: &str, bytes: &[u8]) -> Result<Unchecked<Value>, MergeError> {
+    let not_report = |why: String| not_a_report(file, ReportKind::Json, why);
     let mut value: Value = serde_json::from_slice(bytes).map_err(|e| not_report(e.to_string()))?;
     let schema = value.get("schema");
     if schema.and_then(Value::as_str) != Some(SWEEP_SCHEMA) {
@@ -259,78 +307,55 @@ fn load_json(file: &str, bytes: &[u8]) -> Result<Part<Value>, MergeError> {
             },
         });
     }
-    let shard: Shard = match value.get("shard") {
-        Some(s) => {
-            serde_json::from_value(s.clone()).map_err(|e| not_report(format!("`shard`: {e}")))?
-        }
-        None => {
-            return Err(MergeError::NotAShard {
-                file: file.to_string(),
-                field: ReportKind::Json.fields().shard,
-            })
-        }
+    let Some(shard) = value.get("shard") else {
+        return Ok(Unchecked {
+            shard: None,
+            code: Value::Null,
+            cases: Vec::new(),
+        });
     };
+    let shard: Shard =
+        serde_json::from_value(shard.clone()).map_err(|e| not_report(format!("`shard`: {e}")))?;
     let code = value.get("code_under_test").cloned().unwrap_or(Value::Null);
     let Some(Value::Array(cases)) = value.get_mut("cases").map(Value::take) else {
         return Err(not_report("no `cases` array".into()));
     };
-    let field = ReportKind::Json.fields().index;
     let cases = cases
         .into_iter()
         .enumerate()
         .map(|(i, mut case)| {
             let index = case.as_object_mut().and_then(|o| o.remove("index"));
-            match index.as_ref().and_then(Value::as_u64) {
-                Some(index) => Ok((index, case)),
-                None => Err(MergeError::NoIndex {
-                    file: file.to_string(),
-                    case: format!("cases[{i}]"),
-                    field,
-                }),
-            }
+            (
+                index.as_ref().and_then(Value::as_u64),
+                format!("cases[{i}]"),
+                case,
+            )
         })
-        .collect::<Result<_, _>>()?;
-    Ok(Part {
-        file: file.to_string(),
-        shard,
+        .collect();
+    Ok(Unchecked {
+        shard: Some(shard),
         code,
         cases,
     })
 }
 
-fn load_junit(file: &str, bytes: &[u8]) -> Result<Part<JunitCase>, MergeError> {
-    let not_report = |why: String| MergeError::NotAReport {
-        file: file.to_string(),
-        kind: "JUnit",
-        why,
-    };
-    let text = std::str::from_utf8(bytes).map_err(|e| not_report(format!("not UTF-8: {e}")))?;
+fn read_junit(file: &str, bytes: &[u8]) -> Result<Unchecked<JunitCase>, MergeError> {
+    let text = std::str::from_utf8(bytes)
+        .map_err(|e| not_a_report(file, ReportKind::Junit, format!("not UTF-8: {e}")))?;
     let report = junit::read(text).map_err(|source| MergeError::NotAJunitReport {
         file: file.to_string(),
         source,
     })?;
-    let field = ReportKind::Junit.fields().index;
-    let Some(shard) = report.shard else {
-        return Err(MergeError::NotAShard {
-            file: file.to_string(),
-            field: ReportKind::Junit.fields().shard,
-        });
-    };
     let cases = report
         .cases
         .into_iter()
-        .map(|(index, case)| match index {
-            Some(index) => Ok((index, case)),
-            None => Err(MergeError::NoIndex {
-                file: file.to_string(),
-                case: format!("testcase `{}` of testsuite `{}`", case.name, case.suite),
-                field,
-            }),
+        .map(|(index, case)| {
+            let name = format!("testcase `{}` of testsuite `{}`", case.name, case.suite);
+            (index, name, case)
         })
-        .collect::<Result<_, _>>()?;
-    Ok(Part {
-        file: file.to_string(),
-        shard,
+        .collect();
+    Ok(Unchecked {
+        shard: report.shard,
         code: json!(report.code),
         cases,
     })
@@ -484,8 +509,10 @@ pub fn merge(files: &[PathBuf]) -> Result<(String, u8), MergeError> {
             None => first = Some((file.clone(), kind)),
         }
         match kind {
-            ReportKind::Json => json_parts.push(load_json(&file, &bytes)?),
-            ReportKind::Junit => junit_parts.push(load_junit(&file, &bytes)?),
+            ReportKind::Json => json_parts.push(into_part(&file, kind, read_json(&file, &bytes)?)?),
+            ReportKind::Junit => {
+                junit_parts.push(into_part(&file, kind, read_junit(&file, &bytes)?)?)
+            }
         }
     }
     match first.map(|(_, kind)| kind) {

@@ -11,17 +11,17 @@
 //! - [`pair`]: a P/D pair as a geometry file
 //! - [`geometry_file`]: geometry files that name `model.hf_config`
 
-pub mod attention;
-pub mod backend;
-pub mod block_size;
-pub mod dtype;
-pub mod engine;
-pub mod error;
-pub mod families;
-pub mod geometry_file;
-pub mod hf_config;
-pub mod mamba_state;
-pub mod pair;
+pub(crate) mod attention;
+pub(crate) mod backend;
+pub(crate) mod block_size;
+pub(crate) mod dtype;
+pub(crate) mod engine;
+pub(crate) mod error;
+pub(crate) mod families;
+pub(crate) mod geometry_file;
+pub(crate) mod hf_config;
+pub(crate) mod mamba_state;
+pub(crate) mod pair;
 
 pub use backend::{Backend, Gpu};
 pub use dtype::{CacheDtype, Dtype, MambaDtype};
@@ -32,7 +32,9 @@ pub use geometry_file::{
     load_geometry_file, load_geometry_file_with_source, parse_geometry_file, ModelSource,
 };
 pub use hf_config::HfConfig;
-pub use pair::{derive_pair, PairDerivation, PairOptions};
+pub use pair::{
+    derive_pair, layer_groups, layer_groups_of, LayerGroups, PairDerivation, PairOptions,
+};
 
 /// Read a config file and the model it describes.
 pub fn load_model(path: &std::path::Path) -> Result<ModelArch, DeriveError> {

@@ -9,7 +9,7 @@
 //! geometry-file rule or a pair the handshake must refuse) and must be
 //! rejected with that error. [`PlanInput`] feeds arbitrary block-id lists to
 //! the request planner. The fuzz targets in `fuzz/` and the replay test
-//! `tests/regressions.rs` are glue around [`targets`].
+//! `tests/connector/regressions.rs` are glue around [`targets`].
 
 mod case;
 mod draw;

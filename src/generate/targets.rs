@@ -1,5 +1,5 @@
 //! The bodies of the fuzz targets in `fuzz/fuzz_targets/`, shared with the
-//! replay test `tests/regressions.rs`. Each takes one input and panics with a
+//! replay test `tests/connector/regressions.rs`. Each takes one input and panics with a
 //! readable message when it finds a problem; anything else returns quietly.
 
 use std::path::Path;

@@ -3,18 +3,18 @@
 //! kvgeom prepares, the driver processes, their files); `under_test::vllm`
 //! turns each case into a run record for the judge.
 
-pub mod batch;
-pub mod blocks;
-pub mod chunks;
-pub mod error;
-pub mod nixl;
+pub(crate) mod batch;
+pub(crate) mod blocks;
+pub(crate) mod chunks;
+pub(crate) mod error;
+pub(crate) mod nixl;
 pub(crate) mod post_process_calls;
-pub mod process;
-pub mod protocol;
-pub mod python;
-pub mod run;
-pub mod shrink;
-pub mod traces;
+pub(crate) mod process;
+pub(crate) mod protocol;
+pub(crate) mod python;
+pub(crate) mod run;
+pub(crate) mod shrink;
+pub(crate) mod traces;
 
 pub use batch::run_in_scratch;
 pub use blocks::{BlockCheck, BlocksComparison, EngineBlocks, PairBlocks};

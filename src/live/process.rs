@@ -47,8 +47,6 @@ pub struct Finished {
     pub stdout: String,
     /// Everything the child wrote to stderr.
     pub stderr: String,
-    /// Wall time from start to exit (or to the kill).
-    pub elapsed: Duration,
 }
 
 impl Finished {
@@ -113,6 +111,5 @@ pub fn run_bounded(
         status,
         stdout: read(&out_path),
         stderr: read(&err_path),
-        elapsed: started.elapsed(),
     })
 }

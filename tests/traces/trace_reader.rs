@@ -11,25 +11,14 @@ use kvgeom::trace::{
     TraceEvent,
 };
 
+use crate::support::{skip, v1_trace, v1_traces};
+
 const CASE_10_12_8: &str = "test_hetero_ppl_token_alignment_sweep_10-12-8";
 const MULTI_READ: &str = "test_hetero_ppl_multi_read_writes_stay_within_request_blocks";
 
-fn fixture_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/vllm-0.33.0")
-}
-
-fn fixture(name: &str) -> PathBuf {
-    fixture_dir().join(format!("{name}.jsonl.gz"))
-}
-
-fn all_fixtures() -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = std::fs::read_dir(fixture_dir())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().ends_with(".jsonl.gz"))
-        .collect();
-    out.sort();
-    out
+/// The v1 fixture of the traced case `name`.
+fn case_trace(name: &str) -> PathBuf {
+    v1_trace(&format!("{name}.jsonl.gz"))
 }
 
 /// Where the original traces are, if this machine has them.
@@ -51,7 +40,7 @@ fn reissued(case: &TraceCase) -> (Recording<DryRun>, ActualRun) {
 
 #[test]
 fn every_fixture_reads_as_a_passed_case_with_rows_inside_regions() {
-    let files = all_fixtures();
+    let files = v1_traces();
     assert_eq!(files.len(), 153);
     let (mut lists, mut rows, mut xfers, mut pairs) = (0, 0, 0, 0);
     let mut overrunning = Vec::new();
@@ -103,7 +92,7 @@ fn every_fixture_reads_as_a_passed_case_with_rows_inside_regions() {
 
 #[test]
 fn sweep_case_10_12_8_carries_the_recorded_inputs_and_answers() {
-    let case = TraceCase::read(&fixture(CASE_10_12_8)).unwrap();
+    let case = TraceCase::read(&case_trace(CASE_10_12_8)).unwrap();
     assert_eq!(case.name, CASE_10_12_8);
     assert_eq!(case.meta.params["num_tokens"], 10);
     let args = case.case_args.as_ref().unwrap();
@@ -232,7 +221,7 @@ fn sweep_case_10_12_8_carries_the_recorded_inputs_and_answers() {
 
 #[test]
 fn the_fixed_id_case_has_no_sweep_arguments() {
-    let case = TraceCase::read(&fixture(MULTI_READ)).unwrap();
+    let case = TraceCase::read(&case_trace(MULTI_READ)).unwrap();
     assert_eq!(case.case_args, None);
     assert_eq!(case.request.prompt_len, None);
     assert_eq!(
@@ -246,11 +235,14 @@ fn the_fixed_id_case_has_no_sweep_arguments() {
 #[test]
 fn fixtures_hold_the_same_events_as_their_source_traces() {
     let Some(dir) = source_dir() else {
-        println!("skipped: no source traces (set KVGEOM_VLLM_TRACES to their folder)");
+        skip(
+            "fixtures_hold_the_same_events_as_their_source_traces",
+            "no source traces (set KVGEOM_VLLM_TRACES to their folder)",
+        );
         return;
     };
     let mut compared = 0;
-    for path in all_fixtures() {
+    for path in v1_traces() {
         let name = path
             .file_name()
             .unwrap()
@@ -299,7 +291,7 @@ fn fixtures_hold_the_same_events_as_their_source_traces() {
 #[test]
 fn rewriting_a_fixture_gives_the_same_bytes() {
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("refixture");
-    let src = fixture(MULTI_READ);
+    let src = case_trace(MULTI_READ);
     let dst = out.join(format!("{MULTI_READ}.jsonl.gz"));
     let stats = write_fixture(&src, &dst).unwrap();
     assert_eq!(stats.events, 18);
@@ -308,7 +300,7 @@ fn rewriting_a_fixture_gives_the_same_bytes() {
 
 #[test]
 fn every_case_reissued_at_other_addresses_matches() {
-    for path in all_fixtures() {
+    for path in v1_traces() {
         let case = TraceCase::read(&path).unwrap();
         let (rec, actual) = reissued(&case);
         assert_ne!(actual.local_bases[0], case.local_regions[0].addr);
@@ -335,7 +327,7 @@ fn every_case_reissued_at_other_addresses_matches() {
 }
 
 fn case_10_12_8() -> (TraceCase, Vec<Event>, ActualRun) {
-    let case = TraceCase::read(&fixture(CASE_10_12_8)).unwrap();
+    let case = TraceCase::read(&case_trace(CASE_10_12_8)).unwrap();
     let (rec, actual) = reissued(&case);
     let events = rec.events().to_vec();
     (case, events, actual)
@@ -529,7 +521,7 @@ fn missing_or_mismatched_bases_are_reported() {
 }
 
 fn fixture_text(name: &str) -> Vec<String> {
-    let file = read_trace(&fixture(name)).unwrap();
+    let file = read_trace(&case_trace(name)).unwrap();
     let bytes = std::fs::read(&file.path).unwrap();
     let text = kvgeom::trace::decompress(&file.path, &bytes).unwrap();
     String::from_utf8(text)
@@ -576,7 +568,7 @@ fn rows_that_disagree_with_strided_are_rejected() {
         .iter()
         .position(|l| l.contains(r#""handle":2,"#) && l.contains(r#""ev":"dlist""#))
         .unwrap();
-    let file = read_trace(&fixture(CASE_10_12_8)).unwrap();
+    let file = read_trace(&case_trace(CASE_10_12_8)).unwrap();
     let TraceEvent::Dlist(d) = &file.lines[line].event else {
         panic!("line {line} is not a dlist");
     };

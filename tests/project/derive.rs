@@ -28,13 +28,11 @@ use kvgeom::derive::{
     derive_engine, load_model, Backend, CacheDtype, EngineOptions, Gpu, MambaDtype,
 };
 
+use crate::support::{kvgeom, root, skip};
+
 const TABLE: &str = "tests/fixtures/derive/vllm-0.33.0-table.json";
 const CONV_SPLIT: &str = "tests/fixtures/derive/vllm-0.33.0-conv-split.json";
 const LAYER_GROUPS: &str = "tests/fixtures/derive/vllm-0.33.0-layer-groups.json";
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 fn load_table(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -180,9 +178,10 @@ fn without_key_order(v: &Value) -> String {
 fn the_table_is_what_vllm_computes_today() {
     let python = root().join(".vllm-venv/bin/python");
     if !python.exists() {
-        println!(
-            "skipped: vLLM 0.33.0 is not installed in .vllm-venv/ (run scripts/install-vllm.sh); \
-             the committed table is checked by derivations_match_vllm_0_33_0"
+        skip(
+            "the_table_is_what_vllm_computes_today",
+            "vLLM 0.33.0 is not installed in .vllm-venv/ (run scripts/install-vllm.sh); \
+             the committed table is checked by derivations_match_vllm_0_33_0",
         );
         return;
     }
@@ -207,12 +206,9 @@ fn the_table_is_what_vllm_computes_today() {
     );
 }
 
-fn kvgeom(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kvgeom"))
-        .args(args)
-        .current_dir(root())
-        .output()
-        .expect("runs kvgeom");
+/// `kvgeom ARGS`: its exit status (-1 when killed), stdout and stderr.
+fn kvgeom_parts(args: &[&str]) -> (i32, String, String) {
+    let out = kvgeom(args);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -224,7 +220,7 @@ const QWEN: &str = "tests/fixtures/models/qwen3-next-80b-a3b.json";
 
 #[test]
 fn json_output_has_the_documented_keys() {
-    let (code, out, err) = kvgeom(&["derive", QWEN, "--tp", "1", "--backend", "FLASHINFER"]);
+    let (code, out, err) = kvgeom_parts(&["derive", QWEN, "--tp", "1", "--backend", "FLASHINFER"]);
     assert_eq!(code, 0, "{err}");
     let v: Value = serde_json::from_str(&out).expect("JSON");
     assert_eq!(v["logical_block"], 544);
@@ -233,7 +229,7 @@ fn json_output_has_the_documented_keys() {
     assert_eq!(v["attention_bytes_per_token"], 2048);
     assert_eq!(v["mamba_state_bytes"], 1_097_728);
     assert_eq!(v["page_bytes"], 544 * 2048);
-    let (code, out, _) = kvgeom(&[
+    let (code, out, _) = kvgeom_parts(&[
         "derive",
         "tests/fixtures/models/deepseek-v3.json",
         "--tp",
@@ -249,7 +245,7 @@ fn json_output_has_the_documented_keys() {
 
 #[test]
 fn toml_output_is_an_engine_table() {
-    let (code, out, err) = kvgeom(&[
+    let (code, out, err) = kvgeom_parts(&[
         "derive",
         QWEN,
         "--tp",
@@ -303,11 +299,11 @@ fn bad_input_exits_2_naming_the_problem() {
         let path = path.to_str().expect("utf-8");
         let mut args = vec!["derive", path, "--tp", "1", "--backend", "FLASH_ATTN"];
         args.extend_from_slice(extra);
-        let (code, _, err) = kvgeom(&args);
+        let (code, _, err) = kvgeom_parts(&args);
         assert_eq!(code, 2, "{name}: {err}");
         assert!(err.contains(expected), "{name}: {err}");
     }
-    let (code, _, err) = kvgeom(&["derive", QWEN, "--tp", "1", "--backend", "XFORMERS"]);
+    let (code, _, err) = kvgeom_parts(&["derive", QWEN, "--tp", "1", "--backend", "XFORMERS"]);
     assert_eq!(code, 2);
     assert!(
         err.contains(
@@ -315,7 +311,7 @@ fn bad_input_exits_2_naming_the_problem() {
         ),
         "{err}"
     );
-    let (code, _, err) = kvgeom(&["derive", QWEN, "--tp", "3", "--backend", "FLASH_ATTN"]);
+    let (code, _, err) = kvgeom_parts(&["derive", QWEN, "--tp", "3", "--backend", "FLASH_ATTN"]);
     assert_eq!(code, 2);
     assert!(
         err.contains(
@@ -323,7 +319,7 @@ fn bad_input_exits_2_naming_the_problem() {
         ),
         "{err}"
     );
-    let (code, _, err) = kvgeom(&[
+    let (code, _, err) = kvgeom_parts(&[
         "derive",
         "tests/fixtures/models/kimi-linear-48b-a3b.json",
         "--tp",
@@ -335,7 +331,7 @@ fn bad_input_exits_2_naming_the_problem() {
     ]);
     assert_eq!(code, 2);
     assert!(err.contains("fp8 KV cache on an MLA model"), "{err}");
-    let (code, _, err) = kvgeom(&[
+    let (code, _, err) = kvgeom_parts(&[
         "derive",
         "no/such/config.json",
         "--tp",
@@ -419,7 +415,7 @@ fn blocks_vllm_would_not_produce_are_refused() {
 #[test]
 fn a_pair_file_loads_and_says_how_it_was_derived() {
     let out = std::env::temp_dir().join(format!("kvgeom-derive-pair-{}.toml", std::process::id()));
-    let (code, _, err) = kvgeom(&[
+    let (code, _, err) = kvgeom_parts(&[
         "derive",
         QWEN,
         "--prefill-tp",
@@ -454,7 +450,7 @@ fn a_pair_file_loads_and_says_how_it_was_derived() {
     // n_groups and the model's channels, each engine's widths follow.
     let out =
         std::env::temp_dir().join(format!("kvgeom-derive-falcon-{}.toml", std::process::id()));
-    let (code, _, err) = kvgeom(&[
+    let (code, _, err) = kvgeom_parts(&[
         "derive",
         "tests/fixtures/models/falcon-h1-7b.json",
         "--prefill-tp",
@@ -482,7 +478,7 @@ fn a_pair_file_loads_and_says_how_it_was_derived() {
 #[test]
 fn derived_pairs_sweep_green_or_refused_where_vllm_refuses() {
     // D's FlashInfer kernel drops to 16 at TP4 while P's is 32: refused.
-    let (code, out, err) = kvgeom(&[
+    let (code, out, err) = kvgeom_parts(&[
         "sweep",
         "geometries/models/reject-qwen3-next-p2-d4-flashinfer.toml",
         "--prompts",
@@ -498,7 +494,7 @@ fn derived_pairs_sweep_green_or_refused_where_vllm_refuses() {
         .iter()
         .all(|c| c["outcome"]["kind"] == "expected_rejection"));
     // With --block-size 64 both kernels are 64: accepted, every byte checked.
-    let (code, out, err) = kvgeom(&[
+    let (code, out, err) = kvgeom_parts(&[
         "sweep",
         "geometries/models/qwen3-next-p2-d4-flashinfer-block-size-64.toml",
         "--prompts",
@@ -525,7 +521,7 @@ fn sweep_outcomes(file: &str, prompt: &str, args: &[&str]) -> Vec<(String, Strin
         "--format",
         "json",
     ];
-    let (_, out, err) = kvgeom(&[&base[..], args].concat());
+    let (_, out, err) = kvgeom_parts(&[&base[..], args].concat());
     let report: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}{err}"));
     report["cases"]
         .as_array()
@@ -718,9 +714,10 @@ fn conv_split_of_vllm_0_33_0_is_what_vllm_computes() {
 fn the_conv_split_table_is_what_vllm_computes_today() {
     let python = root().join(".vllm-venv/bin/python");
     if !python.exists() {
-        println!(
-            "skipped: vLLM 0.33.0 is not installed in .vllm-venv/ (run scripts/install-vllm.sh); \
-             the committed conv-split table is checked by conv_split_of_vllm_0_33_0_is_what_vllm_computes"
+        skip(
+            "the_conv_split_table_is_what_vllm_computes_today",
+            "vLLM 0.33.0 is not installed in .vllm-venv/ (run scripts/install-vllm.sh); \
+             the committed conv-split table is checked by conv_split_of_vllm_0_33_0_is_what_vllm_computes",
         );
         return;
     }
@@ -748,7 +745,7 @@ fn the_conv_split_table_is_what_vllm_computes_today() {
 
 #[test]
 fn layer_groups_are_vllms() {
-    use kvgeom::derive::pair::layer_groups_of;
+    use kvgeom::derive::layer_groups_of;
     use kvgeom::geometry::GroupKind;
     let table = load_table(&root().join(LAYER_GROUPS));
     let mut rows = Vec::new();
@@ -812,7 +809,7 @@ fn layer_groups_are_vllms() {
             model.mamba_first,
         );
         assert!(rows.contains(&key), "{key:?} not in {LAYER_GROUPS}");
-        let g = kvgeom::derive::pair::layer_groups(&model);
+        let g = kvgeom::derive::layer_groups(&model);
         assert_eq!(g.slots_of(GroupKind::Mamba), g.group_size, "{key:?}");
         assert_eq!(g.slots_of(GroupKind::Attention), g.group_size, "{key:?}");
     }
@@ -828,9 +825,10 @@ fn layer_groups_are_vllms() {
 fn the_layer_groups_table_is_what_vllm_computes_today() {
     let python = root().join(".vllm-venv/bin/python");
     if !python.exists() {
-        println!(
-            "skipped: vLLM 0.33.0 is not installed in .vllm-venv/ (run scripts/install-vllm.sh); \
-             the committed layer-groups table is checked by layer_groups_are_vllms"
+        skip(
+            "the_layer_groups_table_is_what_vllm_computes_today",
+            "vLLM 0.33.0 is not installed in .vllm-venv/ (run scripts/install-vllm.sh); \
+             the committed layer-groups table is checked by layer_groups_are_vllms",
         );
         return;
     }
@@ -884,7 +882,7 @@ fn slots_without_a_mamba_layer_hold_no_state() {
         "--decode-backend",
         "FLASHMLA",
     ];
-    let (code, out, err) = kvgeom(&pair);
+    let (code, out, err) = kvgeom_parts(&pair);
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains(
@@ -905,16 +903,16 @@ fn slots_without_a_mamba_layer_hold_no_state() {
         "{outcomes:?}"
     );
     // Fewer slots than the mamba layers reach: every modelled slot holds state.
-    let (code, out, err) = kvgeom(&[&pair[..], &["--layer-slots", "3"]].concat());
+    let (code, out, err) = kvgeom_parts(&[&pair[..], &["--layer-slots", "3"]].concat());
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains("layer_slots = 3\n") && !out.contains("state_slots"),
         "{out}"
     );
-    let (code, out, err) = kvgeom(&[&pair[..], &["--layer-slots", "6"]].concat());
+    let (code, out, err) = kvgeom_parts(&[&pair[..], &["--layer-slots", "6"]].concat());
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("layer_slots = 6\nstate_slots = 5\n"), "{out}");
-    let (code, _, err) = kvgeom(&[&pair[..], &["--layer-slots", "8"]].concat());
+    let (code, _, err) = kvgeom_parts(&[&pair[..], &["--layer-slots", "8"]].concat());
     assert_eq!(code, 2);
     assert!(
         err.contains("--layer-slots 8: vLLM 0.33.0 gives this model 7 layer slots (7 attention + 15 mamba layers in groups of 7); at most 7 can be modelled"),

@@ -10,18 +10,18 @@ use kvgeom::sweep::plan;
 use kvgeom::variant::Variant;
 
 /// `geometries/`, the default of `kvgeom sweep`.
-pub fn root() -> PathBuf {
+pub fn geometries_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("geometries")
 }
 
 /// Every shipped geometry, `geometries/models/` included.
 pub fn geometries() -> Vec<plan::SourcedGeometry> {
-    plan::load_sources(&[root()]).unwrap()
+    plan::load_sources(&[geometries_root()]).unwrap()
 }
 
 /// Whether the file lies in `geometries/` itself (not in a subfolder).
 pub fn in_root(src: &plan::SourcedGeometry) -> bool {
-    src.file.as_deref().and_then(Path::parent) == Some(root().as_path())
+    src.file.as_deref().and_then(Path::parent) == Some(geometries_root().as_path())
 }
 
 /// The default sweep's grid as the test suite runs it: every case of the
@@ -45,6 +45,6 @@ pub fn default_grid(variant: Variant) -> Vec<Case> {
             variant,
             ..plan::PlanOptions::default()
         },
-        |src| plan::in_subfolder(&[root()], src),
+        |src| plan::in_subfolder(&[geometries_root()], src),
     )
 }

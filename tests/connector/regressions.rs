@@ -70,7 +70,7 @@ fn scenario_regressions_still_decode_to_their_cases() {
         }
         let pinned = std::fs::read_to_string(&pinned_path).unwrap_or_else(|e| {
             panic!(
-                "{}: {e} (write it with KVGEOM_PIN_REGRESSIONS=1 cargo test --test regressions)",
+                "{}: {e} (write it with KVGEOM_PIN_REGRESSIONS=1 cargo test --test connector regressions::)",
                 pinned_path.display()
             )
         });

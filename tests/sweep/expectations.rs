@@ -3,9 +3,7 @@
 //! (each entry citing its page of docs/findings/), and the default policy
 //! fails nowhere the file lists.
 
-use std::path::PathBuf;
-
-mod default_sweep;
+use crate::default_sweep;
 
 use kvgeom::connector::NamedPolicy;
 use kvgeom::scenario::RunOptions;
@@ -13,9 +11,7 @@ use kvgeom::sweep::expectations::Expectations;
 use kvgeom::sweep::{execute, plan};
 use kvgeom::variant::Variant;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use crate::support::root;
 
 fn expectations() -> Expectations {
     Expectations::load(&root().join("expected/vllm-0.33.0.toml")).unwrap()

@@ -2,9 +2,7 @@
 //! every NIXL rule is enforced with NIXL's error kind (the same scenarios run
 //! against real NIXL in `transport_nixl.rs`).
 
-mod common;
-
-use common::*;
+use crate::support::transport_scenarios::*;
 use kvgeom::memory::HostArena;
 use kvgeom::nixl::{
     AgentId, Classify, DescList, DescRow, DlistTarget, Loopback, MemKind, MemRegion, Nixl,

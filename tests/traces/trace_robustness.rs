@@ -5,46 +5,18 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use kvgeom::trace::{TraceCase, TraceErrorKind};
 use serde_json::Value;
 
+use crate::support::{json_report, kvgeom, scratch, trace_lines, v1_trace};
+
 const GOOD: &str = "test_hetero_ppl_token_alignment_sweep_25-12-8.jsonl.gz";
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/vllm-0.33.0")
-        .join(name)
-}
-
-/// A fresh folder for one test.
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "kvgeom-trace-robustness-{}-{test}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// The good fixture's events, one JSON object per line.
-fn good_lines() -> Vec<Value> {
-    let bytes = std::fs::read(fixture(GOOD)).unwrap();
-    let text = kvgeom::trace::decompress(Path::new(GOOD), &bytes).unwrap();
-    String::from_utf8(text)
-        .unwrap()
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 /// Write the good trace to `path` with `edit` applied to every event.
 fn write_edited(path: &Path, edit: impl Fn(&mut Value)) {
     let mut text = String::new();
-    for mut line in good_lines() {
+    for mut line in trace_lines(&v1_trace(GOOD)) {
         edit(&mut line);
         text.push_str(&line.to_string());
         text.push('\n');
@@ -59,23 +31,6 @@ fn set(ev: &'static str, pointer: &'static str, value: Value) -> impl Fn(&mut Va
             *line.pointer_mut(pointer).expect("field exists") = value.clone();
         }
     }
-}
-
-fn kvgeom(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kvgeom"))
-        .args(args)
-        .output()
-        .expect("kvgeom runs")
-}
-
-fn json_report(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    })
 }
 
 /// The four zero divisors diff-trace used to panic on, each with the field
@@ -119,10 +74,10 @@ fn zero_divisors(dir: &Path) -> Vec<(PathBuf, &'static str)> {
 
 #[test]
 fn zero_divisors_are_errors_of_their_file_and_the_folder_run_goes_on() {
-    let dir = scratch("zero");
+    let dir = scratch(module_path!(), "zero");
     let bad = zero_divisors(&dir);
     // The good trace sorts after every bad one: a panic would lose it.
-    std::fs::copy(fixture(GOOD), dir.join("zz-good.jsonl.gz")).unwrap();
+    std::fs::copy(v1_trace(GOOD), dir.join("zz-good.jsonl.gz")).unwrap();
     for (path, field) in &bad {
         let err = TraceCase::read(path).unwrap_err();
         assert!(
@@ -178,7 +133,7 @@ fn zero_divisors_are_errors_of_their_file_and_the_folder_run_goes_on() {
 
 #[test]
 fn ids_and_counts_that_do_not_fit_are_errors_not_truncated() {
-    let dir = scratch("ids");
+    let dir = scratch(module_path!(), "ids");
     let too_big = (1u64 << 32) + 1;
     let path = dir.join("local.jsonl");
     write_edited(&path, |line| {
@@ -253,7 +208,7 @@ fn ids_and_counts_that_do_not_fit_are_errors_not_truncated() {
 
 #[test]
 fn a_gzip_bomb_stops_at_the_input_limit() {
-    let dir = scratch("bomb");
+    let dir = scratch(module_path!(), "bomb");
     // One member of 1 MiB of blanks, repeated: a few KiB on disk, one MiB
     // past the cap once inflated.
     let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
@@ -279,12 +234,12 @@ fn a_gzip_bomb_stops_at_the_input_limit() {
 
 #[test]
 fn folders_are_searched_recursively_and_an_empty_one_is_named() {
-    let dir = scratch("folders");
+    let dir = scratch(module_path!(), "folders");
     std::fs::create_dir_all(dir.join("a/deep")).unwrap();
     std::fs::create_dir_all(dir.join("empty/inner")).unwrap();
     std::fs::write(dir.join("empty/inner/notes.txt"), "not a trace").unwrap();
-    std::fs::copy(fixture(GOOD), dir.join("a/deep/one.jsonl.gz")).unwrap();
-    std::fs::copy(fixture(GOOD), dir.join("b.jsonl.gz")).unwrap();
+    std::fs::copy(v1_trace(GOOD), dir.join("a/deep/one.jsonl.gz")).unwrap();
+    std::fs::copy(v1_trace(GOOD), dir.join("b.jsonl.gz")).unwrap();
     #[cfg(unix)]
     std::os::unix::fs::symlink("..", dir.join("a/deep/loop")).unwrap();
     let tree = dir.join("a");
@@ -340,9 +295,9 @@ fn folders_are_searched_recursively_and_an_empty_one_is_named() {
 
 #[test]
 fn json_verdicts_and_exit_statuses() {
-    let dir = scratch("verdicts");
+    let dir = scratch(module_path!(), "verdicts");
     let good = dir.join("good.jsonl.gz");
-    std::fs::copy(fixture(GOOD), &good).unwrap();
+    std::fs::copy(v1_trace(GOOD), &good).unwrap();
     // vLLM read P's first two kernel blocks in the other order.
     let swapped = dir.join("swapped.jsonl");
     write_edited(&swapped, |line| {
@@ -415,7 +370,7 @@ fn json_verdicts_and_exit_statuses() {
 
 #[test]
 fn state_regions_of_a_trace_rebuild_as_state_slots_or_are_named() {
-    let dir = scratch("state-regions");
+    let dir = scratch(module_path!(), "state-regions");
     let verdict = |path: &Path| -> (Option<i32>, Value) {
         let out = kvgeom(&["diff-trace", path.to_str().unwrap(), "--format", "json"]);
         (out.status.code(), json_report(&out)["files"][0].clone())
@@ -517,17 +472,6 @@ fn put(lines: &mut [Value], ev: &str, pointer: &str, value: &Value) {
             other => panic!("{ev}{pointer}: parent is {other}"),
         }
     }
-}
-
-fn lines_of(path: &Path) -> Vec<Value> {
-    let bytes = std::fs::read(path).unwrap();
-    let text = kvgeom::trace::decompress(path, &bytes).unwrap();
-    String::from_utf8(text)
-        .unwrap()
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 /// Modelled or refused fields and a value that must change how the trace
@@ -787,13 +731,13 @@ fn informational_edits() -> Vec<(&'static str, &'static str, Value)> {
 
 #[test]
 fn every_modelled_or_refused_field_changes_the_verdict_and_informational_ones_do_not() {
-    let dir = scratch("field-mutations");
+    let dir = scratch(module_path!(), "field-mutations");
     let started = std::time::Instant::now();
     let repro = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/vllm-0.33.0-v1-reproducers")
         .join("A1-mla-kda-16-4-prefix-tp1-tp1_N18-c1-mainline.jsonl");
-    for source in [fixture(GOOD), repro] {
-        let lines = lines_of(&source);
+    for source in [v1_trace(GOOD), repro] {
+        let lines = trace_lines(&source);
         let base = judge(&source);
         assert!(matches!(base, Judged::Verdicts { .. }), "{base:?}");
         let edited = |ev: &str, pointer: &str, value: &Value| {
@@ -833,7 +777,7 @@ fn every_modelled_or_refused_field_changes_the_verdict_and_informational_ones_do
 
 #[test]
 fn counts_the_blocks_cannot_hold_are_errors_naming_the_file_and_the_field() {
-    let dir = scratch("counts");
+    let dir = scratch(module_path!(), "counts");
     let cases = [
         // vLLM's sweep case 25-12-8 holds 25 tokens in 3 blocks of 12.
         (

@@ -9,6 +9,8 @@ use kvgeom::geometry::{
     Geometry, GeometryError, KvLayout, MambaKind, Rule,
 };
 
+use crate::support::scratch;
+
 const FILE: &str = "geometries/bad.toml";
 
 /// G1, as a user would write it: the base that each rule test breaks once.
@@ -1119,19 +1121,9 @@ fn toml_syntax_errors_keep_line_and_column() {
 
 // ---------------------------------------------------------------- loading
 
-/// A fresh empty folder for one test.
-fn scratch(test: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("geometry_files-{test}"));
-    if dir.exists() {
-        fs::remove_dir_all(&dir).unwrap();
-    }
-    fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 #[test]
 fn folders_load_their_toml_files_sorted_by_name() {
-    let dir = scratch("folders");
+    let dir = scratch(module_path!(), "folders");
     fs::write(dir.join("b.toml"), BASE).unwrap();
     fs::write(dir.join("a.toml"), GQA).unwrap();
     fs::write(dir.join("notes.txt"), "not a geometry").unwrap();
@@ -1151,7 +1143,7 @@ fn folders_load_their_toml_files_sorted_by_name() {
 
 #[test]
 fn folders_are_searched_recursively_and_link_loops_end() {
-    let dir = scratch("recursive");
+    let dir = scratch(module_path!(), "recursive");
     fs::write(dir.join("b.toml"), format!("name = \"top-b\"\n{BASE}")).unwrap();
     fs::create_dir_all(dir.join("a/deeper")).unwrap();
     fs::create_dir(dir.join("empty")).unwrap();
@@ -1176,7 +1168,7 @@ fn folders_are_searched_recursively_and_link_loops_end() {
 
 #[test]
 fn a_folder_holding_only_a_link_loop_to_itself_is_empty() {
-    let dir = scratch("only-a-loop");
+    let dir = scratch(module_path!(), "only-a-loop");
     std::os::unix::fs::symlink(&dir, dir.join("self")).unwrap();
     let err = load_geometries(std::slice::from_ref(&dir)).unwrap_err();
     assert!(matches!(err, GeometryError::EmptyFolder { .. }), "{err}");
@@ -1184,7 +1176,7 @@ fn a_folder_holding_only_a_link_loop_to_itself_is_empty() {
 
 #[test]
 fn loading_reports_the_bad_file() {
-    let dir = scratch("bad-file");
+    let dir = scratch(module_path!(), "bad-file");
     fs::write(dir.join("a.toml"), GQA).unwrap();
     let bad = dir.join("b.toml");
     fs::write(&bad, edit(BASE, &[("layer_slots = 2", "layer_slots = 0")])).unwrap();
@@ -1200,7 +1192,7 @@ fn loading_reports_the_bad_file() {
 
 #[test]
 fn loading_refuses_duplicate_names() {
-    let dir = scratch("duplicates");
+    let dir = scratch(module_path!(), "duplicates");
     let (a, b) = (dir.join("a.toml"), dir.join("b.toml"));
     fs::write(&a, format!("name = \"same\"\n{BASE}")).unwrap();
     fs::write(&b, format!("name = \"same\"\n{GQA}")).unwrap();
@@ -1217,7 +1209,7 @@ fn loading_refuses_duplicate_names() {
 
 #[test]
 fn loading_refuses_empty_folders_and_missing_paths() {
-    let dir = scratch("empty");
+    let dir = scratch(module_path!(), "empty");
     let err = load_geometries(std::slice::from_ref(&dir)).unwrap_err();
     assert_eq!(
         err.to_string(),

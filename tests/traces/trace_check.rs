@@ -8,18 +8,14 @@ use kvgeom::trace::check_case;
 use kvgeom::trace::{SkippedCheck, TraceCase};
 use serde_json::Value;
 
+use crate::support::{v1_trace, v1_trace_dir};
+
 /// A (24, 4) trace: its prefill pages cannot hold the state it advertises.
 const SWEEP_25_24_4: &str = "test_hetero_ppl_token_alignment_sweep_25-24-4.jsonl.gz";
 
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/vllm-0.33.0")
-        .join(name)
-}
-
 #[test]
 fn every_fixture_passes_the_descriptor_level_oracles() {
-    let dir = fixture("");
+    let dir = v1_trace_dir();
     let mut checked = 0;
     let mut notes = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
@@ -48,7 +44,7 @@ fn every_fixture_passes_the_descriptor_level_oracles() {
 
 #[test]
 fn a_trace_whose_prefill_page_is_too_small_still_compares_pair_lengths() {
-    let mut case = TraceCase::read(&fixture(SWEEP_25_24_4)).unwrap();
+    let mut case = TraceCase::read(&v1_trace(SWEEP_25_24_4)).unwrap();
     assert!(check_case(&case).unwrap().violations.is_empty());
     // Pair 12 reads a 6-byte conv row of P; make it a 12-byte one.
     assert_eq!(case.xfers[0].remote_ids[12], 33);
@@ -72,8 +68,8 @@ fn check_trace_names_the_checks_it_skipped() {
             .output()
             .expect("kvgeom runs")
     };
-    let small = fixture(SWEEP_25_24_4);
-    let full = fixture("test_hetero_ppl_token_alignment_sweep_25-12-8.jsonl.gz");
+    let small = v1_trace(SWEEP_25_24_4);
+    let full = v1_trace("test_hetero_ppl_token_alignment_sweep_25-12-8.jsonl.gz");
     let (small, full) = (small.to_str().unwrap(), full.to_str().unwrap());
     let o = run(&["check-trace", small, full]);
     assert_eq!(o.status.code(), Some(0));
@@ -107,7 +103,7 @@ fn check_trace_names_the_checks_it_skipped() {
 
 #[test]
 fn a_misrouted_read_in_a_trace_is_caught() {
-    let mut case = TraceCase::read(&fixture(
+    let mut case = TraceCase::read(&v1_trace(
         "test_hetero_ppl_token_alignment_sweep_25-12-8.jsonl.gz",
     ))
     .unwrap();
@@ -117,7 +113,7 @@ fn a_misrouted_read_in_a_trace_is_caught() {
     let oracles: Vec<&str> = report.violations.iter().map(|v| v.oracle).collect();
     assert!(oracles.contains(&"pairing"), "{:?}", report.violations);
     // Dropping the second rank's read loses its state shards.
-    let mut case = TraceCase::read(&fixture(
+    let mut case = TraceCase::read(&v1_trace(
         "test_hetero_ppl_token_alignment_sweep_25-12-8.jsonl.gz",
     ))
     .unwrap();
@@ -400,7 +396,7 @@ fn a_trace_registering_another_mamba_split_than_the_model_is_refused() {
     std::fs::create_dir_all(&dir).unwrap();
     // The sweep's own list splits conv 12|12|24 bytes (KDA's Q|K|V = 1:1:2);
     // 16|8|24 is a model kvgeom does not rebuild from a v1 trace.
-    let bytes = std::fs::read(fixture(
+    let bytes = std::fs::read(v1_trace(
         "test_hetero_ppl_token_alignment_sweep_25-12-8.jsonl.gz",
     ))
     .unwrap();
@@ -443,7 +439,7 @@ fn a_trace_registering_another_mamba_split_than_the_model_is_refused() {
 
 #[test]
 fn a_trace_that_handshook_with_one_prefill_rank_of_two_is_judged() {
-    let mut case = TraceCase::read(&fixture(
+    let mut case = TraceCase::read(&v1_trace(
         "test_hetero_ppl_token_alignment_sweep_25-12-8.jsonl.gz",
     ))
     .unwrap();

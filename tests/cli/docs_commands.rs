@@ -13,9 +13,7 @@ use std::process::Command;
 use kvgeom::defects::Defect;
 use kvgeom::oracle::ORACLES;
 
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
+use crate::support::root;
 
 /// The pages checked, relative to the root.
 fn pages() -> Vec<PathBuf> {

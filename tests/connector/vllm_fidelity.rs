@@ -7,20 +7,11 @@ use std::path::PathBuf;
 use kvgeom::connector::Policy;
 use kvgeom::trace::{diff_against_connector, TraceCase};
 
-fn fixtures() -> Vec<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/vllm-0.33.0");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("fixture folder")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.to_string_lossy().ends_with(".jsonl.gz"))
-        .collect();
-    files.sort();
-    files
-}
+use crate::support::v1_traces;
 
 #[test]
 fn all_153_traced_cases_match_vllm() {
-    let files = fixtures();
+    let files = v1_traces();
     assert_eq!(files.len(), 153, "expected the 153 vLLM 0.33.0 cases");
     let mut differences = Vec::new();
     for path in &files {

@@ -11,22 +11,19 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::{scratch, skip, Run};
+
 /// Address space each command may use, in KiB (`ulimit -v`).
 const ADDRESS_SPACE_KIB: u64 = 4 << 20;
 /// Far longer than any of these commands needs: it only catches a hang.
 const HANG_GUARD: Duration = Duration::from_secs(120);
 
-struct Run {
-    code: Option<i32>,
-    text: String,
-}
-
 /// Run kvgeom with `args` from the project root, capped and guarded.
-fn kvgeom(args: &[&str]) -> Run {
+fn capped(args: &[&str]) -> Run {
     kvgeom_within(ADDRESS_SPACE_KIB, args)
 }
 
-/// [`kvgeom`] under an address-space limit of `kib` KiB.
+/// [`capped`] under an address-space limit of `kib` KiB.
 fn kvgeom_within(kib: u64, args: &[&str]) -> Run {
     let mut child = Command::new("sh")
         .arg("-c")
@@ -62,7 +59,7 @@ fn kvgeom_within(kib: u64, args: &[&str]) -> Run {
 }
 
 fn refused(args: &[&str], needles: &[&str]) {
-    let run = kvgeom(args);
+    let run = capped(args);
     assert_eq!(run.code, Some(2), "kvgeom {args:?}:\n{}", run.text);
     for needle in needles {
         assert!(
@@ -81,7 +78,7 @@ fn refused(args: &[&str], needles: &[&str]) {
 /// Refused with exactly `error: {message}` and nothing else: the option or
 /// file, the field, the rule and the value appear once each, as written.
 fn refused_with(args: &[&str], message: &str) {
-    let run = kvgeom(args);
+    let run = capped(args);
     assert_eq!(run.code, Some(2), "kvgeom {args:?}:\n{}", run.text);
     assert_eq!(
         run.text.trim_end(),
@@ -97,13 +94,6 @@ fn once(text: &str, needle: &str) {
         1,
         "`{needle}` is not in this message exactly once:\n{text}"
     );
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("hostile-{name}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 /// A small valid MLA geometry with `extra` lines spliced into its tables.
@@ -171,7 +161,7 @@ fn command_line_values_are_bounded() {
         &["sweep", G1, "--policy", "vllm"],
         "--policy vllm: unknown policy; known: kvgeom, vllm-0.33.0",
     );
-    let run = kvgeom(&["sweep", G1, "--defect", "no-such-bug"]);
+    let run = capped(&["sweep", G1, "--defect", "no-such-bug"]);
     assert_eq!(run.code, Some(2), "{}", run.text);
     assert!(
         run.text.starts_with(
@@ -346,7 +336,7 @@ fn derive_names_the_option_of_each_engine() {
         &["--expect-rejection", "two\nlines"],
         "--expect-rejection \"two\\nlines\": must be one line",
     );
-    let dir = scratch("derive");
+    let dir = scratch(module_path!(), "derive");
     let out = dir.join("no such dir").join("pair.toml");
     let out = out.to_str().unwrap();
     pair(
@@ -366,7 +356,7 @@ fn derive_names_the_option_of_each_engine() {
 
 #[test]
 fn a_huge_thread_count_is_capped_and_runs() {
-    let run = kvgeom(&["sweep", G1, "--prompts", "2", "--threads", "100000"]);
+    let run = capped(&["sweep", G1, "--prompts", "2", "--threads", "100000"]);
     assert_eq!(run.code, Some(0), "{}", run.text);
     assert!(
         run.text.contains("note: --threads 100000 capped at"),
@@ -377,7 +367,7 @@ fn a_huge_thread_count_is_capped_and_runs() {
 
 #[test]
 fn geometry_files_are_bounded() {
-    let dir = scratch("geometry");
+    let dir = scratch(module_path!(), "geometry");
     let slots = write(
         &dir,
         "slots.toml",
@@ -438,7 +428,7 @@ fn geometry_files_are_bounded() {
     );
     // The same file with one explicit length fits the page rule but not
     // memory: the case, its estimate, the option and its value, what to do.
-    let run = kvgeom(&["sweep", &big, "--prompts", "1", "--max-memory", "1G"]);
+    let run = capped(&["sweep", &big, "--prompts", "1", "--max-memory", "1G"]);
     assert_eq!(run.code, Some(2), "{}", run.text);
     assert!(
         run.text
@@ -474,7 +464,7 @@ fn geometry_files_are_bounded() {
         "typo.toml",
         &mla("", "", "", "prompts = [1]").replace("layer_slots", "layer_slotz"),
     );
-    let run = kvgeom(&["sweep", &typo]);
+    let run = capped(&["sweep", &typo]);
     assert_eq!(run.code, Some(2), "{}", run.text);
     assert!(run
         .text
@@ -496,7 +486,7 @@ fn files_that_are_not_regular_or_too_large_are_refused() {
         &["sweep", G1, "--prompts", "2", "--expect", "/dev/zero"],
         "/dev/zero: not a regular file (a folder, FIFO, device or socket); give a file",
     );
-    let dir = scratch("files");
+    let dir = scratch(module_path!(), "files");
     let missing = dir.join("missing.toml").display().to_string();
     refused_with(
         &["sweep", &missing],
@@ -517,7 +507,7 @@ fn files_that_are_not_regular_or_too_large_are_refused() {
         &["diff-trace", &not_json],
         &format!("{not_json}:1: not valid JSON: expected value at line 1 column 1"),
     );
-    let empty = scratch("files-empty");
+    let empty = scratch(module_path!(), "files-empty");
     refused_with(
         &["check-trace", empty.to_str().unwrap()],
         &format!(
@@ -534,7 +524,7 @@ fn files_that_are_not_regular_or_too_large_are_refused() {
     );
     // An expectations file that is not one: the parser's message, the file
     // once, and no trailing blank line.
-    let run = kvgeom(&["sweep", G1, "--prompts", "2", "--expect", G1]);
+    let run = capped(&["sweep", G1, "--prompts", "2", "--expect", G1]);
     assert_eq!(run.code, Some(2), "{}", run.text);
     assert!(
         run.text
@@ -622,7 +612,7 @@ fn the_report_never_overwrites_an_input() {
 
 #[test]
 fn an_unwritable_output_names_its_option() {
-    let dir = scratch("outputs");
+    let dir = scratch(module_path!(), "outputs");
     let out = dir.join("no such dir").join("report.xml");
     let out = out.to_str().unwrap();
     let why = "cannot write: No such file or directory (os error 2)";
@@ -688,7 +678,7 @@ const THREE_GIB_KIB: u64 = 3 << 20;
 /// none is really allocated).
 #[test]
 fn every_allocating_command_keeps_within_an_address_space_limit() {
-    let dir = scratch("address-space");
+    let dir = scratch(module_path!(), "address-space");
     // Pages of 64 Mi tokens x 16 bytes = 1 GiB: a valid geometry whose
     // smallest case needs tens of GiB.
     let big = write(
@@ -806,7 +796,7 @@ fn every_allocating_command_keeps_within_an_address_space_limit() {
 /// 1 GiB limit).
 #[test]
 fn untouched_ranks_take_no_address_space() {
-    let dir = scratch("untouched");
+    let dir = scratch(module_path!(), "untouched");
     let wide = write(
         &dir,
         "wide.toml",
@@ -846,9 +836,12 @@ fn a_live_driver_short_of_address_space_is_one_line() {
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".vllm-venv/bin/python"));
     if !python.is_file() {
-        println!(
-            "skipped: no vLLM interpreter at {} (scripts/install-vllm.sh)",
-            python.display()
+        skip(
+            "a_live_driver_short_of_address_space_is_one_line",
+            format_args!(
+                "no vLLM interpreter at {} (scripts/install-vllm.sh)",
+                python.display()
+            ),
         );
         return;
     }

@@ -3,36 +3,9 @@
 //! JSON and in JUnit; a missing, repeated, mismatched or foreign shard is
 //! refused with exit 2 and a message naming the file.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
-struct Run {
-    code: Option<i32>,
-    text: String,
-}
-
-fn kvgeom(args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_kvgeom"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("kvgeom runs");
-    Run {
-        code: out.status.code(),
-        text: format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    }
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("merge-{name}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use crate::support::{kvgeom_run, scratch, Run};
 
 fn path(dir: &Path, name: &str) -> String {
     dir.join(name).display().to_string()
@@ -58,7 +31,7 @@ fn sweep(extra: &[&str], format: &str, out: &str) -> Option<i32> {
     let mut args: Vec<&str> = SWEEP.to_vec();
     args.extend_from_slice(extra);
     args.extend_from_slice(&["--format", format, "--out", out]);
-    let run = kvgeom(&args);
+    let run = kvgeom_run(&args);
     assert!(matches!(run.code, Some(0 | 1)), "{args:?}:\n{}", run.text);
     run.code
 }
@@ -89,12 +62,12 @@ fn merge(files: &[String], out: &str) -> Run {
     let mut args = vec!["report", "merge"];
     args.extend(files.iter().map(String::as_str));
     args.extend_from_slice(&["--out", out]);
-    kvgeom(&args)
+    kvgeom_run(&args)
 }
 
 #[test]
 fn merged_json_shards_are_the_unsharded_report() {
-    let dir = scratch("json");
+    let dir = scratch(module_path!(), "json");
     let (whole, code, shards) = whole_and_shards(&dir, &[], "json", 3);
     assert_eq!(code, Some(1), "the sweep has failing cases");
     let out = path(&dir, "merged.json");
@@ -117,7 +90,7 @@ fn merged_json_shards_are_the_unsharded_report() {
 
 #[test]
 fn merged_junit_shards_are_the_unsharded_report() {
-    let dir = scratch("junit");
+    let dir = scratch(module_path!(), "junit");
     let (whole, code, shards) = whole_and_shards(&dir, &[], "junit", 3);
     assert_eq!(code, Some(1), "the sweep has failing cases");
     assert!(whole.contains("<failure "), "{whole}");
@@ -151,7 +124,7 @@ fn merged_junit_shards_are_the_unsharded_report() {
 
 #[test]
 fn a_passing_sweep_merges_to_exit_0() {
-    let dir = scratch("passing");
+    let dir = scratch(module_path!(), "passing");
     let mut files = Vec::new();
     for format in ["json", "junit"] {
         let whole = path(&dir, &format!("whole.{format}"));
@@ -163,7 +136,7 @@ fn a_passing_sweep_merges_to_exit_0() {
         ];
         let mut args = base.to_vec();
         args.extend_from_slice(&["--format", format, "--out", &whole]);
-        assert_eq!(kvgeom(&args).code, Some(0));
+        assert_eq!(kvgeom_run(&args).code, Some(0));
         files.clear();
         // More shards than cases: some shards are empty, and still merge.
         for k in 1..=13 {
@@ -171,7 +144,7 @@ fn a_passing_sweep_merges_to_exit_0() {
             let shard = format!("{k}/13");
             let mut args = base.to_vec();
             args.extend_from_slice(&["--shard", &shard, "--format", format, "--out", &file]);
-            assert_eq!(kvgeom(&args).code, Some(0));
+            assert_eq!(kvgeom_run(&args).code, Some(0));
             files.push(file);
         }
         let out = path(&dir, &format!("merged.{format}"));
@@ -195,7 +168,7 @@ fn a_passing_sweep_merges_to_exit_0() {
 fn refused(files: &[&str], needles: &[&str]) {
     let mut args = vec!["report", "merge"];
     args.extend_from_slice(files);
-    let run = kvgeom(&args);
+    let run = kvgeom_run(&args);
     assert_eq!(run.code, Some(2), "{files:?}:\n{}", run.text);
     assert!(
         run.text.starts_with("error: ") && run.text.lines().count() == 1,
@@ -220,7 +193,7 @@ fn refused(files: &[&str], needles: &[&str]) {
 
 #[test]
 fn missing_repeated_mismatched_and_foreign_shards_are_refused() {
-    let dir = scratch("refusals");
+    let dir = scratch(module_path!(), "refusals");
     let (_, _, json) = whole_and_shards(&dir, &[], "json", 3);
     let (whole_xml, _, xml) = whole_and_shards(&dir, &[], "junit", 3);
     let (j1, j2, j3) = (json[0].as_str(), json[1].as_str(), json[2].as_str());

@@ -2,23 +2,9 @@
 //! report formats and the replay command of a failure.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn kvgeom(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kvgeom"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("kvgeom runs")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use crate::support::{kvgeom, text};
 
 fn tmp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("kvgeom-cli-{}", std::process::id()));

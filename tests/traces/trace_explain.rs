@@ -8,45 +8,17 @@
 //! what no defect explains.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use kvgeom::connector::Policy;
 use kvgeom::defects::Defect;
 use kvgeom::trace::{diff_against_connector, explain_difference, replay, Explanation, TraceCase};
 use serde_json::Value;
 
+use crate::support::{json_report, kvgeom, scratch, trace_lines, v1_trace};
+
 const SWEEP_25_12_8: &str = "test_hetero_ppl_token_alignment_sweep_25-12-8.jsonl.gz";
 const SWEEP_20_16_24: &str = "test_hetero_ppl_token_alignment_sweep_20-16-24.jsonl.gz";
 const MULTI_READ: &str = "test_hetero_ppl_multi_read_writes_stay_within_request_blocks.jsonl.gz";
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/vllm-0.33.0")
-        .join(name)
-}
-
-/// A fresh folder for one test.
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "kvgeom-trace-explain-{}-{test}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// A fixture's events, one JSON object per line.
-fn lines_of(name: &str) -> Vec<Value> {
-    let bytes = std::fs::read(fixture(name)).unwrap();
-    let text = kvgeom::trace::decompress(Path::new(name), &bytes).unwrap();
-    String::from_utf8(text)
-        .unwrap()
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 /// How a derived trace changes the recorded request.
 #[derive(Clone, Copy)]
@@ -79,8 +51,8 @@ fn without_first_block(blocks: &mut Value, ppl: usize) {
 /// request changed as `request` says and every transfer's ids and the
 /// rewritten remote ids replaced by the rebuild under `policy`.
 fn derived_trace(name: &str, request: Request, policy: Policy) -> Vec<Value> {
-    let mut lines = lines_of(name);
-    let mut case = TraceCase::read(&fixture(name)).unwrap();
+    let mut lines = trace_lines(&v1_trace(name));
+    let mut case = TraceCase::read(&v1_trace(name)).unwrap();
     let groups = case.request.blocks.local_block_ids.len();
     let ppl = case.local_geometry.physical_blocks_per_logical as usize;
     if let Request::PrefixHitOfOneBlock = request {
@@ -184,7 +156,7 @@ fn derived_traces(dir: &Path) -> Vec<(PathBuf, Option<&'static str>)> {
         Some("end-trim-alignment"),
     );
     // One id changed by hand: P's block 4 read as block 5.
-    let mut edited = lines_of(SWEEP_25_12_8);
+    let mut edited = trace_lines(&v1_trace(SWEEP_25_12_8));
     for line in &mut edited {
         if line["ev"] == "xfer" && line["handle"] == 6 {
             line["remote_ids"][0] = 5.into();
@@ -194,26 +166,9 @@ fn derived_traces(dir: &Path) -> Vec<(PathBuf, Option<&'static str>)> {
     out
 }
 
-fn kvgeom(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kvgeom"))
-        .args(args)
-        .output()
-        .expect("kvgeom runs")
-}
-
-fn json_report(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    })
-}
-
 #[test]
 fn derived_traces_differ_and_the_defect_that_made_them_explains_them() {
-    let dir = scratch("library");
+    let dir = scratch(module_path!(), "library");
     for (path, want) in derived_traces(&dir) {
         let case = TraceCase::read(&path).unwrap();
         let report = diff_against_connector(&case, Policy::default()).unwrap();
@@ -234,7 +189,7 @@ fn derived_traces_differ_and_the_defect_that_made_them_explains_them() {
 
 #[test]
 fn an_end_trimmed_trace_is_what_vllm_0_33_0_does() {
-    let dir = scratch("vllm");
+    let dir = scratch(module_path!(), "vllm");
     let path = dir.join("end-trim.jsonl");
     write_trace(
         &path,
@@ -257,10 +212,10 @@ fn an_end_trimmed_trace_is_what_vllm_0_33_0_does() {
 
 #[test]
 fn diff_trace_reports_explained_by_and_still_exits_1() {
-    let dir = scratch("cli");
+    let dir = scratch(module_path!(), "cli");
     let traces = derived_traces(&dir);
     std::fs::copy(
-        fixture(SWEEP_25_12_8),
+        v1_trace(SWEEP_25_12_8),
         dir.join("recorded-25-12-8.jsonl.gz"),
     )
     .unwrap();
@@ -353,7 +308,7 @@ fn diff_trace_reports_explained_by_and_still_exits_1() {
 fn no_recorded_fixture_needs_an_explanation() {
     let o = kvgeom(&[
         "diff-trace",
-        fixture("").to_str().unwrap(),
+        v1_trace("").to_str().unwrap(),
         "--format",
         "json",
     ]);

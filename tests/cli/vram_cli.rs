@@ -3,20 +3,7 @@
 //! vram` on host memory (in process, and with a peer process when the NIXL
 //! runtime loads).
 
-use std::process::{Command, Output};
-
-fn kvgeom(args: &[&str]) -> Output {
-    kvgeom_with_env(args, &[])
-}
-
-fn kvgeom_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kvgeom"))
-        .args(args)
-        .envs(env.iter().copied())
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("kvgeom runs")
-}
+use crate::support::{kvgeom, kvgeom_with_env};
 
 /// `kvgeom bench vram` on host memory: one iteration of G1's 29-token
 /// request over `paths`, then `extra`.
@@ -39,7 +26,7 @@ fn bench_g1_on_host<'a>(paths: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     args
 }
 
-fn text(bytes: &[u8]) -> String {
+fn utf8(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
@@ -65,7 +52,7 @@ fn a_vram_sweep_without_a_usable_gpu_exits_2_with_the_reason() {
         "--prompts",
         "2..=5",
     ]);
-    let stderr = text(&out.stderr);
+    let stderr = utf8(&out.stderr);
     if gpu_usable() {
         assert_eq!(out.status.code(), Some(0), "{stderr}");
         return;
@@ -91,13 +78,13 @@ fn compare_host_reports_every_case_equal() {
         "--mode",
         "pull",
     ]);
-    let stderr = text(&out.stderr);
+    let stderr = utf8(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert_eq!(
         stderr,
         "compared with host memory over loopback: all 16 cases give the same results\n"
     );
-    assert!(text(&out.stdout).ends_with("16 passed, 0 failed\n"));
+    assert!(utf8(&out.stdout).ends_with("16 passed, 0 failed\n"));
 }
 
 #[test]
@@ -116,15 +103,15 @@ fn bench_vram_on_host_memory_prints_its_table() {
         "--paths",
         "copy,copy-per-pair,loopback",
     ]);
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = utf8(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", utf8(&out.stderr));
     // What it allocates is said first, on stderr.
     assert!(
-        text(&out.stderr).starts_with(
+        utf8(&out.stderr).starts_with(
             "bench vram geometries/g6-kimi-linear-scale.toml --prompt 1537: allocates about "
         ),
         "{}",
-        text(&out.stderr)
+        utf8(&out.stderr)
     );
     let lines: Vec<&str> = stdout.lines().collect();
     assert!(
@@ -149,8 +136,8 @@ fn bench_vram_on_host_memory_prints_its_table() {
 #[test]
 fn bench_vram_with_a_peer_process_moves_and_checks_the_bytes() {
     let out = kvgeom(&bench_g1_on_host("nixl-peer", &["--peer-process"]));
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    let stdout = utf8(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", utf8(&out.stderr));
     let last = stdout.lines().last().unwrap_or_default();
     // Measured where the NIXL runtime loads, skipped with the reason elsewhere.
     assert!(
@@ -171,7 +158,7 @@ fn bench_vram_with_a_malformed_agent_setting_names_the_variable() {
         &bench_g1_on_host("copy", &[]),
         &[("KVGEOM_NIXL_PROGRESS_DELAY_US", "ten")],
     );
-    let stderr = text(&out.stderr);
+    let stderr = utf8(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("KVGEOM_NIXL_PROGRESS_DELAY_US=\"ten\" is not a non-negative whole number"),

@@ -11,13 +11,9 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const FIXTURES: &str = "tests/fixtures/live-traces-vllm-0.33.0";
+use crate::support::{scratch, skip, v2_trace};
 
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join(FIXTURES)
-        .join(format!("{name}.trace.json.gz"))
-}
+const FIXTURES: &str = "tests/fixtures/live-traces-vllm-0.33.0";
 
 /// The JSON report of `kvgeom ARGS --format json FILE`: (verdict,
 /// message, explained_by) of its one file.
@@ -165,7 +161,7 @@ const VERDICTS: &[(&str, &str, &str, Option<&str>)] = &[
 #[test]
 fn every_fixture_has_its_pinned_verdicts() {
     for &(name, check, diff, explained) in VERDICTS {
-        let file = fixture(name);
+        let file = v2_trace(name);
         let (v, message, _) = verdict(&["check-trace"], &file);
         assert_eq!(v, check, "check-trace {name}: {message}");
         if v == "passed" {
@@ -189,14 +185,14 @@ fn every_fixture_has_its_pinned_verdicts() {
 #[test]
 fn a_trace_of_a_release_kvgeom_does_not_model_is_compared_as_information() {
     let name = "mamba2-replicated-groups-p1-d2-pull-n9-hit0-mainline-s0";
-    let pinned = fixture(name);
+    let pinned = v2_trace(name);
     let (v, message, by) = verdict(&["diff-trace"], &pinned);
     assert_eq!(
         (v.as_str(), by.as_deref()),
         ("differ", Some("conv-offsets-scaled"))
     );
     assert!(!message.contains("information"), "{message}");
-    let dir = scratch("unmodelled");
+    let dir = scratch(module_path!(), "unmodelled");
     let mut trace = load(name);
     trace["vllm_version"] = "0.32.0".into();
     let file = write(&dir, name, &trace);
@@ -445,7 +441,7 @@ fn a_v1_handshake_refused_before_any_read_is_refused_naming_it() {
             .join("A1-mla-kda-16-4-prefix-tp1-tp1_N18-c1-mainline.jsonl"),
     )
     .expect("reproducer");
-    let dir = scratch("v1-handshake-refused");
+    let dir = scratch(module_path!(), "v1-handshake-refused");
     let write = |name: &str, keep_request: bool| -> PathBuf {
         let mut text = String::new();
         let mut seq = 0u64;
@@ -516,7 +512,7 @@ fn a_read_one_connector_refused_differs() {
     let bytes = std::fs::read(root.join(V1_CORPUS).join(name)).expect("corpus file");
     let text = kvgeom::trace::decompress(Path::new(name), &bytes).expect("gunzip");
     let text = String::from_utf8(text).expect("utf-8");
-    let dir = scratch("v1-read-refused");
+    let dir = scratch(module_path!(), "v1-read-refused");
     let mut edited = String::new();
     let mut raised = 0;
     for line in text.lines() {
@@ -555,7 +551,10 @@ fn the_v1_truth_script_gives_the_reproducers_verdicts() {
         .map(|o| !o.status.success())
         .unwrap_or(true)
     {
-        println!("the_v1_truth_script_gives_the_reproducers_verdicts: skipped: no python3");
+        skip(
+            "the_v1_truth_script_gives_the_reproducers_verdicts",
+            "no python3",
+        );
         return;
     }
     let manifest = truth_manifest(
@@ -612,7 +611,7 @@ fn the_v1_truth_script_gives_the_reproducers_verdicts() {
             .join("A1-mla-kda-16-4-prefix-tp1-tp1_N18-c1-mainline.jsonl"),
     )
     .expect("reproducer");
-    let dir = scratch("v1-truth");
+    let dir = scratch(module_path!(), "v1-truth");
     let plant = |name: &str, change: &dyn Fn(&mut Value)| -> PathBuf {
         let mut text = String::new();
         for line in base.lines() {
@@ -659,19 +658,12 @@ fn the_v1_truth_script_gives_the_reproducers_verdicts() {
 }
 
 fn load(name: &str) -> Value {
-    let bytes = std::fs::read(fixture(name)).expect("fixture");
+    let bytes = std::fs::read(v2_trace(name)).expect("fixture");
     let mut text = Vec::new();
     flate2::read::GzDecoder::new(&bytes[..])
         .read_to_end(&mut text)
         .expect("gzip");
     serde_json::from_slice(&text).expect("JSON")
-}
-
-fn scratch(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kvgeom-trace-v2-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch folder");
-    dir
 }
 
 fn write(dir: &Path, name: &str, trace: &Value) -> PathBuf {
@@ -771,7 +763,7 @@ const MUTATIONS: &[Mutation] = &[
 /// 0.33.0's policy, which matches the trace unmutated.
 #[test]
 fn planted_bugs_are_caught() {
-    let dir = scratch("mutants");
+    let dir = scratch(module_path!(), "mutants");
     for base in [
         "nemotron-h-gqa-mamba2-hnd-pull-n13-hit0-mainline-s0",
         "mla-kda-decode-tp2-pull-n13-hit0-mainline-s0",
@@ -832,7 +824,7 @@ const DIFF_ONLY: &[Mutation] = &[
 
 #[test]
 fn list_changes_are_differences() {
-    let dir = scratch("lists");
+    let dir = scratch(module_path!(), "lists");
     let base = "nemotron-h-gqa-mamba2-hnd-pull-n13-hit0-mainline-s0";
     for &(what, mutate) in DIFF_ONLY {
         let mut t = load(base);
@@ -907,7 +899,7 @@ const POST_PROCESS: &[Mutation] = &[
 /// (converted), a ppl mismatch at equal kernel blocks (whole blocks zeroed).
 #[test]
 fn post_process_changes_are_differences() {
-    let dir = scratch("post-process");
+    let dir = scratch(module_path!(), "post-process");
     for base in [
         "g5-mla-kda-mixed-kernel-pull-n9-hit0-mainline-s0",
         "mamba2-replicated-groups-p4-d2-pull-n13-hit0-mainline-s0",
@@ -940,7 +932,7 @@ fn post_process_changes_are_differences() {
 /// Bad input is an error verdict naming what is wrong, never a panic.
 #[test]
 fn a_trace_that_does_not_rebuild_is_an_error() {
-    let dir = scratch("bad");
+    let dir = scratch(module_path!(), "bad");
     let base = "nemotron-h-gqa-mamba2-hnd-pull-n13-hit0-mainline-s0";
     type Edit = (&'static str, fn(&mut Value));
     let edits: &[Edit] = &[
@@ -994,12 +986,13 @@ fn a_trace_that_does_not_rebuild_is_an_error() {
 #[test]
 fn a_live_sweep_records_traces_that_judge_as_its_cases() {
     if let Err(why) = kvgeom::live::find(None, kvgeom::under_test::Release::pinned().version) {
-        println!(
-            "a_live_sweep_records_traces_that_judge_as_its_cases: skipped: no vLLM venv ({why})"
+        skip(
+            "a_live_sweep_records_traces_that_judge_as_its_cases",
+            format_args!("no vLLM venv ({why})"),
         );
         return;
     }
-    let dir = scratch("record");
+    let dir = scratch(module_path!(), "record");
     let out = Command::new(env!("CARGO_BIN_EXE_kvgeom"))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .args([
@@ -1363,7 +1356,7 @@ fn a_replayed_trace_is_judged_as_check_trace_judges_it() {
 /// by the replay connector and the one judge.
 #[test]
 fn a_tampered_replayed_record_is_a_violation() {
-    let dir = scratch("replay-tampered");
+    let dir = scratch(module_path!(), "replay-tampered");
     let base = "mla-kda-decode-tp2-pull-n13-hit0-mainline-s0";
     let clean = write(&dir, "clean", &load(base));
     let mut t = load(base);
@@ -1428,7 +1421,7 @@ fn sweep_and_explain_replay_recorded_traces() {
             path.display()
         );
     }
-    let one = fixture("mla-kda-decode-tp2-pull-n13-hit0-mainline-s0");
+    let one = v2_trace("mla-kda-decode-tp2-pull-n13-hit0-mainline-s0");
     let explain = |prompt: &str| {
         Command::new(env!("CARGO_BIN_EXE_kvgeom"))
             .args(["explain", "--connector", "replay"])

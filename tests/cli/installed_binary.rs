@@ -7,6 +7,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use crate::support::text;
+
 /// A fresh folder outside the checkout.
 fn outside(test: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("kvgeom-installed-{}-{test}", std::process::id()));
@@ -37,14 +39,6 @@ fn run(kvgeom: &Path, cwd: &Path, args: &[&str]) -> Output {
         .env_remove("KVGEOM_VLLM_PYTHON")
         .output()
         .expect("the installed kvgeom runs")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 #[test]

@@ -23,13 +23,7 @@ use kvgeom::under_test::vllm::{self, LiveReport};
 use kvgeom::under_test::{CodeUnderTest, Release};
 use kvgeom::variant::Variant;
 
-fn kvgeom(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kvgeom"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("run kvgeom")
-}
+use crate::support::{kvgeom, skip};
 
 /// The interpreter, or `None` after printing why the test is skipped.
 /// An executable `DIR/python` that runs `python` with `site` on PYTHONPATH.
@@ -55,7 +49,7 @@ fn interpreter(test: &str) -> Option<Interpreter> {
             Some(p)
         }
         Err(why) => {
-            println!("{test}: skipped: no vLLM venv ({why})");
+            skip(test, format_args!("no vLLM venv ({why})"));
             None
         }
     }
@@ -564,7 +558,10 @@ fn a_vllm_without_the_connector_classes_is_named_exit_2() {
             .output()
             .is_ok_and(|o| o.status.success())
     }) else {
-        println!("a_vllm_without_the_connector_classes_is_named_exit_2: skipped: no python3");
+        skip(
+            "a_vllm_without_the_connector_classes_is_named_exit_2",
+            "no python3",
+        );
         return;
     };
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fake-vllm");
@@ -1211,13 +1208,14 @@ fn real_nixl_gives_the_stand_ins_verdicts_plans_and_memory() {
         return;
     };
     let driver = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("vllm-driver");
-    let real = match live::nixl::resolve(&python.python, &driver, live::NixlChoice::Real) {
-        Ok(r) => r.run,
-        Err(why) => {
-            println!("{test}: skipped: no real NIXL ({why})");
-            return;
-        }
-    };
+    let real =
+        match kvgeom::internals::live::resolve(&python.python, &driver, live::NixlChoice::Real) {
+            Ok(r) => r.run,
+            Err(why) => {
+                skip(test, format_args!("no real NIXL ({why})"));
+                return;
+            }
+        };
     assert!(matches!(real, live::NixlRun::Real { .. }), "{real:?}");
     let mut all = Vec::new();
     for mode in [Mode::Pull, Mode::Push] {
@@ -1258,7 +1256,7 @@ fn real_nixl_gives_the_stand_ins_verdicts_plans_and_memory() {
         );
         assert_eq!(rr.nixl.as_deref(), Some("real"), "{label}");
         assert_eq!(sr.nixl.as_deref(), Some("stand-in"), "{label}");
-        let mems = |res: &live::protocol::CaseResult| -> Vec<(String, String, String)> {
+        let mems = |res: &kvgeom::internals::live::CaseResult| -> Vec<(String, String, String)> {
             let mut m: Vec<_> = res
                 .dlists
                 .iter()
@@ -1319,7 +1317,10 @@ fn nixl_real_without_the_package_names_what_to_install() {
             .output()
             .is_ok_and(|o| o.status.success())
     }) else {
-        println!("nixl_real_without_the_package_names_what_to_install: skipped: no python3");
+        skip(
+            "nixl_real_without_the_package_names_what_to_install",
+            "no python3",
+        );
         return;
     };
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("python-without-nixl");
@@ -1576,7 +1577,10 @@ fn wheel_dependencies_are_filtered_to_what_cpu_import_needs() {
             .output()
             .is_ok_and(|o| o.status.success())
     }) else {
-        println!("wheel_dependencies_are_filtered_to_what_cpu_import_needs: skipped: no python3");
+        skip(
+            "wheel_dependencies_are_filtered_to_what_cpu_import_needs",
+            "no python3",
+        );
         return;
     };
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("wheel-deps");

@@ -8,7 +8,7 @@ use kvgeom::scenario::{Outcome, RunOptions};
 use kvgeom::sweep::{execute, plan};
 use kvgeom::variant::Variant;
 
-mod default_sweep;
+use crate::default_sweep;
 
 use default_sweep::{default_grid, geometries, in_root};
 

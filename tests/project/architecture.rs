@@ -1,10 +1,15 @@
 //! The layer table of docs/architecture.md, checked against `src/`.
 //!
-//! Every import between kvgeom's top-level modules must point down the
-//! table: `memory` and `geometry` are leaves, `nixl` sits on them, the
-//! `connector` on `nixl`, and the harness modules on the connector. Harness
-//! modules may import each other, but never in a cycle; inside a module, no
-//! two files may import each other in a cycle either.
+//! Every top-level module of `src/` has a rank in `LAYERS`, with the reason
+//! it sits there; an import must point to a module of strictly lower rank
+//! (`memory` and `geometry` are leaves, `nixl` sits on them, the `connector`
+//! on `nixl`, the harness modules on the connector, each on the ones it
+//! uses). A failure names the file, the line, both modules and their ranks.
+//! Imports still being removed are listed in `PENDING`, and modules planned
+//! but not yet written in `PLANNED`; each entry fails the test once it is no
+//! longer needed. Inside a module, no two files may import each other in a
+//! cycle, and the curated modules (`CURATED`: `live`, `derive`) declare no
+//! `pub mod`: their API is re-exported from the module root.
 //!
 //! The checker reads the source text: `use` trees (grouped ones included),
 //! inline `crate::module::` paths and relative `super::`/`self::` paths, in
@@ -19,61 +24,148 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// Layers, bottom first. A module may import modules of lower layers only;
-/// harness modules may also import each other (without cycles).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Layer {
-    /// Input limits, below everything.
-    Base,
-    Leaf,
-    Nixl,
-    Connector,
-    Harness,
+/// One row of the layer table: a top-level module of `src/`, its rank and
+/// why it sits there. An import must point to a module of strictly lower
+/// rank; modules of one rank never import each other.
+struct Row {
+    module: &'static str,
+    rank: u8,
+    /// Why the module sits at this rank: what it imports that forces it
+    /// above the rank below, or who imports it.
+    why: &'static str,
 }
 
-impl Layer {
-    fn name(self) -> &'static str {
-        match self {
-            Layer::Base => "base",
-            Layer::Leaf => "leaf",
-            Layer::Nixl => "nixl layer",
-            Layer::Connector => "connector layer",
-            Layer::Harness => "harness",
-        }
-    }
+const fn row(module: &'static str, rank: u8, why: &'static str) -> Row {
+    Row { module, rank, why }
 }
 
-/// Every top-level module of `src/` and its layer. A new module must be
-/// added here (and to docs/architecture.md).
-const LAYERS: &[(&str, Layer)] = &[
-    ("memory", Layer::Leaf),
-    ("geometry", Layer::Leaf),
-    ("limits", Layer::Base),
-    ("time_limits", Layer::Base),
-    ("nixl", Layer::Nixl),
-    ("connector", Layer::Connector),
-    ("layout", Layer::Harness),
-    ("pattern", Layer::Harness),
-    ("defects", Layer::Harness),
-    ("variant", Layer::Harness),
-    ("oracle", Layer::Harness),
-    ("scheduler", Layer::Harness),
-    ("scenario", Layer::Harness),
-    ("live", Layer::Harness),
-    ("under_test", Layer::Harness),
-    ("sweep", Layer::Harness),
-    ("trace", Layer::Harness),
-    ("under_test", Layer::Harness),
-    ("report", Layer::Harness),
-    ("generate", Layer::Harness),
-    ("bench", Layer::Harness),
-    ("derive", Layer::Harness),
-    ("cli", Layer::Harness),
+/// Every top-level module of `src/`, bottom first. A new module gets a row
+/// here and a place in the diagram of docs/architecture.md.
+const LAYERS: &[Row] = &[
+    // base
+    row("limits", 0, "every input limit; imports no kvgeom module"),
+    row(
+        "time_limits",
+        0,
+        "every time limit on a wait; imports no kvgeom module",
+    ),
+    // leaves
+    row(
+        "memory",
+        1,
+        "KV backing memory; below nixl, which registers it",
+    ),
+    row(
+        "geometry",
+        1,
+        "the input model; reads files within `limits`",
+    ),
+    // nixl
+    row(
+        "nixl",
+        2,
+        "the Nixl trait and its transports, over `memory`",
+    ),
+    // the system under test
+    row(
+        "connector",
+        3,
+        "vLLM's connector reproduced, over `nixl`; knows no harness type",
+    ),
+    // harness
+    row(
+        "layout",
+        4,
+        "the harness's model of memory, from `geometry` and `nixl` regions",
+    ),
+    row(
+        "scheduler",
+        4,
+        "vLLM's scheduler model, from `geometry` alone",
+    ),
+    row(
+        "defects",
+        4,
+        "the defect table: each row selects a `connector::Policy` decision",
+    ),
+    row(
+        "derive",
+        4,
+        "geometries from HF configs, from `geometry` alone; low so that everything \
+         loading geometry files (sweep, bench, live) may use `load_geometry_file`",
+    ),
+    row("pattern", 5, "the provenance pattern over `layout`"),
+    row(
+        "variant",
+        5,
+        "what a case runs: a named policy or one row of `defects`, so above `defects`",
+    ),
+    row("oracle", 6, "the invariants, over `pattern` and `layout`"),
+    row(
+        "scenario",
+        7,
+        "one case end to end: `oracle`, `variant`, `scheduler`, the connector",
+    ),
+    row(
+        "trace",
+        8,
+        "vLLM traces replayed through the connector and compared with `scenario`'s run \
+         (so above `scenario`); below `live`: a trace is judged without the live driver",
+    ),
+    row(
+        "live",
+        9,
+        "vLLM's Python connector driven over `scenario`'s prepared memory (above \
+         `scenario` and `trace`), below the sweeps that run it",
+    ),
+    row(
+        "under_test",
+        10,
+        "the connector-under-test interface: kvgeom's (`scenario`), vLLM's (`live`) and \
+         a replayed trace (`trace`) behind one run and one judge, below what runs them",
+    ),
+    row(
+        "sweep",
+        11,
+        "case enumeration, runs and shrinking over any connector under test; loads \
+         geometry files through `derive`",
+    ),
+    row(
+        "report",
+        12,
+        "reports of a sweep: each carries the `sweep::shard::Shard` it ran, so above `sweep`",
+    ),
+    row(
+        "bench",
+        12,
+        "benchmarks; `bench scale` enumerates its cases with `sweep::plan`, so above `sweep`",
+    ),
+    row(
+        "generate",
+        12,
+        "the fuzz and proptest generator: its targets drive `trace`, `scenario` and the \
+         connector",
+    ),
+    row("cli", 13, "the subcommands: everything below"),
 ];
 
-fn layer_of(module: &str) -> Option<Layer> {
-    LAYERS.iter().find(|(m, _)| *m == module).map(|(_, l)| *l)
+/// Modules with a row but no folder or file under `src/` yet; the test
+/// fails once one exists, so that its entry here is deleted.
+const PLANNED: &[&str] = &[];
+
+/// Imports that break the ranks and are being removed; each is allowed until
+/// it is gone, and the test fails once it is gone, so that its entry here
+/// is deleted. (importer, imported, why it is still there)
+const PENDING: &[(&str, &str, &str)] = &[];
+
+fn row_of(module: &str) -> Option<&'static Row> {
+    LAYERS.iter().find(|r| r.module == module)
 }
+
+/// Top-level modules whose submodules stay `pub(crate)`: their API is
+/// re-exported from the module root (and the little the tests need beyond
+/// it from `kvgeom::internals`).
+const CURATED: &[&str] = &["live", "derive"];
 
 // ---------------------------------------------------------------------------
 // Lexing: identifiers, `::` and single punctuation characters, with lines.
@@ -465,10 +557,10 @@ fn check(files: &[(String, String)]) -> Vec<String> {
         if module == "main" || module == "lib" {
             continue;
         }
-        let Some(layer) = layer_of(&module) else {
+        let Some(row) = row_of(&module) else {
             problems.push(format!(
                 "{file}:1: module `{module}` is not in the layer table \
-                 (tests/architecture.rs LAYERS, docs/architecture.md)"
+                 (tests/project/architecture.rs LAYERS, docs/architecture.md)"
             ));
             continue;
         };
@@ -506,24 +598,21 @@ fn check(files: &[(String, String)]) -> Vec<String> {
             if import.bare {
                 continue; // an external crate (std, serde, ...)
             }
-            let Some(target_layer) = layer_of(target) else {
+            let Some(target_row) = row_of(target) else {
                 problems.push(format!(
                     "{evidence}: `{module}` imports `{target}`, which is not in the layer table"
                 ));
                 continue;
             };
-            if target_layer > layer {
+            let pending = PENDING
+                .iter()
+                .any(|(from, to, _)| *from == module.as_str() && *to == target.as_str());
+            if target_row.rank >= row.rank && !pending {
                 problems.push(format!(
-                    "{evidence}: `{module}` ({}) imports `{target}` ({}): \
-                     a module may import only modules of lower layers",
-                    layer.name(),
-                    target_layer.name()
-                ));
-            } else if target_layer == layer && layer != Layer::Harness {
-                problems.push(format!(
-                    "{evidence}: `{module}` ({0}) imports `{target}` ({0}): \
-                     only harness modules may import a module of their own layer",
-                    layer.name()
+                    "{evidence}: `{module}` (rank {}) imports `{target}` (rank {}): \
+                     an import must point to a strictly lower rank \
+                     (tests/project/architecture.rs LAYERS)",
+                    row.rank, target_row.rank
                 ));
             }
             modules
@@ -532,6 +621,10 @@ fn check(files: &[(String, String)]) -> Vec<String> {
                 .entry(target.clone())
                 .or_insert(evidence);
         }
+    }
+
+    for (file, src) in files {
+        problems.extend(public_submodules(file, src));
     }
 
     for cycle in cycles(&modules) {
@@ -552,6 +645,48 @@ fn check(files: &[(String, String)]) -> Vec<String> {
     let mut reported = BTreeSet::new();
     problems.retain(|p| reported.insert(p.clone()));
     problems
+}
+
+/// The `PENDING` allowances no file of `files` needs any more.
+fn stale_pending(files: &[(String, String)]) -> Vec<String> {
+    PENDING
+        .iter()
+        .filter(|(from, to, _)| {
+            !files.iter().any(|(file, src)| {
+                module_path(file).first().map(String::as_str) == Some(*from)
+                    && imports(file, src)
+                        .iter()
+                        .any(|i| !i.bare && i.target.first().map(String::as_str) == Some(*to))
+            })
+        })
+        .map(|(from, to, _)| {
+            format!(
+                "tests/project/architecture.rs: no import of `{to}` in `{from}` any more: \
+                 delete its PENDING allowance"
+            )
+        })
+        .collect()
+}
+
+/// `pub mod` items in the files of a curated module (`CURATED`): their
+/// submodules are `pub(crate)`, the API is re-exported from the root.
+fn public_submodules(file: &str, src: &str) -> Vec<String> {
+    let path = module_path(file);
+    let Some(module) = path.first().filter(|m| CURATED.contains(&m.as_str())) else {
+        return Vec::new();
+    };
+    let tokens = lex(src);
+    tokens
+        .windows(3)
+        .filter(|w| w[0].text == "pub" && w[1].text == "mod" && is_ident(&w[2].text))
+        .map(|w| {
+            format!(
+                "{file}:{}: `pub mod {}` below the root of `{module}`: make it `pub(crate)` and \
+                 re-export what the API needs from src/{module}/mod.rs, as `connector` does",
+                w[0].line, w[2].text
+            )
+        })
+        .collect()
 }
 
 /// One entry per cycle (the set of its nodes, reported once): the evidence
@@ -636,7 +771,8 @@ fn src_follows_the_layer_table() {
         "found only {} files under src/",
         files.len()
     );
-    let problems = check(&files);
+    let mut problems = check(&files);
+    problems.extend(stale_pending(&files));
     assert!(
         problems.is_empty(),
         "{} import(s) break the layer table (docs/architecture.md):\n{}",
@@ -654,8 +790,42 @@ fn every_module_of_src_is_in_the_layer_table() {
         .collect();
     for module in &modules {
         assert!(
-            layer_of(module).is_some(),
-            "src module `{module}` has no layer"
+            row_of(module).is_some(),
+            "src module `{module}` has no row in LAYERS (tests/project/architecture.rs)"
+        );
+        assert!(
+            !PLANNED.contains(&module.as_str()),
+            "src/{module} exists now: delete `{module}` from PLANNED (tests/project/architecture.rs)"
+        );
+    }
+    for row in LAYERS {
+        assert!(
+            modules.contains(row.module) || PLANNED.contains(&row.module),
+            "LAYERS has a row for `{}`, which is not under src/ (and not in PLANNED)",
+            row.module
+        );
+        assert!(
+            !row.why.is_empty(),
+            "`{}`: say why it sits at rank {}",
+            row.module,
+            row.rank
+        );
+    }
+    let mut seen = BTreeSet::new();
+    for row in LAYERS {
+        assert!(
+            seen.insert(row.module),
+            "`{}` has two rows in LAYERS",
+            row.module
+        );
+    }
+    for (from, to, why) in PENDING {
+        let (Some(f), Some(t)) = (row_of(from), row_of(to)) else {
+            panic!("PENDING `{from}` → `{to}` names a module without a row");
+        };
+        assert!(
+            t.rank >= f.rank && !why.is_empty(),
+            "PENDING `{from}` → `{to}` is allowed by the ranks anyway, or says no reason: delete it"
         );
     }
 }
@@ -679,8 +849,7 @@ fn a_leaf_importing_nixl_is_caught_with_its_file_and_line() {
     )]);
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert!(
-        problems[0]
-            .starts_with("src/memory/cuda.rs:4: `memory` (leaf) imports `nixl` (nixl layer)"),
+        problems[0].starts_with("src/memory/cuda.rs:4: `memory` (rank 1) imports `nixl` (rank 2)"),
         "{}",
         problems[0]
     );
@@ -704,20 +873,20 @@ fn grouped_uses_inline_paths_and_super_chains_are_seen() {
     ]);
     let joined = problems.join("\n");
     assert!(
-        joined.contains("src/geometry/model.rs:2: `geometry` (leaf) imports `memory` (leaf)"),
+        joined.contains("src/geometry/model.rs:2: `geometry` (rank 1) imports `memory` (rank 1)"),
         "{joined}"
     );
     assert!(
-        joined.contains("src/geometry/model.rs:3: `geometry` (leaf) imports `nixl`"),
+        joined.contains("src/geometry/model.rs:3: `geometry` (rank 1) imports `nixl` (rank 2)"),
         "{joined}"
     );
     assert!(
-        joined.contains("src/nixl/loopback.rs:2: `nixl` (nixl layer) imports `connector`"),
+        joined.contains("src/nixl/loopback.rs:2: `nixl` (rank 2) imports `connector` (rank 3)"),
         "{joined}"
     );
     assert!(
         joined
-            .contains("src/connector/pull.rs:2: `connector` (connector layer) imports `scenario`"),
+            .contains("src/connector/pull.rs:2: `connector` (rank 3) imports `scenario` (rank 7)"),
         "{joined}"
     );
 }
@@ -735,16 +904,79 @@ fn comments_strings_and_external_crates_are_not_imports() {
 }
 
 #[test]
-fn a_cycle_between_harness_modules_is_caught() {
+fn an_upward_import_between_harness_modules_is_caught_with_both_ranks() {
     let problems = planted(&[
         ("src/layout/mod.rs", "use crate::pattern::fill;\n"),
         ("src/pattern.rs", "\nuse crate::layout::CaseLayout;\n"),
     ]);
-    assert_eq!(problems.len(), 1, "{problems:?}");
+    let joined = problems.join("\n");
+    assert_eq!(problems.len(), 2, "{joined}");
     assert!(
-        problems[0].contains("import cycle between modules: `layout` → `pattern` (src/layout/mod.rs:1) → `layout` (src/pattern.rs:2)"),
-        "{}",
-        problems[0]
+        joined.contains(
+            "src/layout/mod.rs:1: `layout` (rank 4) imports `pattern` (rank 5): \
+             an import must point to a strictly lower rank"
+        ),
+        "{joined}"
+    );
+    assert!(
+        joined.contains("import cycle between modules: `layout` → `pattern` (src/layout/mod.rs:1) → `layout` (src/pattern.rs:2)"),
+        "{joined}"
+    );
+}
+
+#[test]
+fn an_import_within_one_rank_is_caught() {
+    let problems = planted(&[("src/scheduler.rs", "use crate::layout::Side;\n")]);
+    assert_eq!(
+        problems,
+        [
+            "src/scheduler.rs:1: `scheduler` (rank 4) imports `layout` (rank 4): \
+          an import must point to a strictly lower rank (tests/project/architecture.rs LAYERS)"
+        ]
+    );
+}
+
+#[test]
+fn the_imports_once_pending_are_caught_again() {
+    // `trace` → `live` and `live` → `sweep` were allowed while the
+    // connector-under-test interface replaced them; no allowance is left.
+    assert!(PENDING.is_empty(), "{PENDING:?}");
+    let problems = planted(&[
+        ("src/trace/recorded.rs", "use crate::live::run::prepare;\n"),
+        ("src/trace/mod.rs", "pub(crate) mod recorded;\n"),
+    ]);
+    assert_eq!(
+        problems,
+        [
+            "src/trace/recorded.rs:1: `trace` (rank 8) imports `live` (rank 9): \
+          an import must point to a strictly lower rank (tests/project/architecture.rs LAYERS)"
+        ]
+    );
+    assert!(stale_pending(&[]).is_empty());
+}
+
+#[test]
+fn a_pub_mod_below_the_root_of_live_or_derive_is_caught() {
+    let problems = planted(&[
+        (
+            "src/live/mod.rs",
+            "//! doc\npub(crate) mod batch;\npub mod run;\nmod shrink;\npub use run::LiveReport;\n",
+        ),
+        (
+            "src/derive/pair.rs",
+            "pub(crate) fn f() {}\npub mod inner {}\n",
+        ),
+        ("src/connector/mod.rs", "pub mod post_process;\n"),
+    ]);
+    assert_eq!(
+        problems,
+        [
+            "src/live/mod.rs:3: `pub mod run` below the root of `live`: make it `pub(crate)` \
+             and re-export what the API needs from src/live/mod.rs, as `connector` does",
+            "src/derive/pair.rs:2: `pub mod inner` below the root of `derive`: make it \
+             `pub(crate)` and re-export what the API needs from src/derive/mod.rs, as \
+             `connector` does",
+        ]
     );
 }
 
@@ -782,9 +1014,7 @@ fn an_unknown_module_and_a_connector_importing_the_harness_are_caught() {
     let joined = problems.join("\n");
     assert_eq!(problems.len(), 3, "{joined}");
     assert!(
-        joined.contains(
-            "src/connector/push.rs:1: `connector` (connector layer) imports `defects` (harness)"
-        ),
+        joined.contains("src/connector/push.rs:1: `connector` (rank 3) imports `defects` (rank 4)"),
         "{joined}"
     );
     assert!(
@@ -792,7 +1022,9 @@ fn an_unknown_module_and_a_connector_importing_the_harness_are_caught() {
         "{joined}"
     );
     assert!(
-        joined.contains("src/connector/worker.rs:1: `connector` (connector layer) imports `scheduler` (harness)"),
+        joined.contains(
+            "src/connector/worker.rs:1: `connector` (rank 3) imports `scheduler` (rank 4)"
+        ),
         "{joined}"
     );
 }

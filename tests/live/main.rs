@@ -1,0 +1,8 @@
+//! `--connector vllm`: vLLM's own connector under kvgeom's oracles (needs
+//! the project's vLLM venv for most tests; each says why it is skipped
+//! without one).
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod live_vllm;
