@@ -92,6 +92,11 @@ pub(crate) fn kvgeom_explain(args: ExplainArgs) -> u8 {
             return code;
         }
     }
+    if let Some(path) = &args.record_trace {
+        if let Err(code) = super::write_output("--record-trace", path, "") {
+            return code;
+        }
+    }
     if let Err(code) = super::pools_hold(&case) {
         return code;
     }
@@ -131,6 +136,13 @@ pub(crate) fn kvgeom_explain(args: ExplainArgs) -> u8 {
         return EXIT_BAD_INPUT;
     }
     print!("{}", explain_text(&run));
+    if let Some(path) = &args.record_trace {
+        let code = crate::under_test::CodeUnderTest::kvgeom(case.variant);
+        if let Err(e) = crate::under_test::write_trace(&run, &code, path) {
+            eprintln!("error: --record-trace: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    }
     if let Some(path) = &args.svg {
         if let Err(code) = super::write_output("--svg", path, &svg(&run)) {
             return code;
