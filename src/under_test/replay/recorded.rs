@@ -64,7 +64,7 @@ pub enum RecordedErrorKind {
     Json(serde_json::Error),
     /// Another format.
     #[error(
-        "format {found:?} is neither {TRACE_FORMAT_V2} nor {TRACE_FORMAT_V3} \
+        "format {found:?} is not {TRACE_FORMAT_V2} or {TRACE_FORMAT_V3} \
          (a v1 trace is a .jsonl file)"
     )]
     Format {
