@@ -41,9 +41,9 @@ pub struct ExplainArgs {
     /// Also write an SVG byte map of decode's request blocks.
     #[arg(long)]
     pub svg: Option<PathBuf>,
-    /// With --connector vllm: save the case's v2 trace (with memory
-    /// images for a case of at most 1 MiB) as FILE (gzipped when FILE
-    /// ends in .gz).
+    /// Save the case's trace (v2 with --connector vllm, v3 with kvgeom's
+    /// connector; memory images for a case of at most 1 MiB) as FILE
+    /// (gzipped when FILE ends in .gz).
     #[arg(long, value_name = "FILE")]
     pub record_trace: Option<PathBuf>,
 }

@@ -62,11 +62,12 @@ pub struct SweepArgs {
     /// JUnit reports.
     #[arg(long, value_name = "K/N")]
     pub shard: Option<String>,
-    /// With --connector vllm: save every case's v2 trace (vLLM's lists,
-    /// transfers and outcome; memory images for a case of at most 1 MiB)
-    /// and, for a pull case, one v1 trace per decode rank
-    /// (`<case>-d<rank>.jsonl.gz`) into this folder, for check-trace and
-    /// diff-trace.
+    /// Save every case's trace into this folder, for check-trace,
+    /// diff-trace and --connector replay: with --connector vllm its v2
+    /// trace (vLLM's lists, transfers and outcome; memory images for a case
+    /// of at most 1 MiB) and, for a pull case, one v1 trace per decode rank
+    /// (`<case>-d<rank>.jsonl.gz`); with kvgeom's connector its v3 trace
+    /// (the same record, naming the code that ran).
     #[arg(long, value_name = "DIR")]
     pub record_traces: Option<PathBuf>,
 }
