@@ -41,9 +41,9 @@ pub struct ExplainArgs {
     /// Also write an SVG byte map of decode's request blocks.
     #[arg(long)]
     pub svg: Option<PathBuf>,
-    /// With --connector vllm: save the case's v2 trace (with memory
-    /// images for a case of at most 1 MiB) as FILE (gzipped when FILE
-    /// ends in .gz).
+    /// Save the case's trace (v2 with --connector vllm, v3 with kvgeom's
+    /// connector; memory images for a case of at most 1 MiB) as FILE
+    /// (gzipped when FILE ends in .gz).
     #[arg(long, value_name = "FILE")]
     pub record_trace: Option<PathBuf>,
 }
@@ -92,6 +92,11 @@ pub(crate) fn kvgeom_explain(args: ExplainArgs) -> u8 {
             return code;
         }
     }
+    if let Some(path) = &args.record_trace {
+        if let Err(code) = super::write_output("--record-trace", path, "") {
+            return code;
+        }
+    }
     if let Err(code) = super::pools_hold(&case) {
         return code;
     }
@@ -131,6 +136,13 @@ pub(crate) fn kvgeom_explain(args: ExplainArgs) -> u8 {
         return EXIT_BAD_INPUT;
     }
     print!("{}", explain_text(&run));
+    if let Some(path) = &args.record_trace {
+        let code = crate::under_test::CodeUnderTest::kvgeom(case.variant);
+        if let Err(e) = crate::under_test::write_trace(&run, &code, path) {
+            eprintln!("error: --record-trace: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    }
     if let Some(path) = &args.svg {
         if let Err(code) = super::write_output("--svg", path, &svg(&run)) {
             return code;

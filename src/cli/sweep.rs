@@ -62,11 +62,12 @@ pub struct SweepArgs {
     /// JUnit reports.
     #[arg(long, value_name = "K/N")]
     pub shard: Option<String>,
-    /// With --connector vllm: save every case's v2 trace (vLLM's lists,
-    /// transfers and outcome; memory images for a case of at most 1 MiB)
-    /// and, for a pull case, one v1 trace per decode rank
-    /// (`<case>-d<rank>.jsonl.gz`) into this folder, for check-trace and
-    /// diff-trace.
+    /// Save every case's trace into this folder, for check-trace,
+    /// diff-trace and --connector replay: with --connector vllm its v2
+    /// trace (vLLM's lists, transfers and outcome; memory images for a case
+    /// of at most 1 MiB) and, for a pull case, one v1 trace per decode rank
+    /// (`<case>-d<rank>.jsonl.gz`); with kvgeom's connector its v3 trace
+    /// (the same record, naming the code that ran).
     #[arg(long, value_name = "DIR")]
     pub record_traces: Option<PathBuf>,
 }
@@ -227,7 +228,13 @@ pub(crate) fn kvgeom_sweep(args: SweepArgs) -> u8 {
         }
     }
     let budget = MemoryBudget::new(budget.bytes);
-    let reports = execute::run_all_within(&cases, &run_opts, threads, &budget);
+    let reports = match &args.record_traces {
+        None => execute::run_all_within(&cases, &run_opts, threads, &budget),
+        Some(dir) => match run_recorded(&cases, &run_opts, threads, &budget, dir) {
+            Ok(reports) => reports,
+            Err(code) => return code,
+        },
+    };
     let shard = shard.as_ref().map(|(s, p)| (s, p.as_slice()));
     let text = match args.format {
         Format::Table => sweep_report::table(&reports),
@@ -283,6 +290,41 @@ pub(crate) fn kvgeom_sweep(args: SweepArgs) -> u8 {
         eprintln!("  replay: {}", minimal.replay_command());
     }
     EXIT_FAILED
+}
+
+/// Every case run through kvgeom's connector as [`execute::run_all_within`]
+/// runs it, each run written into `dir` as a trace (named as a live sweep
+/// names them, gzipped); a trace that cannot be written fails the sweep
+/// with exit 2, naming the first.
+fn run_recorded(
+    cases: &[crate::scenario::Case],
+    opts: &RunOptions,
+    threads: Option<usize>,
+    budget: &MemoryBudget,
+    dir: &std::path::Path,
+) -> Result<Vec<CaseReport>, u8> {
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        eprintln!("error: --record-traces {}: {e}", dir.display());
+        return Err(EXIT_BAD_INPUT);
+    }
+    let failed = std::sync::Mutex::new(None);
+    let reports = execute::run_each_within(cases, opts, threads, budget, &|case| {
+        let run = crate::under_test::run_case_detailed(case, opts);
+        let path = dir.join(format!("{}.gz", crate::live::trace_file_name(case)));
+        let code = CodeUnderTest::kvgeom(case.variant);
+        if let Err(e) = crate::under_test::write_trace(&run, &code, &path) {
+            let mut first = failed.lock().unwrap_or_else(|p| p.into_inner());
+            first.get_or_insert(e);
+        }
+        run.report
+    });
+    match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some(e) => {
+            eprintln!("error: --record-traces: {e}");
+            Err(EXIT_BAD_INPUT)
+        }
+        None => Ok(reports),
+    }
 }
 
 /// Exit status of a sweep judged against expected failures: 0 when exactly

@@ -27,6 +27,18 @@ pub fn run_all_within(
     threads: Option<usize>,
     budget: &MemoryBudget,
 ) -> Vec<CaseReport> {
+    run_each_within(cases, opts, threads, budget, &|case| run_case(case, opts))
+}
+
+/// [`run_all_within`] with each case run by `run_one` (kvgeom's connector
+/// with its run recorded as a trace, for `--record-traces`).
+pub fn run_each_within(
+    cases: &[Case],
+    opts: &RunOptions,
+    threads: Option<usize>,
+    budget: &MemoryBudget,
+    run_one: &(dyn Fn(&Case) -> CaseReport + Sync),
+) -> Vec<CaseReport> {
     let bar = if std::io::stderr().is_terminal() && cases.len() > 1 {
         let bar = ProgressBar::new(cases.len() as u64);
         bar.set_style(
@@ -38,7 +50,7 @@ pub fn run_all_within(
         ProgressBar::hidden()
     };
     let run = |case: &Case| {
-        let report = budget.run(estimate(case).peak_bytes, || run_case(case, opts));
+        let report = budget.run(estimate(case).peak_bytes, || run_one(case));
         bar.inc(1);
         if !report.passed() {
             bar.set_message("(failures)");

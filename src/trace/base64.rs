@@ -1,5 +1,6 @@
-//! Standard base64 (RFC 4648, `+` and `/`, `=` padding), decoding only: the
-//! memory images of v2 traces.
+//! Standard base64 (RFC 4648, `+` and `/`, `=` padding): the memory images
+//! of v2 and v3 traces, decoded when a trace is read and encoded when
+//! kvgeom records one.
 
 /// Why a base64 text does not decode.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -26,6 +27,29 @@ fn value(c: u8) -> Option<u8> {
         b'/' => Some(63),
         _ => None,
     }
+}
+
+const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// `bytes` as padded base64 text.
+pub fn encode(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for (k, shift) in [18, 12, 6, 0].into_iter().enumerate() {
+            if k <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> shift) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 /// The bytes `text` encodes.
@@ -63,6 +87,23 @@ pub fn decode(text: &str) -> Result<Vec<u8>, Base64Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn encodes_what_it_decodes() {
+        for plain in [
+            &b""[..],
+            b"f",
+            b"fo",
+            b"foo",
+            b"foob",
+            b"fooba",
+            b"foobar",
+            &[0, 255, 7],
+        ] {
+            assert_eq!(decode(&encode(plain)).as_deref(), Ok(plain), "{plain:?}");
+        }
+        assert_eq!(encode(b"foob"), "Zm9vYg==");
+    }
 
     #[test]
     fn decodes_the_rfc_examples() {

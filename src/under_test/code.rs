@@ -5,14 +5,14 @@
 //! from the table is still run, but its plan comparison is information and
 //! no expectations apply.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::connector::NamedPolicy;
 use crate::defects::Defect;
 use crate::variant::Variant;
 
 /// Which connector ran.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ConnectorKind {
     /// kvgeom's own Rust connector.
@@ -35,7 +35,8 @@ impl ConnectorKind {
 }
 
 /// A source tree the code under test was installed from.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SourceTree {
     /// The checkout's folder.
     pub path: String,
@@ -47,7 +48,8 @@ pub struct SourceTree {
 
 /// The code a run judged: `code_under_test` in the reports
 /// (docs/report-format.md).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CodeUnderTest {
     /// The connector.
     pub connector: ConnectorKind,

@@ -12,12 +12,14 @@ pub mod judge;
 pub mod kvgeom;
 pub mod record;
 pub mod replay;
+pub mod trace_writer;
 pub mod vllm;
 
 pub use code::*;
 pub use judge::{judge, PlanComparison};
 pub use kvgeom::{run_case, run_case_detailed, KvgeomConnector};
 pub use record::{RunLog, RunOutcome, RunRecord};
+pub use trace_writer::{write_trace, TraceWriteError, TRACE_FORMAT_V3};
 
 use crate::scenario::Placement;
 use crate::scenario::{Case, Outcome};

@@ -34,8 +34,8 @@ use recorded_judge::id_findings;
 pub struct ReplayConnector {
     /// Each trace's file and the case it names, in the order given.
     traces: Vec<(PathBuf, Case, Placement)>,
-    /// The vLLM versions the traces were recorded from.
-    versions: std::collections::BTreeSet<String>,
+    /// What ran in each trace, without repeats.
+    codes: Vec<super::CodeUnderTest>,
 }
 
 impl ReplayConnector {
@@ -43,14 +43,16 @@ impl ReplayConnector {
     /// as `check-trace` does); its memory is read again when it runs.
     pub fn open(paths: &[PathBuf]) -> Result<Self, RecordedError> {
         let mut traces = Vec::with_capacity(paths.len());
-        let mut versions = std::collections::BTreeSet::new();
+        let mut codes = Vec::new();
         for path in paths {
             let rc = RecordedCase::read(path)?;
             let placement = traced_placement(&rc);
-            versions.insert(rc.vllm_version.clone());
+            if !codes.contains(&rc.code_under_test) {
+                codes.push(rc.code_under_test.clone());
+            }
             traces.push((path.clone(), rc.case, placement));
         }
-        Ok(ReplayConnector { traces, versions })
+        Ok(ReplayConnector { traces, codes })
     }
 
     /// The traced cases, in the order of their files.
@@ -61,11 +63,16 @@ impl ReplayConnector {
             .collect()
     }
 
-    /// What ran: the vLLM the traces were recorded from, when they name
-    /// one version (replaying traces of several releases at once names
-    /// none of them: `version` lists them all).
+    /// What ran: the code the traces record, when they all record one
+    /// (replaying traces of several at once names none of them: `version`
+    /// lists every version, sorted).
     pub fn code_under_test(&self) -> super::CodeUnderTest {
-        let version = self.versions.iter().cloned().collect::<Vec<_>>().join(", ");
+        if let [one] = self.codes.as_slice() {
+            return one.clone();
+        }
+        let versions: std::collections::BTreeSet<&str> =
+            self.codes.iter().map(|c| c.version.as_str()).collect();
+        let version = versions.into_iter().collect::<Vec<_>>().join(", ");
         super::CodeUnderTest::vllm(&version)
     }
 

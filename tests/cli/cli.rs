@@ -709,10 +709,8 @@ fn options_of_the_other_connector_are_refused_by_name() {
         // kvgeom's connector: the live mode's options.
         (sweep, "--nixl stand-in", "--nixl"),
         (sweep, "--vllm-python python3", "--vllm-python"),
-        (sweep, "--record-traces traces", "--record-traces"),
         (explain, "--nixl real", "--nixl"),
         (explain, "--vllm-python python3", "--vllm-python"),
-        (explain, "--record-trace t.jsonl", "--record-trace"),
         // vLLM's connector: kvgeom's variants, transport and memory.
         (
             sweep,

@@ -1,5 +1,7 @@
 //! v2 traces (docs/trace-format.md): the live driver's recordings of vLLM
-//! 0.33.0's real connector, judged by `check-trace` and `diff-trace`.
+//! 0.33.0's real connector, judged by `check-trace` and `diff-trace`; and
+//! v3 traces, kvgeom's own connector recorded by `--record-traces` and
+//! `--record-trace`, read back with the verdicts of the run they record.
 //!
 //! The fixtures need no venv. The recording test needs it (or an
 //! interpreter named by `KVGEOM_VLLM_PYTHON`) and says why it is skipped
@@ -1073,32 +1075,289 @@ fn a_live_sweep_records_traces_that_judge_as_its_cases() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `kvgeom ARGS` from the project root, its stdout as JSON (the status
+/// is the caller's to check).
+fn json_of(args: &[&str]) -> (Option<i32>, Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kvgeom"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(args)
+        .output()
+        .expect("run kvgeom");
+    let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{args:?}: no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code(), json)
+}
+
+/// The check-trace verdict a sweep's case outcome is: a refusal the
+/// geometry expects or not is `rejected`, a pass `passed`, the rest
+/// (violations, a crash, a hang, a refusal missing) `violations`.
+fn check_verdict_of(outcome: &Value) -> &'static str {
+    match outcome["kind"].as_str() {
+        Some("passed") => "passed",
+        Some("expected_rejection" | "unexpected_rejection") => "rejected",
+        _ => "violations",
+    }
+}
+
+/// The trace file of a sweep case recorded into `dir`.
+fn recorded_file(dir: &Path, case: &Value) -> PathBuf {
+    dir.join(format!(
+        "{}-{}-n{}-hit{}-{}-s{}.trace.json.gz",
+        case["geometry"].as_str().expect("geometry"),
+        case["mode"].as_str().expect("mode"),
+        case["prompt_len"],
+        case["prefix_hit"],
+        case["allocation"].as_str().expect("allocation"),
+        case["seed"]
+    ))
+}
+
+/// Sweep `args` with kvgeom's connector recording into a fresh folder, then
+/// judge every recorded trace with check-trace and replay them all with
+/// `sweep --connector replay`: each verdict is the sweep's. Returns the
+/// sweep's cases and the folder.
+fn record_and_judge(name: &str, args: &[&str]) -> (Vec<Value>, PathBuf) {
+    let dir = scratch(module_path!(), name);
+    let traces = dir.join("traces");
+    let traces_arg = traces.to_str().expect("a UTF-8 path");
+    let mut sweep_args = vec!["sweep"];
+    sweep_args.extend_from_slice(args);
+    sweep_args.extend_from_slice(&["--format", "json", "--record-traces", traces_arg]);
+    let (code, sweep) = json_of(&sweep_args);
+    assert!(matches!(code, Some(0 | 1)), "{sweep_args:?}: exit {code:?}");
+    let cases = sweep["cases"].as_array().expect("cases").clone();
+    assert!(!cases.is_empty());
+    let files = std::fs::read_dir(&traces)
+        .expect("the traces folder")
+        .count();
+    assert_eq!(files, cases.len(), "one trace per case");
+    for case in &cases {
+        let file = recorded_file(&traces, case);
+        let (v, m, _) = verdict(&["check-trace"], &file);
+        assert_eq!(
+            v,
+            check_verdict_of(&case["outcome"]),
+            "{}: {m}",
+            file.display()
+        );
+        if v == "violations" && case["outcome"]["kind"] == "violations" {
+            let n = case["violations"].as_array().expect("violations").len();
+            assert!(
+                m.starts_with(&format!("{n} violations")),
+                "{}: {m}",
+                file.display()
+            );
+        }
+    }
+    let (_, replayed) = json_of(&[
+        "sweep",
+        "--connector",
+        "replay",
+        "--format",
+        "json",
+        traces_arg,
+    ]);
+    let replayed = replayed["cases"].as_array().expect("cases").clone();
+    assert_eq!(replayed.len(), cases.len());
+    for case in &cases {
+        let traced = replayed
+            .iter()
+            .find(|r| {
+                [
+                    "geometry",
+                    "mode",
+                    "prompt_len",
+                    "prefix_hit",
+                    "allocation",
+                    "seed",
+                ]
+                .iter()
+                .all(|k| r[*k] == case[*k])
+            })
+            .unwrap_or_else(|| panic!("no replay of {case}"));
+        assert_eq!(traced["outcome"], case["outcome"], "{case}");
+        assert_eq!(traced["passed"], case["passed"], "{case}");
+        assert_eq!(traced["code_under_test"], case["code_under_test"], "{case}");
+        let count = |c: &Value| c["violations"].as_array().map_or(0, Vec::len);
+        assert_eq!(count(traced), count(case), "{case}");
+    }
+    (cases, dir)
+}
+
+/// kvgeom's own connector run as vLLM 0.33.0 (passes, crashes, expected
+/// refusals and hangs among the cases): each recorded trace reads back
+/// with check-trace's verdict for the sweep's case, and replays to the
+/// same outcome.
 #[test]
-fn recording_needs_the_vllm_connector() {
-    for args in [
-        &["sweep", "--record-traces", "/nonexistent"][..],
+fn kvgeoms_recorded_traces_judge_as_its_sweep() {
+    let (cases, dir) = record_and_judge(
+        "kvgeom-vllm-policy",
         &[
-            "explain",
-            "--prompt",
-            "9",
-            "--record-trace",
-            "/nonexistent.json",
-        ][..],
+            "geometries/nemotron-h-gqa-mamba2-hnd.toml",
+            "geometries/reject-g1-prefix-caching.toml",
+            "geometries/mla-kda-decode-tp2.toml",
+            "--prompts",
+            "13",
+            "--policy",
+            "vllm-0.33.0",
+        ],
+    );
+    let kinds: std::collections::BTreeSet<&str> = cases
+        .iter()
+        .filter_map(|c| c["outcome"]["kind"].as_str())
+        .collect();
+    for kind in ["passed", "crashed", "expected_rejection"] {
+        assert!(kinds.contains(kind), "no {kind} case among {kinds:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A defect the oracles catch (its sweep's cases fail with violations)
+/// records traces that check-trace fails, with the same violations.
+#[test]
+fn a_caught_defect_records_traces_check_trace_fails() {
+    let (cases, dir) = record_and_judge(
+        "kvgeom-defect",
+        &[
+            "geometries/g1-mla-kda-ppl3-vs-2.toml",
+            "--prompts",
+            "13",
+            "--defect",
+            "remote-ids-local-ppl",
+        ],
+    );
+    assert!(
+        cases.iter().any(|c| c["outcome"]["kind"] == "violations"),
+        "the defect is caught on some case"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `explain --record-trace FILE` writes a v3 trace naming what ran:
+/// kvgeom's connector, its version and the policy it ran as; diff-trace
+/// under that policy matches it, and check-trace agrees with explain's
+/// exit status.
+#[test]
+fn an_explained_case_records_what_ran() {
+    let dir = scratch(module_path!(), "kvgeom-explain");
+    for (args, policy, status) in [
+        (&["--policy", "vllm-0.33.0"][..], "vllm-0.33.0", "passed"),
+        (
+            &["--defect", "remote-ids-local-ppl"][..],
+            "defect remote-ids-local-ppl",
+            "violations",
+        ),
     ] {
+        let file = dir.join("case.trace.json");
         let out = Command::new(env!("CARGO_BIN_EXE_kvgeom"))
             .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .args(&args[..1])
-            .arg("geometries/nemotron-h-gqa-mamba2-hnd.toml")
-            .args(&args[1..])
+            .args([
+                "explain",
+                "geometries/g1-mla-kda-ppl3-vs-2.toml",
+                "--prompt",
+                "13",
+            ])
+            .args(args)
+            .arg("--record-trace")
+            .arg(&file)
             .output()
             .expect("run kvgeom");
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            stderr.contains("add --connector vllm"),
-            "{args:?}: {stderr}"
+        let expected_exit = if status == "passed" { 0 } else { 1 };
+        assert_eq!(out.status.code(), Some(expected_exit), "{args:?}");
+        let trace: Value =
+            serde_json::from_slice(&std::fs::read(&file).expect("the trace")).expect("JSON");
+        assert_eq!(trace["format"], "kvgeom-trace/3");
+        assert_eq!(
+            trace["code_under_test"],
+            serde_json::json!({
+                "connector": "kvgeom",
+                "version": env!("CARGO_PKG_VERSION"),
+                "policy": policy,
+                "source": null,
+            })
         );
+        assert!(trace.get("vllm_version").is_none());
+        assert!(
+            trace["memory"]["images"].is_array(),
+            "a small case holds its memory"
+        );
+        let (v, m, _) = verdict(&["check-trace"], &file);
+        assert_eq!(v, status, "{args:?}: {m}");
+        let mut diff = vec!["diff-trace"];
+        diff.extend_from_slice(args);
+        let (v, m, _) = verdict(&diff, &file);
+        assert_eq!(v, "match", "{args:?}: {m}");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A v3 trace is read as strictly as a v2 one: an unknown field, a
+/// `vllm_version` beside `code_under_test`, or a v2 trace carrying
+/// `code_under_test` is refused, naming the field.
+#[test]
+fn a_v3_trace_is_read_strictly() {
+    let dir = scratch(module_path!(), "kvgeom-v3-strict");
+    let file = dir.join("case.trace.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_kvgeom"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "explain",
+            "geometries/g1-mla-kda-ppl3-vs-2.toml",
+            "--prompt",
+            "13",
+        ])
+        .arg("--record-trace")
+        .arg(&file)
+        .output()
+        .expect("run kvgeom");
+    assert_eq!(out.status.code(), Some(0));
+    let trace: Value =
+        serde_json::from_slice(&std::fs::read(&file).expect("the trace")).expect("JSON");
+    let mut extra = trace.clone();
+    extra["vllm_version"] = "0.33.0".into();
+    let mut v2 = trace.clone();
+    v2["format"] = "kvgeom-vllm-trace/2".into();
+    v2["vllm_version"] = "0.33.0".into();
+    let mut connector = trace.clone();
+    connector["code_under_test"]["connector"] = "tgi".into();
+    for (name, bad, field) in [
+        ("extra", extra, "vllm_version"),
+        ("v2", v2, "code_under_test"),
+        ("connector", connector, "tgi"),
+    ] {
+        let path = dir.join(format!("{name}.trace.json"));
+        std::fs::write(&path, bad.to_string()).expect("write");
+        let (v, m, _) = verdict(&["check-trace"], &path);
+        assert_eq!(v, "error", "{name}: {m}");
+        assert!(m.contains(field), "{name}: {m}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Recording is refused where nothing would be recorded: a replayed trace
+/// is already one.
+#[test]
+fn a_replay_records_no_trace() {
+    let out = Command::new(env!("CARGO_BIN_EXE_kvgeom"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "sweep",
+            "--connector",
+            "replay",
+            "--record-traces",
+            "/nonexistent",
+        ])
+        .arg(v2_trace(
+            "nemotron-h-gqa-mamba2-hnd-pull-n13-hit0-mainline-s0",
+        ))
+        .output()
+        .expect("run kvgeom");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--record-traces"));
 }
 
 /// Every number of a trace's case and result set to 0, to one past

@@ -1,6 +1,7 @@
 //! v2 traces (`kvgeom-vllm-trace/2`, docs/trace-format.md): one case the live
 //! driver ran on vLLM's real connector, read back into the case kvgeom
-//! rebuilds. The trace's case must be exactly what kvgeom prepares for its
+//! rebuilds; v3 traces (`kvgeom-trace/3`) are the same run record naming
+//! the code that ran (kvgeom's connector records them). The trace's case must be exactly what kvgeom prepares for its
 //! geometry, prompt, prefix hit, allocation and seed (same pools, same
 //! request blocks, same initial memory when the trace holds it), so that
 //! vLLM's rows can be judged by kvgeom's layout model of that case.
@@ -20,6 +21,8 @@ use crate::scenario::memory_estimate::process_budget;
 use crate::scenario::{estimate_memory, Case};
 use crate::trace::base64;
 use crate::trace::{decompress, TraceError};
+use crate::under_test::trace_writer::TRACE_FORMAT_V3;
+use crate::under_test::{CodeUnderTest, ConnectorKind, RELEASES};
 use crate::variant::Variant;
 
 /// The `format` of a v2 trace.
@@ -60,7 +63,10 @@ pub enum RecordedErrorKind {
     #[error("not JSON: {0}")]
     Json(serde_json::Error),
     /// Another format.
-    #[error("format {found:?} is not {TRACE_FORMAT_V2} (a v1 trace is a .jsonl file)")]
+    #[error(
+        "format {found:?} is not {TRACE_FORMAT_V2} or {TRACE_FORMAT_V3} \
+         (a v1 trace is a .jsonl file)"
+    )]
     Format {
         /// The `format` found (empty when none).
         found: String,
@@ -210,6 +216,42 @@ struct RawTrace {
     memory: Option<RawMemory>,
 }
 
+/// A v3 trace: a v2 trace whose `vllm_version` is replaced by what ran.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTraceV3 {
+    format: String,
+    code_under_test: CodeUnderTest,
+    case: CaseSpec,
+    result: CaseResult,
+    #[serde(default)]
+    memory: Option<RawMemory>,
+}
+
+impl RawTraceV3 {
+    /// As a v2 trace, with the vLLM release whose known defects explain a
+    /// difference: the traced vLLM's, or the release kvgeom's connector
+    /// was run as (`--policy`), else none.
+    fn into_v2(self) -> (RawTrace, CodeUnderTest) {
+        let code = self.code_under_test;
+        let vllm_version = match code.connector {
+            ConnectorKind::Vllm => code.version.clone(),
+            _ => RELEASES
+                .iter()
+                .find(|r| code.policy.as_deref() == Some(r.policy.name()))
+                .map_or_else(String::new, |r| r.version.to_string()),
+        };
+        let raw = RawTrace {
+            format: self.format,
+            vllm_version,
+            case: self.case,
+            result: self.result,
+            memory: self.memory,
+        };
+        (raw, code)
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawMemory {
@@ -239,8 +281,12 @@ pub struct RegionImages {
 pub struct RecordedCase {
     /// The file read.
     pub path: PathBuf,
-    /// The vLLM that ran the case.
+    /// The vLLM that ran the case (v2), or the release whose known defects
+    /// explain a difference (v3: the traced vLLM, or the release kvgeom's
+    /// connector was run as; empty when none).
     pub vllm_version: String,
+    /// What ran: a v2 trace's vLLM, or a v3 trace's `code_under_test`.
+    pub code_under_test: CodeUnderTest,
     /// The case as the driver ran it.
     pub spec: CaseSpec,
     /// What the driver reported.
@@ -272,14 +318,24 @@ impl RecordedCase {
         let value: serde_json::Value =
             serde_json::from_slice(text).map_err(|e| err(RecordedErrorKind::Json(e)))?;
         let format = value.get("format").and_then(|f| f.as_str()).unwrap_or("");
-        if format != TRACE_FORMAT_V2 {
-            return Err(err(RecordedErrorKind::Format {
-                found: format.to_string(),
-            }));
-        }
-        let raw: RawTrace =
-            serde_json::from_value(value).map_err(|e| err(RecordedErrorKind::Shape(e)))?;
-        debug_assert_eq!(raw.format, TRACE_FORMAT_V2);
+        let shape = |e| err(RecordedErrorKind::Shape(e));
+        let (raw, code_under_test) = match format {
+            TRACE_FORMAT_V2 => {
+                let raw: RawTrace = serde_json::from_value(value).map_err(shape)?;
+                let code = CodeUnderTest::vllm(&raw.vllm_version);
+                (raw, code)
+            }
+            TRACE_FORMAT_V3 => {
+                let raw: RawTraceV3 = serde_json::from_value(value).map_err(shape)?;
+                raw.into_v2()
+            }
+            _ => {
+                return Err(err(RecordedErrorKind::Format {
+                    found: format.to_string(),
+                }))
+            }
+        };
+        debug_assert!([TRACE_FORMAT_V2, TRACE_FORMAT_V3].contains(&raw.format.as_str()));
         if raw.result.format != RESULT_FORMAT {
             return Err(err(RecordedErrorKind::ResultFormat {
                 found: raw.result.format.clone(),
@@ -295,6 +351,7 @@ impl RecordedCase {
         Ok(RecordedCase {
             path: path.to_path_buf(),
             vllm_version: raw.vllm_version,
+            code_under_test,
             spec: raw.case,
             result: raw.result,
             case,

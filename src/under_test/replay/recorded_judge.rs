@@ -42,6 +42,15 @@ pub enum RecordedCheck {
     },
 }
 
+/// Whose connector the trace recorded, as the findings name it.
+fn whose(rc: &RecordedCase) -> &'static str {
+    match rc.code_under_test.connector {
+        crate::under_test::ConnectorKind::Kvgeom => "kvgeom's",
+        crate::under_test::ConnectorKind::Vllm => "vLLM's",
+        crate::under_test::ConnectorKind::Sglang => "SGLang's",
+    }
+}
+
 /// The outcome the driver reported, as kvgeom's scenario names it.
 fn traced_outcome(rc: &RecordedCase) -> Result<Outcome, RecordedError> {
     let r = &rc.result;
@@ -161,7 +170,7 @@ pub fn check_recorded(rc: &RecordedCase) -> Result<RecordedCheck, RecordedError>
                 expected: false,
             },
             other => RecordedCheck::Failed {
-                findings: vec![format!("vLLM's connector {}", other.describe())],
+                findings: vec![format!("{} connector {}", whose(rc), other.describe())],
             },
         });
     }
@@ -202,6 +211,16 @@ fn as_the_driver_runs() -> RunOptions {
     RunOptions {
         device_platform: true,
         ..RunOptions::default()
+    }
+}
+
+/// kvgeom's run options for a traced case as it was recorded: a driver's
+/// (vLLM's connector) as the driver runs it; kvgeom's own connector as
+/// its sweep runs it (host memory, host platform).
+fn as_recorded(rc: &RecordedCase) -> RunOptions {
+    match rc.code_under_test.connector {
+        crate::under_test::ConnectorKind::Kvgeom => RunOptions::default(),
+        _ => as_the_driver_runs(),
     }
 }
 
@@ -289,7 +308,7 @@ pub fn diff_recorded(rc: &RecordedCase, variant: Variant) -> Result<RecordedDiff
         });
     }
     let vllm = traced_keys(rc)?;
-    let ours = rebuilt_keys(rc, variant, &as_the_driver_runs());
+    let ours = rebuilt_keys(rc, variant, &as_recorded(rc));
     if let Err(Outcome::Error { message }) = &ours.plan {
         return Err(RecordedError::new(
             &rc.path,
@@ -309,7 +328,7 @@ pub fn explain_recorded(rc: &RecordedCase) -> Explanation {
     smallest_explaining_set(&rc.vllm_version, |policy| {
         let opts = RunOptions {
             policy: Some(*policy),
-            ..as_the_driver_runs()
+            ..as_recorded(rc)
         };
         let ours = rebuilt_keys(rc, Variant::KVGEOM, &opts);
         !matches!(ours.plan, Err(Outcome::Error { .. }))
