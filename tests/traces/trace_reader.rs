@@ -21,11 +21,12 @@ fn case_trace(name: &str) -> PathBuf {
     v1_trace(&format!("{name}.jsonl.gz"))
 }
 
-/// Where the original traces are, if this machine has them.
+/// Where the original traces are, if this machine has them
+/// (`KVGEOM_VLLM_TRACES`, else `../shared/vllm-traces` beside the checkout).
 fn source_dir() -> Option<PathBuf> {
     let dir = std::env::var_os("KVGEOM_VLLM_TRACES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/work/shared/vllm-traces"));
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/vllm-traces"));
     dir.is_dir().then_some(dir)
 }
 
