@@ -664,27 +664,11 @@ pub fn live_explain(args: ExplainArgs) -> u8 {
             blocks_line(b)
         ));
     }
-    if let Some(result) = &live.result {
-        for x in &result.xfers {
-            out.push_str(&format!(
-                "transfer: {} {} {} pairs (lists {} -> {}){}\n",
-                x.agent,
-                x.op,
-                x.local_ids.len(),
-                x.local,
-                x.remote,
-                if x.posted { "" } else { ", not posted" }
-            ));
-        }
-    }
-    if let Some(input) = &live.oracle_input {
-        for key in crate::under_test::judge::plan_keys(input) {
-            out.push_str(&format!("  pair: {key}\n"));
-        }
-    }
-    for v in &live.report.violations {
-        out.push_str(&format!("violation: {v}\n"));
-    }
+    out.push_str(&super::run_lines::run_lines(
+        live.result.as_ref(),
+        live.oracle_input.as_ref(),
+        &live.report.violations,
+    ));
     print!("{out}");
     if live.report.passed() && live.blocks.as_ref().is_none_or(|b| b.equal) {
         EXIT_OK

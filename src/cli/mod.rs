@@ -15,6 +15,7 @@ mod mutants;
 mod replay;
 mod report_merge;
 mod run_args;
+mod run_lines;
 mod sweep;
 mod traces;
 

@@ -251,27 +251,11 @@ pub fn replay_explain(args: ExplainArgs) -> u8 {
             args.geometry.display(),
             report.outcome.describe()
         );
-        if let Some(result) = record.driver_result() {
-            for x in &result.xfers {
-                out.push_str(&format!(
-                    "transfer: {} {} {} pairs (lists {} -> {}){}\n",
-                    x.agent,
-                    x.op,
-                    x.local_ids.len(),
-                    x.local,
-                    x.remote,
-                    if x.posted { "" } else { ", not posted" }
-                ));
-            }
-        }
-        if let Some(input) = &record.observed {
-            for key in crate::under_test::judge::plan_keys(input) {
-                out.push_str(&format!("  pair: {key}\n"));
-            }
-        }
-        for v in &report.violations {
-            out.push_str(&format!("violation: {v}\n"));
-        }
+        out.push_str(&super::run_lines::run_lines(
+            record.driver_result(),
+            record.observed.as_ref(),
+            &report.violations,
+        ));
         (out, report.passed())
     });
     match explained {
