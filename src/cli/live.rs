@@ -24,7 +24,7 @@ fn driver_python(
         eprintln!("error: {e}");
         EXIT_BAD_INPUT
     })?;
-    python.reference = CodeUnderTest::vllm(&python.vllm_version).reference_policy();
+    python.reference = CodeUnderTest::installed_vllm(&python).reference_policy();
     let driver_dir = live::python::project_root().join("vllm-driver");
     let resolved = live::nixl::resolve(
         &python.python,
@@ -133,7 +133,7 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
         Ok(p) => p,
         Err(code) => return code,
     };
-    let under_test = CodeUnderTest::vllm(&python.vllm_version);
+    let under_test = CodeUnderTest::installed_vllm(&python);
     let all_cases: Vec<crate::scenario::Case> = all_cases
         .into_iter()
         .map(|case| crate::scenario::Case {
@@ -148,10 +148,13 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
     });
     if under_test.release().is_none() {
         eprintln!(
-            "note: vLLM {} is not the pinned {}: the expectations do not apply; the exit status is a plain sweep's",
-            python.vllm_version,
+            "note: {} is not the pinned vLLM {}: the expectations do not apply; the exit status is a plain sweep's",
+            under_test.describe(),
             Release::pinned().version
         );
+        for file in under_test.modified_files.iter().take(5) {
+            eprintln!("  modified: {file}");
+        }
     }
     let expectations = match expect_path.as_deref().map(Expectations::load).transpose() {
         Ok(e) => e.map(without_messages),
@@ -183,8 +186,8 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
         }
     };
     eprintln!(
-        "vLLM {} ({}), {}: {} cases in {:.1} s",
-        python.vllm_version,
+        "{} ({}), {}: {} cases in {:.1} s",
+        under_test.describe(),
         python.python.display(),
         python.nixl,
         live.len(),
@@ -637,9 +640,9 @@ pub fn live_explain(args: ExplainArgs) -> u8 {
         }
     };
     let mut out = format!(
-        "{} (vLLM {} via {}, {})\noutcome: {}\nplan vs kvgeom --policy vllm-0.33.0: {}\n",
+        "{} ({} via {}, {})\noutcome: {}\nplan vs kvgeom --policy vllm-0.33.0: {}\n",
         case_label(&live.report),
-        python.vllm_version,
+        CodeUnderTest::installed_vllm(&python).describe(),
         python.python.display(),
         python.nixl,
         live.report.outcome.describe(),

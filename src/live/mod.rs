@@ -22,7 +22,7 @@ pub use chunks::{default_drivers, CHUNK_MEMORY_BYTES, MAX_DEFAULT_DRIVERS};
 pub use error::BatchError;
 pub use nixl::{NixlChoice, NixlRun, NixlUnavailable};
 pub use process::ProcessError;
-pub use python::{find, FindError, Interpreter, INSTALL_SCRIPT};
+pub use python::{find, Checkout, FindError, Interpreter, Provenance, INSTALL_SCRIPT};
 pub use run::{DriverCase, Hooks, JudgeDriverCase, Prepared, CASE_LIMIT};
 pub use shrink::live_replay_command;
 pub use traces::{trace_file_name, TRACE_MEMORY_LIMIT};

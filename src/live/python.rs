@@ -1,4 +1,6 @@
-//! Finding the Python interpreter that has vLLM installed, and its version.
+//! Finding the Python interpreter that has vLLM installed: its version and
+//! provenance (`vllm-driver/provenance.py`: installed files that differ from
+//! their RECORD hashes, or the git checkout it is).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -143,6 +145,39 @@ pub struct Interpreter {
     /// the caller found it in the release table (`under_test::Release`);
     /// with `None` every plan comparison is information only.
     pub reference: Option<NamedPolicy>,
+    /// Where the installed vLLM came from.
+    pub provenance: Provenance,
+}
+
+/// Where an interpreter's vLLM came from, as `vllm-driver/provenance.py`
+/// reads it without importing vLLM.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+pub struct Provenance {
+    /// The installed package's files whose bytes differ from the hashes of
+    /// its dist-info RECORD (or that are gone), as RECORD names them.
+    pub modified_files: Vec<String>,
+    /// The git checkout whose working tree the package is (an editable or
+    /// source install), else `None`.
+    pub source: Option<Checkout>,
+}
+
+/// A git checkout of vLLM.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+pub struct Checkout {
+    /// Its top folder.
+    pub path: String,
+    /// Its `HEAD` commit.
+    pub commit: String,
+    /// Whether tracked files have local changes.
+    pub dirty: bool,
+}
+
+/// What the provenance probe prints.
+#[derive(serde::Deserialize)]
+struct Probed {
+    version: String,
+    #[serde(flatten)]
+    provenance: Provenance,
 }
 
 /// The project root: the current directory when it holds the driver,
@@ -187,10 +222,7 @@ pub fn find(flag: Option<&Path>, pinned: &str) -> Result<Interpreter, FindError>
         return Err(FindError::Missing { candidate });
     }
     let mut cmd = Command::new(&python);
-    cmd.args([
-        "-c",
-        "import importlib.metadata as m; print(m.version('vllm'))",
-    ]);
+    cmd.arg(project_root().join("vllm-driver").join("provenance.py"));
     let scratch = std::env::temp_dir().join(format!("kvgeom-vllm-probe-{}", std::process::id()));
     let done = run_bounded(cmd, &scratch, PROBE_LIMIT);
     let _ = std::fs::remove_dir_all(&scratch);
@@ -217,7 +249,19 @@ pub fn find(flag: Option<&Path>, pinned: &str) -> Result<Interpreter, FindError>
             stderr: done.stderr_tail(1).trim().to_string(),
         });
     }
-    let vllm_version = done.stdout.trim().to_string();
+    let Ok(Probed {
+        version: vllm_version,
+        provenance,
+    }) = serde_json::from_str::<Probed>(done.stdout.trim())
+    else {
+        return Err(FindError::NoVllm {
+            candidate,
+            stderr: format!(
+                "vllm-driver/provenance.py printed no provenance: {}",
+                done.stdout.trim()
+            ),
+        });
+    };
     if source == Source::ProjectVenv && vllm_version != pinned {
         return Err(FindError::NotPinned {
             candidate,
@@ -231,6 +275,7 @@ pub fn find(flag: Option<&Path>, pinned: &str) -> Result<Interpreter, FindError>
         vllm_version,
         nixl: super::nixl::NixlRun::StandIn,
         reference: None,
+        provenance,
     })
 }
 

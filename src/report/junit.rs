@@ -54,6 +54,9 @@ pub fn code_properties(code: &CodeUnderTest) -> Vec<(String, String)> {
             format!("{}@{}{dirty}", source.path, source.commit),
         ));
     }
+    if !code.modified_files.is_empty() {
+        out.push((name("modified_files"), code.modified_files.join(" ")));
+    }
     out
 }
 

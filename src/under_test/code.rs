@@ -62,6 +62,11 @@ pub struct CodeUnderTest {
     /// The source tree it came from; `None` for kvgeom's own connector (the
     /// binary's version names it) and for an installed release.
     pub source: Option<SourceTree>,
+    /// The installed package's files that differ from the hashes its
+    /// dist-info RECORD lists (absent in JSON when none does): a release
+    /// edited in place or a branch copied over it is not that release.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub modified_files: Vec<String>,
 }
 
 impl CodeUnderTest {
@@ -72,6 +77,7 @@ impl CodeUnderTest {
             version: env!("CARGO_PKG_VERSION").to_string(),
             policy: Some(variant.to_string()),
             source: None,
+            modified_files: Vec::new(),
         }
     }
 
@@ -82,12 +88,60 @@ impl CodeUnderTest {
             version: version.to_string(),
             policy: Release::of(ConnectorKind::Vllm, version).map(|r| r.policy.name().to_string()),
             source: None,
+            modified_files: Vec::new(),
         }
+    }
+
+    /// vLLM's connector as `python` has it installed: its version, and
+    /// the files that differ from the release's or the checkout it is. Only
+    /// an unmodified install of a release in the table is that release.
+    pub fn installed_vllm(python: &crate::live::Interpreter) -> CodeUnderTest {
+        let mut code = CodeUnderTest::vllm(&python.vllm_version);
+        code.modified_files = python.provenance.modified_files.clone();
+        code.source = python.provenance.source.as_ref().map(|c| SourceTree {
+            path: c.path.clone(),
+            commit: c.commit.clone(),
+            dirty: c.dirty,
+        });
+        if code.release().is_none() {
+            code.policy = None;
+        }
+        code
+    }
+
+    /// The code as a person reads it: `vLLM 0.33.0`, then `, modified: N
+    /// files` or ` from PATH at COMMIT` (`, with local changes`) when it is
+    /// not the release as published.
+    pub fn describe(&self) -> String {
+        let name = match self.connector {
+            ConnectorKind::Kvgeom => "kvgeom",
+            ConnectorKind::Vllm => "vLLM",
+            ConnectorKind::Sglang => "SGLang",
+        };
+        let mut text = format!("{name} {}", self.version);
+        if let Some(tree) = &self.source {
+            let commit = tree.commit.get(..12).unwrap_or(&tree.commit);
+            text.push_str(&format!(" from {} at {commit}", tree.path));
+            if tree.dirty {
+                text.push_str(", with local changes");
+            }
+        }
+        if !self.modified_files.is_empty() {
+            let n = self.modified_files.len();
+            text.push_str(&format!(
+                ", modified: {n} file{}",
+                if n == 1 { "" } else { "s" }
+            ));
+        }
+        text
     }
 
     /// Its row of the release table, when kvgeom models it (never for
     /// kvgeom's own connector, which is judged by its variant).
     pub fn release(&self) -> Option<&'static Release> {
+        if self.source.is_some() || !self.modified_files.is_empty() {
+            return None;
+        }
         Release::of(self.connector, &self.version)
     }
 
@@ -191,6 +245,56 @@ mod tests {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         assert!(root.join(release.expectations).is_file());
         assert!(root.join(release.api.checker).is_file());
+    }
+
+    fn installed(provenance: crate::live::python::Provenance) -> CodeUnderTest {
+        let python = crate::live::Interpreter {
+            python: "python".into(),
+            source: crate::live::python::Source::Flag,
+            vllm_version: "0.33.0".into(),
+            nixl: crate::live::NixlRun::StandIn,
+            reference: None,
+            provenance,
+        };
+        CodeUnderTest::installed_vllm(&python)
+    }
+
+    #[test]
+    fn a_modified_install_or_a_checkout_of_a_release_is_not_that_release() {
+        use crate::live::python::{Checkout, Provenance};
+        let plain = installed(Provenance::default());
+        assert_eq!(plain, CodeUnderTest::vllm("0.33.0"));
+        assert_eq!(plain.describe(), "vLLM 0.33.0");
+        let modified = installed(Provenance {
+            modified_files: vec!["vllm/a.py".into(), "vllm/b.py (deleted)".into()],
+            source: None,
+        });
+        assert_eq!(modified.describe(), "vLLM 0.33.0, modified: 2 files");
+        assert!(modified.release().is_none());
+        assert_eq!(
+            (modified.policy.as_deref(), modified.expectations()),
+            (None, None)
+        );
+        let json = serde_json::to_value(installed(Provenance {
+            modified_files: vec!["vllm/a.py".into()],
+            source: None,
+        }))
+        .expect("JSON");
+        assert_eq!(json["modified_files"], serde_json::json!(["vllm/a.py"]));
+        let tree = installed(Provenance {
+            modified_files: Vec::new(),
+            source: Some(Checkout {
+                path: "/src/vllm".into(),
+                commit: "0123456789abcdef0123".into(),
+                dirty: true,
+            }),
+        });
+        assert_eq!(
+            tree.describe(),
+            "vLLM 0.33.0 from /src/vllm at 0123456789ab, with local changes"
+        );
+        assert_eq!(tree.reference_policy(), None);
+        assert!(tree.source.as_ref().is_some_and(|t| t.dirty));
     }
 
     #[test]

@@ -5,4 +5,6 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod driver_python_tests;
 mod live_vllm;
+mod provenance;

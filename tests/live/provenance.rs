@@ -1,0 +1,88 @@
+//! What ran: an interpreter's vLLM with a file that differs from its
+//! RECORD hash is reported as modified and judged as no release (no
+//! expectations, the plan comparison information only). Needs only a
+//! `python3` (the vLLM here is a package built by the test).
+
+use std::path::{Path, PathBuf};
+
+use kvgeom::live;
+use kvgeom::under_test::{CodeUnderTest, Release};
+
+use crate::support::{scratch, skip};
+
+/// A site folder with a `vllm` package at `version` whose `worker.py`
+/// differs from its RECORD hash when `modified`.
+fn fake_site(dir: &Path, version: &str, modified: bool) -> PathBuf {
+    let site = dir.join("site");
+    let pkg = site.join("vllm");
+    std::fs::create_dir_all(&pkg).unwrap();
+    std::fs::write(pkg.join("__init__.py"), b"").unwrap();
+    // sha256 of the empty file, as RECORD writes it.
+    let empty = "sha256=47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU";
+    std::fs::write(pkg.join("worker.py"), if modified { "x = 1\n" } else { "" }).unwrap();
+    let info = site.join(format!("vllm-{version}.dist-info"));
+    std::fs::create_dir_all(&info).unwrap();
+    std::fs::write(
+        info.join("METADATA"),
+        format!("Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        info.join("RECORD"),
+        format!(
+            "vllm/__init__.py,{empty},0\nvllm/worker.py,{empty},0\n\
+             vllm-{version}.dist-info/METADATA,,\nvllm-{version}.dist-info/RECORD,,\n"
+        ),
+    )
+    .unwrap();
+    site
+}
+
+/// `python3` with `site` first on its path, as an executable file.
+fn python_with(dir: &Path, site: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let python3 = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join("python3"))
+            .find(|p| p.is_file())
+    })?;
+    let wrapper = dir.join("python");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nPYTHONPATH='{}' exec '{}' \"$@\"\n",
+            site.display(),
+            python3.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    Some(wrapper)
+}
+
+#[test]
+fn a_vllm_with_a_file_unlike_its_record_is_reported_modified_and_is_no_release() {
+    let test = "a_vllm_with_a_file_unlike_its_record_is_reported_modified_and_is_no_release";
+    let pinned = Release::pinned().version;
+    for modified in [false, true] {
+        let dir = scratch(module_path!(), &format!("modified-{modified}"));
+        let site = fake_site(&dir, pinned, modified);
+        let Some(python) = python_with(&dir, &site) else {
+            return skip(test, "no python3 on PATH");
+        };
+        let found = live::find(Some(&python), pinned).expect("the probe reads the package");
+        let code = CodeUnderTest::installed_vllm(&found);
+        if modified {
+            assert_eq!(found.provenance.modified_files, ["vllm/worker.py"]);
+            assert_eq!(code.describe(), format!("vLLM {pinned}, modified: 1 file"));
+            assert!(code.release().is_none());
+            assert_eq!(code.reference_policy(), None);
+            assert_eq!(code.expectations(), None);
+        } else {
+            assert!(found.provenance.modified_files.is_empty());
+            assert_eq!(code, CodeUnderTest::vllm(pinned));
+            assert!(code.release().is_some());
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

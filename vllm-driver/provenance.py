@@ -1,0 +1,93 @@
+"""Which vLLM an interpreter has, without importing it: the installed
+version, the files of the installed package that differ from the hashes its
+dist-info RECORD lists (a release edited in place, or a branch copied over
+it), and, when the package is a git checkout's working tree (an editable or
+source install), that checkout's path, HEAD commit and whether it has local
+changes.
+
+`python provenance.py` prints one JSON object:
+`{"version": V, "modified_files": [...], "unhashed": N, "source": null |
+{"path": P, "commit": C, "dirty": B}}` (`unhashed`: the package's files
+RECORD lists without a hash, which cannot be checked).
+"""
+
+import base64
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+
+def _digest(path, algorithm):
+    h = hashlib.new(algorithm)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode()
+
+
+def modified_files(dist):
+    """The package's files whose bytes differ from RECORD's hash (or that
+    are gone), as RECORD names them; and how many RECORD lists unhashed."""
+    modified = []
+    unhashed = 0
+    for entry in dist.files or ():
+        if entry.hash is None:
+            unhashed += 1
+            continue
+        path = entry.locate()
+        try:
+            if _digest(path, entry.hash.mode) != entry.hash.value:
+                modified.append(str(entry))
+        except FileNotFoundError:
+            modified.append(f"{entry} (deleted)")
+        except (OSError, ValueError):
+            modified.append(f"{entry} (unreadable)")
+    return sorted(modified), unhashed
+
+
+def _git(folder, *args):
+    done = subprocess.run(
+        ["git", "-C", folder, *args], capture_output=True, text=True, timeout=30
+    )
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def source_tree(package_dir):
+    """The git checkout whose tracked files the package is, or None (a
+    package merely inside some repository's ignored folder is not one)."""
+    if not package_dir or not os.path.isdir(package_dir):
+        return None
+    try:
+        if _git(package_dir, "ls-files", "--error-unmatch", "__init__.py") is None:
+            return None
+        top = _git(package_dir, "rev-parse", "--show-toplevel")
+        commit = _git(package_dir, "rev-parse", "HEAD")
+        status = _git(top, "status", "--porcelain", "--untracked-files=no") if top else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if not top or not commit or status is None:
+        return None
+    return {"path": top, "commit": commit, "dirty": bool(status)}
+
+
+def provenance():
+    dist = importlib.metadata.distribution("vllm")
+    spec = importlib.util.find_spec("vllm")
+    package_dir = os.path.dirname(spec.origin) if spec and spec.origin else None
+    modified, unhashed = modified_files(dist)
+    return {
+        "version": dist.version,
+        "modified_files": modified,
+        "unhashed": unhashed,
+        "source": source_tree(package_dir),
+    }
+
+
+if __name__ == "__main__":
+    sys.dont_write_bytecode = True
+    json.dump(provenance(), sys.stdout)
+    print()
