@@ -80,7 +80,9 @@ def provenance():
     package_dir = os.path.dirname(spec.origin) if spec and spec.origin else None
     modified, unhashed = modified_files(dist)
     return {
-        "version": dist.version,
+        # As `importlib.metadata.version` reports it (what pip and vLLM's
+        # own `__version__` read).
+        "version": importlib.metadata.version("vllm"),
         "modified_files": modified,
         "unhashed": unhashed,
         "source": source_tree(package_dir),

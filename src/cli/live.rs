@@ -294,7 +294,15 @@ fn show_replays(
             live::NixlRun::Real { .. } => " --nixl real",
             live::NixlRun::StandIn => "",
         };
-        eprintln!("  replay: {}{nixl}", live::live_replay_command(m));
+        // ... with the interpreter that ran it, unless it is the project's venv.
+        let interpreter = match python.source {
+            live::python::Source::ProjectVenv => String::new(),
+            _ => format!(" --vllm-python {}", python.python.display()),
+        };
+        eprintln!(
+            "  replay: {}{interpreter}{nixl}",
+            live::live_replay_command(m)
+        );
     }
 }
 

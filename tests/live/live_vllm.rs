@@ -474,6 +474,20 @@ fn live_shards_merge_into_the_whole_and_failures_shrink() {
         ),
         "{err}"
     );
+    // Run by another interpreter, the replay names it (else a replay would
+    // run the project's venv).
+    let named = std::path::absolute(&python.python).unwrap();
+    let by_flag = base(&["--no-shrink", "--vllm-python", named.to_str().unwrap()]);
+    assert_eq!(by_flag.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&by_flag.stderr);
+    assert!(
+        err.contains(&format!(
+            "--prompt 5 --prefix-hit 0 --mode pull --alloc mainline --seed 0 --connector vllm \
+             --vllm-python {}\n",
+            named.display()
+        )),
+        "{err}"
+    );
     let mut shards = Vec::new();
     for shard in ["1/2", "2/2"] {
         let out = dir.join(format!("shard-{}.json", &shard[..1]));
@@ -1325,13 +1339,15 @@ fn nixl_real_without_the_package_names_what_to_install() {
     };
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("python-without-nixl");
     std::fs::create_dir_all(&dir).unwrap();
-    // Answers the version question as a vLLM 0.33.0 venv; runs the
-    // driver's NIXL probe on a Python where no `nixl` can be found.
+    // Answers the interpreter probe (vllm-driver/provenance.py) as an
+    // unmodified vLLM 0.33.0 venv; runs the driver's NIXL probe on a Python
+    // where no `nixl` can be found.
     let wrapper = dir.join("python");
     std::fs::write(
         &wrapper,
         format!(
-            "#!/bin/sh\nif [ \"$1\" = -c ]; then echo 0.33.0; exit 0; fi\n\
+            "#!/bin/sh\ncase \"$1\" in *provenance.py) \
+             echo '{{\"version\": \"0.33.0\", \"modified_files\": [], \"source\": null}}'; exit 0;; esac\n\
              unset PYTHONPATH\nexec {python3} -S \"$@\"\n"
         ),
     )
