@@ -1166,7 +1166,9 @@ fn another_vllm_is_compared_with_each_policy() {
     let (code, report, err) = sweep("geometries/gqa-prefill-logical-larger.toml", "5");
     assert_eq!(code, Some(1), "{err}");
     assert!(
-        err.contains("vLLM 0.33.1.dev0+branch is not the pinned vLLM 0.33.0: the expectations do not apply"),
+        err.contains(
+            "vLLM 0.33.1.dev0+branch is not the pinned vLLM 0.33.0: the expectations do not apply"
+        ),
         "{err}"
     );
     let case = &report["cases"][0];
