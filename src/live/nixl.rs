@@ -147,7 +147,7 @@ fn probe(python: &Path, driver_dir: &Path) -> Result<String, ProbeError> {
     let mut cmd = Command::new(python);
     // -B: the probe leaves no __pycache__ in the project, as the driver does not.
     cmd.arg("-B").arg(&script).arg("--probe");
-    let scratch = std::env::temp_dir().join(format!("kvgeom-nixl-probe-{}", std::process::id()));
+    let scratch = super::process::scratch_for("nixl-probe");
     let done = run_bounded(cmd, &scratch, PROBE_LIMIT);
     let _ = std::fs::remove_dir_all(&scratch);
     let done = done?;

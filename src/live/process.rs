@@ -62,6 +62,19 @@ impl Finished {
     }
 }
 
+/// A scratch folder for one bounded run named `what`, unique to the call:
+/// runs of one process in parallel (tests, or probes from several threads)
+/// never share the files their output is captured in.
+pub fn scratch_for(what: &str) -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    std::env::temp_dir().join(format!(
+        "kvgeom-{what}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
 /// Run `cmd` with stdout and stderr captured in `scratch`, killing it after `limit`.
 pub fn run_bounded(
     mut cmd: Command,

@@ -223,7 +223,7 @@ pub fn find(flag: Option<&Path>, pinned: &str) -> Result<Interpreter, FindError>
     }
     let mut cmd = Command::new(&python);
     cmd.arg(project_root().join("vllm-driver").join("provenance.py"));
-    let scratch = std::env::temp_dir().join(format!("kvgeom-vllm-probe-{}", std::process::id()));
+    let scratch = super::process::scratch_for("vllm-probe");
     let done = run_bounded(cmd, &scratch, PROBE_LIMIT);
     let _ = std::fs::remove_dir_all(&scratch);
     let done = match done {
