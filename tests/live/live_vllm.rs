@@ -23,25 +23,9 @@ use kvgeom::under_test::vllm::{self, LiveReport};
 use kvgeom::under_test::{CodeUnderTest, Release};
 use kvgeom::variant::Variant;
 
-use crate::support::{kvgeom, skip};
+use crate::support::{kvgeom, python_with_site, skip};
 
 /// The interpreter, or `None` after printing why the test is skipped.
-/// An executable `DIR/python` that runs `python` with `site` on PYTHONPATH.
-fn python_with_site(dir: &std::path::Path, site: &std::path::Path, python: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let wrapper = dir.join("python");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nPYTHONPATH='{}' exec '{python}' \"$@\"\n",
-            site.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    wrapper
-}
-
 fn interpreter(test: &str) -> Option<Interpreter> {
     match live::find(None, Release::pinned().version) {
         Ok(mut p) => {
@@ -1045,18 +1029,7 @@ sys.meta_path.insert(0, Halve())
 "#,
     )
     .unwrap();
-    let wrapper = dir.join("python");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nPYTHONPATH='{}' exec '{}' \"$@\"\n",
-            site.display(),
-            python.python.display()
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let wrapper = python_with_site(&dir, &site, &python.python.to_string_lossy());
     let out = kvgeom(&[
         "sweep",
         "--connector",

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use kvgeom::live;
 use kvgeom::under_test::{CodeUnderTest, Release};
 
-use crate::support::{scratch, skip};
+use crate::support::{python_with_site, scratch, skip};
 
 /// A site folder with a `vllm` package at `version` whose `worker.py`
 /// differs from its RECORD hash when `modified`.
@@ -38,26 +38,13 @@ fn fake_site(dir: &Path, version: &str, modified: bool) -> PathBuf {
     site
 }
 
-/// `python3` with `site` first on its path, as an executable file.
-fn python_with(dir: &Path, site: &Path) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let python3 = std::env::var_os("PATH").and_then(|paths| {
+/// `python3` from PATH, if there is one.
+fn python3() -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
             .map(|p| p.join("python3"))
             .find(|p| p.is_file())
-    })?;
-    let wrapper = dir.join("python");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nPYTHONPATH='{}' exec '{}' \"$@\"\n",
-            site.display(),
-            python3.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    Some(wrapper)
+    })
 }
 
 #[test]
@@ -67,9 +54,10 @@ fn a_vllm_with_a_file_unlike_its_record_is_reported_modified_and_is_no_release()
     for modified in [false, true] {
         let dir = scratch(module_path!(), &format!("modified-{modified}"));
         let site = fake_site(&dir, pinned, modified);
-        let Some(python) = python_with(&dir, &site) else {
+        let Some(python3) = python3() else {
             return skip(test, "no python3 on PATH");
         };
+        let python = python_with_site(&dir, &site, &python3.to_string_lossy());
         let found = live::find(Some(&python), pinned).expect("the probe reads the package");
         let code = CodeUnderTest::installed_vllm(&found);
         if modified {

@@ -134,3 +134,19 @@ pub fn trace_lines(path: &Path) -> Vec<Value> {
 pub fn skip(test: &str, why: impl std::fmt::Display) {
     println!("{test}: skipped: {why}");
 }
+
+/// An executable `DIR/python` that runs `python` with `site` on PYTHONPATH.
+pub fn python_with_site(dir: &Path, site: &Path, python: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let wrapper = dir.join("python");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nPYTHONPATH='{}' exec '{python}' \"$@\"\n",
+            site.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    wrapper
+}
