@@ -27,7 +27,7 @@
 //!   recorded trace replayed. [`scenario`]: kvgeom's run of one placed
 //!   case; [`sweep`]: many cases (`sweep::plan` enumerates
 //!   them, `sweep::execute` runs them, `sweep::mutants` runs them per
-//!   defect, `sweep::expectations` compares a run with an expectation file).
+//!   defect, `under_test::expectations` compares a run with an expectation file).
 //! - [`oracle`]: the invariants, one table ([`oracle::ORACLES`]) used by
 //!   scenarios and traces; [`layout`] and [`pattern`] are the harness's own
 //!   model of where every byte belongs and which byte it must hold.

@@ -6,12 +6,12 @@ use crate::geometry::Mode;
 use crate::live;
 use crate::report::sweep_report::{self, Format};
 use crate::scenario::{CaseReport, MemoryKind, TransportKind};
-use crate::sweep::expectations::Expectations;
 use crate::sweep::plan;
 use crate::sweep::shard::{parse_shard, Shard};
+use crate::under_test::expectations::Expectations;
 use crate::under_test::vllm::{self, LiveReport};
 use crate::under_test::PlanComparison;
-use crate::under_test::{CodeUnderTest, Release};
+use crate::under_test::{judge_sweep, CodeUnderTest, Release};
 use crate::variant::Variant;
 
 /// The interpreter with vLLM and `--nixl` resolved for it; `Err` is the
@@ -157,7 +157,7 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
         }
     }
     let expectations = match expect_path.as_deref().map(Expectations::load).transpose() {
-        Ok(e) => e.map(without_messages),
+        Ok(e) => e,
         Err(e) => {
             eprintln!("error: {e}");
             return EXIT_BAD_INPUT;
@@ -210,7 +210,12 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
         }
         None => print!("{text}"),
     }
-    let code = judge(&live, expectations.as_ref(), python.reference.is_some());
+    let code = judge(
+        &live,
+        expectations.as_ref(),
+        python.reference.is_some(),
+        &under_test,
+    );
     if code != EXIT_OK {
         show_replays(
             &live,
@@ -306,23 +311,18 @@ fn show_replays(
     }
 }
 
-/// The expectations without their message texts: a message names kvgeom's
-/// wording of a crash or rejection, vLLM raises its own (often a bare
-/// `AssertionError`). Outcome kinds and oracle sets are still compared.
-fn without_messages(mut e: Expectations) -> Expectations {
-    for f in &mut e.failures {
-        f.message = None;
-    }
-    e
-}
-
 /// One of a live case's plan comparisons.
 type PlanOf = fn(&LiveReport) -> Option<&PlanComparison>;
 
 /// Exit status: the expectations (or, without them, every case passing),
 /// and, for the pinned vLLM, its plan equal to kvgeom's on every case. For
 /// another vLLM the plan differences against each policy are information.
-fn judge(live: &[LiveReport], expectations: Option<&Expectations>, pinned: bool) -> u8 {
+fn judge(
+    live: &[LiveReport],
+    expectations: Option<&Expectations>,
+    pinned: bool,
+    code: &CodeUnderTest,
+) -> u8 {
     let reports: Vec<CaseReport> = live.iter().map(|l| l.report.clone()).collect();
     let mut failed = false;
     let policies: [(&str, PlanOf); 2] = [
@@ -368,19 +368,7 @@ fn judge(live: &[LiveReport], expectations: Option<&Expectations>, pinned: bool)
         }
     }
     match expectations {
-        Some(e) => {
-            let disagreements = e.compare(&reports);
-            if !disagreements.is_empty() {
-                failed = true;
-                eprintln!(
-                    "\n{} disagreements with the expectations:",
-                    disagreements.len()
-                );
-                for d in disagreements.iter().take(20) {
-                    eprintln!("- {d}");
-                }
-            }
-        }
+        Some(e) => failed |= !super::print_sweep_verdict(&judge_sweep(e, &reports, code)),
         None => {
             let bad: Vec<&CaseReport> = reports.iter().filter(|r| !r.passed()).collect();
             if !bad.is_empty() {

@@ -272,3 +272,35 @@ fn shard_cases(
     );
     (mine, Some((info, positions)))
 }
+
+/// Print a sweep's verdict against its expectations file (stderr); true
+/// when the sweep is as expected.
+fn print_sweep_verdict(v: &crate::under_test::SweepVerdict) -> bool {
+    if !v.unused.is_empty() {
+        eprintln!(
+            "note: {} of {} expected failures cover no case of this sweep (not run here)",
+            v.unused.len(),
+            v.expected_failures
+        );
+    }
+    if v.as_expected() {
+        eprintln!(
+            "\n{} of {} cases failed, each as expected ({} expected failures)",
+            v.failed, v.cases, v.expected_failures
+        );
+        return true;
+    }
+    eprintln!(
+        "\n{} disagreements with the expectations ({} of {} cases failed):",
+        v.disagreements.len(),
+        v.failed,
+        v.cases
+    );
+    for d in v.disagreements.iter().take(20) {
+        eprintln!("- {d}");
+    }
+    if v.disagreements.len() > 20 {
+        eprintln!("  ... and {} more", v.disagreements.len() - 20);
+    }
+    false
+}

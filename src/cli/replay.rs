@@ -7,9 +7,11 @@ use std::path::PathBuf;
 use super::{ExplainArgs, SweepArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::report::sweep_report::{self, Format};
 use crate::scenario::{CaseReport, MemoryKind, TransportKind};
+use crate::sweep::shard::{self, Shard};
 use crate::trace::{is_v1_name, trace_inputs};
+use crate::under_test::expectations::Expectations;
 use crate::under_test::replay::ReplayConnector;
-use crate::under_test::{judge, CodeUnderTest, ConnectorUnderTest, RunRecord};
+use crate::under_test::{judge, judge_sweep, CodeUnderTest, ConnectorUnderTest, RunRecord};
 
 /// Why an option of a run does not apply to a replayed trace, which names
 /// its own case and connector.
@@ -54,13 +56,17 @@ fn refused_for_sweep(args: &SweepArgs) -> Option<String> {
         ("--random", args.random.is_some()),
         ("--memory vram", args.memory == MemoryKind::Vram),
         ("--compare-host", args.compare_host),
-        ("--expect", args.expect.is_some()),
-        ("--shard", args.shard.is_some()),
-        ("--threads", args.threads.is_some()),
-        ("--record-traces", args.record_traces.is_some()),
     ];
-    given.iter().find(|(_, given)| *given).map(|(option, _)| {
-        format!("{option}: --connector replay runs the cases the traces recorded, as recorded")
+    if let Some((option, _)) = given.iter().find(|(_, given)| *given) {
+        return Some(format!(
+            "{option}: --connector replay runs the cases the traces recorded, as recorded"
+        ));
+    }
+    args.record_traces.as_ref().map(|dir| {
+        format!(
+            "--record-traces {}: the traces are recorded already (copy them to keep them)",
+            dir.display()
+        )
     })
 }
 
@@ -90,21 +96,61 @@ fn v2_traces(paths: &[PathBuf]) -> Result<Vec<PathBuf>, u8> {
     Ok(traces)
 }
 
-/// Every traced case replayed and judged, in the traces' order.
-fn replay(traces: &[PathBuf]) -> Result<(Vec<CaseReport>, CodeUnderTest), u8> {
+/// Every traced case replayed and judged, in the traces' order, on up to
+/// `threads` threads.
+fn replay(
+    traces: &[PathBuf],
+    threads: Option<usize>,
+) -> Result<(Vec<CaseReport>, CodeUnderTest), u8> {
     let connector = ReplayConnector::open(traces).map_err(|e| {
         eprintln!("error: {e}");
         EXIT_BAD_INPUT
     })?;
     let cases = connector.cases();
     let placed = connector.place(&cases);
-    let reports = connector
-        .run(&cases, placed, &|record: RunRecord| judge(&record))
-        .map_err(|e| {
-            eprintln!("error: {e}");
-            EXIT_BAD_INPUT
-        })?;
+    let run = || connector.run(&cases, placed, &|record: RunRecord| judge(&record));
+    let reports = match rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.unwrap_or(0))
+        .build()
+    {
+        Ok(pool) => pool.install(run),
+        Err(_) => run(),
+    }
+    .map_err(|e| {
+        eprintln!("error: {e}");
+        EXIT_BAD_INPUT
+    })?;
     Ok((reports, connector.code_under_test()))
+}
+
+/// Shard `of` of the traces (sorted by path, so that every shard of one set
+/// of traces agrees): the shard's traces, its record and their positions.
+/// The fingerprint covers every trace's path.
+fn shard_traces(
+    traces: Vec<PathBuf>,
+    of: Option<(u32, u32)>,
+) -> (Vec<PathBuf>, Option<(Shard, Vec<usize>)>) {
+    let Some((index, count)) = of else {
+        return (traces, None);
+    };
+    let mut all = traces;
+    all.sort();
+    let mut parts: Vec<String> = all.iter().map(|p| p.display().to_string()).collect();
+    parts.push("--connector replay".into());
+    let positions = shard::positions(all.len(), index, count);
+    let info = Shard {
+        index,
+        count,
+        total_cases: all.len(),
+        fingerprint: shard::fingerprint(&parts),
+    };
+    eprintln!(
+        "shard {index}/{count}: {} of {} traces",
+        positions.len(),
+        all.len()
+    );
+    let mine = positions.iter().map(|&i| all[i].clone()).collect();
+    (mine, Some((info, positions)))
 }
 
 /// `kvgeom sweep --connector replay`.
@@ -113,18 +159,38 @@ pub fn replay_sweep(args: SweepArgs) -> u8 {
         eprintln!("error: {why}");
         return EXIT_BAD_INPUT;
     }
+    let threads = match super::sweep::threads_within_limit(args.threads) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    let shard_of = match args.shard.as_deref().map(shard::parse_shard).transpose() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: --shard {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let expectations = match args.expect.as_deref().map(Expectations::load).transpose() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("error: --expect {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
     let traces = match v2_traces(&args.paths) {
         Ok(t) => t,
         Err(code) => return code,
     };
-    let (reports, code) = match replay(&traces) {
+    let (traces, shard) = shard_traces(traces, shard_of);
+    let (reports, code) = match replay(&traces, threads) {
         Ok(r) => r,
         Err(code) => return code,
     };
+    let shard = shard.as_ref().map(|(s, p)| (s, p.as_slice()));
     let text = match args.format {
         Format::Table => sweep_report::table(&reports),
-        Format::Json => with_connector(sweep_report::json(&reports, None, &code)),
-        Format::Junit => sweep_report::junit(&reports, None, &code),
+        Format::Json => with_connector(sweep_report::json(&reports, shard, &code)),
+        Format::Junit => sweep_report::junit(&reports, shard, &code),
     };
     match &args.out {
         Some(path) => {
@@ -133,6 +199,14 @@ pub fn replay_sweep(args: SweepArgs) -> u8 {
             }
         }
         None => print!("{text}"),
+    }
+    if let Some(expectations) = &expectations {
+        let verdict = judge_sweep(expectations, &reports, &code);
+        return if super::print_sweep_verdict(&verdict) {
+            EXIT_OK
+        } else {
+            EXIT_FAILED
+        };
     }
     let failures: Vec<(&PathBuf, &CaseReport)> = traces
         .iter()

@@ -524,12 +524,19 @@ pub fn merge(files: &[PathBuf]) -> Result<(String, u8), MergeError> {
                 .filter(|c| c.get("passed").and_then(Value::as_bool) == Some(true))
                 .count();
             let failed = cases.len() - passed;
-            // A live sweep's shards (`--connector vllm`: their fingerprint
-            // names the connector) keep its top-level `connector`.
-            let live = !cases.is_empty()
-                && cases
-                    .iter()
-                    .all(|c| c.get("connector").and_then(Value::as_str) == Some("vllm"));
+            // Shards of another connector than kvgeom's (`vllm`, `replay`:
+            // each case names it) keep the top-level `connector`.
+            let connector = cases
+                .first()
+                .and_then(|c| c.get("connector"))
+                .and_then(Value::as_str)
+                .filter(|first| {
+                    cases
+                        .iter()
+                        .all(|c| c.get("connector").and_then(Value::as_str) == Some(first))
+                })
+                .map(str::to_string);
+            let live = connector.as_deref() == Some("vllm");
             let mut merged = json!({
                 "schema": SWEEP_SCHEMA,
                 "summary": {"cases": cases.len(), "passed": passed, "failed": failed},
@@ -538,8 +545,10 @@ pub fn merge(files: &[PathBuf]) -> Result<(String, u8), MergeError> {
             if !code.is_null() {
                 merged["code_under_test"] = code;
             }
+            if let Some(connector) = connector {
+                merged["connector"] = connector.into();
+            }
             if live {
-                merged["connector"] = "vllm".into();
                 // What moved the bytes, when every case names the same.
                 for key in ["nixl", "nixl_version"] {
                     let first = cases[0].get(key).and_then(Value::as_str);

@@ -9,10 +9,10 @@ use crate::report::sweep_report::{self, Format};
 use crate::scenario::CaseReport;
 use crate::scenario::{MemoryKind, RunOptions, TransportKind};
 use crate::sweep::budget::MemoryBudget;
-use crate::sweep::expectations::Expectations;
 use crate::sweep::shard::parse_shard;
 use crate::sweep::{compare, execute, plan, prompts};
-use crate::under_test::CodeUnderTest;
+use crate::under_test::expectations::Expectations;
+use crate::under_test::{judge_sweep, CodeUnderTest};
 
 /// The command line of `kvgeom sweep`.
 #[derive(Clone, Debug, clap::Args)]
@@ -251,7 +251,12 @@ pub(crate) fn kvgeom_sweep(args: SweepArgs) -> u8 {
     }
     let differs = args.compare_host && !same_as_host(&cases, &reports, threads);
     if let Some(expectations) = &expectations {
-        return judge_against(expectations, &reports, differs);
+        return judge_against(
+            expectations,
+            &reports,
+            &CodeUnderTest::kvgeom(variant),
+            differs,
+        );
     }
     let failures: Vec<_> = reports.iter().filter(|r| !r.passed()).collect();
     if failures.is_empty() {
@@ -329,37 +334,17 @@ fn run_recorded(
 
 /// Exit status of a sweep judged against expected failures: 0 when exactly
 /// the expected cases failed the expected way.
-fn judge_against(expectations: &Expectations, reports: &[CaseReport], differs: bool) -> u8 {
-    let disagreements = expectations.compare(reports);
-    let failed = reports.iter().filter(|r| !r.passed()).count();
-    let unused = expectations.unused(reports);
-    if !unused.is_empty() {
-        eprintln!(
-            "note: {} of {} expected failures cover no case of this sweep (not run here)",
-            unused.len(),
-            expectations.failures.len()
-        );
+fn judge_against(
+    expectations: &Expectations,
+    reports: &[CaseReport],
+    code: &CodeUnderTest,
+    differs: bool,
+) -> u8 {
+    if super::print_sweep_verdict(&judge_sweep(expectations, reports, code)) && !differs {
+        EXIT_OK
+    } else {
+        EXIT_FAILED
     }
-    if disagreements.is_empty() {
-        eprintln!(
-            "\n{failed} of {} cases failed, each as expected ({} expected failures)",
-            reports.len(),
-            expectations.failures.len()
-        );
-        return if differs { EXIT_FAILED } else { EXIT_OK };
-    }
-    eprintln!(
-        "\n{} disagreements with the expectations ({failed} of {} cases failed):",
-        disagreements.len(),
-        reports.len()
-    );
-    for d in disagreements.iter().take(20) {
-        eprintln!("- {d}");
-    }
-    if disagreements.len() > 20 {
-        eprintln!("  ... and {} more", disagreements.len() - 20);
-    }
-    EXIT_FAILED
 }
 
 /// Run `cases` on host memory over the loopback transport and report every

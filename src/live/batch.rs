@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::scenario::Case;
+use crate::scenario::{Case, Placed};
 
 use super::blocks::BlockCheck;
 use super::chunks::{run_chunks, BatchContext};
@@ -37,32 +37,46 @@ fn scratch_dir() -> PathBuf {
     dir
 }
 
-/// Run every case through vLLM's connector in a fresh scratch folder, in
-/// driver batches of at most
-/// [`CHUNK_MEMORY_BYTES`](super::chunks::CHUNK_MEMORY_BYTES) of initial
-/// memory, up to `drivers` driver processes at once, each case handed to
-/// `judge` while its driver output is on disk; the judged cases in order.
-/// `Err` when the driver cannot run at all (the caller exits 2).
+/// How the driver processes of a batch run.
+#[derive(Clone, Copy)]
+pub struct DriverSettings<'a> {
+    /// The interpreter with vLLM (and what moves the bytes).
+    pub python: &'a Interpreter,
+    /// Deployments whose blocks the driver derives with vLLM's own
+    /// functions (each case of a checked geometry gets its comparison).
+    pub checks: &'a [BlockCheck],
+    /// Time-out of one case inside the driver.
+    pub case_limit: Duration,
+    /// Test hooks, and where traces are saved.
+    pub hooks: &'a Hooks,
+    /// Driver processes run at once.
+    pub drivers: usize,
+}
+
+/// Run every case, prepared for its placement (`placed`, in case order),
+/// through vLLM's connector in a fresh scratch folder, in driver batches of
+/// at most [`CHUNK_MEMORY_BYTES`](super::chunks::CHUNK_MEMORY_BYTES) of
+/// initial memory, up to `settings.drivers` driver processes at once, each
+/// case handed to `judge` while its driver output is on disk; the judged
+/// cases in order. `Err` when the driver cannot run at all (the caller
+/// exits 2).
 pub fn run_in_scratch<T: Send>(
     cases: &[Case],
-    checks: &[BlockCheck],
-    python: &Interpreter,
-    case_limit: Duration,
-    hooks: &Hooks,
-    drivers: usize,
+    placed: Vec<Placed>,
+    settings: DriverSettings<'_>,
     judge: &JudgeDriverCase<'_, T>,
 ) -> Result<Vec<T>, BatchError> {
     let dir = scratch_dir();
     let batch = BatchContext {
         dir: &dir,
         cases,
-        checks,
-        python,
-        case_limit,
-        hooks,
+        checks: settings.checks,
+        python: settings.python,
+        case_limit: settings.case_limit,
+        hooks: settings.hooks,
         judge,
     };
-    let result = run_chunks(&batch, drivers);
+    let result = run_chunks(&batch, placed, settings.drivers);
     remove_unless_kept(&dir);
     result
 }

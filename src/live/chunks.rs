@@ -7,13 +7,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::Duration;
 
-use crate::scenario::{Case, Outcome};
+use crate::scenario::{shape_and_place, Case, Outcome, Placed};
 
 use super::blocks::BlockCheck;
 use super::error::BatchError;
 use super::python::Interpreter;
 use super::run::{
-    prepare, remove_unless_kept, run_chunk, write_inputs, Hooks, JudgeDriverCase, Prepared,
+    prepare_placed, remove_unless_kept, run_chunk, write_inputs, Hooks, JudgeDriverCase, Prepared,
 };
 
 /// Bytes of initial memory one batch has in flight at most: kvgeom keeps
@@ -50,10 +50,12 @@ pub(super) struct BatchContext<'a, T> {
     pub judge: &'a JudgeDriverCase<'a, T>,
 }
 
-/// Every case of the batch through vLLM's connector, in chunks run by up to
-/// `drivers` driver processes at once; the judged cases in case order.
+/// Every case of the batch through vLLM's connector, each prepared for its
+/// placement, in chunks run by up to `drivers` driver processes at once;
+/// the judged cases in case order.
 pub(super) fn run_chunks<T: Send>(
     batch: &BatchContext<'_, T>,
+    placed: Vec<Placed>,
     drivers: usize,
 ) -> Result<Vec<T>, BatchError> {
     let drivers = drivers.clamp(1, batch.cases.len().max(1));
@@ -63,7 +65,7 @@ pub(super) fn run_chunks<T: Send>(
     };
     if drivers == 1 {
         let mut out = Vec::with_capacity(batch.cases.len());
-        produce(batch, limits, |chunk| {
+        produce(batch, placed, limits, |chunk| {
             out.extend(chunk.run(batch)?);
             Ok(())
         })?;
@@ -93,7 +95,7 @@ pub(super) fn run_chunks<T: Send>(
                     .push((first, result));
             });
         }
-        let produced = produce(batch, limits, |chunk| {
+        let produced = produce(batch, placed, limits, |chunk| {
             // A driver failed: stop preparing (its error is the one reported).
             if failed.load(Ordering::Relaxed) {
                 return Err(BatchError::LanesStopped);
@@ -116,17 +118,23 @@ pub(super) fn run_chunks<T: Send>(
     Ok(out)
 }
 
-/// Prepare the cases in order and hand each full chunk to `run`.
+/// Prepare the cases in order, each for its placement, and hand each full
+/// chunk to `run`.
 fn produce<T>(
     batch: &BatchContext<'_, T>,
+    placed: Vec<Placed>,
     limits: ChunkLimits,
     mut run: impl FnMut(Chunk) -> Result<(), BatchError>,
 ) -> Result<(), BatchError> {
     let mut budget = ChunkBudget::new(limits);
     let mut chunk = Chunk::default();
     let mut chunks_started = 0;
+    let mut placed = placed.into_iter();
     for (i, case) in batch.cases.iter().enumerate() {
-        let mut p = prepare(case, &format!("c{i}"));
+        // The connector placed every case; a missing one is placed as
+        // kvgeom's scenario would.
+        let placed = placed.next().unwrap_or_else(|| shape_and_place(case));
+        let mut p = prepare_placed(case, placed, &format!("c{i}"));
         if let Ok(p) = &mut p {
             p.spec.skip_receive_post_process = batch.hooks.skip_receive_post_process;
             p.spec.block_in_case = batch.hooks.block_cases.contains(&i);

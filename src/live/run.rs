@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use crate::layout::{CaseLayout, Side};
 use crate::memory::ArenaBytes;
-use crate::scenario::{prepare_memory, Case, Outcome, PreparedMemory};
+use crate::scenario::{
+    prepare_placed_memory, shape_and_place, Case, Outcome, Placed, PreparedMemory,
+};
 
 use super::blocks::{self, BlockCheck, BlocksComparison, EngineBlocks, PairBlocks};
 use super::error::BatchError;
@@ -86,6 +88,13 @@ pub(crate) fn side_index(side: Side) -> usize {
 /// kvgeom's preparation of the case's memory (`scenario::prepare_memory`)
 /// and the case as the driver reads it.
 pub(crate) fn prepare(case: &Case, id: &str) -> Result<Prepared, Outcome> {
+    prepare_placed(case, shape_and_place(case), id)
+}
+
+/// [`prepare`] for the placement a connector under test gave the case (or
+/// why it has none).
+pub(crate) fn prepare_placed(case: &Case, placed: Placed, id: &str) -> Result<Prepared, Outcome> {
+    let (shape, placement) = placed?;
     let geometry = &case.geometry;
     let PreparedMemory {
         layout,
@@ -95,7 +104,7 @@ pub(crate) fn prepare(case: &Case, id: &str) -> Result<Prepared, Outcome> {
         computed_blocks,
         bases,
         before,
-    } = prepare_memory(case)?;
+    } = prepare_placed_memory(case, shape, placement)?;
     let side_spec = |side: Side, pool: u32, request: Vec<Vec<u32>>| {
         let engine = match side {
             Side::Prefill => &geometry.prefill,
@@ -449,4 +458,48 @@ pub(crate) fn read_result(
         });
     }
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::{prepare, prepare_placed};
+    use crate::geometry::{fixtures, Mode};
+    use crate::scenario::{shape_and_place, Case};
+    use crate::scheduler::DecodeAllocation;
+    use crate::variant::Variant;
+
+    fn case(seed: u64) -> Case {
+        Case {
+            geometry: Arc::new(fixtures::g1()),
+            file: None,
+            prompt_len: 37,
+            prefix_hit: 0,
+            mode: Mode::Pull,
+            allocation: DecodeAllocation::Mainline,
+            seed,
+            variant: Variant::KVGEOM,
+        }
+    }
+
+    #[test]
+    fn a_case_is_prepared_for_the_placement_the_connector_gave_it() {
+        let (ours, theirs) = (case(1), case(2));
+        let (_, their_placement) = shape_and_place(&theirs).expect("placed");
+        let own = prepare(&ours, "c0").expect("prepared");
+        let given = prepare_placed(&ours, shape_and_place(&theirs), "c0").expect("prepared");
+        // The two seeds place the request elsewhere, so the test can fail.
+        assert_ne!(own.spec.decode.request_blocks, their_placement.decode);
+        assert_eq!(given.spec.decode.request_blocks, their_placement.decode);
+        assert_eq!(given.spec.prefill.request_blocks, their_placement.prefill);
+        assert_eq!(given.layout.blocks().decode, their_placement.decode);
+    }
+
+    #[test]
+    fn a_case_whose_placement_failed_is_not_prepared() {
+        let why = crate::scenario::Outcome::error("no room");
+        let got = prepare_placed(&case(1), Err(why.clone()), "c0");
+        assert_eq!(got.err(), Some(why));
+    }
 }

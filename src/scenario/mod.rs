@@ -10,6 +10,7 @@ pub(crate) mod error;
 pub(crate) mod memory_estimate;
 pub(crate) mod placement;
 pub(crate) mod prepare;
+pub(crate) mod prompt_list;
 #[allow(missing_docs)]
 pub(crate) mod run;
 pub(crate) mod vram;
@@ -20,5 +21,5 @@ pub use case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
 pub use device_tensors::DeviceTensors;
 pub use memory_estimate::{estimate as estimate_memory, touched_prefill_ranks, MemoryEstimate};
 pub use placement::Placement;
-pub use prepare::{prepare_memory, PreparedMemory};
-pub use run::{shape_and_place, CaseRun, RunOptions};
+pub use prepare::{prepare_memory, prepare_placed_memory, PreparedMemory};
+pub use run::{shape_and_place, CaseRun, Placed, RunOptions};

@@ -34,8 +34,18 @@ pub struct PreparedMemory {
 /// Shape, placement, allocation, provenance pattern, neighbours and
 /// alloc-time zeroing of every rank of `case`.
 pub fn prepare_memory(case: &Case) -> Result<PreparedMemory, Outcome> {
-    let geometry = &case.geometry;
     let (shape, placement) = shape_and_place(case)?;
+    prepare_placed_memory(case, shape, placement)
+}
+
+/// [`prepare_memory`] for a request already placed: the blocks a connector
+/// under test said the request holds on each engine.
+pub fn prepare_placed_memory(
+    case: &Case,
+    shape: RequestShape,
+    placement: Placement,
+) -> Result<PreparedMemory, Outcome> {
+    let geometry = &case.geometry;
     let (p_arenas, d_arenas) = allocate_ranks(geometry, &placement).map_err(Outcome::error)?;
     let bases = |a: &[Vec<HostArena>]| -> Vec<Vec<u64>> {
         a.iter()

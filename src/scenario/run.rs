@@ -154,9 +154,13 @@ pub fn run_placed(
     (run, outcome)
 }
 
+/// A case placed: the request's shape and the blocks it holds on each
+/// engine, or why it cannot be placed (the harness's error).
+pub type Placed = Result<(RequestShape, Placement), Outcome>;
+
 /// The request's shape and its seeded placement among neighbour requests
 /// in both engines' pools: which blocks it holds on each engine.
-pub fn shape_and_place(case: &Case) -> Result<(RequestShape, Placement), Outcome> {
+pub fn shape_and_place(case: &Case) -> Placed {
     let geometry = &case.geometry;
     check_prefix_hit(geometry, case.prompt_len, case.prefix_hit).map_err(Outcome::error)?;
     let shape = request_shape(geometry, case.prompt_len, case.prefix_hit, case.allocation);

@@ -6,7 +6,6 @@ pub mod batch_shrink;
 pub mod budget;
 pub mod compare;
 pub mod execute;
-pub mod expectations;
 pub mod mutants;
 pub mod plan;
 pub(crate) mod prompts;

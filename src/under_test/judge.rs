@@ -1,10 +1,13 @@
 //! The one judge of a connector under test: a [`RunRecord`] becomes the
 //! case's report (the oracles over the observed pairs and memory, the
-//! geometry's expectations about refusals), and two records compare as
-//! plans (every posted pair, the post-process calls, or how each ended).
+//! geometry's expectations about refusals), a sweep's reports are held to
+//! an expectations file ([`judge_sweep`]), and two records compare as plans
+//! (every posted pair, the post-process calls, or how each ended).
 
 use serde::Serialize;
 
+use super::code::{CodeUnderTest, ConnectorKind};
+use super::expectations::Expectations;
 use super::record::RunRecord;
 use crate::geometry::{Geometry, Mode};
 use crate::layout::{CaseLayout, Side};
@@ -68,6 +71,56 @@ pub fn judge(record: &RunRecord) -> CaseReport {
         outcome,
         stats,
         violations,
+    }
+}
+
+/// A sweep judged against an expectations file (`expected/*.toml`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SweepVerdict {
+    /// One line per case that did not end as the file says (an unlisted
+    /// failure, a listed case that passed or failed otherwise).
+    pub disagreements: Vec<String>,
+    /// The file's entries that cover no case of the sweep (not run here).
+    pub unused: Vec<String>,
+    /// Cases that did not pass.
+    pub failed: usize,
+    /// Cases judged.
+    pub cases: usize,
+    /// Entries in the file.
+    pub expected_failures: usize,
+}
+
+impl SweepVerdict {
+    /// Exactly the listed cases failed, each the listed way.
+    pub fn as_expected(&self) -> bool {
+        self.disagreements.is_empty()
+    }
+}
+
+/// Every judged case of a sweep of `code` against the expectations: the
+/// sweep is as expected when exactly the listed cases fail, each the listed
+/// way. An entry's `message` is kvgeom's wording of a crash or refusal, so
+/// it is held only against kvgeom's own connector; another connector raises
+/// its own (vLLM often a bare `AssertionError`), and its outcome kinds and
+/// oracle sets are still compared.
+pub fn judge_sweep(
+    expectations: &Expectations,
+    reports: &[CaseReport],
+    code: &CodeUnderTest,
+) -> SweepVerdict {
+    let without_messages;
+    let expectations = if code.connector == ConnectorKind::Kvgeom {
+        expectations
+    } else {
+        without_messages = expectations.without_messages();
+        &without_messages
+    };
+    SweepVerdict {
+        disagreements: expectations.compare(reports),
+        unused: expectations.unused(reports),
+        failed: reports.iter().filter(|r| !r.passed()).count(),
+        cases: reports.len(),
+        expected_failures: expectations.failures.len(),
     }
 }
 

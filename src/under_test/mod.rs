@@ -8,6 +8,7 @@
 
 mod code;
 pub(crate) mod driver;
+pub mod expectations;
 pub mod judge;
 pub mod kvgeom;
 pub mod record;
@@ -16,18 +17,13 @@ pub mod trace_writer;
 pub mod vllm;
 
 pub use code::*;
-pub use judge::{judge, PlanComparison};
+pub use judge::{judge, judge_sweep, PlanComparison, SweepVerdict};
 pub use kvgeom::{run_case, run_case_detailed, KvgeomConnector};
 pub use record::{RunLog, RunOutcome, RunRecord};
 pub use trace_writer::{write_trace, TraceWriteError, TRACE_FORMAT_V3};
 
-use crate::scenario::Placement;
-use crate::scenario::{Case, Outcome};
-use crate::scheduler::RequestShape;
-
-/// A case placed: the request's shape and the blocks it holds on each
-/// engine, or why it cannot be placed (the harness's error).
-pub type Placed = Result<(RequestShape, Placement), Outcome>;
+use crate::scenario::Case;
+pub use crate::scenario::Placed;
 
 /// A connector kvgeom runs cases through and judges.
 pub trait ConnectorUnderTest {

@@ -21,6 +21,8 @@ pub use recorded_judge::{
 
 use std::path::{Path, PathBuf};
 
+use rayon::prelude::*;
+
 use super::driver::resolve_pairs;
 use super::record::{RunLog, RunOutcome, RunRecord};
 use super::{ConnectorUnderTest, Placed};
@@ -124,22 +126,31 @@ impl ConnectorUnderTest for ReplayConnector {
             .collect()
     }
 
-    /// Each trace read again, its run record moved out of it and judged.
+    /// Each trace read again, its run record moved out of it and judged,
+    /// traces in parallel on the caller's thread pool.
     fn run<T: Send>(
         &self,
         cases: &[Case],
         placed: Vec<Placed>,
         judge: &(dyn Fn(RunRecord) -> T + Sync),
     ) -> Result<Vec<T>, RecordedError> {
-        let mut out = Vec::with_capacity(cases.len());
-        for ((case, placed), (path, _, _)) in cases.iter().zip(placed).zip(&self.traces) {
-            let record = match placed {
-                Ok(_) => run_record(RecordedCase::read(path)?),
-                Err(outcome) => RunRecord::not_run(case, RunOutcome::from_outcome(outcome)),
-            };
-            out.push(judge(record));
-        }
-        Ok(out)
+        // In parallel, on the caller's thread pool: each trace holds its
+        // memory only while it is judged.
+        let runs: Vec<(&Case, Placed, &Path)> = cases
+            .iter()
+            .zip(placed)
+            .zip(&self.traces)
+            .map(|((case, placed), (path, _, _))| (case, placed, path.as_path()))
+            .collect();
+        runs.into_par_iter()
+            .map(|(case, placed, path)| {
+                let record = match placed {
+                    Ok(_) => run_record(RecordedCase::read(path)?),
+                    Err(outcome) => RunRecord::not_run(case, RunOutcome::from_outcome(outcome)),
+                };
+                Ok(judge(record))
+            })
+            .collect()
     }
 }
 

@@ -21,8 +21,8 @@ use crate::live::post_process_calls::{kvgeom_calls, CallKey};
 use crate::live::protocol::CaseResult;
 use crate::live::run::{read_final_memory, read_result};
 use crate::live::{
-    run_in_scratch, BatchError, BlockCheck, BlocksComparison, DriverCase, Hooks, Interpreter,
-    Prepared,
+    run_in_scratch, BatchError, BlockCheck, BlocksComparison, DriverCase, DriverSettings, Hooks,
+    Interpreter, Prepared,
 };
 use crate::oracle::{MemoryImages, OracleInput};
 use crate::scenario::shape_and_place;
@@ -59,19 +59,11 @@ enum Retention {
     Verdicts,
 }
 
-/// vLLM's connector, run by the driver of `python`.
+/// vLLM's Python connector, run by driver processes.
 pub struct VllmConnector<'a> {
-    /// The interpreter with vLLM (and what moves the bytes).
-    pub python: &'a Interpreter,
-    /// Deployments whose blocks the driver derives with vLLM's own
-    /// functions (each case of a checked geometry gets its comparison).
-    pub checks: &'a [BlockCheck],
-    /// Time-out of one case inside the driver.
-    pub case_limit: Duration,
-    /// Test hooks, and where traces are saved.
-    pub hooks: &'a Hooks,
-    /// Driver processes run at once.
-    pub drivers: usize,
+    /// How the driver processes run (the interpreter, the block checks,
+    /// the time-out of a case, the test hooks, how many at once).
+    pub driver: DriverSettings<'a>,
 }
 
 impl ConnectorUnderTest for VllmConnector<'_> {
@@ -83,24 +75,18 @@ impl ConnectorUnderTest for VllmConnector<'_> {
         cases.iter().map(shape_and_place).collect()
     }
 
-    /// The driver's chunks prepare each case from the same placement when
-    /// their turn comes (a batch holds at most a chunk's memory); a case
-    /// whose placement failed gets a record saying why.
+    /// The driver's chunks prepare each case for its placement when their
+    /// turn comes (a batch holds at most a chunk's memory); a case whose
+    /// placement failed gets a record saying why.
     fn run<T: Send>(
         &self,
         cases: &[Case],
-        _placed: Vec<Placed>,
+        placed: Vec<Placed>,
         judge: &(dyn Fn(RunRecord) -> T + Sync),
     ) -> Result<Vec<T>, BatchError> {
-        run_in_scratch(
-            cases,
-            self.checks,
-            self.python,
-            self.case_limit,
-            self.hooks,
-            self.drivers,
-            &|dc: DriverCase<'_>| judge(driver_record(dc)),
-        )
+        run_in_scratch(cases, placed, self.driver, &|dc: DriverCase<'_>| {
+            judge(driver_record(dc))
+        })
     }
 }
 
@@ -393,11 +379,13 @@ fn judged(
     // A vLLM kvgeom models is compared with its release's policy only.
     let pinned = python.reference.is_some();
     let connector = VllmConnector {
-        python,
-        checks,
-        case_limit,
-        hooks,
-        drivers,
+        driver: DriverSettings {
+            python,
+            checks,
+            case_limit,
+            hooks,
+            drivers,
+        },
     };
     let placed = connector.place(cases);
     connector.run(cases, placed, &|record| {

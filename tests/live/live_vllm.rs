@@ -16,8 +16,8 @@ use kvgeom::live::{self, Interpreter};
 use kvgeom::oracle;
 use kvgeom::scenario::{Case, Outcome, RunOptions};
 use kvgeom::scheduler::DecodeAllocation;
-use kvgeom::sweep::expectations::Expectations;
 use kvgeom::sweep::plan;
+use kvgeom::under_test::expectations::Expectations;
 use kvgeom::under_test::run_case;
 use kvgeom::under_test::vllm::{self, LiveReport};
 use kvgeom::under_test::{CodeUnderTest, Release};
@@ -173,6 +173,64 @@ fn vllm_agrees_with_the_reproduction_on_a_handful_of_cases() {
         moved >= 4,
         "vLLM's final memory differs from the initial one in {moved} cases"
     );
+}
+
+/// vLLM's connector runs each case on the blocks it was placed at: given
+/// the placement of another seed, the driver's request holds those blocks,
+/// vLLM's transfers are the ones kvgeom's connector plans for them (not for
+/// the case's own placement), and the bytes pass every oracle.
+#[test]
+fn vllm_runs_the_placement_it_is_given() {
+    use kvgeom::live::{DriverSettings, Hooks};
+    use kvgeom::scenario::shape_and_place;
+    use kvgeom::under_test::judge::plan_keys;
+    use kvgeom::under_test::vllm::VllmConnector;
+    use kvgeom::under_test::{judge, run_case_detailed, ConnectorUnderTest};
+
+    let Some(python) = interpreter("vllm_runs_the_placement_it_is_given") else {
+        return;
+    };
+    let case = cases("llama-gqa-prefix-cache.toml", &[37]).remove(0);
+    let elsewhere = Case {
+        seed: case.seed + 7,
+        ..case.clone()
+    };
+    let plan_at = |c: &Case| {
+        let run = run_case_detailed(c, &RunOptions::default());
+        plan_keys(run.oracle_input.as_ref().expect("kvgeom's run completes"))
+    };
+    let (own, other) = (plan_at(&case), plan_at(&elsewhere));
+    assert_ne!(own, other, "the two seeds place the request alike");
+    let hooks = Hooks::default();
+    let connector = VllmConnector {
+        driver: DriverSettings {
+            python: &python,
+            checks: &[],
+            case_limit: Duration::from_secs(30),
+            hooks: &hooks,
+            drivers: 1,
+        },
+    };
+    let (_, placement) = shape_and_place(&elsewhere).expect("placed");
+    let judged = connector
+        .run(
+            std::slice::from_ref(&case),
+            vec![shape_and_place(&elsewhere)],
+            &|record| {
+                let input = record.observed.as_ref().expect("vLLM completed");
+                let blocks = input.case.blocks().clone();
+                (blocks, plan_keys(input), judge(&record))
+            },
+        )
+        .expect("driver runs");
+    let (blocks, plan, report) = &judged[0];
+    assert_eq!(blocks.decode, placement.decode);
+    assert_eq!(blocks.prefill, placement.prefill);
+    assert_eq!(
+        plan, &other,
+        "vLLM moved what kvgeom plans for the given blocks"
+    );
+    assert!(report.passed(), "{}", report.outcome.describe());
 }
 
 /// Hybrids (attention + mamba state) on vLLM's real pull worker, in one

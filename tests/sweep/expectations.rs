@@ -7,8 +7,8 @@ use crate::default_sweep;
 
 use kvgeom::connector::NamedPolicy;
 use kvgeom::scenario::RunOptions;
-use kvgeom::sweep::expectations::Expectations;
 use kvgeom::sweep::{execute, plan};
+use kvgeom::under_test::expectations::Expectations;
 use kvgeom::variant::Variant;
 
 use crate::support::root;

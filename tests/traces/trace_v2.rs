@@ -1637,6 +1637,102 @@ fn a_tampered_replayed_record_is_a_violation() {
     assert!(!reports[1].violations.is_empty());
 }
 
+/// Replayed traces run as any sweep does: on a chosen number of threads,
+/// in shards that `report merge` puts back together as the whole run (the
+/// connector named), and held to an expectations file by the judge (vLLM
+/// 0.33.0's, which these traces of it meet; an entry naming another
+/// outcome is a disagreement).
+#[test]
+fn replayed_traces_shard_merge_and_meet_expectations() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(FIXTURES);
+    let d = scratch(module_path!(), "replay-shards");
+    let fixtures = dir.to_str().expect("a UTF-8 path");
+    let sweep = |extra: &[&str]| {
+        let mut args = vec!["sweep", "--connector", "replay", "--format", "json"];
+        args.extend_from_slice(extra);
+        args.push(fixtures);
+        crate::support::kvgeom(&args)
+    };
+    let whole = sweep(&["--threads", "1"]);
+    assert_eq!(
+        whole.status.code(),
+        Some(1),
+        "{}",
+        crate::support::text(&whole)
+    );
+    let whole = crate::support::json_report(&whole);
+    let mut shards = Vec::new();
+    for k in 1..=2 {
+        let out = d.join(format!("s{k}.json"));
+        let shard = format!("{k}/2");
+        let run = sweep(&[
+            "--shard",
+            &shard,
+            "--threads",
+            "2",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(
+            crate::support::text(&run).contains(&format!("shard {k}/2: 8 of 16 traces")),
+            "{}",
+            crate::support::text(&run)
+        );
+        shards.push(out);
+    }
+    let merged = d.join("merged.json");
+    let merge = crate::support::kvgeom(&[
+        "report",
+        "merge",
+        shards[0].to_str().unwrap(),
+        shards[1].to_str().unwrap(),
+        "--out",
+        merged.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        merge.status.code(),
+        Some(1),
+        "{}",
+        crate::support::text(&merge)
+    );
+    let merged: Value =
+        serde_json::from_str(&std::fs::read_to_string(&merged).expect("merged")).expect("JSON");
+    assert_eq!(merged["connector"], "replay");
+    assert_eq!(merged["cases"], whole["cases"]);
+    assert_eq!(merged["code_under_test"], whole["code_under_test"]);
+
+    let expected = sweep(&["--expect", "expected/vllm-0.33.0.toml"]);
+    assert_eq!(
+        expected.status.code(),
+        Some(0),
+        "{}",
+        crate::support::text(&expected)
+    );
+    assert!(crate::support::text(&expected).contains("7 of 16 cases failed, each as expected"));
+    // One failing trace listed with another outcome: the judge disagrees.
+    let wrong = d.join("wrong.toml");
+    let listed = std::fs::read_to_string("expected/vllm-0.33.0.toml").expect("expectations");
+    let crashed = "geometry = \"nemotron-h-gqa-mamba2-hnd\"\nmode = \"push\"";
+    assert!(listed.contains(crashed), "the fixture's entry moved");
+    std::fs::write(
+        &wrong,
+        listed.replace(
+            &format!("{crashed}\ncases = \"all\"\noutcome = \"crashed\""),
+            &format!("{crashed}\ncases = \"all\"\noutcome = \"hung\""),
+        ),
+    )
+    .expect("write");
+    let disagrees = sweep(&["--expect", wrong.to_str().unwrap()]);
+    assert_eq!(disagrees.status.code(), Some(1));
+    assert!(
+        crate::support::text(&disagrees)
+            .contains("nemotron-h-gqa-mamba2-hnd N=13 h=0 push mainline"),
+        "{}",
+        crate::support::text(&disagrees)
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 /// `kvgeom sweep --connector replay FOLDER` judges every fixture as
 /// `check-trace` does (passed, failed, or refused), exits 1 since some
 /// fail, and `explain --connector replay` shows one.

@@ -10,8 +10,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::prompts::parse_prompt_list;
 use crate::limits::{read_capped, MAX_INPUT_BYTES};
+use crate::scenario::prompt_list::parse_prompt_list;
 use crate::scenario::{Case, CaseReport};
 
 /// An expectations file that cannot be used.
@@ -218,6 +218,16 @@ impl Expectations {
             });
         }
         Ok(Expectations { failures })
+    }
+
+    /// The expectations without their message texts (outcome kinds and
+    /// oracle sets only).
+    pub fn without_messages(&self) -> Self {
+        let mut e = self.clone();
+        for f in &mut e.failures {
+            f.message = None;
+        }
+        e
     }
 
     /// The entries covering `case`.
