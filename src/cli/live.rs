@@ -11,7 +11,7 @@ use crate::sweep::shard::{parse_shard, Shard};
 use crate::under_test::expectations::Expectations;
 use crate::under_test::vllm::{self, LiveReport};
 use crate::under_test::PlanComparison;
-use crate::under_test::{judge_sweep, CodeUnderTest, Release};
+use crate::under_test::{judge_sweep, CodeUnderTest, ConnectorLog, Release};
 use crate::variant::Variant;
 
 /// The interpreter with vLLM and `--nixl` resolved for it; `Err` is the
@@ -663,8 +663,9 @@ pub fn live_explain(args: ExplainArgs) -> u8 {
             blocks_line(b)
         ));
     }
+    let log = live.result.as_ref().map(ConnectorLog::of_driver);
     out.push_str(&super::run_lines::run_lines(
-        live.result.as_ref(),
+        log.as_ref(),
         live.oracle_input.as_ref(),
         &live.report.violations,
     ));

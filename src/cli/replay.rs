@@ -326,7 +326,7 @@ pub fn replay_explain(args: ExplainArgs) -> u8 {
             report.outcome.describe()
         );
         out.push_str(&super::run_lines::run_lines(
-            record.driver_result(),
+            record.connector_log().as_ref(),
             record.observed.as_ref(),
             &report.violations,
         ));

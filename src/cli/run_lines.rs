@@ -1,20 +1,20 @@
 //! The part of `explain`'s text a driven connector's run adds, written
-//! once for vLLM's connector and a replayed trace: each transfer the driver
-//! recorded, every pair the oracles saw, and the violations.
+//! once for vLLM's connector and a replayed trace: each transfer of the
+//! connector's log, every pair the oracles saw, and the violations.
 
-use crate::live::protocol::CaseResult;
 use crate::oracle::{OracleInput, Violation};
 use crate::under_test::judge::plan_keys;
+use crate::under_test::ConnectorLog;
 
-/// The transfers of `result`, the pairs of `observed` and `violations`,
-/// one line each.
+/// The transfers of `log`, the pairs of `observed` and `violations`, one
+/// line each.
 pub(super) fn run_lines(
-    result: Option<&CaseResult>,
+    log: Option<&ConnectorLog>,
     observed: Option<&OracleInput>,
     violations: &[Violation],
 ) -> String {
     let mut out = String::new();
-    for x in result.map(|r| r.xfers.as_slice()).unwrap_or_default() {
+    for x in log.map(|l| l.xfers.as_slice()).unwrap_or_default() {
         out.push_str(&format!(
             "transfer: {} {} {} pairs (lists {} -> {}){}\n",
             x.agent,

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::geometry::Geometry;
+use crate::scenario::HandshakeRecord;
 use crate::scheduler::DecodeAllocation;
 
 /// The `format` of `batch.json`.
@@ -139,9 +140,9 @@ pub struct CaseResult {
     /// differ; absent from results of drivers before it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub region_zero_calls: Vec<RegionZeroCall>,
-    /// Handshakes: `{agent, remote, ok, message}`.
+    /// Every handshake a rank attempted with a peer rank.
     #[serde(default)]
-    pub handshakes: Vec<serde_json::Value>,
+    pub handshakes: Vec<HandshakeRecord>,
     /// What moved the bytes: `stand-in` or `real` (absent: the stand-in).
     #[serde(default)]
     pub nixl: Option<String>,
@@ -163,7 +164,7 @@ pub struct CaseResult {
 }
 
 /// A prepared descriptor list, rows expanded to `(addr, len, dev)`.
-#[derive(Clone, Debug, Deserialize, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 pub struct DlistRecord {
     /// The agent that prepared the list.
     pub agent: String,
@@ -178,7 +179,7 @@ pub struct DlistRecord {
 }
 
 /// One transfer vLLM made.
-#[derive(Clone, Debug, Deserialize, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 pub struct XferRecord {
     /// The agent that posted the transfer.
     pub agent: String,

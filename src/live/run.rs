@@ -7,11 +7,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::layout::{CaseLayout, Side};
+use crate::layout::{CaseLayout, RequestBlocks, Side};
 use crate::memory::ArenaBytes;
+use crate::scenario::run::computed_blocks;
 use crate::scenario::{
-    prepare_placed_memory, shape_and_place, Case, Outcome, Placed, PreparedMemory,
+    prepare_placed_memory, shape_and_place, Case, Outcome, Placed, Placement, PreparedMemory,
 };
+use crate::scheduler::RequestShape;
 
 use super::blocks::{self, BlockCheck, BlocksComparison, EngineBlocks, PairBlocks};
 use super::error::BatchError;
@@ -68,7 +70,7 @@ pub struct Prepared {
 
 impl Prepared {
     /// Bytes of the case's initial memory, every region of every rank.
-    pub(super) fn memory_bytes(&self) -> u64 {
+    pub(crate) fn memory_bytes(&self) -> u64 {
         self.before
             .iter()
             .flatten()
@@ -91,20 +93,35 @@ pub(crate) fn prepare(case: &Case, id: &str) -> Result<Prepared, Outcome> {
     prepare_placed(case, shape_and_place(case), id)
 }
 
-/// [`prepare`] for the placement a connector under test gave the case (or
-/// why it has none).
-pub(crate) fn prepare_placed(case: &Case, placed: Placed, id: &str) -> Result<Prepared, Outcome> {
+/// The case as the driver reads it (and as a trace records it), for a
+/// placed request, without its memory: kvgeom's trace writer records its
+/// own run with it and never prepares the memory again.
+pub(crate) fn spec_without_memory(
+    case: &Case,
+    placed: Placed,
+    id: &str,
+) -> Result<CaseSpec, Outcome> {
     let (shape, placement) = placed?;
+    let blocks = RequestBlocks::with_prefix_hit(
+        &case.geometry.model,
+        case.geometry.decode.logical_block,
+        placement.decode.clone(),
+        placement.prefill.clone(),
+        case.prefix_hit,
+    );
+    let computed = computed_blocks(&blocks);
+    Ok(case_spec(case, &shape, &placement, &blocks, computed, id))
+}
+
+fn case_spec(
+    case: &Case,
+    shape: &RequestShape,
+    placement: &Placement,
+    blocks: &RequestBlocks,
+    computed_blocks: Vec<u32>,
+    id: &str,
+) -> CaseSpec {
     let geometry = &case.geometry;
-    let PreparedMemory {
-        layout,
-        shape,
-        placement,
-        blocks,
-        computed_blocks,
-        bases,
-        before,
-    } = prepare_placed_memory(case, shape, placement)?;
     let side_spec = |side: Side, pool: u32, request: Vec<Vec<u32>>| {
         let engine = match side {
             Side::Prefill => &geometry.prefill,
@@ -125,7 +142,7 @@ pub(crate) fn prepare_placed(case: &Case, placed: Placed, id: &str) -> Result<Pr
     let mut decode_spec = side_spec(Side::Decode, placement.decode_pool, blocks.decode.clone());
     decode_spec.transfer_blocks = blocks.decode_transfer.clone();
     decode_spec.computed_blocks = computed_blocks;
-    let spec = CaseSpec {
+    CaseSpec {
         id: id.to_string(),
         dir: id.to_string(),
         mode: case.mode.as_str().to_string(),
@@ -143,7 +160,23 @@ pub(crate) fn prepare_placed(case: &Case, placed: Placed, id: &str) -> Result<Pr
         decode: decode_spec,
         skip_receive_post_process: false,
         block_in_case: false,
-    };
+    }
+}
+
+/// [`prepare`] for the placement a connector under test gave the case (or
+/// why it has none).
+pub(crate) fn prepare_placed(case: &Case, placed: Placed, id: &str) -> Result<Prepared, Outcome> {
+    let (shape, placement) = placed?;
+    let PreparedMemory {
+        layout,
+        shape,
+        placement,
+        blocks,
+        computed_blocks,
+        bases,
+        before,
+    } = prepare_placed_memory(case, shape, placement)?;
+    let spec = case_spec(case, &shape, &placement, &blocks, computed_blocks, id);
     Ok(Prepared {
         layout,
         transferred_tokens: shape.transferred_tokens,

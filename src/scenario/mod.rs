@@ -7,6 +7,7 @@ pub(crate) mod case;
 pub mod device_tensors;
 pub(crate) mod engines;
 pub(crate) mod error;
+pub(crate) mod handshake_record;
 pub(crate) mod memory_estimate;
 pub(crate) mod placement;
 pub(crate) mod prepare;
@@ -19,6 +20,7 @@ pub(crate) mod wait;
 pub use case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
 #[cfg(feature = "cuda")]
 pub use device_tensors::DeviceTensors;
+pub use handshake_record::HandshakeRecord;
 pub use memory_estimate::{estimate as estimate_memory, touched_prefill_ranks, MemoryEstimate};
 pub use placement::Placement;
 pub use prepare::{prepare_memory, prepare_placed_memory, PreparedMemory};

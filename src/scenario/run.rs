@@ -20,6 +20,7 @@ use crate::scheduler::{request_shape, RequestShape};
 use super::case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
 use super::engines::{allocate_ranks_touched, register_side_on, Engines, RankTensors};
 use super::error::{PrefixHitError, TransportError};
+use super::handshake_record::HandshakeRecord;
 use super::memory_estimate::touched_prefill_ranks;
 use super::placement::{place, Placement};
 use super::vram::{self, CaseDevices};
@@ -71,6 +72,8 @@ pub struct CaseRun {
     /// transfers are over), which places the post-process's operations.
     pub decode_page_geometries: Vec<Vec<PageGeometry>>,
     pub oracle_input: Option<OracleInput>,
+    /// Every handshake a rank attempted with a peer rank, in order.
+    pub handshakes: Vec<HandshakeRecord>,
     /// Bytes the receive post-process zeroed on every decode rank (0 unless
     /// the transfers completed).
     pub zeroed_bytes: u64,
@@ -97,6 +100,7 @@ impl CaseRun {
             post_process: Vec::new(),
             decode_page_geometries: Vec::new(),
             oracle_input: None,
+            handshakes: Vec::new(),
             zeroed_bytes: 0,
             unbacked_accessed: false,
         }
@@ -349,10 +353,19 @@ fn transfer(
     if let Err(e) = engines.upload_to_devices() {
         return Outcome::error(e);
     }
+    let log = &mut run.handshakes;
     let handshake = match mode {
-        Mode::Pull => handshake_side(nixl, &mut engines, Side::Decode, Handshake::Initiator),
-        Mode::Push => handshake_side(nixl, &mut engines, Side::Decode, Handshake::PushReceiver)
-            .and_then(|()| handshake_side(nixl, &mut engines, Side::Prefill, Handshake::Initiator)),
+        Mode::Pull => handshake_side(nixl, &mut engines, Side::Decode, Handshake::Initiator, log),
+        Mode::Push => handshake_side(
+            nixl,
+            &mut engines,
+            Side::Decode,
+            Handshake::PushReceiver,
+            log,
+        )
+        .and_then(|()| {
+            handshake_side(nixl, &mut engines, Side::Prefill, Handshake::Initiator, log)
+        }),
     };
     if let Err(outcome) = handshake {
         run.layout = Some(Arc::unwrap_or_clone(layout));
@@ -541,12 +554,14 @@ enum Handshake {
     PushReceiver,
 }
 
-/// Every rank of `side` handshakes with its target ranks on the other side.
+/// Every rank of `side` handshakes with its target ranks on the other side,
+/// each attempt logged.
 fn handshake_side(
     nixl: &mut dyn Nixl,
     engines: &mut Engines,
     side: Side,
     how: Handshake,
+    log: &mut Vec<HandshakeRecord>,
 ) -> Result<(), Outcome> {
     let other = match side {
         Side::Prefill => Side::Decode,
@@ -571,6 +586,16 @@ fn handshake_side(
                 Handshake::Initiator => worker.add_remote_agent(nixl, &meta, target, peer_tp),
                 Handshake::PushReceiver => worker.add_push_peer(nixl, &meta, target, peer_tp),
             };
+            log.push(HandshakeRecord {
+                agent: side.agent_name(i as u32),
+                remote: other.agent_name(target),
+                ok: added.is_ok(),
+                message: added.as_ref().err().map(|e| match e {
+                    ConnectorError::Handshake(h) => h.to_string(),
+                    other => other.to_string(),
+                }),
+                notif_only: None,
+            });
             match added {
                 Ok(_) => {}
                 Err(e) if side == Side::Prefill => {

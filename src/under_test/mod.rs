@@ -7,6 +7,7 @@
 //! case's verdict. A new connector under test is one file here.
 
 mod code;
+pub mod connector_log;
 pub(crate) mod driver;
 pub mod expectations;
 pub mod judge;
@@ -17,6 +18,7 @@ pub mod trace_writer;
 pub mod vllm;
 
 pub use code::*;
+pub use connector_log::ConnectorLog;
 pub use judge::{judge, judge_sweep, PlanComparison, SweepVerdict};
 pub use kvgeom::{run_case, run_case_detailed, KvgeomConnector};
 pub use record::{RunLog, RunOutcome, RunRecord};

@@ -1,6 +1,7 @@
 //! [`RunRecord`]: what one case's run of a connector under test produced,
 //! as the judge reads it.
 
+use super::connector_log::ConnectorLog;
 use crate::layout::Side;
 use crate::live::protocol::CaseResult;
 use crate::live::BlocksComparison;
@@ -154,6 +155,17 @@ impl RunRecord {
             log: RunLog::Nothing,
             uncompared: Some(why),
             blocks: None,
+        }
+    }
+
+    /// What the connector did, connector-neutral (`None` when it never
+    /// ran the case). Built on demand from the connector's log: a sweep
+    /// that only judges never expands kvgeom's lists.
+    pub fn connector_log(&self) -> Option<ConnectorLog> {
+        match &self.log {
+            RunLog::Kvgeom(run) => Some(ConnectorLog::of_kvgeom(run)),
+            RunLog::Driver(result) => Some(ConnectorLog::of_driver(result)),
+            RunLog::Nothing => None,
         }
     }
 

@@ -6,21 +6,19 @@
 //! plus what ran (`code_under_test`). `check-trace`, `diff-trace` and
 //! `sweep --connector replay` read it as they read a v2 trace.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+use super::connector_log::ConnectorLog;
 use super::CodeUnderTest;
-use crate::connector::post_process::{asks_for_conversion, zeroed_ranges};
 use crate::layout::Side;
-use crate::live::protocol::{CaseResult, DlistRecord, PostProcessCall, XferRecord, RESULT_FORMAT};
-use crate::live::run::{prepare, side_index, Prepared};
+use crate::live::protocol::{CaseResult, RESULT_FORMAT};
+use crate::live::run::spec_without_memory;
 use crate::live::TRACE_MEMORY_LIMIT;
-use crate::nixl::recording::Event;
-use crate::nixl::{DlistTarget, MemKind, XferOp};
-use crate::oracle::RankMemory;
-use crate::scenario::{CaseRun, Outcome};
+use crate::oracle::{BeforeImage, RankMemory};
+use crate::pattern::InitialFill;
+use crate::scenario::{shape_and_place, CaseRun, Outcome};
 use crate::trace::base64;
 
 /// The `format` of a trace that records its code under test.
@@ -66,164 +64,88 @@ fn status_of(outcome: &Outcome) -> (&'static str, Option<Side>, Option<String>) 
     }
 }
 
-fn mem_name(mem: MemKind) -> &'static str {
-    match mem {
-        MemKind::Dram => "DRAM",
-        MemKind::Vram => "VRAM",
-    }
-}
-
-/// kvgeom's run as a driver's result: each agent's regions, every list
-/// and transfer the recording transport logged, and one receive
-/// post-process call per decode rank that planned any group.
+/// kvgeom's run as a driver's result: how it ended and its connector log.
 fn result_of(run: &CaseRun) -> CaseResult {
     let (status, side, message) = status_of(&run.report.outcome);
-    let mut result = CaseResult {
+    let ConnectorLog {
+        regions,
+        dlists,
+        xfers,
+        post_process_calls,
+        region_zero_calls,
+        handshakes,
+    } = ConnectorLog::of_kvgeom(run);
+    CaseResult {
         format: RESULT_FORMAT.to_string(),
         status: status.to_string(),
         side: side.map(|s| s.as_str().to_string()),
         message,
-        regions: BTreeMap::new(),
-        dlists: Vec::new(),
-        xfers: Vec::new(),
+        regions,
+        dlists,
+        xfers,
         post_process: Vec::new(),
-        post_process_calls: Vec::new(),
-        region_zero_calls: Vec::new(),
-        handshakes: Vec::new(),
+        post_process_calls,
+        region_zero_calls,
+        handshakes,
         nixl: None,
         nixl_version: None,
         failures: Vec::new(),
         raised: Vec::new(),
         notifs: Vec::new(),
         trace: None,
-    };
-    let Some(recording) = &run.recording else {
-        return result;
-    };
-    let name = |agent| recording.name_of(agent).unwrap_or("?").to_string();
-    for event in recording.events() {
-        match event {
-            Event::RegisterMemory { agent, regions } => {
-                let entry = result.regions.entry(name(*agent)).or_default();
-                entry.extend(regions.iter().map(|r| (r.addr, r.len)));
-            }
-            Event::Dlist {
-                agent,
-                handle,
-                target,
-                mem,
-                list,
-            } => result.dlists.push(DlistRecord {
-                agent: name(*agent),
-                handle: handle.0,
-                target: match target {
-                    DlistTarget::Local => "local".to_string(),
-                    DlistTarget::Remote(peer) => peer.clone(),
-                },
-                mem: mem_name(*mem).to_string(),
-                rows: list.rows().map(|r| (r.addr, r.len, r.dev)).collect(),
-            }),
-            _ => {}
-        }
     }
-    for x in recording.xfers() {
-        result.xfers.push(XferRecord {
-            agent: name(x.agent),
-            op: match x.op {
-                XferOp::Read => "READ",
-                XferOp::Write => "WRITE",
-            }
-            .to_string(),
-            local: handle_of(recording.events(), x.agent, x.handle, true),
-            local_ids: x.local_ids.to_vec(),
-            remote: handle_of(recording.events(), x.agent, x.handle, false),
-            remote_ids: x.remote_ids.to_vec(),
-            posted: x.posted,
-        });
-    }
-    let is_mla = run.report.case.geometry.model.is_mla();
-    for (rank, plans) in run.post_process.iter().filter(|(_, p)| !p.is_empty()) {
-        let agent = Side::Decode.agent_name(*rank);
-        let geometries = run
-            .decode_page_geometries
-            .get(*rank as usize)
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
-        let bases = result.regions.get(&agent).cloned().unwrap_or_default();
-        let zeroed = zeroed_ranges(plans, geometries)
-            .into_iter()
-            .filter_map(|(region, offset, len)| Some((bases.get(region)?.0 + offset, len)))
-            .collect();
-        let ratio = plans[0].ratio;
-        result.post_process_calls.push(PostProcessCall {
-            agent,
-            block_size_ratio: ratio,
-            block_ids_list: plans
-                .iter()
-                .map(|p| (p.group as u32, p.block_ids.clone(), p.covered_sub_blocks))
-                .collect(),
-            convert: asks_for_conversion(is_mla, ratio),
-            zeroed: Some(zeroed),
-        });
-    }
-    result
 }
 
-/// The local (or remote) list handle of transfer `handle` of `agent`.
-fn handle_of(
-    events: &[Event],
-    agent: crate::nixl::AgentId,
-    handle: crate::nixl::XferHandle,
-    local_list: bool,
-) -> u64 {
-    events
-        .iter()
-        .find_map(|e| match e {
-            Event::Xfer {
-                agent: a,
-                handle: h,
-                local,
-                remote,
-                ..
-            } if *a == agent && *h == handle => Some(if local_list { local.0 } else { remote.0 }),
-            _ => None,
-        })
-        .unwrap_or_default()
-}
-
-/// Every region's bytes before (kvgeom's preparation) and after the run,
-/// when the case's initial memory is at most [`TRACE_MEMORY_LIMIT`] and the
-/// run left final memory.
-fn memory_of(run: &CaseRun, prepared: &Prepared) -> Option<Value> {
+/// Every region's bytes before and after the run, read from the run's own
+/// memory (never prepared again): when the case's memory is at most
+/// [`TRACE_MEMORY_LIMIT`] and the run left final memory. A rank whose
+/// initial image the run did not copy has it recomputed from the harness's
+/// fill (at most that limit, once per region written).
+fn memory_of(run: &CaseRun) -> Option<Value> {
     let input = run.oracle_input.as_ref()?;
-    let initial: u64 = prepared
-        .before
-        .iter()
-        .flatten()
-        .flatten()
-        .map(|r| r.len() as u64)
+    let case = &input.case;
+    let ranks = |side| case.engines(side).len() as u32;
+    let total: u64 = [Side::Prefill, Side::Decode]
+        .into_iter()
+        .flat_map(|side| case.engines(side))
+        .map(|e| e.region_len() * u64::from(e.num_regions()))
         .sum();
-    if initial > TRACE_MEMORY_LIMIT {
+    if total > TRACE_MEMORY_LIMIT {
         return None;
     }
     let mut images = Vec::new();
     for side in [Side::Prefill, Side::Decode] {
-        for (rank, regions) in prepared.before[side_index(side)].iter().enumerate() {
-            let rank = rank as u32;
-            let after: Option<&[crate::memory::ArenaBytes]> = match input.rank_memory(side, rank)? {
-                RankMemory::Images(m) => Some(&m.after),
-                RankMemory::Untouched(_) => None,
+        for rank in 0..ranks(side) {
+            let engine = case.engine(side, rank)?;
+            let recomputed = |fill: &InitialFill, region: u32| -> Option<Vec<u8>> {
+                let mut bytes = vec![0u8; usize::try_from(engine.region_len()).ok()?];
+                fill.fill_region(case, region, &mut bytes).ok()?;
+                Some(bytes)
             };
-            for (region, before) in regions.iter().enumerate() {
-                let after_bytes: &[u8] = match after {
-                    Some(after) => after.get(region)?,
-                    None => before,
-                };
+            for region in 0..engine.num_regions() {
+                let (before, after): (std::borrow::Cow<[u8]>, Option<&[u8]>) =
+                    match input.rank_memory(side, rank)? {
+                        RankMemory::Images(m) => {
+                            let before = match &m.before {
+                                BeforeImage::Copied(copies) => std::borrow::Cow::Borrowed(
+                                    copies.get(region as usize)?.as_slice(),
+                                ),
+                                BeforeImage::Recomputed(fill) => {
+                                    std::borrow::Cow::Owned(recomputed(fill, region)?)
+                                }
+                            };
+                            (before, Some(&m.after.get(region as usize)?[..]))
+                        }
+                        RankMemory::Untouched(fill) => {
+                            (std::borrow::Cow::Owned(recomputed(fill, region)?), None)
+                        }
+                    };
+                let after = after.unwrap_or(&before);
                 images.push(json!({
                     "agent": side.agent_name(rank),
                     "region": region,
-                    "before": base64::encode(before),
-                    "after": base64::encode(after_bytes),
+                    "before": base64::encode(&before),
+                    "after": base64::encode(after),
                 }));
             }
         }
@@ -239,11 +161,15 @@ pub fn trace_of(
 ) -> Result<Value, TraceWriteError> {
     let case = &run.report.case;
     let id = crate::live::trace_file_name(case);
-    let prepared = prepare(case, &id).map_err(|o| TraceWriteError::Prepare {
+    let placed = match (&run.shape, &run.placement) {
+        (Some(shape), Some(placement)) => Ok((shape.clone(), placement.clone())),
+        _ => shape_and_place(case),
+    };
+    let spec = spec_without_memory(case, placed, &id).map_err(|o| TraceWriteError::Prepare {
         path: path.to_path_buf(),
         reason: o.describe(),
     })?;
-    let mut spec = serde_json::to_value(&prepared.spec).unwrap_or(Value::Null);
+    let mut spec = serde_json::to_value(&spec).unwrap_or(Value::Null);
     if let Some(map) = spec.as_object_mut() {
         map.remove("dir");
     }
@@ -253,7 +179,7 @@ pub fn trace_of(
         "case": spec,
         "result": result_of(run),
     });
-    if let Some(memory) = memory_of(run, &prepared) {
+    if let Some(memory) = memory_of(run) {
         trace["memory"] = memory;
     }
     Ok(trace)
@@ -284,4 +210,119 @@ pub fn write_trace(
         path: path.to_path_buf(),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::Value;
+
+    use super::{result_of, trace_of};
+    use crate::geometry::{load_geometry, Mode};
+    use crate::layout::Side;
+    use crate::live::run::{prepare, side_index};
+    use crate::live::TRACE_MEMORY_LIMIT;
+    use crate::scenario::{Case, RunOptions};
+    use crate::scheduler::DecodeAllocation;
+    use crate::trace::base64;
+    use crate::under_test::{run_case_detailed, CodeUnderTest};
+    use crate::variant::Variant;
+
+    fn case(file: &str, prompt_len: u32, prefix_hit: u32, mode: Mode) -> Case {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("geometries")
+            .join(file);
+        Case {
+            geometry: Arc::new(load_geometry(&path).expect("geometry")),
+            file: Some(path),
+            prompt_len,
+            prefix_hit,
+            mode,
+            allocation: DecodeAllocation::Mainline,
+            seed: 3,
+            variant: Variant::KVGEOM,
+        }
+    }
+
+    /// The trace of kvgeom's run, written from the run alone, names the case
+    /// and holds the initial memory exactly as a second preparation of the
+    /// case (what the writer did before) gives them, for pull and push,
+    /// attention and hybrids, with and without a prefix hit.
+    #[test]
+    fn a_trace_is_written_from_the_run_as_a_second_preparation_would_write_it() {
+        let mut written = 0;
+        let cases = [
+            case("llama-gqa-prefix-cache.toml", 37, 16, Mode::Pull),
+            case("mla-kda-decode-tp2.toml", 13, 0, Mode::Pull),
+            case("mla-kda-equal-ppl-prefix-cache.toml", 37, 16, Mode::Push),
+            case("qwen3-next-gqa-gdn-decode-tp2.toml", 9, 0, Mode::Push),
+            case("deepseek-mla.toml", 65, 0, Mode::Pull),
+        ];
+        for case in cases {
+            let label = format!("{} {}", case.geometry_name(), case.mode);
+            let run = run_case_detailed(&case, &RunOptions::default());
+            let trace = trace_of(
+                &run,
+                &CodeUnderTest::kvgeom(case.variant),
+                std::path::Path::new("t.trace.json"),
+            )
+            .expect("written");
+            let prepared = prepare(&case, &crate::live::trace_file_name(&case)).expect("prepared");
+            let mut spec = serde_json::to_value(&prepared.spec).expect("spec");
+            spec.as_object_mut().expect("object").remove("dir");
+            assert_eq!(trace["case"], spec, "{label}");
+            let result = result_of(&run);
+            assert!(!result.handshakes.is_empty(), "{label}");
+            assert!(result.handshakes.iter().all(|h| h.ok), "{label}");
+            if prepared.memory_bytes() > TRACE_MEMORY_LIMIT {
+                assert!(trace.get("memory").is_none(), "{label}");
+                continue;
+            }
+            let images = trace["memory"]["images"].as_array().expect("images");
+            let mut compared = 0;
+            for side in [Side::Prefill, Side::Decode] {
+                for (rank, regions) in prepared.before[side_index(side)].iter().enumerate() {
+                    let agent = side.agent_name(rank as u32);
+                    for (region, before) in regions.iter().enumerate() {
+                        let image = images
+                            .iter()
+                            .find(|i| i["agent"] == agent.as_str() && i["region"] == region)
+                            .unwrap_or_else(|| panic!("{label}: {agent} r{region}"));
+                        let Value::String(text) = &image["before"] else {
+                            panic!("{label}: no before image")
+                        };
+                        let decoded = base64::decode(text).expect("base64");
+                        assert!(&decoded == before, "{label}: {agent} r{region}");
+                        compared += 1;
+                    }
+                }
+            }
+            assert_eq!(compared, images.len(), "{label}");
+            written += 1;
+        }
+        assert_eq!(written, 4, "cases whose memory the trace holds");
+    }
+
+    /// A refused handshake is in the record with its reason.
+    #[test]
+    fn a_refused_handshake_is_recorded_with_its_reason() {
+        let case = case("reject-gqa-nhd-replicated-heads.toml", 4, 0, Mode::Pull);
+        let case = Case {
+            variant: Variant::Policy(crate::connector::NamedPolicy::Kvgeom),
+            ..case
+        };
+        let run = run_case_detailed(&case, &RunOptions::default());
+        let refused: Vec<_> = result_of(&run)
+            .handshakes
+            .into_iter()
+            .filter(|h| !h.ok)
+            .collect();
+        assert_eq!(refused.len(), 1, "{:?}", run.report.outcome);
+        assert!(refused[0].message.as_deref().is_some_and(|m| run
+            .report
+            .outcome
+            .describe()
+            .contains(m)));
+    }
 }

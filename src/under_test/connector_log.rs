@@ -1,0 +1,153 @@
+//! [`ConnectorLog`]: what a connector under test did in one case, in one
+//! connector-neutral form: the regions each rank registered, every
+//! descriptor list (role, memory type, rows), every transfer, the receive
+//! post-process calls and every handshake. kvgeom's connector writes it
+//! from its recording transport; vLLM's driver and a recorded trace report
+//! it as they ran. The trace writer serialises it; `explain` and the
+//! tests read it the same way for every connector.
+
+use std::collections::BTreeMap;
+
+use crate::connector::post_process::{asks_for_conversion, zeroed_ranges};
+use crate::layout::Side;
+use crate::live::protocol::{CaseResult, DlistRecord, PostProcessCall, RegionZeroCall, XferRecord};
+use crate::nixl::recording::Event;
+use crate::nixl::{AgentId, DlistTarget, MemKind, XferHandle, XferOp};
+use crate::scenario::{CaseRun, HandshakeRecord};
+
+/// What a connector did in one case, connector-neutral.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ConnectorLog {
+    /// Each agent's registered regions, `(address, bytes)`, in
+    /// registration order.
+    pub regions: BTreeMap<String, Vec<(u64, u64)>>,
+    /// Every descriptor list prepared, rows expanded.
+    pub dlists: Vec<DlistRecord>,
+    /// Every transfer made, in order (`posted` when it was posted).
+    pub xfers: Vec<XferRecord>,
+    /// Every call of a decode rank's receive post-process.
+    pub post_process_calls: Vec<PostProcessCall>,
+    /// Every region-mapped zeroing call (vLLM's, when P's and D's cache
+    /// group layouts differ).
+    pub region_zero_calls: Vec<RegionZeroCall>,
+    /// Every handshake a rank attempted with a peer rank.
+    pub handshakes: Vec<HandshakeRecord>,
+}
+
+impl ConnectorLog {
+    /// A driver's report (vLLM's live driver, or a recorded trace of it).
+    pub fn of_driver(result: &CaseResult) -> Self {
+        ConnectorLog {
+            regions: result.regions.clone(),
+            dlists: result.dlists.clone(),
+            xfers: result.xfers.clone(),
+            post_process_calls: result.post_process_calls.clone(),
+            region_zero_calls: result.region_zero_calls.clone(),
+            handshakes: result.handshakes.clone(),
+        }
+    }
+
+    /// kvgeom's run: each agent's regions and every list and transfer the
+    /// recording transport logged, its handshakes, and one receive
+    /// post-process call per decode rank that planned any group.
+    pub fn of_kvgeom(run: &CaseRun) -> Self {
+        let mut log = ConnectorLog {
+            handshakes: run.handshakes.clone(),
+            ..ConnectorLog::default()
+        };
+        let Some(recording) = &run.recording else {
+            return log;
+        };
+        let name = |agent| recording.name_of(agent).unwrap_or("?").to_string();
+        for event in recording.events() {
+            match event {
+                Event::RegisterMemory { agent, regions } => {
+                    let entry = log.regions.entry(name(*agent)).or_default();
+                    entry.extend(regions.iter().map(|r| (r.addr, r.len)));
+                }
+                Event::Dlist {
+                    agent,
+                    handle,
+                    target,
+                    mem,
+                    list,
+                } => log.dlists.push(DlistRecord {
+                    agent: name(*agent),
+                    handle: handle.0,
+                    target: match target {
+                        DlistTarget::Local => "local".to_string(),
+                        DlistTarget::Remote(peer) => peer.clone(),
+                    },
+                    mem: mem_name(*mem).to_string(),
+                    rows: list.rows().map(|r| (r.addr, r.len, r.dev)).collect(),
+                }),
+                _ => {}
+            }
+        }
+        for x in recording.xfers() {
+            log.xfers.push(XferRecord {
+                agent: name(x.agent),
+                op: match x.op {
+                    XferOp::Read => "READ",
+                    XferOp::Write => "WRITE",
+                }
+                .to_string(),
+                local: list_of(recording.events(), x.agent, x.handle, true),
+                local_ids: x.local_ids.to_vec(),
+                remote: list_of(recording.events(), x.agent, x.handle, false),
+                remote_ids: x.remote_ids.to_vec(),
+                posted: x.posted,
+            });
+        }
+        let is_mla = run.report.case.geometry.model.is_mla();
+        for (rank, plans) in run.post_process.iter().filter(|(_, p)| !p.is_empty()) {
+            let agent = Side::Decode.agent_name(*rank);
+            let geometries = run
+                .decode_page_geometries
+                .get(*rank as usize)
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
+            let bases = log.regions.get(&agent).cloned().unwrap_or_default();
+            let zeroed = zeroed_ranges(plans, geometries)
+                .into_iter()
+                .filter_map(|(region, offset, len)| Some((bases.get(region)?.0 + offset, len)))
+                .collect();
+            let ratio = plans[0].ratio;
+            log.post_process_calls.push(PostProcessCall {
+                agent,
+                block_size_ratio: ratio,
+                block_ids_list: plans
+                    .iter()
+                    .map(|p| (p.group as u32, p.block_ids.clone(), p.covered_sub_blocks))
+                    .collect(),
+                convert: asks_for_conversion(is_mla, ratio),
+                zeroed: Some(zeroed),
+            });
+        }
+        log
+    }
+}
+
+fn mem_name(mem: MemKind) -> &'static str {
+    match mem {
+        MemKind::Dram => "DRAM",
+        MemKind::Vram => "VRAM",
+    }
+}
+
+/// The local (or remote) list handle of transfer `handle` of `agent`.
+fn list_of(events: &[Event], agent: AgentId, handle: XferHandle, local_list: bool) -> u64 {
+    events
+        .iter()
+        .find_map(|e| match e {
+            Event::Xfer {
+                agent: a,
+                handle: h,
+                local,
+                remote,
+                ..
+            } if *a == agent && *h == handle => Some(if local_list { local.0 } else { remote.0 }),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
