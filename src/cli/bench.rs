@@ -194,10 +194,14 @@ fn bench_sweep(threads: Option<usize>, budget: &Budget) -> u8 {
         human_bytes(largest),
         budget.describe()
     );
-    println!("byte-level sweep (pull, every oracle), best of 5 runs; vLLM's harness: {VLLM_SWEEP_MS_PER_CASE:.1} ms/case (sweep), {VLLM_KIMI_MS_PER_CASE:.0} ms/case (KimiLinear)");
-    println!(
+    outln!("byte-level sweep (pull, every oracle), best of 5 runs; vLLM's harness: {VLLM_SWEEP_MS_PER_CASE:.1} ms/case (sweep), {VLLM_KIMI_MS_PER_CASE:.0} ms/case (KimiLinear)");
+    outln!(
         "{:<26} {:>7} {:>6} {:>11} {:>14}",
-        "cases", "threads", "count", "ms/case", "vs vLLM"
+        "cases",
+        "threads",
+        "count",
+        "ms/case",
+        "vs vLLM"
     );
     let mut code = EXIT_OK;
     for (label, files, reference) in [
@@ -207,7 +211,7 @@ fn bench_sweep(threads: Option<usize>, budget: &Budget) -> u8 {
         for t in [1, all] {
             match time(files, t, 5) {
                 Ok(timing) => {
-                    println!(
+                    outln!(
                         "{:<26} {:>7} {:>6} {:>11.3} {:>13.0}x",
                         label,
                         t,
@@ -350,7 +354,7 @@ fn bench_transport(config: &TransportBenchConfig, budget: &Budget) -> u8 {
     }
     match crate::bench::transport_bench(config) {
         Ok(report) => {
-            println!("{report}");
+            outln!("{report}");
             EXIT_OK
         }
         Err(e) => {
@@ -434,7 +438,7 @@ pub fn bench_vram(args: &VramArgs, budget: &Budget) -> u8 {
     }
     match vram_bench_planned(&config, &plan) {
         Ok(report) => {
-            print!("{report}");
+            out!("{report}");
             EXIT_OK
         }
         Err(e @ VramBenchError::Path { .. }) => {

@@ -43,9 +43,9 @@ pub fn bench_scale(files: &[PathBuf], format: ScaleFormat, max_memory: Option<&s
         }
     };
     match format {
-        ScaleFormat::Table => print!("{report}"),
+        ScaleFormat::Table => out!("{report}"),
         ScaleFormat::Json => match serde_json::to_string_pretty(&report) {
-            Ok(json) => println!("{json}"),
+            Ok(json) => outln!("{json}"),
             Err(e) => {
                 eprintln!("error: bench scale: cannot write the JSON report: {e}");
                 return EXIT_BAD_INPUT;

@@ -310,11 +310,11 @@ fn run(args: &DeriveArgs) -> Result<(), DeriveError> {
         Request::Single(options) => {
             let engine = derive_engine(&model, &options)?;
             match args.format {
-                DeriveFormat::Json => println!(
+                DeriveFormat::Json => outln!(
                     "{}",
                     serde_json::to_string_pretty(&engine).expect("a derivation serializes")
                 ),
-                DeriveFormat::Toml => print!("{}", engine_table(&model, &engine)),
+                DeriveFormat::Toml => out!("{}", engine_table(&model, &engine)),
             }
             Ok(())
         }
@@ -332,7 +332,7 @@ fn run(args: &DeriveArgs) -> Result<(), DeriveError> {
                     eprintln!("wrote {}", path.display());
                     eprintln!("{}", pair_summary(&pair));
                 }
-                None => print!("{text}"),
+                None => out!("{text}"),
             }
             Ok(())
         }

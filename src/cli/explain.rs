@@ -135,7 +135,7 @@ pub(crate) fn kvgeom_explain(args: ExplainArgs) -> u8 {
         eprintln!("error: {message}");
         return EXIT_BAD_INPUT;
     }
-    print!("{}", explain_text(&run));
+    out!("{}", explain_text(&run));
     if let Some(path) = &args.record_trace {
         let code = crate::under_test::CodeUnderTest::kvgeom(case.variant);
         if let Err(e) = crate::under_test::write_trace(&run, &code, path) {

@@ -28,9 +28,9 @@ pub fn layout(args: &LayoutArgs) -> u8 {
         Ok(g) => {
             for (i, &mode) in modes.iter().enumerate() {
                 if i > 0 {
-                    println!();
+                    outln!();
                 }
-                print!("{}", layout_tables(&g, mode, policy));
+                out!("{}", layout_tables(&g, mode, policy));
             }
             EXIT_OK
         }

@@ -208,7 +208,7 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
                 return code;
             }
         }
-        None => print!("{text}"),
+        None => out!("{text}"),
     }
     let code = judge(
         &live,
@@ -669,7 +669,7 @@ pub fn live_explain(args: ExplainArgs) -> u8 {
         live.oracle_input.as_ref(),
         &live.report.violations,
     ));
-    print!("{out}");
+    out!("{out}");
     if live.report.passed() && live.blocks.as_ref().is_none_or(|b| b.equal) {
         EXIT_OK
     } else {

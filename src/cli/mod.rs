@@ -2,6 +2,24 @@
 //! status: 0 when everything passed, 1 when an invariant is violated (or a
 //! defect is missed, or a trace differs), 2 on bad input.
 
+/// `print!` to standard output through [`output::write_stdout`]: a closed
+/// pipe ends the command quietly instead of panicking.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cli::output::write_stdout(format_args!($($arg)*))
+    };
+}
+
+/// `println!` through [`output::write_stdout`].
+macro_rules! outln {
+    () => {
+        $crate::cli::output::write_stdout(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::cli::output::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 mod bench;
 mod bench_scale;
 mod checkout;
@@ -12,6 +30,7 @@ mod explain;
 mod layout;
 mod live;
 mod mutants;
+mod output;
 mod replay;
 mod report_merge;
 mod run_args;

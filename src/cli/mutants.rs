@@ -67,8 +67,8 @@ fn grid_fits(
 
 pub fn defects() -> u8 {
     for d in Defect::ALL {
-        println!("{:<28} {}", d.name(), d.description());
-        println!("{:<28} symptom: {}", "", d.symptom());
+        outln!("{:<28} {}", d.name(), d.description());
+        outln!("{:<28} symptom: {}", "", d.symptom());
     }
     EXIT_OK
 }
@@ -146,10 +146,12 @@ fn sample_line(sampled: &[&SourcedGeometry]) -> String {
 }
 
 fn print_text(results: &[MutantResult], sampled: &[&SourcedGeometry], missed: usize) {
-    println!("{}", sample_line(sampled));
-    println!(
+    outln!("{}", sample_line(sampled));
+    outln!(
         "{:<28} {:<7} {:>13}  first failing case",
-        "defect", "result", "failed cases"
+        "defect",
+        "result",
+        "failed cases"
     );
     for r in results {
         let verdict = if r.caught() { "caught" } else { "MISSED" };
@@ -163,7 +165,7 @@ fn print_text(results: &[MutantResult], sampled: &[&SourcedGeometry], missed: us
                 c.replay_command()
             )
         });
-        println!(
+        outln!(
             "{:<28} {:<7} {:>6}/{:<6}  {first}",
             r.defect.name(),
             verdict,
@@ -171,7 +173,7 @@ fn print_text(results: &[MutantResult], sampled: &[&SourcedGeometry], missed: us
             r.cases
         );
     }
-    println!("\n{} caught, {} missed", results.len() - missed, missed);
+    outln!("\n{} caught, {} missed", results.len() - missed, missed);
 }
 
 fn print_json(
@@ -212,7 +214,7 @@ fn print_json(
     });
     match serde_json::to_string_pretty(&report) {
         Ok(text) => {
-            println!("{text}");
+            outln!("{text}");
             Ok(())
         }
         Err(e) => {

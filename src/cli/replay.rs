@@ -198,7 +198,7 @@ pub fn replay_sweep(args: SweepArgs) -> u8 {
                 return code;
             }
         }
-        None => print!("{text}"),
+        None => out!("{text}"),
     }
     if let Some(expectations) = &expectations {
         let verdict = judge_sweep(expectations, &reports, &code);
@@ -335,7 +335,7 @@ pub fn replay_explain(args: ExplainArgs) -> u8 {
     match explained {
         Ok(mut e) if e.len() == 1 => {
             let (text, passed) = e.remove(0);
-            print!("{text}");
+            out!("{text}");
             if passed {
                 EXIT_OK
             } else {

@@ -599,7 +599,7 @@ pub fn report_merge(args: &ReportMergeArgs) -> u8 {
                         return code;
                     }
                 }
-                None => print!("{text}"),
+                None => out!("{text}"),
             }
             code
         }

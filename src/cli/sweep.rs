@@ -247,7 +247,7 @@ pub(crate) fn kvgeom_sweep(args: SweepArgs) -> u8 {
                 return code;
             }
         }
-        None => print!("{text}"),
+        None => out!("{text}"),
     }
     let differs = args.compare_host && !same_as_host(&cases, &reports, threads);
     if let Some(expectations) = &expectations {

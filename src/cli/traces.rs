@@ -238,7 +238,7 @@ fn judge_all(
                 });
                 if text && judged.verdict != Verdict::Error {
                     for line in &judged.lines {
-                        println!("{line}");
+                        outln!("{line}");
                     }
                 }
                 (f, judged)
@@ -278,7 +278,7 @@ fn judge_all(
     }
     if text {
         if code != EXIT_BAD_INPUT || summary.files > summary.error {
-            println!("\n{}", summary_line(&summary));
+            outln!("\n{}", summary_line(&summary));
         }
     } else {
         let report = Report {
@@ -287,7 +287,7 @@ fn judge_all(
             files: &verdicts,
         };
         match serde_json::to_string_pretty(&report) {
-            Ok(json) => println!("{json}"),
+            Ok(json) => outln!("{json}"),
             Err(e) => {
                 eprintln!("error: cannot write the JSON report: {e}");
                 return EXIT_BAD_INPUT;

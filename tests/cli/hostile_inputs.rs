@@ -887,3 +887,29 @@ fn a_live_driver_short_of_address_space_is_one_line() {
         ],
     );
 }
+
+/// A reader that goes away after the first line (`kvgeom check-trace DIR |
+/// head -1`) ends the command quietly with a closed pipe's status, 141,
+/// never a panic.
+#[test]
+fn a_closed_output_pipe_ends_the_command_without_a_panic() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let mut child = crate::support::kvgeom_command()
+        .args(["check-trace", "tests/fixtures"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kvgeom starts");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut first)
+        .expect("one line");
+    // The reader is gone: every later line meets a closed pipe.
+    let out = child.wait_with_output().expect("kvgeom ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(first.contains("trace"), "{first}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(141), "{stderr}");
+}
