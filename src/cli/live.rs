@@ -5,7 +5,7 @@ use super::{default_paths, ExplainArgs, NixlArg, SweepArgs, EXIT_BAD_INPUT, EXIT
 use crate::geometry::Mode;
 use crate::live;
 use crate::report::sweep_report::{self, Format};
-use crate::scenario::{CaseReport, MemoryKind, TransportKind};
+use crate::scenario::{shell_word, CaseReport, MemoryKind, TransportKind};
 use crate::sweep::plan;
 use crate::sweep::shard::{parse_shard, Shard};
 use crate::under_test::expectations::Expectations;
@@ -302,7 +302,10 @@ fn show_replays(
         // ... with the interpreter that ran it, unless it is the project's venv.
         let interpreter = match python.source {
             live::python::Source::ProjectVenv => String::new(),
-            _ => format!(" --vllm-python {}", python.python.display()),
+            _ => format!(
+                " --vllm-python {}",
+                shell_word(&python.python.display().to_string())
+            ),
         };
         eprintln!(
             "  replay: {}{interpreter}{nixl}",

@@ -64,7 +64,7 @@ impl Case {
     pub fn replay_command(&self) -> String {
         let target = self.file.as_ref().map_or_else(
             || format!("geometries/{}.toml", self.geometry.name),
-            |p| p.display().to_string(),
+            |p| shell_word(&p.display().to_string()),
         );
         let mut cmd = format!(
             "kvgeom explain {target} --prompt {} --prefix-hit {} --mode {} --alloc {} --seed {}",
@@ -76,6 +76,21 @@ impl Case {
         );
         cmd.push_str(&self.variant.cli_args());
         cmd
+    }
+}
+
+/// `text` as one word of a POSIX shell command line: as it is when it
+/// holds only characters no shell treats specially, else in single quotes
+/// (a quote inside written `'\''`), so a printed command can be pasted.
+pub fn shell_word(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_./=:,@%+-".contains(c));
+    if plain {
+        text.to_string()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
     }
 }
 
@@ -204,5 +219,19 @@ impl CaseReport {
     /// The outcome passed and no oracle found a violation.
     pub fn passed(&self) -> bool {
         self.outcome.passed() && self.violations.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shell_word;
+
+    #[test]
+    fn a_word_a_shell_would_split_or_expand_is_quoted() {
+        assert_eq!(shell_word("geometries/g1.toml"), "geometries/g1.toml");
+        assert_eq!(shell_word("my dir/g1.toml"), "'my dir/g1.toml'");
+        assert_eq!(shell_word("it's.toml"), "'it'\\''s.toml'");
+        assert_eq!(shell_word("$HOME/x"), "'$HOME/x'");
+        assert_eq!(shell_word(""), "''");
     }
 }

@@ -17,7 +17,7 @@ pub(crate) mod run;
 pub(crate) mod vram;
 pub(crate) mod wait;
 
-pub use case::{Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
+pub use case::{shell_word, Case, CaseReport, MemoryKind, Outcome, Stats, TransportKind};
 #[cfg(feature = "cuda")]
 pub use device_tensors::DeviceTensors;
 pub use handshake_record::HandshakeRecord;

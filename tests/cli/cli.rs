@@ -114,6 +114,46 @@ fn a_defect_exits_1_with_a_minimal_replay_command() {
     assert!(t.contains("[transferred_or_zeroed]"), "{t}");
 }
 
+/// The replay command of a failure names its geometry file quoted for a
+/// shell when its path has a space, and the printed line runs as pasted.
+#[test]
+fn a_replay_command_names_a_path_with_spaces_so_that_it_runs_as_printed() {
+    let dir = crate::support::scratch(module_path!(), "with space");
+    let file = dir.join("g1-copy.toml");
+    std::fs::copy("geometries/g1-mla-kda-ppl3-vs-2.toml", &file).expect("copy");
+    let o = kvgeom(&[
+        "sweep",
+        file.to_str().expect("UTF-8"),
+        "--mode",
+        "pull",
+        "--prompts",
+        "20..=26",
+        "--defect",
+        "no-clipped-block-zeroing",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let t = text(&o);
+    let line = t
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("replay: kvgeom "))
+        .unwrap_or_else(|| panic!("no replay line: {t}"));
+    assert!(line.contains(&format!("'{}'", file.display())), "{line}");
+    let pasted = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("\"$0\" {line}"))
+        .arg(env!("CARGO_BIN_EXE_kvgeom"))
+        .current_dir(crate::support::root())
+        .output()
+        .expect("sh runs");
+    assert_eq!(pasted.status.code(), Some(1), "{}", text(&pasted));
+    assert!(
+        text(&pasted).contains("transferred_or_zeroed"),
+        "{}",
+        text(&pasted)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn junit_output_has_a_failure_per_failing_case() {
     let out = tmp("g5.xml");
