@@ -131,6 +131,8 @@ mod tests {
             decode: engine(1, d_block),
             prompts: None,
             expect_rejection: None,
+            stack: crate::geometry::Stack::Vllm,
+            sglang: None,
         }
     }
 

@@ -61,6 +61,9 @@ pub(crate) fn kvgeom_explain(args: ExplainArgs) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
+    if let Err(code) = super::refuse_other_stack(&geometry, &args.geometry) {
+        return code;
+    }
     if let Err(code) = super::prompt_option(args.prompt) {
         return code;
     }

@@ -26,6 +26,9 @@ pub fn layout(args: &LayoutArgs) -> u8 {
     };
     match load_geometry_file(path) {
         Ok(g) => {
+            if let Err(code) = super::refuse_other_stack(&g, path) {
+                return code;
+            }
             for (i, &mode) in modes.iter().enumerate() {
                 if i > 0 {
                     outln!();

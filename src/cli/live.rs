@@ -100,8 +100,9 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
         Ok(p) => p,
         Err(code) => return code,
     };
-    let sources = match plan::load_sources(&paths) {
-        Ok(s) => s,
+    let sources = match plan::load_sources(&paths).map(super::vllm_stack_only) {
+        Ok(Ok(s)) => s,
+        Ok(Err(code)) => return code,
         Err(e) => {
             eprintln!("error: {e}");
             return EXIT_BAD_INPUT;
@@ -568,6 +569,9 @@ pub fn live_explain(args: ExplainArgs) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
+    if let Err(code) = super::refuse_other_stack(&geometry, &args.geometry) {
+        return code;
+    }
     if let Err(code) = super::prompt_option(args.prompt) {
         return code;
     }

@@ -323,3 +323,49 @@ fn print_sweep_verdict(v: &crate::under_test::SweepVerdict) -> bool {
     }
     false
 }
+
+/// The geometries of `sources` that kvgeom's and vLLM's connectors run:
+/// vLLM's stack. Files of another stack (`stack = "sglang"`) are skipped
+/// with one summary line on stderr, so that a folder may hold both; when
+/// every file named is of another stack nothing would be judged, and that
+/// is exit 2 rather than a sweep of no cases.
+fn vllm_stack_only(
+    sources: Vec<crate::sweep::plan::SourcedGeometry>,
+) -> Result<Vec<crate::sweep::plan::SourcedGeometry>, u8> {
+    let (ours, others): (Vec<_>, Vec<_>) = sources
+        .into_iter()
+        .partition(|s| s.geometry.stack == crate::geometry::Stack::Vllm);
+    if others.is_empty() {
+        return Ok(ours);
+    }
+    let why = "kvgeom's and vLLM's connectors run vLLM's KV cache, not SGLang's pools";
+    if ours.is_empty() {
+        eprintln!(
+            "error: every geometry named is SGLang's ({} with stack = \"sglang\"): {why}",
+            others.len()
+        );
+        return Err(EXIT_BAD_INPUT);
+    }
+    eprintln!(
+        "note: {} SGLang geometries skipped (stack = \"sglang\"): {why}",
+        others.len()
+    );
+    Ok(ours)
+}
+
+/// Exit 2 naming why one geometry of another stack cannot run on kvgeom's
+/// or vLLM's connector (`explain`, `layout`).
+fn refuse_other_stack(
+    geometry: &crate::geometry::Geometry,
+    path: &std::path::Path,
+) -> Result<(), u8> {
+    if geometry.stack == crate::geometry::Stack::Vllm {
+        return Ok(());
+    }
+    eprintln!(
+        "error: {}: stack = \"{}\": kvgeom's and vLLM's connectors run vLLM's KV cache, not SGLang's pools",
+        path.display(),
+        geometry.stack.as_str()
+    );
+    Err(EXIT_BAD_INPUT)
+}

@@ -98,8 +98,9 @@ pub fn mutants(args: MutantsArgs) -> u8 {
         Ok(p) => p,
         Err(code) => return code,
     };
-    let sources = match plan::load_sources(&paths) {
-        Ok(s) => s,
+    let sources = match plan::load_sources(&paths).map(super::vllm_stack_only) {
+        Ok(Ok(s)) => s,
+        Ok(Err(code)) => return code,
         Err(e) => {
             eprintln!("error: {e}");
             return EXIT_BAD_INPUT;

@@ -161,8 +161,9 @@ pub(crate) fn kvgeom_sweep(args: SweepArgs) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
-    let sources = match plan::load_sources(&paths) {
-        Ok(s) => s,
+    let sources = match plan::load_sources(&paths).map(super::vllm_stack_only) {
+        Ok(Ok(s)) => s,
+        Ok(Err(code)) => return code,
         Err(e) => {
             eprintln!("error: {e}");
             return EXIT_BAD_INPUT;

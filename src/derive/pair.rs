@@ -314,6 +314,8 @@ pub fn derive_pair(
         decode: engine_geometry(&decode, mla)?,
         prompts: None,
         expect_rejection: None,
+        stack: crate::geometry::Stack::Vllm,
+        sglang: None,
     };
     Ok(PairDerivation {
         prefill,

@@ -226,6 +226,8 @@ pub(crate) fn draw(u: &mut Unstructured<'_>, refusal: Option<Refusal>) -> Result
         decode,
         prompts: None,
         expect_rejection: refusal.map(|r| ExpectedRejection::both(r.message())),
+        stack: crate::geometry::Stack::Vllm,
+        sglang: None,
     };
     let max_logical = geometry
         .prefill

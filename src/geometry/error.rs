@@ -176,6 +176,17 @@ pub enum Rule {
         /// The size given, in bytes.
         found: u32,
     },
+    /// A V head size given for MLA, which has no separate V.
+    #[error("MLA has no separate V: leave v_head_size out")]
+    VHeadSizeOnMla,
+    /// An attention TP that does not divide the engine's TP.
+    #[error("attention TP {attn_tp} does not divide TP {tp} (DP attention runs tp / attn_tp_size replicas)")]
+    AttnTpVsTp {
+        /// The attention TP given.
+        attn_tp: u32,
+        /// The engine's TP.
+        tp: u32,
+    },
     /// A logical block that is not a whole number of kernel blocks.
     #[error("kernel block {kernel} does not divide logical block {logical}")]
     KernelDoesNotDivideLogical {

@@ -17,6 +17,8 @@ use super::engine::EngineGeometry;
 use super::error::{mamba_kind_name, GeometryError, Rule, Violation};
 use super::model::{AttentionSpec, GroupKind, KvLayout, MambaKind, MambaSpec, ModelSpec};
 use super::pair::{ExpectedRejection, Geometry};
+use super::sglang_file::{renamed, write_sglang_toml, SglangGeometryFile};
+use super::stack::Stack;
 use super::validate::{validate, MAX_PROMPTS};
 
 /// Parse and validate one geometry. `source` is the file path or another name
@@ -24,12 +26,31 @@ use super::validate::{validate, MAX_PROMPTS};
 /// Files that name a model config (`[model] hf_config`) are read by
 /// `derive::load_geometry_file`, which writes them in this plain format.
 pub fn parse_geometry(source: &str, text: &str) -> Result<Geometry, GeometryError> {
-    let file: GeometryFile = toml::from_str(text).map_err(|e| syntax_error(source, text, &e))?;
-    let geometry = file
-        .into_geometry(&default_name(source))
-        .map_err(|v| v.in_file(source))?;
-    validate(&geometry).map_err(|v| v.in_file(source))?;
+    let syntax = |e: toml::de::Error| syntax_error(source, text, &e);
+    let stack = toml::from_str::<StackOnly>(text).map_err(syntax)?.stack;
+    let geometry = if stack == Some(Stack::Sglang) {
+        let file: SglangGeometryFile = toml::from_str(text).map_err(syntax)?;
+        let geometry = file
+            .into_geometry(&default_name(source))
+            .map_err(|v| v.in_file(source))?;
+        validate(&geometry).map_err(|v| renamed(v, &geometry).in_file(source))?;
+        geometry
+    } else {
+        let file: GeometryFile = toml::from_str(text).map_err(syntax)?;
+        let geometry = file
+            .into_geometry(&default_name(source))
+            .map_err(|v| v.in_file(source))?;
+        validate(&geometry).map_err(|v| v.in_file(source))?;
+        geometry
+    };
     Ok(geometry)
+}
+
+/// The one field that says which stack's format the rest of a file is in.
+#[derive(Deserialize)]
+struct StackOnly {
+    #[serde(default)]
+    stack: Option<Stack>,
 }
 
 /// Write `geometry` in the file format. `parse_geometry` of the result gives
@@ -74,6 +95,10 @@ fn line_column(text: &str, at: usize) -> (usize, usize) {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct GeometryFile {
+    /// `"vllm"` when given (an `"sglang"` file is read by `sglang_file`).
+    #[serde(default)]
+    #[allow(dead_code)]
+    stack: Option<Stack>,
     #[serde(default)]
     name: Option<String>,
     description: String,
@@ -153,7 +178,7 @@ fn default_layout() -> KvLayout {
 /// `expect_rejection`: one text for both modes, or a table naming the modes
 /// (`{ pull = "...", push = "..." }`) in which the pair must be refused.
 #[derive(Debug)]
-struct RejectionFile(ExpectedRejection);
+pub(super) struct RejectionFile(pub(super) ExpectedRejection);
 
 impl<'de> Deserialize<'de> for RejectionFile {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -191,7 +216,7 @@ impl<'de> Deserialize<'de> for RejectionFile {
 
 /// One entry of `prompts`: a length, or an inclusive range string `"2..=39"`.
 #[derive(Debug)]
-enum PromptEntry {
+pub(super) enum PromptEntry {
     Length(i64),
     Range(String),
 }
@@ -229,6 +254,8 @@ impl GeometryFile {
             decode: self.decode.into_engine(),
             prompts,
             expect_rejection: self.expect_rejection.map(|r| r.0),
+            stack: Stack::Vllm,
+            sglang: None,
         })
     }
 }
@@ -289,7 +316,7 @@ impl EngineFile {
 }
 
 /// Expand lengths and ranges in order; errors name the entry's index in the file.
-fn expand_prompts(entries: &[PromptEntry]) -> Result<Vec<u32>, Violation> {
+pub(super) fn expand_prompts(entries: &[PromptEntry]) -> Result<Vec<u32>, Violation> {
     let mut spans = Vec::with_capacity(entries.len());
     let mut count: u64 = 0;
     for (i, entry) in entries.iter().enumerate() {
@@ -379,6 +406,16 @@ fn list<T: ToString>(items: impl IntoIterator<Item = T>) -> String {
 }
 
 fn write_toml(out: &mut String, g: &Geometry) -> fmt::Result {
+    if g.stack == Stack::Sglang {
+        return write_sglang_toml(out, g);
+    }
+    write_header(out, g)?;
+    write_model_and_engines(out, g)
+}
+
+/// The fields every stack's file starts with: name, description, prompts
+/// and the expected refusal.
+pub(super) fn write_header(out: &mut String, g: &Geometry) -> fmt::Result {
     writeln!(out, "name = {}", quoted(&g.name))?;
     writeln!(out, "description = {}", quoted(&g.description))?;
     if let Some(prompts) = &g.prompts {
@@ -396,6 +433,10 @@ fn write_toml(out: &mut String, g: &Geometry) -> fmt::Result {
             }
         }
     }
+    Ok(())
+}
+
+fn write_model_and_engines(out: &mut String, g: &Geometry) -> fmt::Result {
     let model = &g.model;
     writeln!(out, "\n[model]")?;
     writeln!(out, "layer_slots = {}", model.layer_slots)?;

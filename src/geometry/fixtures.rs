@@ -36,5 +36,7 @@ pub fn g1() -> Geometry {
         decode: EngineGeometry::new(1, 4, 12),
         prompts: Some((2..=39).collect()),
         expect_rejection: None,
+        stack: crate::geometry::Stack::Vllm,
+        sglang: None,
     }
 }

@@ -8,6 +8,8 @@ pub(crate) mod fixtures;
 pub(crate) mod load;
 pub(crate) mod model;
 pub(crate) mod pair;
+pub(crate) mod sglang_file;
+pub(crate) mod stack;
 pub(crate) mod validate;
 
 pub use engine::{block_size_ratio, tp_ratio, EngineGeometry};
@@ -16,4 +18,5 @@ pub use file::{parse_geometry, to_toml};
 pub use load::{load_geometries, load_geometry, load_geometry_with, toml_files_in};
 pub use model::{AttentionSpec, GroupKind, KvLayout, MambaKind, MambaSpec, ModelSpec, SubRegion};
 pub use pair::{ExpectedRejection, Geometry, Mode, PairRatios};
+pub use stack::{SglangSpec, Stack};
 pub use validate::validate;

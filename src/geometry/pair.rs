@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::engine::{block_size_ratio, tp_ratio, EngineGeometry};
 use super::model::ModelSpec;
+use super::stack::{SglangSpec, Stack};
 
 /// Which engine plays the local side: pull mode reads on D, push mode writes from P.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -52,6 +53,13 @@ pub struct Geometry {
     /// then passes a case of that mode only if the handshake rejects it
     /// loudly with that message.
     pub expect_rejection: Option<ExpectedRejection>,
+    /// The stack whose pools this describes: vLLM's unless the file says
+    /// `stack = "sglang"`.
+    #[serde(default, skip_serializing_if = "Stack::is_vllm")]
+    pub stack: Stack,
+    /// An SGLang geometry's own fields (`None` for vLLM's stack).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sglang: Option<SglangSpec>,
 }
 
 /// The handshake refusal a geometry expects, per mode: the text the error

@@ -73,6 +73,8 @@ pub(crate) fn case(
         decode,
         prompts: None,
         expect_rejection: None,
+        stack: crate::geometry::Stack::Vllm,
+        sglang: None,
     };
     CaseLayout::from_bases(
         geometry,
@@ -486,6 +488,8 @@ fn bad_inputs_are_typed_errors() {
         decode: d,
         prompts: None,
         expect_rejection: None,
+        stack: crate::geometry::Stack::Vllm,
+        sglang: None,
     };
     let hnd = |tp, k, b| engine(tp, k, b, KvLayout::Hnd);
     let build = |g: Geometry, blocks: RequestBlocks, d_regions: usize| {

@@ -282,6 +282,8 @@ mod tests {
             decode: engine,
             prompts: None,
             expect_rejection: None,
+            stack: crate::geometry::Stack::Vllm,
+            sglang: None,
         };
         let blocks = RequestBlocks {
             decode: vec![vec![1]],

@@ -97,6 +97,8 @@ fn geometry_with_state_slots(state_slots: Option<u32>) -> Geometry {
         decode: engine(1, 8, 24, DECODE_POOL),
         prompts: None,
         expect_rejection: None,
+        stack: crate::geometry::Stack::Vllm,
+        sglang: None,
     }
 }
 

@@ -144,6 +144,8 @@ pub fn traced_geometry(case: &TraceCase) -> Result<Geometry, CheckError> {
         },
         prompts: None,
         expect_rejection: None,
+        stack: crate::geometry::Stack::Vllm,
+        sglang: None,
     })
 }
 

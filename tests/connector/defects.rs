@@ -14,6 +14,8 @@ fn the_default_sweep_catches_every_defect() {
     let sources =
         plan::load_sources(&[PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("geometries")])
             .unwrap();
+    // kvgeom's connector runs vLLM's stack (SGLang's files are another's).
+    let sources = crate::support::vllm_stack(sources);
     let results: Vec<_> = Defect::ALL
         .iter()
         .map(|&d| run_mutant(&sources, d, &RunOptions::default(), None, true))

@@ -20,7 +20,8 @@ fn the_ranks_the_estimate_counts_are_the_ranks_a_pull_touches() {
 
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     // The folder is searched recursively: geometries/models/ included.
-    let sources = plan::load_sources(&[root.join("geometries")]).unwrap();
+    let sources =
+        crate::support::vllm_stack(plan::load_sources(&[root.join("geometries")]).unwrap());
     let cases = plan::grid(
         &sources,
         &plan::PlanOptions {

@@ -150,3 +150,14 @@ pub fn python_with_site(dir: &Path, site: &Path, python: &str) -> PathBuf {
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
     wrapper
 }
+
+/// The geometries of vLLM's stack among `sources`: what kvgeom's and vLLM's
+/// connectors run (`stack = "sglang"` files are SGLang's).
+pub fn vllm_stack(
+    sources: Vec<kvgeom::sweep::plan::SourcedGeometry>,
+) -> Vec<kvgeom::sweep::plan::SourcedGeometry> {
+    sources
+        .into_iter()
+        .filter(|s| s.geometry.stack == kvgeom::geometry::Stack::Vllm)
+        .collect()
+}

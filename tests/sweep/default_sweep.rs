@@ -14,9 +14,10 @@ pub fn geometries_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("geometries")
 }
 
-/// Every shipped geometry, `geometries/models/` included.
+/// Every shipped geometry of vLLM's stack (what kvgeom's connector runs),
+/// `geometries/models/` included.
 pub fn geometries() -> Vec<plan::SourcedGeometry> {
-    plan::load_sources(&[geometries_root()]).unwrap()
+    crate::support::vllm_stack(plan::load_sources(&[geometries_root()]).unwrap())
 }
 
 /// Whether the file lies in `geometries/` itself (not in a subfolder).

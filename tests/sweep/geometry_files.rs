@@ -173,6 +173,18 @@ fn shipped_geometries_load_in_name_order() {
             "reject-deepseek-v3-p8-flashmla-d4-flash-attn-mla",
             "reject-jamba-p2-flash-attn-d1-flashinfer",
             "reject-qwen3-next-p2-d4-flashinfer",
+            // geometries/sglang/: SGLang's pools (stack = "sglang")
+            "gqa-2heads-p1-d4",
+            "gqa-2heads-p4-d1",
+            "gqa-4heads-p2-d8",
+            "gqa-8heads-p2-d4",
+            "gqa-8heads-p4-d2",
+            "gqa-dp-attention-decode",
+            "gqa-v-head-size-p1-d2",
+            "mha-equal-tp",
+            "mla-p1-d4",
+            "mla-p2-d1",
+            "reject-page-size-mismatch",
         ]
     );
 }
@@ -190,9 +202,11 @@ fn shipped_geometries_round_trip_through_to_toml() {
 #[test]
 fn shipped_files_start_with_a_comment_and_have_a_description() {
     let models = geometries_dir().join("models");
+    let sglang = geometries_dir().join("sglang");
     let entries = fs::read_dir(geometries_dir())
         .unwrap()
-        .chain(fs::read_dir(&models).unwrap());
+        .chain(fs::read_dir(&models).unwrap())
+        .chain(fs::read_dir(&sglang).unwrap());
     for entry in entries {
         let path = entry.unwrap().path();
         if path.is_dir() {
@@ -339,9 +353,10 @@ fn rejection_geometries_use_the_connector_messages() {
     assert_eq!(sharded.ratios().pull_block_size_ratio, Some(2));
     // Every geometry without a rejection is one the connector must serve:
     // five here, three derived pairs in geometries/models/, and one derived
-    // pair refused in push only.
+    // pair refused in push only (SGLang's refusals are SGLang's).
     let both = all
         .iter()
+        .filter(|g| g.stack == kvgeom::geometry::Stack::Vllm)
         .filter(|g| {
             g.expect_rejection
                 .as_ref()
@@ -1223,4 +1238,193 @@ fn loading_refuses_empty_folders_and_missing_paths() {
             .starts_with(&format!("{}: cannot read: ", missing.display())),
         "{err}"
     );
+}
+
+// ---------------------------------------------------------------- SGLang's stack
+
+const SGLANG: &str = r#"
+stack = "sglang"
+description = "GQA, 2 KV heads, prefill attention TP1 -> decode TP4"
+prompts = [3, 4, 5]
+
+[model]
+layers = 2
+
+[model.attention]
+kind = "full"
+total_kv_heads = 2
+head_size = 8
+dtype_bytes = 2
+
+[prefill]
+tp_size = 1
+page_size = 4
+
+[decode]
+tp_size = 4
+page_size = 4
+"#;
+
+/// An SGLang file reads into the shared model: one layer slot per layer,
+/// the page as both blocks, the attention TP as the engine's TP, and what
+/// only SGLang has (V's head size, each engine's TP) beside it.
+#[test]
+fn an_sglang_file_reads_into_the_shared_model() {
+    use kvgeom::geometry::{SglangSpec, Stack};
+    let g = parse_geometry(FILE, SGLANG).expect("parses");
+    assert_eq!(g.stack, Stack::Sglang);
+    assert_eq!(g.model.layer_slots, 2);
+    assert_eq!((g.prefill.kernel_block, g.prefill.logical_block), (4, 4));
+    assert_eq!((g.prefill.tp_size, g.decode.tp_size), (1, 4));
+    assert_eq!(
+        g.sglang,
+        Some(SglangSpec {
+            v_head_size: None,
+            prefill_tp_size: 1,
+            decode_tp_size: 4,
+        })
+    );
+    let dp = parse_geometry(
+        FILE,
+        &edit(
+            SGLANG,
+            &[("tp_size = 4\n", "tp_size = 8\nattn_tp_size = 4\n")],
+        ),
+    )
+    .expect("DP attention parses");
+    assert_eq!(dp.decode.tp_size, 4, "the attention TP shards the KV");
+    assert_eq!(dp.sglang.as_ref().map(|s| s.decode_tp_size), Some(8));
+    // Written back in SGLang's format, read again equal.
+    for g in [g, dp] {
+        let text = to_toml(&g);
+        assert!(text.starts_with("stack = \"sglang\"\n"), "{text}");
+        assert_eq!(
+            parse_geometry(FILE, &text).expect("round trip"),
+            g,
+            "{text}"
+        );
+    }
+}
+
+/// What SGLang's pools cannot hold is refused naming the field as the
+/// SGLang file names it.
+#[test]
+fn an_sglang_file_is_refused_naming_its_own_fields() {
+    let cases: [(&[(&str, &str)], &str, &str); 7] = [
+        (
+            &[("page_size = 4\n\n[decode]", "page_size = 0\n\n[decode]")],
+            "prefill.page_size",
+            "must be at least 1",
+        ),
+        (
+            &[("layers = 2", "layers = 0")],
+            "model.layers",
+            "must be at least 1",
+        ),
+        (
+            &[("tp_size = 4\n", "tp_size = 4\nattn_tp_size = 3\n")],
+            "decode.attn_tp_size",
+            "attention TP 3 does not divide TP 4",
+        ),
+        (
+            &[(
+                "total_kv_heads = 2\nhead_size = 8",
+                "head_size = 8\nv_head_size = 8",
+            )],
+            "model.attention.total_kv_heads",
+            "",
+        ),
+        (
+            &[(
+                "kind = \"full\"\ntotal_kv_heads = 2\nhead_size = 8",
+                "kind = \"mla\"\nhead_size = 8\nv_head_size = 4",
+            )],
+            "model.attention.v_head_size",
+            "MLA has no separate V",
+        ),
+        (
+            &[("total_kv_heads = 2", "total_kv_heads = 3")],
+            "model.attention.total_kv_heads",
+            "",
+        ),
+        (
+            &[
+                ("tp_size = 4\n", "tp_size = 8\nattn_tp_size = 8\n"),
+                ("total_kv_heads = 2", "total_kv_heads = 3"),
+            ],
+            "model.attention.total_kv_heads",
+            "",
+        ),
+    ];
+    for (edits, field, rule) in cases {
+        let err = parse_geometry(FILE, &edit(SGLANG, edits)).expect_err("refused");
+        assert_eq!(err.field(), Some(field), "{err}");
+        assert!(err.to_string().contains(rule), "{err}");
+    }
+    // A field of vLLM's format is not one of SGLang's.
+    let err = parse_geometry(
+        FILE,
+        &edit(
+            SGLANG,
+            &[("page_size = 4\n\n[decode]", "kernel_block = 4\n\n[decode]")],
+        ),
+    )
+    .expect_err("refused");
+    assert!(err.to_string().contains("kernel_block"), "{err}");
+    // Nor is a stack kvgeom does not know.
+    let err = parse_geometry(
+        FILE,
+        &edit(SGLANG, &[("stack = \"sglang\"", "stack = \"tgi\"")]),
+    )
+    .expect_err("refused");
+    assert!(err.to_string().contains("tgi"), "{err}");
+}
+
+/// kvgeom's connector skips SGLang's files in a folder with one line, runs
+/// the rest as before, and refuses a command naming only SGLang's.
+#[test]
+fn kvgeoms_connector_skips_sglang_files_with_one_line() {
+    let dir = scratch(module_path!(), "mixed-stacks");
+    fs::copy(
+        geometries_dir().join("g1-mla-kda-ppl3-vs-2.toml"),
+        dir.join("g1.toml"),
+    )
+    .unwrap();
+    let sweep = |path: &Path| {
+        crate::support::kvgeom(&[
+            "sweep",
+            path.to_str().unwrap(),
+            "--prompts",
+            "2..=4",
+            "--format",
+            "json",
+        ])
+    };
+    let alone = crate::support::json_report(&sweep(&dir));
+    fs::copy(
+        geometries_dir().join("sglang/gqa-2heads-p1-d4.toml"),
+        dir.join("sglang.toml"),
+    )
+    .unwrap();
+    let out = sweep(&dir);
+    assert_eq!(out.status.code(), Some(0), "{}", crate::support::text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.matches("1 SGLang geometries skipped").count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(crate::support::json_report(&out)["cases"], alone["cases"]);
+    let only = sweep(&dir.join("sglang.toml"));
+    assert_eq!(only.status.code(), Some(2));
+    assert!(crate::support::text(&only).contains("every geometry named is SGLang's"));
+    let explain = crate::support::kvgeom(&[
+        "explain",
+        dir.join("sglang.toml").to_str().unwrap(),
+        "--prompt",
+        "4",
+    ]);
+    assert_eq!(explain.status.code(), Some(2));
+    assert!(crate::support::text(&explain).contains("stack = \"sglang\""));
+    let _ = fs::remove_dir_all(&dir);
 }

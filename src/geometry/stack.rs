@@ -1,0 +1,49 @@
+//! Which serving stack a geometry describes: its memory layout and its
+//! rules. vLLM's (the default) pads hybrid pages and splits logical from
+//! kernel blocks; SGLang's pools hold one K and one V buffer per layer (one
+//! latent buffer per layer for MLA) in pages of `page_size` tokens, with
+//! attention TP that may differ from TP (DP attention).
+
+use serde::{Deserialize, Serialize};
+
+/// The stack whose pools a geometry describes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stack {
+    /// vLLM's KV cache (kvgeom's connector and vLLM's run these).
+    #[default]
+    Vllm,
+    /// SGLang's token pools (its own P/D transfer runs these).
+    Sglang,
+}
+
+impl Stack {
+    /// The stack's name in files and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stack::Vllm => "vllm",
+            Stack::Sglang => "sglang",
+        }
+    }
+
+    /// Whether this is vLLM's (the default, left out of files and JSON).
+    pub fn is_vllm(&self) -> bool {
+        *self == Stack::Vllm
+    }
+}
+
+/// What an SGLang geometry states beyond the fields it shares with
+/// vLLM's: each engine's attention TP is the geometry's `tp_size`, and its
+/// page size both its kernel and its logical block.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SglangSpec {
+    /// Elements per head per token of V (MHA/GQA), when it differs from
+    /// K's `head_size` (`MHATokenToKVPool`'s `v_head_dim`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub v_head_size: Option<u32>,
+    /// Prefill's TP size; its attention TP is `prefill.tp_size` (equal
+    /// without DP attention).
+    pub prefill_tp_size: u32,
+    /// Decode's TP size, as `prefill_tp_size`.
+    pub decode_tp_size: u32,
+}
