@@ -339,9 +339,17 @@ def guard_network():
     if getattr(socket.socket, "_kvgeom_guarded", False):
         return NET_LOG
 
+    def caller():
+        import sys
+
+        frame = sys._getframe(2)
+        while frame is not None and frame.f_globals.get("__name__") in (__name__, "socket"):
+            frame = frame.f_back
+        return f"{frame.f_globals.get('__name__')}:{frame.f_lineno}" if frame is not None else None
+
     def check(kind, address):
         host = address[0] if isinstance(address, tuple) else address
-        NET_LOG.append({"kind": kind, "address": repr(address)})
+        NET_LOG.append({"kind": kind, "address": repr(address), "host": host, "by": caller()})
         if isinstance(address, tuple) and host not in (LOOPBACK, "localhost", "::1", ""):
             raise LeftLoopback(f"{kind} {address!r} leaves loopback")
 
@@ -372,7 +380,7 @@ def guard_network():
         real_zconnect = zmq.Socket.connect
 
         def zcheck(kind, endpoint):
-            NET_LOG.append({"kind": f"zmq {kind}", "address": endpoint})
+            NET_LOG.append({"kind": f"zmq {kind}", "address": endpoint, "host": None, "by": caller()})
             if endpoint.startswith("tcp://"):
                 host, _ = split_endpoint(endpoint)
                 if host not in (LOOPBACK, "localhost", "::1"):

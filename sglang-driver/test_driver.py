@@ -1,0 +1,244 @@
+"""SGLang's own P/D transfer, driven on the CPU (case.py, driver.py).
+
+Run: .sglang-venv/bin/python -m pytest sglang-driver/test_driver.py
+(imports SGLang once, about 10 s; each case then takes well under 1 s).
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import inproc  # noqa: E402
+
+# Watch every real bind/connect of this process before SGLang is imported.
+NET = inproc.guard_network()
+
+import case  # noqa: E402
+import fake_nixl  # noqa: E402
+
+NIXL_MODULE = "sglang.srt.disaggregation.nixl.conn"
+GQA = {"attention": "mha", "layers": 2, "total_kv_heads": 2, "head_dim": 8}
+P_PAGES = [3, 5, 6]
+D_PAGES = [7, 2, 4]
+PAGE = 4
+PROMPT = 10  # 3 pages, the last one partly filled
+
+
+def spec(prefill_tp, decode_tp, **extra):
+    s = {
+        "id": f"gqa-p{prefill_tp}-d{decode_tp}",
+        "model": dict(GQA),
+        "page_size": PAGE,
+        "prompt_len": PROMPT,
+        "prefill": {"tp_size": prefill_tp, "num_pages": 8, "request_pages": P_PAGES},
+        "decode": {"tp_size": decode_tp, "num_pages": 8, "request_pages": D_PAGES},
+    }
+    s.update(extra)
+    return s
+
+
+@pytest.fixture(scope="module", autouse=True)
+def sglang():
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    case.load()
+    yield
+
+
+RUNS = {}
+
+
+def run(s):
+    """A case's result and its Case (kept for its memory), once per id."""
+    if s["id"] not in RUNS:
+        RUNS[s["id"]] = case.run_case(s, keep=True)
+    return RUNS[s["id"]]
+
+
+def teardown_module(module):
+    for _, c in RUNS.values():
+        c.close()
+
+
+def head_of(decode_rank, local_head, total_heads, decode_tp):
+    """The model's KV head a decode rank holds at a local head: heads split
+    evenly, or replicated rank // (tp / heads) when the TP exceeds them."""
+    if decode_tp <= total_heads:
+        return decode_rank * (total_heads // decode_tp) + local_head
+    return decode_rank // (decode_tp // total_heads)
+
+
+def check_bytes(s, c):
+    """Every decode rank's request pages hold prefill's bytes of the same
+    token and head; every other page still holds the sentinel 0x5A."""
+    total = s["model"]["total_kv_heads"]
+    ptp, dtp = s["prefill"]["tp_size"], s["decode"]["tp_size"]
+    p_heads = max(1, total // ptp)
+    for d in c.decode:
+        d_heads = d.pool.head_num
+        for region, view in enumerate(d.region_tensors()):
+            dv = view.numpy().reshape(-1, PAGE, d_heads, s["model"]["head_dim"] * 2)
+            for i, (pp, dp) in enumerate(zip(P_PAGES, D_PAGES)):
+                for h in range(d_heads):
+                    g = head_of(d.rank, h, total, dtp)
+                    p = c.prefill[g // p_heads] if ptp <= total else c.prefill[g * (ptp // total)]
+                    pv = p.region_tensors()[region].numpy().reshape(-1, PAGE, p.pool.head_num, dv.shape[-1])
+                    assert np.array_equal(dv[dp, :, h], pv[pp, :, g % p_heads]), (d.name, region, dp, h)
+            others = [n for n in range(dv.shape[0]) if n not in D_PAGES]
+            assert (dv[others] == 0x5A).all(), f"{d.name} region {region}: a page outside the request was written"
+
+
+def test_mha_equal_tp_bytes_land():
+    s = spec(1, 1, model={"attention": "mha", "layers": 2, "total_kv_heads": 2, "head_dim": 8})
+    s["id"] = "mha-p1-d1"
+    result, c = run(s)
+    assert result["status"] == "done", result["message"]
+    check_bytes(s, c)
+    # One prepared WRITE of 3 pages x 4 regions, then the aux rows.
+    kinds = [(x["kind"], len(x["local_ids"])) for x in result["xfers"]]
+    assert kinds[0] == ("prepped", 12)
+    assert result["refusals"] == []
+
+
+def test_gqa_prefill_tp1_into_decode_tp4():
+    """Two KV heads, prefill attention TP1 -> decode TP4: the #31295 shape
+    (fixed in 0.5.23 by PR #31968): each head goes to two decode ranks."""
+    s = spec(1, 4)
+    result, c = run(s)
+    assert result["status"] == "done", result["message"]
+    assert result["refusals"] == []
+    check_bytes(s, c)
+    assert {r["required_dst_info_num"] for r in result["rank_mapping"].values()} == {4}
+
+
+def test_gqa_prefill_tp2_into_decode_tp1():
+    s = spec(2, 1)
+    result, c = run(s)
+    assert result["status"] == "done", result["message"]
+    check_bytes(s, c)
+
+
+def test_every_transfer_was_posted_by_a_transfer_worker_of_sglangs_nixl_module():
+    for s in (spec(1, 4), spec(2, 1)):
+        result, _ = run(s)
+        assert result["xfers"], "no transfer"
+        for x in result["xfers"]:
+            assert x["posted"], x
+            by = x["posted_by"]
+            assert by["sglang"]["module"] == NIXL_MODULE, by
+            assert by["thread_runs"] == "transfer_worker" and by["thread_runs_module"] == NIXL_MODULE, by
+            assert "transfer_worker" in by["thread"], by
+            assert x["made_by"]["thread"] == by["thread"], "made and posted on different threads"
+        for d in result["dlists"]:
+            assert d["made_by"]["sglang"]["module"] == NIXL_MODULE, d["made_by"]
+            # Peer setup runs on prefill's bootstrap thread, sends on transfer workers.
+            assert d["made_by"]["thread_runs"] in ("bootstrap_thread_guarded", "transfer_worker"), d["made_by"]
+
+
+def test_out_of_region_descriptors_through_sglang_are_refused(monkeypatch):
+    """Decode advertises twice its real slot count: prefill's own planning
+    then prepares a destination list past decode's registered regions, which
+    NIXL (and the stand-in) refuses at prep time; nothing is written."""
+    nixl = case.S["nixl_conn"]
+    real = nixl.NixlKVManager.build_receiver_registration_message
+
+    def inflated(self):
+        frames = real(self)
+        frames[17] = str(int(frames[17].decode()) * 2).encode()  # dst_num_slots
+        return frames
+
+    monkeypatch.setattr(nixl.NixlKVManager, "build_receiver_registration_message", inflated)
+    s = spec(1, 1)
+    s["id"] = "inflated-slots"
+    result, c = case.run_case(s, keep=True, timeout_s=5)
+    try:
+        assert result["status"] == "crashed", result
+        assert "NIXL_ERR_NOT_FOUND" in result["message"]
+        refusal = result["refusals"][0]
+        assert refusal["target"] == "decode-0" and refusal["agent"] == "prefill-0"
+        assert refusal["caller"]["sglang"]["function"] == "_prep_xfer_dlist"
+        assert "_prepare_payload_xfer" in refusal["caller"]["chain"]
+        assert not any(x["posted"] for x in result["xfers"])
+        for view in c.decode[0].region_tensors():
+            assert (view.numpy() == 0x5A).all()
+    finally:
+        c.close()
+
+
+def test_page_size_mismatch_is_rejected_by_sglang():
+    s = spec(1, 1)
+    s["id"] = "page-mismatch"
+    s["decode"] = dict(s["decode"], page_size=8)
+    result, c = run(s)
+    assert result["status"] == "rejected"
+    assert "Page size mismatch" in result["message"]
+
+
+def test_nothing_leaves_loopback():
+    for s in (spec(1, 4), spec(2, 1)):
+        result, _ = run(s)
+        ctl = result["control"]
+        assert ctl["addresses"], "no address was recorded"
+        assert {a["host"] for a in ctl["addresses"]} == {"127.0.0.1"}
+        assert {row["rank_ip"] for row in ctl["bootstrap_rows"]} == {"127.0.0.1"}
+        assert all("//127.0.0.1:" in h["url"] for h in ctl["http"])
+    # No real socket was bound or connected outside loopback in this process.
+    for entry in NET:
+        if entry["kind"].startswith("zmq"):
+            assert not entry["address"].startswith("tcp://") or "//127.0.0.1:" in entry["address"], entry
+        else:
+            assert entry["host"] in ("127.0.0.1", "::1", "localhost") or isinstance(entry["host"], str) and entry[
+                "host"].startswith("/"), entry
+    # And an attempt is refused, by SGLang's transport and by the guard.
+    with pytest.raises(inproc.LeftLoopback):
+        inproc.Hub().note("connect", "10.1.2.3", 5555)
+    with pytest.raises(inproc.LeftLoopback):
+        socket.socket().connect(("10.255.255.1", 9))
+
+
+def test_api_check_names_a_removed_method(monkeypatch, capsys):
+    import api_check
+
+    assert api_check.main() == 0
+    capsys.readouterr()
+    monkeypatch.delattr(case.S["nixl_conn"].NixlKVManager, "send_kvcache_slice")
+    monkeypatch.delattr(case.S["common_conn"].CommonKVManager, "try_ensure_parallel_info")
+    assert api_check.main() == 2
+    err = capsys.readouterr().err
+    assert "NixlKVManager.send_kvcache_slice (the head-slice send path)" in err
+    assert "CommonKVManager.try_ensure_parallel_info" in err
+
+
+def test_api_check_names_an_agent_method_the_stand_in_lacks(monkeypatch, capsys):
+    import api_check
+
+    monkeypatch.delattr(fake_nixl.nixl_agent, "initialize_xfer")
+    assert api_check.main() == 2
+    assert "self.agent.initialize_xfer()" in capsys.readouterr().err
+
+
+def test_driver_runs_a_batch(tmp_path):
+    batch = {
+        "format": "kvgeom-sglang-batch/1",
+        "case_timeout_s": 10,
+        "cases": [spec(1, 2), dict(spec(1, 1), id="mismatch", decode={**spec(1, 1)["decode"], "page_size": 8})],
+    }
+    (tmp_path / "batch.json").write_text(json.dumps(batch))
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "driver.py"), str(tmp_path)], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"gqa-p1-d2": "done", "mismatch": "rejected"}
+    result = json.loads((tmp_path / "gqa-p1-d2" / "result.json").read_text())
+    assert result["format"] == "kvgeom-sglang-result/1" and result["sglang"] == "0.5.23"
+    for agent in ("prefill-0", "decode-0", "decode-1"):
+        for region in range(4):
+            out = tmp_path / "gqa-p1-d2" / f"{agent}.r{region}.out"
+            assert out.stat().st_size == result["agents"][agent]["regions"][region]["len"]
