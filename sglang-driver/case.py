@@ -212,6 +212,14 @@ def mirror_init_kv_manager(role, rank, pool, meta, model):
     return kv_args
 
 
+def global_head(rank, local_head, total_heads, tp_size):
+    """The model's KV head a rank holds at a local head: heads split evenly,
+    or each replicated over tp / heads consecutive ranks."""
+    if tp_size <= total_heads:
+        return rank * (total_heads // tp_size) + local_head
+    return rank // (tp_size // total_heads)
+
+
 class EndWorker:
     """Put on a transfer worker's queue at case end: reading its room ends
     the thread (outside SGLang's per-chunk try block)."""
@@ -308,8 +316,13 @@ class Case:
 
     def fill(self, r):
         """Initial bytes: `<dir>/<agent>.r<i>.in` when the case has them,
-        else a seeded pattern on prefill and the byte 0x5A on decode."""
+        else the byte 0x5A on decode and, on prefill, seeded bytes per
+        (region, model KV head): ranks that replicate a head (attention TP
+        above the KV heads; every rank for MLA's latent) hold the same bytes
+        for it, as on a real engine."""
         d = self.spec.get("dir")
+        model = self.spec["model"]
+        seed = int(self.spec.get("seed", 1))
         for i, view in enumerate(r.region_tensors()):
             path = os.path.join(d, f"{r.name}.r{i}.in") if d else None
             if path and os.path.exists(path):
@@ -318,8 +331,14 @@ class Case:
                     raise DriverError(f"{path}: {data.size} bytes, region {i} of {r.name} has {view.numel()}")
                 view.copy_(S["torch"].from_numpy(data))
             elif r.role == "prefill":
-                rng = np.random.default_rng([int(self.spec.get("seed", 1)), r.rank, i])
-                view.copy_(S["torch"].from_numpy(rng.integers(0, 256, view.numel(), dtype=np.uint8)))
+                heads = 1 if model["attention"] == "mla" else r.pool.head_num
+                tokens = (view.numel() // r.kv_args.kv_item_lens[i]) * r.kv_args.page_size
+                rows = view.numpy().reshape(tokens, heads, -1)
+                for h in range(heads):
+                    g = 0 if model["attention"] == "mla" else global_head(r.rank, h, model["total_kv_heads"],
+                                                                         r.engine["tp_size"])
+                    rng = np.random.default_rng([seed, i, g])
+                    rows[:, h, :] = rng.integers(0, 256, rows[:, h, :].shape, dtype=np.uint8)
             else:
                 view.fill_(0x5A)
 

@@ -242,3 +242,88 @@ def test_driver_runs_a_batch(tmp_path):
         for region in range(4):
             out = tmp_path / "gqa-p1-d2" / f"{agent}.r{region}.out"
             assert out.stat().st_size == result["agents"][agent]["regions"][region]["len"]
+
+
+def decode_writes(result):
+    """Per destination descriptor (agent, addr, len) of decode memory, the
+    prefill agents whose posted transfers wrote it."""
+    lists = {(d["agent"], d["handle"]): d for d in result["dlists"]}
+    out = {}
+    for x in result["xfers"]:
+        if not x["posted"]:
+            continue
+        d = lists[(x["agent"], x["remote"])]
+        starts, n = [], 0
+        for r in d["rows"]:
+            starts.append(n)
+            n += r[4] if len(r) == 5 else 1
+        for ri in x["remote_ids"]:
+            k = max(i for i, s in enumerate(starts) if s <= ri)
+            r = d["rows"][k]
+            addr = r[0] + (ri - starts[k]) * (r[3] if len(r) == 5 else 0)
+            out.setdefault((x["peer"], addr, r[1]), []).append(x["agent"])
+    return out
+
+
+def test_observed_replicated_prefill_ranks_each_write_the_decode_head():
+    """0.5.23, observed: prefill attention TP 4 over 2 KV heads into decode
+    TP 1. Both replicas of each head are real senders and write the same
+    decode bytes (README, "Observed"): the bytes are right (the replicas
+    hold the same head), but every KV descriptor of decode is written twice,
+    by two prefill ranks. A fix (one writer per head) makes this test fail."""
+    s = spec(4, 1)
+    result, c = run(s)
+    assert result["status"] == "done", result["message"]
+    check_bytes(s, c)
+    kv = {k: v for k, v in decode_writes(result).items() if k[2] == 2 * s["model"]["head_dim"]}
+    assert kv and all(sorted(v) in (["prefill-0", "prefill-1"], ["prefill-2", "prefill-3"]) for v in kv.values())
+
+
+def v_spec(prefill_tp, decode_tp, v_head_dim):
+    s = spec(prefill_tp, decode_tp, model=dict(GQA, v_head_dim=v_head_dim))
+    s["id"] = f"v{v_head_dim}-p{prefill_tp}-d{decode_tp}"
+    return s
+
+
+def v_mismatches(s, c):
+    """(page, head) slices of decode's V regions that differ from prefill's."""
+    layers, total = s["model"]["layers"], s["model"]["total_kv_heads"]
+    width = s["model"]["v_head_dim"] * 2
+    ptp, dtp = s["prefill"]["tp_size"], s["decode"]["tp_size"]
+    p_heads = max(1, total // ptp)
+    bad = 0
+    for d in c.decode:
+        for region, view in enumerate(d.region_tensors()):
+            if region < layers:
+                continue
+            dv = view.numpy().reshape(-1, PAGE, d.pool.head_num, width)
+            for pp, dp in zip(P_PAGES, D_PAGES):
+                for h in range(d.pool.head_num):
+                    g = head_of(d.rank, h, total, dtp)
+                    p = c.prefill[g // p_heads]
+                    pv = p.region_tensors()[region].numpy().reshape(-1, PAGE, p.pool.head_num, width)
+                    bad += not np.array_equal(dv[dp, :, h], pv[pp, :, g % p_heads])
+    return bad
+
+
+def test_observed_v_head_dim_is_ignored_on_the_head_slice_path():
+    """0.5.23, observed (candidate 3 of the notes): with v_head_dim !=
+    head_dim and different attention TP, _init_hetero_tp_prep_handle sizes
+    the V runs with K's geometry. A smaller V runs past prefill's V regions
+    (refused at prep, as NIXL would: the bootstrap thread dies); a larger V
+    is accepted and decode's V pages end up wrong, silently. Equal TP is
+    right. A fix makes this test fail."""
+    equal = v_spec(1, 1, 16)
+    result, c = run(equal)
+    assert result["status"] == "done" and v_mismatches(equal, c) == 0
+
+    smaller = v_spec(1, 2, 4)
+    result, c = run(smaller)
+    assert result["status"] == "crashed"
+    assert "NIXL_ERR_NOT_FOUND" in result["message"] and "_init_hetero_tp_prep_handle" in result["refusals"][0][
+        "caller"]["chain"]
+
+    larger = v_spec(1, 2, 16)
+    result, c = run(larger)
+    assert result["status"] == "done"
+    assert v_mismatches(larger, c) > 0
