@@ -327,3 +327,41 @@ def test_observed_v_head_dim_is_ignored_on_the_head_slice_path():
     result, c = run(larger)
     assert result["status"] == "done"
     assert v_mismatches(larger, c) > 0
+
+
+def test_a_room_that_never_bootstraps_is_hung(monkeypatch):
+    """Decode's per-request frames are never sent: prefill's room stays
+    Bootstrapping, nothing raised, so the case is hung after its time-out."""
+    monkeypatch.setattr(case.S["common_conn"].CommonKVReceiver, "send_metadata", lambda self, *a, **k: None)
+    s = spec(1, 1)
+    s["id"] = "no-metadata"
+    result, c = case.run_case(s, keep=True, timeout_s=1)
+    try:
+        assert result["status"] == "hung", result
+        assert "Bootstrapping" in result["message"]
+        assert result["xfers"] == []
+    finally:
+        c.close()
+
+
+def test_mla_prefill_tp2_into_decode_tp1():
+    """The latent is replicated on every prefill rank; one is the real
+    sender, the other a dummy target that still reports Success."""
+    s = {
+        "id": "mla-p2-d1",
+        "model": {"attention": "mla", "layers": 2, "kv_lora_rank": 16, "qk_rope_head_dim": 8},
+        "page_size": PAGE,
+        "prompt_len": PROMPT,
+        "prefill": {"tp_size": 2, "num_pages": 8, "request_pages": P_PAGES},
+        "decode": {"tp_size": 1, "num_pages": 8, "request_pages": D_PAGES},
+    }
+    result, c = run(s)
+    assert result["status"] == "done", result["message"]
+    assert {x["agent"] for x in result["xfers"]} == {"prefill-0"}
+    assert result["agents"]["prefill-1"]["poll"] == "Success"
+    for region, view in enumerate(c.decode[0].region_tensors()):
+        dv = view.numpy().reshape(9, -1)  # 8 pages and SGLang's padding page 0
+        pv = c.prefill[0].region_tensors()[region].numpy().reshape(9, -1)
+        for pp, dp in zip(P_PAGES, D_PAGES):
+            assert np.array_equal(dv[dp], pv[pp])
+        assert (dv[[n for n in range(9) if n not in D_PAGES]] == 0x5A).all()
