@@ -141,38 +141,29 @@ class Runs:
 
 
 def uncovered(run, regions):
-    """The first block of a strided run that lies in no single region
-    (None when every block does). `regions`: (addr, len, dev) of the
-    matching memory kind. Checks whole intervals of blocks per region, so a
-    run of millions of blocks costs one pass over the regions."""
+    """The first block of a strided run that lies outside the region holding
+    its first block (None when the whole run lies in one region). Like NIXL
+    1.5.1, a run must lie in ONE registered region as a whole: a run whose
+    blocks are each inside some region, but in two adjacent ones, is refused
+    too (nixl_probe.py checks this against real NIXL). `regions`: (addr,
+    len, dev) of the matching memory kind. Constant work per region, however
+    many blocks the run has."""
     addr, length, dev, stride, count = run
     if count == 0:
         return None
-    covered = []
     for ra, rl, rdev in regions:
-        if rdev != dev:
+        if rdev != dev or not (ra <= addr and addr + length <= ra + rl):
             continue
-        if stride == 0 or count == 1:
-            if ra <= addr and addr + length <= ra + rl:
-                return None
-            continue
-        # block k lies in the region iff ra <= addr + k*stride and
-        # addr + k*stride + length <= ra + rl
-        lo = max(0, -(-(ra - addr) // stride))
-        hi = min(count - 1, (ra + rl - length - addr) // stride) if ra + rl >= addr + length else -1
-        if lo <= hi:
-            covered.append((lo, hi))
-    if stride == 0 or count == 1:
-        return 0
-    covered.sort()
-    nxt = 0
-    for lo, hi in covered:
-        if lo > nxt:
-            return nxt
-        nxt = max(nxt, hi + 1)
-        if nxt >= count:
+        if count == 1:
             return None
-    return nxt if nxt < count else None
+        last = addr + (count - 1) * stride
+        if last + length <= ra + rl and last >= ra:
+            return None
+        if stride <= 0:
+            return count - 1
+        # the first block that ends past the region
+        return (ra + rl - length - addr) // stride + 1
+    return 0
 
 
 class Fabric:

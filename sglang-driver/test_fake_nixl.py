@@ -117,3 +117,29 @@ def test_prepped_write_moves_bytes_and_records_ids(pair):
     with pytest.raises(fake_nixl.nixlInvalidParamError):
         a.make_prepped_xfer("WRITE", ls, [256], rs, [0])
     ctypes.memset(dst.ctypes.data, 0, 16)
+
+
+def test_a_run_spread_over_two_adjacent_regions_is_refused():
+    """NIXL 1.5.1 wants each strided run inside one registered region as a
+    whole, even when every block of it lies in one of two adjacent regions."""
+    fake_nixl.new_fabric()
+    buf = np.zeros(8192, dtype=np.uint8)
+    a = fake_nixl.nixl_agent("A")
+    a.register_memory([(buf.ctypes.data, 4096, 0, ""), (buf.ctypes.data + 4096, 4096, 0, "")], "DRAM")
+    with pytest.raises(fake_nixl.nixlNotFoundError, match="row 0 block 16"):
+        a.prep_xfer_dlist("", strided([(buf.ctypes.data, 256, 0, 256, 32)]), "DRAM")
+    a.prep_xfer_dlist("", strided([(buf.ctypes.data, 256, 0, 256, 16), (buf.ctypes.data + 4096, 256, 0, 256, 16)]),
+                      "DRAM")
+    fake_nixl.FABRIC[0] = None
+
+
+def test_the_stand_in_refuses_what_real_nixl_refuses():
+    """nixl_probe.py on real NIXL (installed by install-sglang.sh --nixl);
+    skipped where it does not import or start."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "nixl_probe.py")],
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode == 4:
+        pytest.skip(proc.stderr.strip().splitlines()[-1])
+    assert proc.returncode == 0, proc.stdout[-3000:]
