@@ -22,7 +22,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # (name, target: "" = A's own regions, "B" = the peer's, rows relative to the
-# target's first region as (offset, len, dev, stride, count) or (offset, len, dev))
+# target's first region as (offset, len, dev, stride, count) or (offset, len, dev)
+# [, the list's memory kind, DRAM when absent])
 CASES = [
     ("a strided run inside one region", "", [(0, 256, 0, 256, 16)]),
     ("a strided run exactly the second region", "", [(4096, 256, 0, 256, 16)]),
@@ -39,6 +40,7 @@ CASES = [
     ("remote: a run inside the region", "B", [(0, 256, 0, 256, 16)]),
     ("remote: one block past the region", "B", [(0, 256, 0, 256, 17)]),
     ("remote: another device id", "B", [(0, 256, 3, 256, 1)]),
+    ("a VRAM list over host (DRAM) regions", "", [(0, 256, 0, 256, 4)], "VRAM"),
 ]
 
 
@@ -54,11 +56,11 @@ def run(api):
     b.register_memory([(dst.ctypes.data, 4096, 0, "")], "DRAM")
     a.add_remote_agent(b.get_agent_metadata())
     out = []
-    for name, target, rows in CASES:
+    for name, target, rows, *kind in CASES:
         base = src.ctypes.data if target == "" else dst.ctypes.data
         arr = np.array([(base + r[0], *r[1:]) for r in rows], dtype=np.uint64)
         try:
-            a.prep_xfer_dlist("probe-B" if target else "", arr, "DRAM")
+            a.prep_xfer_dlist("probe-B" if target else "", arr, kind[0] if kind else "DRAM")
             out.append("accepted")
         except Exception as e:
             out.append(f"refused ({type(e).__name__})")
@@ -85,7 +87,7 @@ def main():
     fake_out = run(fake_nixl)
     rows = [
         {"list": name, "real": r, "stand_in": f, "agree": r.split(" ")[0] == f.split(" ")[0]}
-        for (name, _, _), r, f in zip(CASES, real_out, fake_out)
+        for (name, *_), r, f in zip(CASES, real_out, fake_out)
     ]
     print(json.dumps({"nixl": real_version(), "lists": rows}, indent=1))
     return 0 if all(r["agree"] for r in rows) else 1
