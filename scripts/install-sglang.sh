@@ -53,6 +53,9 @@ LIGHT_DEPS=(
     # The TVM FFI runtime (CPU-capable), imported at module level by
     # sglang.kernels.ops.communication through the distributed package.
     apache-tvm-ffi
+    # Imported at module level by older releases (0.5.16: through
+    # sglang.srt.function_call, reached from the server args).
+    xgrammar
     pytest
 )
 # The modules the driver imports; the install fails (exit 2) when one does not.
@@ -203,6 +206,11 @@ while todo:
         dep = re.sub(r"[-_.]+", "-", req.name).lower()
         for x in [""] + sorted(req.extras):
             todo.append((dep, x))
+# What the new venv already has (setuptools from ensurepip on Python 3.11)
+# stays as it is: linking another version's files over it would mix two.
+have = {re.sub(r"[-_.]+", "-", (d.metadata["Name"] or "")).lower() for d in md.distributions(path=[dest])}
+kept = sorted(seen & have)
+seen -= have
 linked = 0
 for name in sorted(seen):
     d = dists[name]
@@ -224,7 +232,8 @@ for name in sorted(seen):
                 sys.exit(3)
             raise
         linked += 1
-print(f"{len(seen)} distributions ({', '.join(sorted(seen))}), {linked} files", file=sys.stderr)
+print(f"{len(seen)} distributions ({', '.join(sorted(seen))}), {linked} files"
+      + (f"; the venv's own {', '.join(kept)} kept" if kept else ""), file=sys.stderr)
 EOF
 }
 

@@ -492,7 +492,14 @@ class Case:
         return self.finish("hung", None, f"{what} within {self.timeout_s} s", None)
 
     def side_of_thread(self, thread_name):
-        return "prefill" if self.prefill else None
+        """The agent a dead SGLang thread belonged to: the agent of the first
+        NIXL refusal when there is one, else the side its function runs on."""
+        if self.fabric is not None and self.fabric.refusals:
+            return self.fabric.refusals[0]["agent"]
+        name = thread_name or ""
+        if "decode_listener" in name or "Heartbeat" in name:
+            return "decode"
+        return "prefill"
 
     def transfer_failed(self):
         reasons = []

@@ -365,3 +365,32 @@ def test_mla_prefill_tp2_into_decode_tp1():
         for pp, dp in zip(P_PAGES, D_PAGES):
             assert np.array_equal(dv[dp], pv[pp])
         assert (dv[[n for n in range(9) if n not in D_PAGES]] == 0x5A).all()
+
+
+ROOT = os.path.dirname(HERE)
+
+
+def smoke(python, *args):
+    proc = subprocess.run([python, os.path.join(HERE, "planner_smoke.py"), *args], capture_output=True, text=True,
+                          timeout=300)
+    return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_planner_smoke_accepts_the_31295_shape_on_this_sglang():
+    rc, out = smoke(sys.executable)
+    assert rc == 0 and out["refusals"] == [], out
+    assert [x["count"] for x in out["lists"]] == [288, 144, 144, 144, 144]  # 2 unique head groups
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, ".sglang-venvs", "0.5.16", "bin", "python")),
+                    reason="no .sglang-venvs/0.5.16 (scripts/install-sglang.sh --version 0.5.16)")
+def test_planner_smoke_reproduces_31295_on_0_5_16():
+    """SGLang 0.5.16, before PR #31968: 2 KV heads, prefill attention TP1,
+    decode TP4; the source list interleaves 4 head groups over 2 heads and
+    runs past prefill's regions: refused at prep, as NIXL_ERR_NOT_FOUND was
+    in the issue."""
+    rc, out = smoke(os.path.join(ROOT, ".sglang-venvs", "0.5.16", "bin", "python"))
+    assert out["sglang"] == "0.5.16"
+    assert rc == 1 and out["refusals"][0]["target"] == "local", out
+    assert "NIXL_ERR_NOT_FOUND" in out["raised"][0]["message"]
+    assert out["lists"][0]["count"] == 576  # 4 head groups where 2 exist: twice the 288 that fit
