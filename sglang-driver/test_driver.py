@@ -211,10 +211,12 @@ def test_api_check_names_a_removed_method(monkeypatch, capsys):
     capsys.readouterr()
     monkeypatch.delattr(case.S["nixl_conn"].NixlKVManager, "send_kvcache_slice")
     monkeypatch.delattr(case.S["common_conn"].CommonKVManager, "try_ensure_parallel_info")
+    monkeypatch.delattr(case.S["runtime_context"], "SpawnRanks")
     assert api_check.main() == 2
     err = capsys.readouterr().err
     assert "NixlKVManager.send_kvcache_slice (the head-slice send path)" in err
     assert "CommonKVManager.try_ensure_parallel_info" in err
+    assert "sglang.srt.runtime_context.SpawnRanks (each rank's world rank and GPU id)" in err
 
 
 def test_api_check_names_an_agent_method_the_stand_in_lacks(monkeypatch, capsys):
