@@ -1,6 +1,7 @@
 //! `--connector vllm`: vLLM's own connector under kvgeom's oracles (needs
 //! the project's vLLM venv for most tests; each says why it is skipped
-//! without one).
+//! without one), and the Python tests of both drivers (SGLang's need its
+//! venv).
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -8,3 +9,4 @@ mod support;
 mod driver_python_tests;
 mod live_vllm;
 mod provenance;
+mod sglang_driver_tests;
