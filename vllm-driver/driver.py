@@ -268,10 +268,12 @@ def place_batch(batch_dir, batch, scheduled, started):
     if lacking:
         return refuse(lacking)
     try:
+        import live_case
         import place_case
         import scheduler_side  # noqa: F401  (imports vLLM: the slow part)
     except (ImportError, AttributeError) as e:
         return refuse([f"{_where(e)}: {type(e).__name__}: {e} (importing the driver's scheduler modules)"])
+    live_case.warm()
     print(f"driver: vLLM {versions()} imported in {time.time() - started:.1f} s; placing requests", flush=True)
     cost = place_case.run_batch(batch_dir, batch.get("cases", []), lambda line: print(line, flush=True))
     print(f"driver: place cost {json.dumps(cost)}", flush=True)

@@ -184,7 +184,7 @@ def load_metas(case_dir, spec):
     # kvgeom writes the memory for the scheduler's blocks: the batch must
     # name exactly those.
     mismatched = []
-    for side, key in (("prefill", "request_blocks"), ("decode", "transfer_blocks"), ("decode", "computed_blocks")):
+    for side, key in (("prefill", "request_blocks"), ("decode", "transfer_blocks")):
         want = placed[side][key]
         got = (spec.get(side) or {}).get(key)
         if got is not None and _lists(got) != _lists(want):
