@@ -278,7 +278,53 @@ def test_the_worker_is_driven_through_bind_and_start_load_kv(tmp_path, monkeypat
     assert twin["status"] == "crashed" and "_read_blocks_for_req called from" in twin["message"]
 
 
-def test_a_branch_field_reaches_the_worker_as_the_scheduler_set_it(tmp_path, monkeypatch):
+@pytest.mark.parametrize("mode", ["pull", "push"])
+def test_each_rank_gets_its_own_copy_bound_started_and_cleared(tmp_path, monkeypatch, mode):
+    """The model runner's sequence on every rank that gets metadata: bind,
+    start_load_kv, clear, once per step; every rank its own object."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
+    from vllm.distributed.kv_transfer.kv_connector.v1.nixl import connector
+
+    events = []
+    cls = connector.NixlPullConnector if mode == "pull" else connector.NixlPushConnector
+
+    def recording(name, real):
+        def call(self, *args):
+            bound = getattr(self, "_connector_metadata", None)
+            # The objects themselves: kept alive, their ids stay theirs.
+            events.append((id(self), name, args[0] if name == "bind" else bound))
+            return real(self, *args)
+
+        return call
+
+    monkeypatch.setattr(
+        KVConnectorBase_V1, "bind_connector_metadata", recording("bind", KVConnectorBase_V1.bind_connector_metadata)
+    )
+    monkeypatch.setattr(
+        KVConnectorBase_V1, "clear_connector_metadata", recording("clear", KVConnectorBase_V1.clear_connector_metadata)
+    )
+    monkeypatch.setattr(cls, "start_load_kv", recording("start", cls.start_load_kv))
+    spec = case(sched_tests.attention_geometry(), 40, mode=mode)
+    placed, full, result, root = one(tmp_path, spec)
+    by_rank = {}
+    for conn, name, meta in events:
+        by_rank.setdefault(conn, []).append((name, meta))
+    steps = placed["metadata"]
+    # pull: decode's one rank; push: prefill's two ranks and decode's one.
+    want = [1] if mode == "pull" else [steps["decode_steps"], steps["prefill_steps"], steps["prefill_steps"]]
+    assert sorted(len(v) // 3 for v in by_rank.values()) == sorted(want)
+    metas = []
+    for calls in by_rank.values():
+        for i in range(0, len(calls), 3):
+            (b, m1), (st, m2), (c, m3) = calls[i : i + 3]
+            assert (b, st, c) == ("bind", "start", "clear")
+            assert m1 is m2 and m2 is m3  # start and clear saw the bound metadata
+            metas.append(id(m1))
+    assert len(set(metas)) == len(metas), "two ranks or steps shared one metadata object"
+
+
+@pytest.mark.parametrize("mode", ["pull", "push"])
+def test_a_branch_field_reaches_the_worker_as_the_scheduler_set_it(tmp_path, monkeypatch, mode):
     """A connector developer's branch adds a ReqMeta field that its
     scheduler half fills: the worker sees the scheduler's value on the
     scheduler path, and the default on the direct path (which builds ReqMeta
@@ -287,6 +333,7 @@ def test_a_branch_field_reaches_the_worker_as_the_scheduler_set_it(tmp_path, mon
 
     from vllm.distributed.kv_transfer.kv_connector.v1.nixl import metadata
     from vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_worker import NixlPullConnectorWorker
+    from vllm.distributed.kv_transfer.kv_connector.v1.nixl.push_worker import NixlPushConnectorWorker
 
     # The branch: ReqMeta grows `token_window` (default None) ...
     fields = [(f.name, f.type, f) for f in dataclasses.fields(metadata.ReqMeta)]
@@ -308,14 +355,26 @@ def test_a_branch_field_reaches_the_worker_as_the_scheduler_set_it(tmp_path, mon
 
     monkeypatch.setattr(metadata.NixlConnectorMetadata, "add_new_req_to_recv", add_new_req_to_recv)
     seen = []
-    real_read = NixlPullConnectorWorker._read_blocks_for_req
+    if mode == "pull":
+        # What the pull worker reads with.
+        real_read = NixlPullConnectorWorker._read_blocks_for_req
 
-    def read(self, req_id, meta):
-        seen.append((type(meta).__name__, getattr(meta, "token_window", "absent")))
-        return real_read(self, req_id, meta)
+        def read(self, req_id, meta):
+            seen.append((type(meta).__name__, getattr(meta, "token_window", "absent")))
+            return real_read(self, req_id, meta)
 
-    monkeypatch.setattr(NixlPullConnectorWorker, "_read_blocks_for_req", read)
-    spec = case(sched_tests.attention_geometry(), 40)
+        monkeypatch.setattr(NixlPullConnectorWorker, "_read_blocks_for_req", read)
+    else:
+        # What decode's push worker is handed to wait for.
+        real_start = NixlPushConnectorWorker.start_load_kv
+
+        def start(self, meta):
+            for req in meta.reqs_to_recv.values():
+                seen.append((type(req).__name__, getattr(req, "token_window", "absent")))
+            return real_start(self, meta)
+
+        monkeypatch.setattr(NixlPushConnectorWorker, "start_load_kv", start)
+    spec = case(sched_tests.attention_geometry(), 40, mode=mode)
     placed, full, result, root = one(tmp_path, spec)
     assert seen == [("ReqMeta", (7, 40))]
     seen.clear()
