@@ -281,33 +281,40 @@ def test_the_worker_is_driven_through_bind_and_start_load_kv(tmp_path, monkeypat
 @pytest.mark.parametrize("mode", ["pull", "push"])
 def test_each_rank_gets_its_own_copy_bound_started_and_cleared(tmp_path, monkeypatch, mode):
     """The model runner's sequence on every rank that gets metadata: bind,
-    start_load_kv, clear, once per step; every rank its own object."""
+    start_load_kv (the connector hands its worker the bound metadata),
+    clear, once per step; every rank and step its own object."""
     from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
-    from vllm.distributed.kv_transfer.kv_connector.v1.nixl import connector
+    from vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_worker import NixlPullConnectorWorker
+    from vllm.distributed.kv_transfer.kv_connector.v1.nixl.push_worker import NixlPushConnectorWorker
 
-    events = []
-    cls = connector.NixlPullConnector if mode == "pull" else connector.NixlPushConnector
+    events = []  # (connector id, call, the metadata object: kept alive)
+    connector_of = {}  # worker id -> its connector's id
+    real_bind = KVConnectorBase_V1.bind_connector_metadata
+    real_clear = KVConnectorBase_V1.clear_connector_metadata
+    worker_cls = NixlPullConnectorWorker if mode == "pull" else NixlPushConnectorWorker
+    real_start = worker_cls.start_load_kv
 
-    def recording(name, real):
-        def call(self, *args):
-            bound = getattr(self, "_connector_metadata", None)
-            # The objects themselves: kept alive, their ids stay theirs.
-            events.append((id(self), name, args[0] if name == "bind" else bound))
-            return real(self, *args)
+    def bind(self, meta):
+        connector_of[id(self.connector_worker)] = id(self)
+        events.append((id(self), "bind", meta))
+        return real_bind(self, meta)
 
-        return call
+    def clear(self):
+        events.append((id(self), "clear" if self.has_connector_metadata() else "clear-unbound", None))
+        return real_clear(self)
 
-    monkeypatch.setattr(
-        KVConnectorBase_V1, "bind_connector_metadata", recording("bind", KVConnectorBase_V1.bind_connector_metadata)
-    )
-    monkeypatch.setattr(
-        KVConnectorBase_V1, "clear_connector_metadata", recording("clear", KVConnectorBase_V1.clear_connector_metadata)
-    )
-    monkeypatch.setattr(cls, "start_load_kv", recording("start", cls.start_load_kv))
+    def start(self, meta):
+        events.append((connector_of.get(id(self)), "start", meta))
+        return real_start(self, meta)
+
+    monkeypatch.setattr(KVConnectorBase_V1, "bind_connector_metadata", bind)
+    monkeypatch.setattr(KVConnectorBase_V1, "clear_connector_metadata", clear)
+    monkeypatch.setattr(worker_cls, "start_load_kv", start)
     spec = case(sched_tests.attention_geometry(), 40, mode=mode)
     placed, full, result, root = one(tmp_path, spec)
     by_rank = {}
     for conn, name, meta in events:
+        assert conn is not None, "a worker was started outside its connector"
         by_rank.setdefault(conn, []).append((name, meta))
     steps = placed["metadata"]
     # pull: decode's one rank; push: prefill's two ranks and decode's one.
@@ -315,12 +322,14 @@ def test_each_rank_gets_its_own_copy_bound_started_and_cleared(tmp_path, monkeyp
     assert sorted(len(v) // 3 for v in by_rank.values()) == sorted(want)
     metas = []
     for calls in by_rank.values():
-        for i in range(0, len(calls), 3):
-            (b, m1), (st, m2), (c, m3) = calls[i : i + 3]
+        assert len(calls) % 3 == 0
+        for k in range(0, len(calls), 3):
+            (b, bound), (st, started), (c, _) = calls[k : k + 3]
             assert (b, st, c) == ("bind", "start", "clear")
-            assert m1 is m2 and m2 is m3  # start and clear saw the bound metadata
-            metas.append(id(m1))
-    assert len(set(metas)) == len(metas), "two ranks or steps shared one metadata object"
+            assert started is bound  # the worker got the bound metadata
+            metas.append(bound)
+    assert len({id(m) for m in metas}) == len(metas), "two ranks or steps shared one metadata object"
+    assert all(type(m).__name__ == "NixlConnectorMetadata" for m in metas)
 
 
 @pytest.mark.parametrize("mode", ["pull", "push"])
