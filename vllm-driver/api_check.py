@@ -188,17 +188,29 @@ def _lookup(module, dotted):
     return obj
 
 
+_SOURCES = {}
+
+
+def _source_of(cls):
+    """A class's source text ("" when it has none), read once per process:
+    inspect finds a class by parsing its whole module, which for the NIXL
+    worker's costs tens of milliseconds a lookup, and the tables look up
+    hundreds of names."""
+    if cls not in _SOURCES:
+        try:
+            _SOURCES[cls] = inspect.getsource(cls)
+        except (OSError, TypeError):
+            _SOURCES[cls] = ""
+    return _SOURCES[cls]
+
+
 def _source_sets(cls, name):
     """Whether `self.<name>` appears in the source of `cls` or a base."""
     pattern = re.compile(rf"\bself\.{re.escape(name)}\b")
     for base in inspect.getmro(cls):
         if base is object:
             continue
-        try:
-            source = inspect.getsource(base)
-        except (OSError, TypeError):
-            continue
-        if pattern.search(source):
+        if pattern.search(_source_of(base)):
             return True
     return False
 
