@@ -2,7 +2,9 @@
 
 Real: vLLM's VllmConfig, KV-cache specs and config, NixlConnectorWorker
 (registration, add_remote_agent, _read_blocks_for_req, get_finished with the
-receive post-process). Faked: NIXL (fake_nixl; with `use_nixl("real")` real
+receive post-process). A case with `requests: "scheduler"` instead gets the
+connector metadata vLLM's scheduler built (place_case.py), bound to vLLM's
+connector as the model runner binds it (`_scheduler_requests`). Faked: NIXL (fake_nixl; with `use_nixl("real")` real
 NIXL agents over host memory instead, real_nixl), the platform, the
 attention backend and the TP group.
 """
