@@ -750,15 +750,28 @@ def engine_step(conn, meta):
 
 
 def _scheduler_requests(spec, placed, ranks, connectors, fabric, result, regions, case_dir):
-    """Decode's ranks get the request as vLLM's scheduler built it: each
-    rank its own unpickled copy of the decode step's metadata, bound and
-    started through the connector (`engine_step`); completion is asked for
-    as the engine asks, while the request's reads are in flight."""
+    """Prefill's ranks, then decode's, get the request as vLLM's scheduler
+    built it: each rank its own unpickled copy of each of its engine's
+    steps, bound and started through the connector (`engine_step`);
+    decode's completion is asked for as the engine asks, while the
+    request's reads are in flight."""
     import place_case
 
     _, pkl = placed
     req_id = pkl["request_ids"]["decode"]
     d_tp = spec["geometry"]["decode"]["tp_size"]
+    p_tp = spec["geometry"]["prefill"]["tp_size"]
+    try:
+        # Prefill's ranks first get prefill's steps (the request in a batch,
+        # then finished: the lease on its blocks), as its engine ran them
+        # before decode got the request.
+        for p in range(p_tp):
+            _TP.rank, _TP.size = p, p_tp
+            for step in pkl["prefill"]:
+                engine_step(connectors[("prefill", p)], place_case.unpickle(step))
+    except Exception as e:
+        result.update(status="crashed", side="prefill", message=f"{type(e).__name__}: {e}", trace=traceback.format_exc())
+        return finish(result, ranks, fabric, case_dir)
     dw, req = None, None
     try:
         for d in range(d_tp):

@@ -317,8 +317,8 @@ def test_each_rank_gets_its_own_copy_bound_started_and_cleared(tmp_path, monkeyp
         assert conn is not None, "a worker was started outside its connector"
         by_rank.setdefault(conn, []).append((name, meta))
     steps = placed["metadata"]
-    # pull: decode's one rank; push: prefill's two ranks and decode's one.
-    want = [1] if mode == "pull" else [steps["decode_steps"], steps["prefill_steps"], steps["prefill_steps"]]
+    # Prefill's two ranks get prefill's steps, decode's one rank decode's.
+    want = [steps["decode_steps"], steps["prefill_steps"], steps["prefill_steps"]]
     assert sorted(len(v) // 3 for v in by_rank.values()) == sorted(want)
     metas = []
     for calls in by_rank.values():
