@@ -76,6 +76,53 @@ REQUIRED = [
     ("vllm.config", "ModelConfig", "all", "the engine config"),
 ]
 
+# `requests: "scheduler"` (place_case.py, scheduler_side.py and the run
+# phase): needs "scheduler-<phase>" (every such case of the phase) or
+# "scheduler-<phase>-<mode>" (such cases of that mode), phase "place" or "run".
+CONN = f"{NIXL}.connector"
+SCHED = "vllm.v1.core.kv_cache_utils"
+REQUIRED += [
+    # The place phase: vLLM's scheduler and the connector's scheduler half.
+    ("vllm.config", "SchedulerConfig.get_scheduler_cls", "scheduler-place", "the scheduler class the engine core runs"),
+    ("vllm.config", "KVTransferConfig", "scheduler-place", "the engines' connector and engine ids"),
+    ("vllm", "SamplingParams", "scheduler-place", "a request that ends after one token"),
+    ("vllm.utils.hashing", "sha256", "scheduler-place", "the prefix cache's block hashes"),
+    (SCHED, "FreeKVCacheBlockQueue", "scheduler-place", "putting a reused pool back in block order"),
+    (SCHED, "get_request_block_hasher", "scheduler-place", "the prefix cache's block hashes"),
+    (SCHED, "init_none_hash", "scheduler-place", "the prefix cache's block hashes"),
+    (SCHED, "resolve_kv_cache_block_sizes", "scheduler-place", "the scheduler's and the hashes' block sizes"),
+    ("vllm.v1.outputs", "KVConnectorOutput", "scheduler-place", "finished transfers reported to a scheduler"),
+    ("vllm.v1.outputs", "ModelRunnerOutput", "scheduler-place", "the model runner's output of a step"),
+    ("vllm.v1.request", "Request", "scheduler-place", "the case's requests"),
+    ("vllm.v1.request", "RequestStatus", "scheduler-place", "telling a waiting request from a finished one"),
+    ("vllm.v1.structured_output", "StructuredOutputManager", "scheduler-place", "building the scheduler"),
+    ("vllm.v1.kv_cache_interface", "KVCacheConfig", "scheduler-place", "the schedulers' KV-cache groups"),
+    (CONN, "NixlPullConnector", "scheduler-place-pull", "the pull connector's scheduler half"),
+    (CONN, "NixlPushConnector", "scheduler-place-push", "the push connector's scheduler half"),
+    (CONN, "NixlPullConnector.get_num_new_matched_tokens", "scheduler-place-pull", "decode's tokens to load"),
+    (CONN, "NixlPullConnector.update_state_after_alloc", "scheduler-place-pull", "decode's blocks to load into"),
+    (CONN, "NixlPullConnector.build_connector_meta", "scheduler-place-pull", "the metadata decode's workers get"),
+    (CONN, "NixlPullConnector.request_finished", "scheduler-place-pull", "prefill's kv_transfer_params"),
+    (CONN, "NixlPushConnector.get_num_new_matched_tokens", "scheduler-place-push", "decode's tokens to receive"),
+    (CONN, "NixlPushConnector.update_state_after_alloc", "scheduler-place-push", "decode's push registration"),
+    (CONN, "NixlPushConnector.build_connector_meta", "scheduler-place-push", "the metadata both engines' workers get"),
+    (CONN, "NixlPushConnector.request_finished", "scheduler-place-push", "prefill's finished blocks"),
+    # The run phase: the workers as the model runner drives them.
+    ("vllm.distributed.kv_transfer.kv_connector.v1.base", "KVConnectorRole", "scheduler-run",
+     "building a connector in its worker role"),
+    (CONN, "NixlPullConnector.register_kv_caches", "scheduler-run-pull", "registration through the connector"),
+    (CONN, "NixlPullConnector.bind_connector_metadata", "scheduler-run-pull", "handing a step's metadata to the worker"),
+    (CONN, "NixlPullConnector.start_load_kv", "scheduler-run-pull", "starting decode's reads"),
+    (CONN, "NixlPullConnector.get_finished", "scheduler-run-pull", "completion (without get_transfer_results)"),
+    (CONN, "NixlPullConnector.get_transfer_results", "optional", "failed receives (completion by get_finished without it)"),
+    (CONN, "NixlPullConnector.clear_connector_metadata", "scheduler-run-pull", "ending a step"),
+    (CONN, "NixlPushConnector.register_kv_caches", "scheduler-run-push", "registration through the connector"),
+    (CONN, "NixlPushConnector.bind_connector_metadata", "scheduler-run-push", "handing a step's metadata to the worker"),
+    (CONN, "NixlPushConnector.start_load_kv", "scheduler-run-push", "handing the push its request on both engines"),
+    (CONN, "NixlPushConnector.get_transfer_results", "scheduler-run-push", "push completion"),
+    (CONN, "NixlPushConnector.clear_connector_metadata", "scheduler-run-push", "ending a step"),
+]
+
 # (module, class, attribute, need, what the driver does with it)
 ATTRS = [
     (PULL, "NixlConnectorWorker", "xfer_handshake_metadata", "all", "the prefill rank's handshake payload"),
@@ -110,6 +157,16 @@ ATTRS = [
     (PUSH, "NixlPushConnectorWorker", "_pending_d_registrations", "push", "naming what a hung push holds"),
     (PUSH, "NixlPushConnectorWorker", "consumer_notification_counts_by_req", "push", "naming what a hung push holds"),
 ]
+ATTRS += [
+    ("vllm.v1.core.sched.scheduler", "Scheduler", "connector", "scheduler-place", "the scheduler's connector"),
+    (CONN, "NixlPullConnector", "connector_scheduler", "scheduler-place-pull", "watching the scheduler half"),
+    (CONN, "NixlPushConnector", "connector_scheduler", "scheduler-place-push", "watching the scheduler half"),
+    (f"{NIXL}.base_scheduler", "NixlBaseConnectorScheduler", "_last_heartbeat_time", "optional",
+     "putting a reused scheduler's heartbeat clock back to a fresh one's (without it a case's metadata "
+     "carries heartbeats only when the last case's are 5 s old)"),
+    (CONN, "NixlPullConnector", "connector_worker", "scheduler-run-pull", "the worker inside the connector"),
+    (CONN, "NixlPushConnector", "connector_worker", "scheduler-run-push", "the worker inside the connector"),
+]
 # The worker geometry a pull case's v1 trace records (trace_v1.GEOMETRY_ATTRS,
 # read with a default: an absent one is recorded as null).
 for _name in ("engine_id", "tp_rank", "world_size", "dcp_size", "pcp_size", "pp_size", "use_mla",
@@ -131,17 +188,29 @@ def _lookup(module, dotted):
     return obj
 
 
+_SOURCES = {}
+
+
+def _source_of(cls):
+    """A class's source text ("" when it has none), read once per process:
+    inspect finds a class by parsing its whole module, which for the NIXL
+    worker's costs tens of milliseconds a lookup, and the tables look up
+    hundreds of names."""
+    if cls not in _SOURCES:
+        try:
+            _SOURCES[cls] = inspect.getsource(cls)
+        except (OSError, TypeError):
+            _SOURCES[cls] = ""
+    return _SOURCES[cls]
+
+
 def _source_sets(cls, name):
     """Whether `self.<name>` appears in the source of `cls` or a base."""
     pattern = re.compile(rf"\bself\.{re.escape(name)}\b")
     for base in inspect.getmro(cls):
         if base is object:
             continue
-        try:
-            source = inspect.getsource(base)
-        except (OSError, TypeError):
-            continue
-        if pattern.search(source):
+        if pattern.search(_source_of(base)):
             return True
     return False
 
@@ -250,6 +319,15 @@ def missing(modes=("pull", "push"), wrapper_cls=None):
     if wrapper_cls is not None:
         out += unserved_nixl_calls(wrapper_cls)
     return out
+
+
+def missing_for_scheduler(modes, phase):
+    """What a batch's `requests: "scheduler"` cases of `modes` need in
+    `phase` ("place" or "run") that the installed vLLM lacks."""
+    if not modes:
+        return []
+    wanted = {f"scheduler-{phase}"} | {f"scheduler-{phase}-{m}" for m in modes}
+    return _absent(modes, lambda need: need in wanted)
 
 
 def optional():

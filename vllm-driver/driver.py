@@ -1,6 +1,12 @@
 """kvgeom's driver for vLLM's own NIXL connector workers.
 
 Usage: python driver.py BATCH_DIR [--resume]
+       python driver.py --place BATCH_DIR
+
+`--place` is the first phase of a batch whose cases ask for vLLM's
+scheduler (`requests: "scheduler"`): it runs each such case's scheduler side
+and writes the case's place.json and scheduler_meta.pkl (place_case.py);
+kvgeom then writes the memory for those blocks and runs the batch.
 
 Reads BATCH_DIR/batch.json (format kvgeom-vllm-batch/1), runs its block
 checks (vLLM's own block-size derivation, written to blocks.json) and every
@@ -41,8 +47,9 @@ def agent(side, rank):
     return f"{side}-{rank}"
 
 
-def write_result(case_dir, result):
+def write_result(case_dir, result, path="direct"):
     result["format"] = RESULT_FORMAT
+    result["request_path"] = path
     result["nixl"] = NIXL_RAN["kind"]
     if NIXL_RAN["version"] is not None:
         result["nixl_version"] = NIXL_RAN["version"]
@@ -123,10 +130,20 @@ def refuse(lacking):
     return MISSING_API_STATUS
 
 
+def request_path(spec):
+    """How a case's request reaches the workers: "scheduler" (vLLM's
+    scheduler's metadata, bound as the model runner binds it) or "direct"
+    (the driver's own ReqMeta, the default)."""
+    return "scheduler" if spec.get("requests") == "scheduler" else "direct"
+
+
 def main(argv):
-    resume = argv[2:] == ["--resume"]
+    place = argv[1:2] == ["--place"]
+    if place:
+        argv = [argv[0]] + argv[2:]
+    resume = argv[2:] == ["--resume"] and not place
     if len(argv) != 2 and not resume:
-        print("usage: driver.py BATCH_DIR [--resume]", file=sys.stderr)
+        print("usage: driver.py BATCH_DIR [--resume] | driver.py --place BATCH_DIR", file=sys.stderr)
         return 2
     batch_dir = argv[1]
     with open(os.path.join(batch_dir, "batch.json")) as f:
@@ -135,6 +152,12 @@ def main(argv):
         print(f"driver: batch format {batch.get('format')!r} is not {BATCH_FORMAT}", file=sys.stderr)
         return 2
     started = time.time()
+    if place:
+        # No worker runs and nothing moves: NIXL is not needed.
+        scheduled = sorted(
+            {c.get("mode") for c in batch.get("cases", []) if request_path(c) == "scheduler"} & {"pull", "push"}
+        )
+        return place_batch(batch_dir, batch, scheduled, started)
     nixl = batch.get("nixl", "stand-in")
     if nixl not in ("stand-in", "real"):
         print(f"driver: batch nixl {nixl!r} is neither 'stand-in' nor 'real'", file=sys.stderr)
@@ -151,6 +174,9 @@ def main(argv):
     import api_check
 
     modes = sorted({c.get("mode") for c in batch.get("cases", [])} & {"pull", "push"})
+    scheduled = sorted(
+        {c.get("mode") for c in batch.get("cases", []) if request_path(c) == "scheduler"} & {"pull", "push"}
+    )
     if nixl == "real":
         import real_nixl
 
@@ -159,7 +185,7 @@ def main(argv):
         import fake_nixl
 
         wrapper_cls = fake_nixl.FakeNixlWrapper
-    lacking = api_check.missing(modes, wrapper_cls)
+    lacking = api_check.missing(modes, wrapper_cls) + api_check.missing_for_scheduler(scheduled, "run")
     if lacking:
         return refuse(lacking)
     checks = batch.get("block_checks") or []
@@ -218,7 +244,7 @@ def main(argv):
                 "message": f"{type(e).__name__}: {e}",
                 "trace": value["trace"],
             }
-        write_result(case_dir, result)
+        write_result(case_dir, result, request_path(spec))
         if batch.get("trace_memory_limit") is not None:
             import vllm
             import trace_file
@@ -230,6 +256,27 @@ def main(argv):
             print("driver: a case's thread is left blocked; restarting for the rest", flush=True)
             sys.stderr.flush()
             os.execv(sys.executable, [sys.executable, os.path.abspath(__file__), batch_dir, "--resume"])
+    return 0
+
+
+def place_batch(batch_dir, batch, scheduled, started):
+    """The place phase (`--place`): vLLM's scheduler side of every case with
+    `requests: "scheduler"` (place_case.py)."""
+    import api_check
+
+    lacking = api_check.missing_for_scheduler(scheduled, "place")
+    if lacking:
+        return refuse(lacking)
+    try:
+        import live_case
+        import place_case
+        import scheduler_side  # noqa: F401  (imports vLLM: the slow part)
+    except (ImportError, AttributeError) as e:
+        return refuse([f"{_where(e)}: {type(e).__name__}: {e} (importing the driver's scheduler modules)"])
+    live_case.warm()
+    print(f"driver: vLLM {versions()} imported in {time.time() - started:.1f} s; placing requests", flush=True)
+    cost = place_case.run_batch(batch_dir, batch.get("cases", []), lambda line: print(line, flush=True))
+    print(f"driver: place cost {json.dumps(cost)}", flush=True)
     return 0
 
 

@@ -2,7 +2,9 @@
 
 Real: vLLM's VllmConfig, KV-cache specs and config, NixlConnectorWorker
 (registration, add_remote_agent, _read_blocks_for_req, get_finished with the
-receive post-process). Faked: NIXL (fake_nixl; with `use_nixl("real")` real
+receive post-process). A case with `requests: "scheduler"` instead gets the
+connector metadata vLLM's scheduler built (place_case.py), bound to vLLM's
+connector as the model runner binds it (`_scheduler_requests`). Faked: NIXL (fake_nixl; with `use_nixl("real")` real
 NIXL agents over host memory instead, real_nixl), the platform, the
 attention backend and the TP group.
 """
@@ -535,6 +537,18 @@ class RegistrationRaised(Exception):
 
 
 def make_worker(spec, side, rank, fabric, case_dir, worker_cls=NixlConnectorWorker):
+    _, w, raw = build_rank(spec, side, rank, fabric, case_dir, worker_cls=worker_cls)
+    return w, raw
+
+
+def make_connector(spec, side, rank, fabric, case_dir, connector_cls):
+    """One rank as vLLM's model runner holds it: the connector (the class
+    vLLM's KV-transfer layer builds, `connector_cls`, in its worker role)
+    with its worker inside. `(connector, worker, raw regions)`."""
+    return build_rank(spec, side, rank, fabric, case_dir, connector_cls=connector_cls)
+
+
+def build_rank(spec, side, rank, fabric, case_dir, worker_cls=NixlConnectorWorker, connector_cls=None):
     geometry = spec["geometry"]
     engine = geometry[side]
     cfg = build_vllm_config(geometry, engine, side, engine["tp_size"])
@@ -543,12 +557,22 @@ def make_worker(spec, side, rank, fabric, case_dir, worker_cls=NixlConnectorWork
     base_worker.get_current_attn_backends = lambda *a, **k: [backend]
     _TP.rank, _TP.size = rank, engine["tp_size"]
     fabric.pending_alias = agent(side, rank)
-    w = worker_cls(cfg, side, kv_cache_config)
+    if connector_cls is None:
+        conn = None
+        w = worker_cls(cfg, side, kv_cache_config)
+    else:
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+
+        # The connector builds its worker with the config's engine id: the
+        # engine's name, as the scheduler's metadata names it.
+        cfg.kv_transfer_config.engine_id = side
+        conn = connector_cls(cfg, KVConnectorRole.WORKER, kv_cache_config)
+        w = conn.connector_worker
     try:
-        w.register_kv_caches(tensors)
+        (conn or w).register_kv_caches(tensors)
     except Exception as e:
         raise RegistrationRaised(side, rank, e) from e
-    return w, raw
+    return conn, w, raw
 
 
 # Set by the driver when the batch records traces: pull cases then also
@@ -560,12 +584,20 @@ V1_RECORDER = [None]
 
 def run(spec, case_dir):
     V1_RECORDER[0] = None
+    if spec["mode"] not in ("pull", "push"):
+        return {"status": "error", "message": f"mode {spec['mode']!r}: the driver runs pull and push"}
+    placed = None
+    if spec.get("requests") == "scheduler":
+        import place_case
+
+        try:
+            placed = place_case.load_metas(case_dir, spec)
+        except place_case.SchedulerRequestsError as e:
+            return {"status": "error", "message": f"the driver cannot build this case: {e}"}
     if spec["mode"] == "push":
         import push_case
 
-        return push_case.run(spec, case_dir)
-    if spec["mode"] != "pull":
-        return {"status": "error", "message": f"mode {spec['mode']!r}: the driver runs pull and push"}
+        return push_case.run(spec, case_dir, placed)
     fabric = fake_nixl.Fabric()
     fake_nixl.FABRIC[0] = fabric
     if RECORD_V1[0]:
@@ -575,7 +607,7 @@ def run(spec, case_dir):
     ranks = {}
     started = time.time()
     try:
-        return _run_pull(spec, case_dir, fabric, ranks)
+        return _run_pull(spec, case_dir, fabric, ranks, placed)
     finally:
         if fabric.v1 is not None:
             fabric.v1.duration_s = round(time.time() - started, 4)
@@ -587,12 +619,20 @@ def run(spec, case_dir):
         fabric.close()
 
 
-def _run_pull(spec, case_dir, fabric, ranks):
+def _run_pull(spec, case_dir, fabric, ranks, placed=None):
     geometry = spec["geometry"]
+    connectors = {}
     try:
         for side in ("prefill", "decode"):
             for r in range(geometry[side]["tp_size"]):
-                ranks[(side, r)] = make_worker(spec, side, r, fabric, case_dir)
+                if placed is None:
+                    ranks[(side, r)] = make_worker(spec, side, r, fabric, case_dir)
+                else:
+                    from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import NixlPullConnector
+
+                    conn, w, raw = make_connector(spec, side, r, fabric, case_dir, NixlPullConnector)
+                    connectors[(side, r)] = conn
+                    ranks[(side, r)] = (w, raw)
                 if side == "decode" and fabric.v1 is not None:
                     fabric.v1.local_geometry(ranks[(side, r)][0])
     except Unsupported as e:
@@ -637,6 +677,8 @@ def _run_pull(spec, case_dir, fabric, ranks):
                     fabric.v1.add_remote_agent(dw, sent, p, p_tp, None, f"{type(e).__name__}: {e}")
                 result.update(status="rejected", side="decode", message=f"{type(e).__name__}: {e}", trace=traceback.format_exc())
                 return finish(result, ranks, fabric, case_dir)
+    if placed is not None:
+        return _scheduler_requests(spec, placed, ranks, connectors, fabric, result, regions, case_dir)
     dw, req = None, None
     try:
         for d in range(d_tp):
@@ -677,6 +719,93 @@ def _run_pull(spec, case_dir, fabric, ranks):
     except Exception as e:
         if fabric.v1 is not None and req is not None:
             fabric.v1.request_done(dw, "req-d", req, f"{type(e).__name__}: {e}")
+        result.update(status="crashed", side="decode", message=f"{type(e).__name__}: {e}", trace=traceback.format_exc())
+        return finish(result, ranks, fabric, case_dir)
+    result["status"] = "done"
+    return finish(result, ranks, fabric, case_dir)
+
+
+def transfer_results(conn):
+    """One completion call on a connector, as the model runner makes it:
+    `(finished_recving, failed_recving)`. `get_transfer_results` where the
+    connector has it (failed receives included), else the older
+    `get_finished` (no failed receives)."""
+    if hasattr(type(conn), "get_transfer_results"):
+        results = conn.get_transfer_results(set())
+        return set(results.finished_recving or ()), set(getattr(results, "failed_recving", None) or ())
+    _, recving = conn.get_finished(set())
+    return set(recving or ()), set()
+
+
+def engine_step(conn, meta):
+    """What vLLM's model runner does with one step's connector metadata:
+    bind it, start the loads (the NIXL connector does not read the forward
+    context, so none is built), ask for finished transfers, clear it."""
+    conn.bind_connector_metadata(meta)
+    try:
+        conn.start_load_kv(None)
+        return transfer_results(conn)
+    finally:
+        conn.clear_connector_metadata()
+
+
+def _scheduler_requests(spec, placed, ranks, connectors, fabric, result, regions, case_dir):
+    """Prefill's ranks, then decode's, get the request as vLLM's scheduler
+    built it: each rank its own unpickled copy of each of its engine's
+    steps, bound and started through the connector (`engine_step`);
+    decode's completion is asked for as the engine asks, while the
+    request's reads are in flight."""
+    import place_case
+
+    _, pkl = placed
+    req_id = pkl["request_ids"]["decode"]
+    d_tp = spec["geometry"]["decode"]["tp_size"]
+    p_tp = spec["geometry"]["prefill"]["tp_size"]
+    try:
+        # Prefill's ranks first get prefill's steps (the request in a batch,
+        # then finished: the lease on its blocks), as its engine ran them
+        # before decode got the request.
+        for p in range(p_tp):
+            _TP.rank, _TP.size = p, p_tp
+            for step in pkl["prefill"]:
+                engine_step(connectors[("prefill", p)], place_case.unpickle(step))
+    except Exception as e:
+        result.update(status="crashed", side="prefill", message=f"{type(e).__name__}: {e}", trace=traceback.format_exc())
+        return finish(result, ranks, fabric, case_dir)
+    dw, req = None, None
+    try:
+        for d in range(d_tp):
+            conn = connectors[("decode", d)]
+            dw, _ = ranks[("decode", d)]
+            req = None
+            _TP.rank, _TP.size = d, d_tp
+            watch_post_process(dw, agent("decode", d), result, regions[agent("decode", d)], spec.get("skip_receive_post_process"))
+            done_recving, failed = set(), set()
+            for step in pkl["decode"]:
+                meta = place_case.unpickle(step)
+                req = meta.reqs_to_recv.get(req_id, req)
+                if fabric.v1 is not None and req_id in meta.reqs_to_recv:
+                    fabric.v1.request(dw, req_id, spec, req)
+                recving, newly_failed = engine_step(conn, meta)
+                done_recving |= recving
+                failed |= newly_failed
+            while req_id not in done_recving | failed and dw._recving_transfers.get(req_id):
+                time.sleep(0.0005)
+                recving, newly_failed = transfer_results(conn)
+                done_recving |= recving
+                failed |= newly_failed
+            entry = {"agent": agent("decode", d), "done_recving": sorted(done_recving)}
+            if failed:
+                entry["failed_recving"] = sorted(failed)
+            result["post_process"].append(entry)
+            if fabric.v1 is not None and req is not None:
+                fabric.v1.request_done(dw, req_id, req)
+            if req_id in failed:
+                result.update(status="rejected", side="decode", message=f"decode-{d} reported {req_id} failed (failed_recving)")
+                return finish(result, ranks, fabric, case_dir)
+    except Exception as e:
+        if fabric.v1 is not None and req is not None:
+            fabric.v1.request_done(dw, req_id, req, f"{type(e).__name__}: {e}")
         result.update(status="crashed", side="decode", message=f"{type(e).__name__}: {e}", trace=traceback.format_exc())
         return finish(result, ranks, fabric, case_dir)
     result["status"] = "done"

@@ -68,11 +68,14 @@ POLL_S = 0.001
 class _SideChannels:
     """The engines' handshake listeners: ZMQ path -> {(pp, tp): payload}."""
 
-    def __init__(self):
+    def __init__(self, addresses=None):
         self.served = {}
+        # Each engine's (host, port): CHANNELS, or what vLLM's schedulers
+        # advertised for a case whose requests come from them.
+        self.addresses = addresses or CHANNELS
 
     def serve(self, side, rank, worker):
-        host, port = CHANNELS[side]
+        host, port = self.addresses[side]
         path = f"tcp://{host}:{port}"
         payload = msgspec.msgpack.encode(worker.xfer_handshake_metadata)
         self.served.setdefault(path, {})[(0, rank)] = payload
@@ -273,19 +276,56 @@ def _progress(fabric, log):
     return (len(fabric.xfers), len(fabric.notifs), len(log.failures), len(log.raised), len(log.handshakes))
 
 
-def run(spec, case_dir):
+class _Scheduled:
+    """A push case's requests as vLLM's schedulers built them (`placed`:
+    place_case.load_metas): each engine's steps of pickled connector
+    metadata, the request's id on each engine, and the side channels the
+    metadata names."""
+
+    def __init__(self, placed):
+        import place_case
+
+        _, pkl = placed
+        self.unpickle = place_case.unpickle
+        self.prefill_steps = pkl["prefill"]
+        self.decode_steps = pkl["decode"]
+        self.request = pkl["request_ids"]["decode"]
+        self.connectors = {}
+        registration = None
+        for step in self.decode_steps:
+            registration = (self.unpickle(step).push_registrations or {}).get(self.request, registration)
+        if registration is None:
+            raise Unsupported("vLLM's decode scheduler handed its workers no push registration")
+        self.addresses = {
+            "prefill": (registration["remote_host"], registration["remote_port"]),
+            "decode": (registration["decode_host"], registration["decode_port"]),
+        }
+
+
+def run(spec, case_dir, placed=None):
     fabric = fake_nixl.Fabric()
     fake_nixl.FABRIC[0] = fabric
-    channels = _SideChannels()
-    _CHANNELS[0] = channels
     log = _Log(fabric)
     geometry = spec["geometry"]
     ranks = {}
     try:
+        sched = _Scheduled(placed) if placed is not None else None
+    except Unsupported as e:
+        fabric.close()
+        return {"status": "error", "message": f"push mode: {e}"}
+    channels = _SideChannels(sched.addresses if sched is not None else None)
+    _CHANNELS[0] = channels
+    try:
         try:
             for side in ("prefill", "decode"):
                 for r in range(geometry[side]["tp_size"]):
-                    w, raw = live_case.make_worker(spec, side, r, fabric, case_dir, NixlPushConnectorWorker)
+                    if sched is None:
+                        w, raw = live_case.make_worker(spec, side, r, fabric, case_dir, NixlPushConnectorWorker)
+                    else:
+                        from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import NixlPushConnector
+
+                        conn, w, raw = live_case.make_connector(spec, side, r, fabric, case_dir, NixlPushConnector)
+                        sched.connectors[(side, r)] = conn
                     ranks[(side, r)] = (w, raw)
                     channels.serve(side, r, w)
                     log.watch(w, agent(side, r))
@@ -298,7 +338,7 @@ def run(spec, case_dir):
             "handshakes": log.handshakes,
             "post_process": [],
         }
-        _drive(spec, ranks, fabric, log, result)
+        _drive(spec, ranks, fabric, log, result, sched)
         result["failures"] = log.failures
         if log.raised:
             result["raised"] = log.raised
@@ -310,12 +350,130 @@ def run(spec, case_dir):
         fabric.close()
 
 
-def _drive(spec, ranks, fabric, log, result):
+def _drive(spec, ranks, fabric, log, result, sched=None):
     geometry = spec["geometry"]
     p_tp = geometry["prefill"]["tp_size"]
     d_tp = geometry["decode"]["tp_size"]
     prefill = [ranks[("prefill", r)][0] for r in range(p_tp)]
     decode = [ranks[("decode", r)][0] for r in range(d_tp)]
+    if sched is None:
+        request = REQUEST
+        _start_direct(spec, prefill, decode, result, p_tp, d_tp)
+        results_of = {id(w): w.get_transfer_results for w in prefill + decode}
+        bound = []
+    else:
+        request = sched.request
+        bound = _start_scheduled(spec, sched, prefill, decode, result, p_tp, d_tp)
+        results_of = {
+            id(w): (lambda c=sched.connectors[(side, r)]: c.get_transfer_results(set()))
+            for side, ws in (("prefill", prefill), ("decode", decode))
+            for r, w in enumerate(ws)
+        }
+    if spec.get("block_in_case"):
+        # Test hook: the case's thread stays blocked with the workers and
+        # their writer threads alive, as if vLLM's code never returned.
+        threading.Event().wait()
+
+    # Engine steps: each engine asks its workers for finished transfers
+    # (which also wakes their writer threads) until decode has the request.
+    received = {}
+    failed = {}
+    started = time.monotonic()
+    deadline = started + 0.8 * CASE_LIMIT_S
+    quiet_since = None
+    last = None
+    while True:
+        for d, w in enumerate(decode):
+            if d in received or d in failed:
+                continue
+            try:
+                results = results_of[id(w)]()
+            except Exception as e:
+                result.update(status="crashed", side="decode", message=_text(e), trace=traceback.format_exc())
+                return
+            if request in results.failed_recving:
+                failed[d] = sorted(results.finished_recving)
+            elif request in results.finished_recving:
+                received[d] = sorted(results.finished_recving)
+                result["post_process"].append({"agent": agent("decode", d), "done_recving": received[d]})
+        for p, w in enumerate(prefill):
+            try:
+                results_of[id(w)]()
+            except Exception as e:
+                result.update(status="crashed", side="prefill", message=_text(e), trace=traceback.format_exc())
+                return
+        # The model runner clears the step's metadata once it has asked for
+        # the step's finished transfers.
+        while bound:
+            bound.pop().clear_connector_metadata()
+        if log.raised:
+            # vLLM's writer thread logs this and goes on; decode would wait.
+            # The other ranks' writers may raise too, in whatever order their
+            # threads run: let them, then name the lowest rank, so that one
+            # case reads the same on every run.
+            _let_writers_finish(prefill, decode, log)
+            first = min(log.raised, key=lambda r: _agent_order(r["agent"]))
+            side = "prefill" if first["agent"].startswith("prefill") else "decode"
+            result.update(
+                status="crashed",
+                side=side,
+                message=f"{first['agent']} {first['in']}: {first['message']}"
+                " (vLLM's push writer thread logs it and goes on; decode would wait for the push)",
+                trace=first["trace"],
+            )
+            return
+        if len(received) + len(failed) == d_tp:
+            break
+        now = time.monotonic()
+        state = _progress(fabric, log)
+        if state != last or not _idle(prefill + decode) or _running(prefill + decode):
+            last, quiet_since = state, now
+        quiet = now - quiet_since
+        settled = quiet >= PARKED_SETTLE_S and _settled(prefill + decode, fabric, log, state)
+        if settled or quiet >= SETTLE_S or now > deadline:
+            result.update(status="hung", message=_pending(spec, prefill, decode, received, log, request))
+            return
+        time.sleep(POLL_S)
+    if failed:
+        d = min(failed)
+        why = [f for f in log.failures if f["agent"] == agent("decode", d)]
+        message = why[0]["error"] if why else "decode reported the request failed"
+        result.update(status="rejected", side="decode", message=f"decode-{d}: {message}")
+        return
+    result["status"] = "done"
+
+
+def _start_scheduled(spec, sched, prefill, decode, result, p_tp, d_tp):
+    """Each rank gets, step by step, its own unpickled copy of its engine's
+    connector metadata through its connector, as vLLM's model runner hands
+    it: prefill's steps (the request scheduled, then finished: its blocks),
+    then decode's (the request to receive and its push registration).
+    Every step but each engine's last is also asked for finished transfers
+    and cleared; the last stays bound until the first engine step of the
+    loop has asked. Returns the connectors still bound."""
+    from live_case import transfer_results
+
+    bound = []
+    for side, workers, steps in (("prefill", prefill, sched.prefill_steps), ("decode", decode, sched.decode_steps)):
+        for r, w in enumerate(workers):
+            conn = sched.connectors[(side, r)]
+            if side == "decode":
+                live_case.watch_post_process(
+                    w, agent("decode", r), result, result["regions"][agent("decode", r)], spec.get("skip_receive_post_process")
+                )
+            for i, step in enumerate(steps):
+                conn.bind_connector_metadata(sched.unpickle(step))
+                conn.start_load_kv(None)
+                if i + 1 < len(steps):
+                    transfer_results(conn)
+                    conn.clear_connector_metadata()
+                else:
+                    bound.append(conn)
+    return bound
+
+
+def _start_direct(spec, prefill, decode, result, p_tp, d_tp):
+    """The driver's own metadata for the workers (`requests` direct)."""
     transfer_blocks = [list(g) for g in spec["decode"]["transfer_blocks"]]
 
     # Prefill's scheduler: the request finished, its blocks wait for decode.
@@ -365,74 +523,6 @@ def _drive(spec, ranks, fabric, log, result):
             w, agent("decode", d), result, result["regions"][agent("decode", d)], spec.get("skip_receive_post_process")
         )
         w.start_load_kv(meta)
-    if spec.get("block_in_case"):
-        # Test hook: the case's thread stays blocked with the workers and
-        # their writer threads alive, as if vLLM's code never returned.
-        threading.Event().wait()
-
-    # Engine steps: each engine asks its workers for finished transfers
-    # (which also wakes their writer threads) until decode has the request.
-    received = {}
-    failed = {}
-    started = time.monotonic()
-    deadline = started + 0.8 * CASE_LIMIT_S
-    quiet_since = None
-    last = None
-    while True:
-        for d, w in enumerate(decode):
-            if d in received or d in failed:
-                continue
-            try:
-                results = w.get_transfer_results()
-            except Exception as e:
-                result.update(status="crashed", side="decode", message=_text(e), trace=traceback.format_exc())
-                return
-            if REQUEST in results.failed_recving:
-                failed[d] = sorted(results.finished_recving)
-            elif REQUEST in results.finished_recving:
-                received[d] = sorted(results.finished_recving)
-                result["post_process"].append({"agent": agent("decode", d), "done_recving": received[d]})
-        for p, w in enumerate(prefill):
-            try:
-                w.get_transfer_results()
-            except Exception as e:
-                result.update(status="crashed", side="prefill", message=_text(e), trace=traceback.format_exc())
-                return
-        if log.raised:
-            # vLLM's writer thread logs this and goes on; decode would wait.
-            # The other ranks' writers may raise too, in whatever order their
-            # threads run: let them, then name the lowest rank, so that one
-            # case reads the same on every run.
-            _let_writers_finish(prefill, decode, log)
-            first = min(log.raised, key=lambda r: _agent_order(r["agent"]))
-            side = "prefill" if first["agent"].startswith("prefill") else "decode"
-            result.update(
-                status="crashed",
-                side=side,
-                message=f"{first['agent']} {first['in']}: {first['message']}"
-                " (vLLM's push writer thread logs it and goes on; decode would wait for the push)",
-                trace=first["trace"],
-            )
-            return
-        if len(received) + len(failed) == d_tp:
-            break
-        now = time.monotonic()
-        state = _progress(fabric, log)
-        if state != last or not _idle(prefill + decode) or _running(prefill + decode):
-            last, quiet_since = state, now
-        quiet = now - quiet_since
-        settled = quiet >= PARKED_SETTLE_S and _settled(prefill + decode, fabric, log, state)
-        if settled or quiet >= SETTLE_S or now > deadline:
-            result.update(status="hung", message=_pending(spec, prefill, decode, received, log))
-            return
-        time.sleep(POLL_S)
-    if failed:
-        d = min(failed)
-        why = [f for f in log.failures if f["agent"] == agent("decode", d)]
-        message = why[0]["error"] if why else "decode reported the request failed"
-        result.update(status="rejected", side="decode", message=f"decode-{d}: {message}")
-        return
-    result["status"] = "done"
 
 
 def _agent_order(name):
@@ -461,15 +551,15 @@ def _let_writers_finish(prefill, decode, log):
         time.sleep(POLL_S)
 
 
-def _pending(spec, prefill, decode, received, log):
+def _pending(spec, prefill, decode, received, log, request=REQUEST):
     """Why the case cannot finish: who waits, and what vLLM logged."""
     waiting = [agent("decode", d) for d in range(len(decode)) if d not in received]
     verb = "waits" if len(waiting) == 1 else "wait"
-    parts = [f"{', '.join(waiting)} still {verb} for the push of {REQUEST}"]
+    parts = [f"{', '.join(waiting)} still {verb} for the push of {request}"]
     for d, w in enumerate(decode):
         if d in received:
             continue
-        got = w.consumer_notification_counts_by_req.get(REQUEST, 0)
+        got = w.consumer_notification_counts_by_req.get(request, 0)
         parts.append(f"{agent('decode', d)} has {got} completion notification(s)")
     for p, w in enumerate(prefill):
         if w._push_finished_blocks:

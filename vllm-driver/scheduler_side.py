@@ -27,8 +27,10 @@ model (an OPT config whose geometry comes from the KV-cache specs) and the
 model runner's outputs (one sampled token per finished prefill).
 """
 
+import contextlib
 import copy
 import os
+import pickle
 import sys
 import time
 
@@ -50,6 +52,10 @@ from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 import live_case  # noqa: E402  (the driver's config and spec builders)
 
 NOT_REACHABLE = "not reachable by vLLM's scheduler"
+# Each engine's side channel (host, port), as its connector advertises it.
+SIDE_CHANNELS = {"prefill": ("127.0.0.1", 5601), "decode": ("127.0.0.1", 5602)}
+# Each engine's suffix of a request id (vLLM appends 8 hex digits per engine).
+REQUEST_SUFFIX = {"prefill": "0000000a", "decode": "0000000d"}
 # Token ids: a prompt counts up from FIRST_TOKEN; the model runner samples
 # SAMPLED_TOKEN (not the end-of-sequence id: a request ends at max_tokens).
 FIRST_TOKEN = 1000
@@ -105,7 +111,9 @@ class EngineScheduler:
         self.has_mamba = geometry["model"].get("mamba") is not None
         config = live_case.build_vllm_config(geometry, engine, side, engine["tp_size"])
         config.kv_transfer_config.kv_connector = _connector_name(mode)
-        config.kv_transfer_config.engine_id = f"{side}-engine"
+        # The engine ids the driver's workers are built with: decode's
+        # ReqMeta names prefill's engine, and a worker finds its peer by it.
+        config.kv_transfer_config.engine_id = side
         # One request at a time, its whole prompt in one step, whatever its
         # length (the OPT config's own limit is 2048).
         config.model_config.max_model_len = MAX_MODEL_LEN
@@ -123,17 +131,29 @@ class EngineScheduler:
         # The class the engine core runs (AsyncScheduler with async
         # scheduling, the default).
         scheduler_cls = config.scheduler_config.get_scheduler_cls()
-        self.scheduler = scheduler_cls(
-            vllm_config=config,
-            kv_cache_config=self.kv_cache_config,
-            log_stats=False,
-            structured_output_manager=StructuredOutputManager(config),
-            block_size=scheduler_block,
-            hash_block_size=hash_block,
-        )
+        # Each engine's side channel (the address its kv_transfer_params and
+        # push registrations advertise) is its own, as on two machines: the
+        # connector reads it from the environment when it is built.
+        with _side_channel(*SIDE_CHANNELS[side]):
+            self.scheduler = scheduler_cls(
+                vllm_config=config,
+                kv_cache_config=self.kv_cache_config,
+                log_stats=False,
+                structured_output_manager=StructuredOutputManager(config),
+                block_size=scheduler_block,
+                hash_block_size=hash_block,
+            )
         self.hasher = get_request_block_hasher(hash_block, sha256)
         self.calls = []
+        # The connector metadata of every step, pickled as the step built it
+        # (`capture`), while a case asks for it.
+        self.metas = None
         self._watch_connector()
+        conn = self.scheduler.connector.connector_scheduler
+        # The heartbeat clock of a fresh connector: a reused one is put back
+        # to it, so every case's first step carries the heartbeats a fresh
+        # scheduler's does (optional: a vLLM without it has nothing to reset).
+        self._fresh_heartbeat_time = getattr(conn, "_last_heartbeat_time", None)
 
     def _kv_cache_config(self, num_blocks, page_bytes):
         model = self.geometry["model"]
@@ -214,8 +234,11 @@ class EngineScheduler:
         params.update_from_generation_config({}, SAMPLED_TOKEN + 1)
         req = Request(
             # The same ids in every case: a case's requests are all finished
-            # before the next one starts.
-            request_id=f"{self.side}-{name}",
+            # before the next one starts. As the engines name one request
+            # the router sent both: the same base id, each engine's own
+            # 8-hex suffix (a push worker matches prefill's finished blocks
+            # with decode's registration by the base id).
+            request_id=f"{name}-{REQUEST_SUFFIX[self.side]}",
             prompt_token_ids=list(tokens),
             sampling_params=params,
             pooling_params=None,
@@ -228,7 +251,15 @@ class EngineScheduler:
     def step(self, finished_recving=(), finished_sending=()):
         """One engine step: schedule, then the model runner's output."""
         out = self.scheduler.schedule()
+        self.capture(out)
         return out, self.finish_step(out, finished_recving, finished_sending)
+
+    def capture(self, out):
+        """Keep the step's connector metadata, pickled at once (the
+        connector hands its workers state it later changes in place, such as
+        its heartbeat table), when a case asks for it (`metas` a list)."""
+        if self.metas is not None:
+            self.metas.append(pickle.dumps(out.kv_connector_metadata, protocol=pickle.HIGHEST_PROTOCOL))
 
     def finish_step(self, out, finished_recving=(), finished_sending=()):
         """The model runner's output for the step `out` scheduled: one
@@ -303,6 +334,26 @@ class EngineScheduler:
             raise SchedulerSideError("vLLM refused to reset the prefix cache")
         pool.free_block_queue = FreeKVCacheBlockQueue([b for b in pool.blocks if not b.is_null])
         self.calls.clear()
+        self.metas = None
+        conn = s.connector.connector_scheduler
+        if self._fresh_heartbeat_time is not None:
+            conn._last_heartbeat_time = self._fresh_heartbeat_time
+
+
+@contextlib.contextmanager
+def _side_channel(host, port):
+    """vLLM's side-channel environment set to (host, port) for a while."""
+    names = {"VLLM_NIXL_SIDE_CHANNEL_HOST": host, "VLLM_NIXL_SIDE_CHANNEL_PORT": str(port)}
+    saved = {k: os.environ.get(k) for k in names}
+    os.environ.update(names)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _with(spec, **changes):
@@ -412,7 +463,7 @@ def _unreachable(reason, **what_ran):
     return {"request_path": "scheduler", "reachable": False, "status": NOT_REACHABLE, "reason": reason, **what_ran}
 
 
-def run_case(spec, schedulers=None):
+def run_case(spec, schedulers=None, metas=None):
     """vLLM's scheduler on one case (`spec`: a case of batch.json: its
     `geometry`, `prompt_len`, `prefix_hit` and `mode`).
 
@@ -436,6 +487,14 @@ def run_case(spec, schedulers=None):
       (its tokens and blocks; absent without a prefix hit);
     - T: the tokens decode loads (`matched_tokens`).
 
+    With `metas` (a dict), the connector metadata the workers get is kept
+    in it, each step's pickled as the scheduler built it: `prefill` (every
+    step of prefill's request, from the one that schedules it to the one
+    after it finished, whose metadata hands the worker its finished blocks)
+    and `decode` (the step that schedules the remote request:
+    `build_connector_meta`'s `reqs_to_recv`, and in push the
+    registration), and `request_ids` (each engine's id of the request).
+
     A prefix hit vLLM's scheduler cannot produce gives `{"request_path":
     "scheduler", "reachable": False, "status": "not reachable by vLLM's
     scheduler", "reason": ...}` (with what vLLM did, when it ran).
@@ -455,22 +514,25 @@ def run_case(spec, schedulers=None):
         return _unreachable(f"a prefix hit of {hit} tokens is not whole decode blocks of {block}")
     prefill, decode = schedulers.get(spec)
     try:
-        return _run(spec, prefill, decode, n, hit, started)
+        return _run(spec, prefill, decode, n, hit, started, metas)
     finally:
         prefill.reset()
         decode.reset()
 
 
-def _run(spec, prefill, decode, n, hit, started):
+def _run(spec, prefill, decode, n, hit, started, metas=None):
     tokens = prompt_tokens(n)
     # Prefill: the request to completion; request_finished's parameters go
     # to decode as the router would pass them.
     p_req = prefill.new_request(tokens, {"do_remote_decode": True, "do_remote_prefill": False}, "req")
+    if metas is not None:
+        prefill.metas = metas["prefill"] = []
     p_zeroed = prefill.run_to_completion(p_req)
     finished = prefill.call("request_finished", p_req.request_id)
     if finished is None or not finished["kv_transfer_params"]:
         raise SchedulerSideError(f"prefill's request_finished gave no kv_transfer_params: {finished}")
     p_next, _ = prefill.step()
+    prefill.metas = None
     p_out = {
         "request_blocks": finished["block_ids"],
         "kv_transfer_params": finished["kv_transfer_params"],
@@ -489,6 +551,11 @@ def _run(spec, prefill, decode, n, hit, started):
     d_req = decode.new_request(tokens, params, "req")
     decode.scheduler.add_request(d_req)
     out = decode.scheduler.schedule()
+    if metas is not None:
+        decode.metas = metas["decode"] = []
+        decode.capture(out)
+        decode.metas = None
+        metas["request_ids"] = {"prefill": p_req.request_id, "decode": d_req.request_id}
     decode.finish_step(out)
     matched = decode.call("get_num_new_matched_tokens", d_req.request_id)
     alloc = decode.call("update_state_after_alloc", d_req.request_id)
