@@ -6,20 +6,19 @@
 //! in the same format; the two round-trip. `docs/geometry-format.md`
 //! describes the format for users.
 
-use std::collections::HashSet;
 use std::fmt::{self, Write as _};
 use std::path::Path;
 
-use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
 use super::engine::EngineGeometry;
 use super::error::{mamba_kind_name, GeometryError, Rule, Violation};
+use super::file_fields::{expand_prompts, list, write_header, PromptEntry, RejectionFile};
 use super::model::{AttentionSpec, GroupKind, KvLayout, MambaKind, MambaSpec, ModelSpec};
-use super::pair::{ExpectedRejection, Geometry};
+use super::pair::Geometry;
 use super::sglang_file::{renamed, write_sglang_toml, SglangGeometryFile};
 use super::stack::Stack;
-use super::validate::{validate, MAX_PROMPTS};
+use super::validate::validate;
 
 /// Parse and validate one geometry. `source` is the file path or another name
 /// used in messages; its file stem is the default geometry name.
@@ -175,74 +174,6 @@ fn default_layout() -> KvLayout {
     KvLayout::Nhd
 }
 
-/// `expect_rejection`: one text for both modes, or a table naming the modes
-/// (`{ pull = "...", push = "..." }`) in which the pair must be refused.
-#[derive(Debug)]
-pub(super) struct RejectionFile(pub(super) ExpectedRejection);
-
-impl<'de> Deserialize<'de> for RejectionFile {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct RejectionVisitor;
-        impl<'de> Visitor<'de> for RejectionVisitor {
-            type Value = RejectionFile;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string (both modes) or a table with `pull` and/or `push` strings")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<RejectionFile, E> {
-                Ok(RejectionFile(ExpectedRejection::both(v)))
-            }
-            fn visit_map<A: de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<RejectionFile, A::Error> {
-                let mut modes = ExpectedRejection::default();
-                while let Some(key) = map.next_key::<String>()? {
-                    let slot = match key.as_str() {
-                        "pull" => &mut modes.pull,
-                        "push" => &mut modes.push,
-                        _ => return Err(de::Error::unknown_field(&key, &["pull", "push"])),
-                    };
-                    if slot.is_some() {
-                        return Err(de::Error::custom(format_args!("duplicate field `{key}`")));
-                    }
-                    *slot = Some(map.next_value()?);
-                }
-                Ok(RejectionFile(modes))
-            }
-        }
-        deserializer.deserialize_any(RejectionVisitor)
-    }
-}
-
-/// One entry of `prompts`: a length, or an inclusive range string `"2..=39"`.
-#[derive(Debug)]
-pub(super) enum PromptEntry {
-    Length(i64),
-    Range(String),
-}
-
-impl<'de> Deserialize<'de> for PromptEntry {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct EntryVisitor;
-        impl Visitor<'_> for EntryVisitor {
-            type Value = PromptEntry;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a prompt length or a range string like \"2..=39\"")
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<PromptEntry, E> {
-                Ok(PromptEntry::Length(v))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<PromptEntry, E> {
-                Ok(PromptEntry::Length(i64::try_from(v).unwrap_or(i64::MAX)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<PromptEntry, E> {
-                Ok(PromptEntry::Range(v.to_string()))
-            }
-        }
-        deserializer.deserialize_any(EntryVisitor)
-    }
-}
-
 impl GeometryFile {
     fn into_geometry(self, default_name: &str) -> Result<Geometry, Violation> {
         let prompts = self.prompts.as_deref().map(expand_prompts).transpose()?;
@@ -315,94 +246,11 @@ impl EngineFile {
     }
 }
 
-/// Expand lengths and ranges in order; errors name the entry's index in the file.
-pub(super) fn expand_prompts(entries: &[PromptEntry]) -> Result<Vec<u32>, Violation> {
-    let mut spans = Vec::with_capacity(entries.len());
-    let mut count: u64 = 0;
-    for (i, entry) in entries.iter().enumerate() {
-        let field = || format!("prompts[{i}]");
-        let (start, end) = match entry {
-            PromptEntry::Length(n) => (*n, *n),
-            PromptEntry::Range(text) => parse_range(text)
-                .ok_or_else(|| Violation::new(field(), Rule::BadRange { text: text.clone() }))?,
-        };
-        if start < 1 {
-            return Err(Violation::new(field(), Rule::NotPositive { found: start }));
-        }
-        if end < start {
-            return Err(Violation::new(field(), Rule::EmptyRange { start, end }));
-        }
-        let too_long = |found: i64| Violation::new(field(), Rule::PromptTooLong { found });
-        let start = u32::try_from(start).map_err(|_| too_long(start))?;
-        let end = u32::try_from(end).map_err(|_| too_long(end))?;
-        count += u64::from(end - start) + 1;
-        if count > MAX_PROMPTS {
-            return Err(Violation::new(
-                "prompts",
-                Rule::TooManyPrompts {
-                    count,
-                    limit: MAX_PROMPTS,
-                },
-            ));
-        }
-        spans.push((i, start, end));
-    }
-    let mut seen = HashSet::new();
-    let mut lengths = Vec::with_capacity(count as usize);
-    for (i, start, end) in spans {
-        for length in start..=end {
-            if !seen.insert(length) {
-                return Err(Violation::new(
-                    format!("prompts[{i}]"),
-                    Rule::DuplicatePrompt { length },
-                ));
-            }
-            lengths.push(length);
-        }
-    }
-    Ok(lengths)
-}
-
-/// `"START..=END"` with optional spaces around the numbers.
-fn parse_range(text: &str) -> Option<(i64, i64)> {
-    let (start, end) = text.split_once("..=")?;
-    Some((start.trim().parse().ok()?, end.trim().parse().ok()?))
-}
-
-/// Prompt lengths as file entries: runs of 3+ consecutive values become ranges.
-fn compress_prompts(prompts: &[u32]) -> Vec<String> {
-    let mut entries = Vec::new();
-    let mut i = 0;
-    while i < prompts.len() {
-        let mut j = i;
-        while j + 1 < prompts.len() && prompts[j].checked_add(1) == Some(prompts[j + 1]) {
-            j += 1;
-        }
-        if j - i >= 2 {
-            entries.push(format!("\"{}..={}\"", prompts[i], prompts[j]));
-            i = j + 1;
-        } else {
-            entries.push(prompts[i].to_string());
-            i += 1;
-        }
-    }
-    entries
-}
-
-fn quoted(text: &str) -> String {
-    toml::Value::String(text.to_string()).to_string()
-}
-
 fn group_name(kind: GroupKind) -> &'static str {
     match kind {
         GroupKind::Attention => "\"attention\"",
         GroupKind::Mamba => "\"mamba\"",
     }
-}
-
-fn list<T: ToString>(items: impl IntoIterator<Item = T>) -> String {
-    let items: Vec<String> = items.into_iter().map(|x| x.to_string()).collect();
-    format!("[{}]", items.join(", "))
 }
 
 fn write_toml(out: &mut String, g: &Geometry) -> fmt::Result {
@@ -411,29 +259,6 @@ fn write_toml(out: &mut String, g: &Geometry) -> fmt::Result {
     }
     write_header(out, g)?;
     write_model_and_engines(out, g)
-}
-
-/// The fields every stack's file starts with: name, description, prompts
-/// and the expected refusal.
-pub(super) fn write_header(out: &mut String, g: &Geometry) -> fmt::Result {
-    writeln!(out, "name = {}", quoted(&g.name))?;
-    writeln!(out, "description = {}", quoted(&g.description))?;
-    if let Some(prompts) = &g.prompts {
-        writeln!(out, "prompts = {}", list(compress_prompts(prompts)))?;
-    }
-    if let Some(expected) = &g.expect_rejection {
-        match expected.in_both() {
-            Some(text) => writeln!(out, "expect_rejection = {}", quoted(text))?,
-            None => {
-                let modes: Vec<String> = [("pull", &expected.pull), ("push", &expected.push)]
-                    .into_iter()
-                    .filter_map(|(mode, text)| Some(format!("{mode} = {}", quoted(text.as_ref()?))))
-                    .collect();
-                writeln!(out, "expect_rejection = {{ {} }}", modes.join(", "))?;
-            }
-        }
-    }
-    Ok(())
 }
 
 fn write_model_and_engines(out: &mut String, g: &Geometry) -> fmt::Result {
@@ -507,6 +332,8 @@ fn write_engine(out: &mut String, table: &str, e: &EngineGeometry) -> fmt::Resul
 
 #[cfg(test)]
 mod tests {
+    use super::super::file_fields::compress_prompts;
+    use super::super::validate::MAX_PROMPTS;
     use super::*;
 
     #[test]

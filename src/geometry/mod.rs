@@ -4,6 +4,7 @@
 pub(crate) mod engine;
 pub(crate) mod error;
 pub(crate) mod file;
+pub(crate) mod file_fields;
 pub(crate) mod fixtures;
 pub(crate) mod load;
 pub(crate) mod model;

@@ -28,9 +28,9 @@ pub(super) struct SglangGeometryFile {
     name: Option<String>,
     description: String,
     #[serde(default)]
-    prompts: Option<Vec<super::file::PromptEntry>>,
+    prompts: Option<Vec<super::file_fields::PromptEntry>>,
     #[serde(default)]
-    expect_rejection: Option<super::file::RejectionFile>,
+    expect_rejection: Option<super::file_fields::RejectionFile>,
     model: SglangModelFile,
     prefill: SglangEngineFile,
     decode: SglangEngineFile,
@@ -78,9 +78,9 @@ impl SglangGeometryFile {
         let prompts = self
             .prompts
             .as_deref()
-            .map(super::file::expand_prompts)
+            .map(super::file_fields::expand_prompts)
             .transpose()?;
-        let attention = self.model.attention.into_spec()?;
+        let attention = self.model.attention.to_spec()?;
         let v_head_size = self.model.attention.v_head_size;
         if let Some(v) = v_head_size {
             if attention.is_mla() {
@@ -123,7 +123,7 @@ impl SglangGeometryFile {
 }
 
 impl SglangAttentionFile {
-    fn into_spec(&self) -> Result<AttentionSpec, Violation> {
+    fn to_spec(&self) -> Result<AttentionSpec, Violation> {
         const HEADS: &str = "model.attention.total_kv_heads";
         let (head_size, dtype_bytes) = (self.head_size, self.dtype_bytes);
         match (&self.kind, self.total_kv_heads) {
@@ -208,11 +208,11 @@ pub(super) fn renamed(mut v: Violation, geometry: &Geometry) -> Violation {
     v
 }
 
-/// Write an SGLang geometry in its file format (what
-/// [`super::file::to_toml`] writes for `stack = "sglang"`).
+/// Write an SGLang geometry in its file format (what `to_toml` writes for
+/// `stack = "sglang"`).
 pub(super) fn write_sglang_toml(out: &mut String, g: &Geometry) -> fmt::Result {
     writeln!(out, "stack = \"sglang\"")?;
-    super::file::write_header(out, g)?;
+    super::file_fields::write_header(out, g)?;
     writeln!(out, "\n[model]\nlayers = {}", g.model.layer_slots)?;
     let spec = g.sglang.as_ref();
     match &g.model.attention {
