@@ -1310,7 +1310,9 @@ fn an_sglang_file_reads_into_the_shared_model() {
 /// SGLang file names it.
 #[test]
 fn an_sglang_file_is_refused_naming_its_own_fields() {
-    let cases: [(&[(&str, &str)], &str, &str); 7] = [
+    // (edits of the base file, the field named, the rule's words)
+    type Refused<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
+    let cases: [Refused; 7] = [
         (
             &[("page_size = 4\n\n[decode]", "page_size = 0\n\n[decode]")],
             "prefill.page_size",
