@@ -89,6 +89,8 @@ ATTRS = [
      "recording the receive post-process calls (patched)"),
     (PULL, "NixlConnectorWorker", "_zero_region_blocks", "optional",
      "recording the region-mapped zeroing calls (patched)"),
+    (PULL, "NixlConnectorWorker", "_group_spec_types", "optional",
+     "the attention group of a receive post-process entry, in releases whose entries name none (compat.py)"),
     (PULL, "NixlConnectorWorker", "kv_caches_base_addr", "optional", "the v1 trace's base addresses"),
     (PULL, "NixlConnectorWorker", "dst_num_blocks", "optional", "the v1 trace's handshakes"),
     (PULL, "NixlConnectorWorker", "dst_region_num_blocks", "optional", "the v1 trace's handshakes"),
