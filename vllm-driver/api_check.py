@@ -39,6 +39,8 @@ REQUIRED = [
     (PULL, "NixlConnectorWorker.add_remote_agent", "pull", "the handshake"),
     (PULL, "NixlConnectorWorker._read_blocks_for_req", "pull", "planning a pull"),
     (PULL, "NixlConnectorWorker.get_finished", "pull", "completion and the receive post-process"),
+    (PULL, "NixlConnectorWorker.get_transfer_results", "optional",
+     "telling a failed receive (failed_recving) from a finished one; get_finished counts both as finished"),
     (PULL, "NixlConnectorWorker._logical_to_kernel_block_ids", "pull", "a request's kernel block ids"),
     (PULL, "NixlConnectorWorker.shutdown", "all", "releasing a case's handles and registrations"),
     (PUSH, "NixlPushConnectorWorker", "push", "the push worker"),

@@ -110,6 +110,18 @@ def post_process_entry(worker, entry):
     return (groups[0], blocks, covered)
 
 
+def received(worker):
+    """`(finished, failed)` request ids of one completion poll of a pull
+    worker. `get_transfer_results` reports a failed receive apart
+    (`failed_recving`); the older `get_finished` counts it among the
+    finished ones, and is used only where the worker lacks the first."""
+    results = getattr(worker, "get_transfer_results", None)
+    if results is None:
+        return set(worker.get_finished()[1]), set()
+    out = results()
+    return set(out.finished_recving), set(getattr(out, "failed_recving", ()) or ())
+
+
 def profile():
     """`(feature, what the installed vLLM has)` pairs, in README order."""
     import vllm.utils.torch_utils as torch_utils

@@ -663,12 +663,21 @@ def _run_pull(spec, case_dir, fabric, ranks):
             if fabric.v1 is not None:
                 fabric.v1.request(dw, "req-d", spec, req)
             dw._read_blocks_for_req("req-d", req)
-            done_recving = set(dw.get_finished()[1])
+            done_recving, failed = compat.received(dw)
             # Real NIXL may still be moving the bytes: ask again while the
             # request's transfers are in flight (the stand-in's are done).
             while "req-d" not in done_recving and dw._recving_transfers.get("req-d"):
                 time.sleep(0.0005)
-                done_recving |= set(dw.get_finished()[1])
+                more, more_failed = compat.received(dw)
+                done_recving |= more
+                failed |= more_failed
+            if "req-d" in failed:
+                # vLLM skipped the post-process and would free the blocks.
+                if fabric.v1 is not None:
+                    fabric.v1.request_done(dw, "req-d", req, "failed_recving")
+                result.update(status="rejected", side="decode",
+                              message=f"{agent('decode', d)} reported the request failed (failed_recving)")
+                return finish(result, ranks, fabric, case_dir)
             result["post_process"].append({"agent": agent("decode", d), "done_recving": sorted(done_recving)})
             if fabric.v1 is not None:
                 fabric.v1.request_done(dw, "req-d", req)
