@@ -11,12 +11,15 @@ Features (README.md, "Releases the driver drives"):
 
 - `nixl_version_check`: the base worker's `check_nixl_version` (0.33.0),
   switched off for the stand-in; absent before, nothing to switch off.
-- pinned staging memory: `vllm.utils.torch_utils.PIN_MEMORY` (0.33.0), or
-  `is_pin_memory_available()` asked at each use (0.32.0 and before); both
-  are answered "no" (host tensors on a CPU-only machine).
+- pinned staging memory: `vllm.utils.torch_utils.PIN_MEMORY`, read once
+  (0.31.0, 0.33.0), or `is_pin_memory_available()` asked at each use
+  (0.32.0); both are answered "no" (host tensors on a CPU-only machine).
 - prepared lists: strided rows handed to `prep_xfer_dlist` (0.33.0), or
   plain `(addr, len, dev)` rows built by `get_xfer_descs` first (0.32.0 and
   before); the stand-in serves both, the real-NIXL wrapper only the first.
+- a failed receive: `get_transfer_results()` reports it in
+  `failed_recving` (every release seen), `get_finished()` among the
+  finished ones (`received`).
 - the receive post-process's entries: `(group, kernel blocks, covered
   sub-blocks)` (0.32.0, 0.33.0) or `(kernel blocks, covered sub-blocks)`
   without the group (0.31.0 and before); the driver records the first form,
