@@ -11,9 +11,10 @@ Features (README.md, "Releases the driver drives"):
 
 - `nixl_version_check`: the base worker's `check_nixl_version` (0.33.0),
   switched off for the stand-in; absent before, nothing to switch off.
-- pinned staging memory: `vllm.utils.torch_utils.PIN_MEMORY`, read once
-  (0.31.0, 0.33.0), or `is_pin_memory_available()` asked at each use
-  (0.32.0); both are answered "no" (host tensors on a CPU-only machine).
+- pinned staging memory: `vllm.utils.torch_utils.PIN_MEMORY`, a module
+  global computed once (0.30.0, 0.31.0, 0.33.0) or resolved at each use
+  through `is_pin_memory_available()` (0.32.0); both names are answered
+  "no" (host tensors on a CPU-only machine).
 - prepared lists: strided rows handed to `prep_xfer_dlist` (0.33.0), or
   plain `(addr, len, dev)` rows built by `get_xfer_descs` first (0.32.0 and
   before); the stand-in serves both, the real-NIXL wrapper only the first.
@@ -76,7 +77,7 @@ def post_process_entries_have_group(worker_cls):
     if param is None or param.annotation is inspect.Parameter.empty:
         return None
     text = param.annotation if isinstance(param.annotation, str) else repr(param.annotation)
-    return "tuple[int, list[int], int]" in text.replace("typing.", "").replace(" ", "")
+    return "tuple[int,list[int],int]" in text.replace("typing.", "").replace(" ", "")
 
 
 def _attention_groups(worker):

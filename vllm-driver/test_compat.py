@@ -60,6 +60,24 @@ def test_an_entry_whose_group_is_ambiguous_is_refused():
         raise AssertionError("an ambiguous entry was given a group")
 
 
+def test_the_entry_form_is_read_from_the_annotation():
+    class New:
+        def post_process_device_kv_on_receive(self, block_size_ratio, block_ids_list: "list[tuple[int, list[int], int]]"):
+            pass
+
+    class Old:
+        def post_process_device_kv_on_receive(self, block_size_ratio, block_ids_list: "list[tuple[list[int], int]]"):
+            pass
+
+    class Bare:
+        def post_process_device_kv_on_receive(self, block_size_ratio, block_ids_list):
+            pass
+
+    assert compat.post_process_entries_have_group(New) is True
+    assert compat.post_process_entries_have_group(Old) is False
+    assert compat.post_process_entries_have_group(Bare) is None
+
+
 def test_a_failed_receive_is_told_apart_where_the_worker_reports_it():
     new = types.SimpleNamespace(get_transfer_results=lambda: _Results({"a", "b"}, {"b"}))
     old = types.SimpleNamespace(get_finished=lambda: (set(), {"a", "b"}))
