@@ -217,6 +217,9 @@ def main(argv):
     )
     for item in api_check.optional():
         print(f"driver: absent, done without: {item}", flush=True)
+    import compat
+
+    print(f"driver: API profile: {compat.describe()}", flush=True)
     limit = float(batch.get("case_timeout_s", 10.0))
     push_case.CASE_LIMIT_S = limit
     cases = batch["cases"]

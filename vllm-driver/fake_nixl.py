@@ -187,7 +187,20 @@ class FakeNixlWrapper:
         return None
 
     def get_xfer_telemetry(self, handle):
-        return None
+        """A finished transfer's telemetry, as NIXL gives it with telemetry
+        on (vLLM's agent config asks for it): times in microseconds (zero:
+        the stand-in's copies are done when posted), the bytes moved and
+        the descriptor pairs. Some releases (0.31.0 and before) read it
+        without a None check, and a None there fails the transfer."""
+        record = self.xfer_table.get(handle)
+        pairs, moved = 0, 0
+        if record is not None and record.get("posted"):
+            local = self.lists[record["local"]]
+            remote = self.lists[record["remote"]]
+            for li, ri in zip(record["local_ids"], record["remote_ids"]):
+                pairs += 1
+                moved += min(local[li][1], remote[ri][1])
+        return Telemetry(startTime=0, postDuration=0, xferDuration=0, totalBytes=moved, descCount=pairs)
 
     # -- notifications --
     def deliver(self, agent_name, msg):
@@ -211,6 +224,13 @@ class FakeNixlWrapper:
     def pending_notifs(self):
         with self.fabric.lock:
             return len(self.notifs)
+
+
+class Telemetry:
+    """The fields of NIXL's `nixlXferTelemetry` that vLLM reads."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
 
 
 def expand(descs):

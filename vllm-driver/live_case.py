@@ -39,6 +39,7 @@ from vllm.v1 import kv_cache_interface as kvi
 from vllm.v1.kv_cache_layout import KVCacheLayout
 from vllm.v1.worker.utils import allocate_kv_cache
 
+import compat
 import fake_nixl
 import real_nixl
 import trace_v1
@@ -77,13 +78,12 @@ class _TP:
 
 # vLLM's NIXL version check (absent from some releases: then nothing to
 # switch off for the stand-in).
-_check_nixl_version = getattr(base_worker, "check_nixl_version", None)
+_check_nixl_version = compat.nixl_version_check(base_worker)
 base_worker.NixlWrapper = fake_nixl.FakeNixlWrapper
 
 
 def _set_nixl_version_check(check):
-    if _check_nixl_version is not None:
-        base_worker.check_nixl_version = check
+    compat.set_nixl_version_check(base_worker, check)
 
 
 _set_nixl_version_check(lambda *a, **k: None)
@@ -132,10 +132,7 @@ base_worker.current_platform = _Platform()
 # Host tensors on a CPU-only machine: no pinned staging copies.
 import vllm.utils.torch_utils as _torch_utils  # noqa: E402
 
-_torch_utils.PIN_MEMORY = False
-# Releases before PIN_MEMORY (e.g. 0.32.0) ask this function each time.
-if hasattr(_torch_utils, "is_pin_memory_available"):
-    _torch_utils.is_pin_memory_available = lambda: False
+compat.pin_memory_off(_torch_utils)
 
 _MODEL_DIR = [None]
 
@@ -492,7 +489,8 @@ def watch_post_process(worker, name, result, regions, skip=False):
             {
                 "agent": name,
                 "block_size_ratio": _plain(block_size_ratio),
-                "block_ids_list": _plain(block_ids_list),
+                # Releases whose entries name no group get it (compat.py).
+                "block_ids_list": _plain([compat.post_process_entry(worker, e) for e in block_ids_list]),
                 "convert": bool(convert),
                 "zeroed": zeroed_by(regions, lambda: run(block_size_ratio, block_ids_list, convert)),
             }
@@ -707,12 +705,21 @@ def _run_pull(spec, case_dir, fabric, ranks, placed=None):
             if fabric.v1 is not None:
                 fabric.v1.request(dw, "req-d", spec, req)
             dw._read_blocks_for_req("req-d", req)
-            done_recving = set(dw.get_finished()[1])
+            done_recving, failed = compat.received(dw)
             # Real NIXL may still be moving the bytes: ask again while the
             # request's transfers are in flight (the stand-in's are done).
             while "req-d" not in done_recving and dw._recving_transfers.get("req-d"):
                 time.sleep(0.0005)
-                done_recving |= set(dw.get_finished()[1])
+                more, more_failed = compat.received(dw)
+                done_recving |= more
+                failed |= more_failed
+            if "req-d" in failed:
+                # vLLM skipped the post-process and would free the blocks.
+                if fabric.v1 is not None:
+                    fabric.v1.request_done(dw, "req-d", req, "failed_recving")
+                result.update(status="rejected", side="decode",
+                              message=f"{agent('decode', d)} reported the request failed (failed_recving)")
+                return finish(result, ranks, fabric, case_dir)
             result["post_process"].append({"agent": agent("decode", d), "done_recving": sorted(done_recving)})
             if fabric.v1 is not None:
                 fabric.v1.request_done(dw, "req-d", req)
