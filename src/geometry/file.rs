@@ -12,8 +12,10 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::engine::EngineGeometry;
-use super::error::{mamba_kind_name, GeometryError, Rule, Violation};
-use super::file_fields::{expand_prompts, list, write_header, PromptEntry, RejectionFile};
+use super::error::{mamba_kind_name, GeometryError, Violation};
+use super::file_fields::{
+    attention_spec, expand_prompts, list, write_header, AttentionKind, PromptEntry, RejectionFile,
+};
 use super::model::{AttentionSpec, GroupKind, KvLayout, MambaKind, MambaSpec, ModelSpec};
 use super::pair::Geometry;
 use super::sglang_file::{renamed, write_sglang_toml, SglangGeometryFile};
@@ -124,13 +126,6 @@ struct ModelFile {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum AttentionKind {
-    Mla,
-    Full,
-}
-
-#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AttentionFile {
     kind: AttentionKind,
@@ -213,21 +208,12 @@ impl ModelFile {
 
 impl AttentionFile {
     fn into_spec(self) -> Result<AttentionSpec, Violation> {
-        const HEADS: &str = "model.attention.total_kv_heads";
-        let (head_size, dtype_bytes) = (self.head_size, self.dtype_bytes);
-        match (self.kind, self.total_kv_heads) {
-            (AttentionKind::Mla, None) => Ok(AttentionSpec::Mla {
-                head_size,
-                dtype_bytes,
-            }),
-            (AttentionKind::Mla, Some(_)) => Err(Violation::new(HEADS, Rule::KvHeadsOnMla)),
-            (AttentionKind::Full, Some(total_kv_heads)) => Ok(AttentionSpec::Full {
-                total_kv_heads,
-                head_size,
-                dtype_bytes,
-            }),
-            (AttentionKind::Full, None) => Err(Violation::new(HEADS, Rule::MissingKvHeads)),
-        }
+        attention_spec(
+            &self.kind,
+            self.total_kv_heads,
+            self.head_size,
+            self.dtype_bytes,
+        )
     }
 }
 
@@ -332,6 +318,7 @@ fn write_engine(out: &mut String, table: &str, e: &EngineGeometry) -> fmt::Resul
 
 #[cfg(test)]
 mod tests {
+    use super::super::error::Rule;
     use super::super::file_fields::compress_prompts;
     use super::super::validate::MAX_PROMPTS;
     use super::*;

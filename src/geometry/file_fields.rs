@@ -10,6 +10,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
 use super::error::{Rule, Violation};
+use super::model::AttentionSpec;
 use super::pair::{ExpectedRejection, Geometry};
 use super::validate::MAX_PROMPTS;
 
@@ -182,4 +183,36 @@ pub(super) fn write_header(out: &mut String, g: &Geometry) -> fmt::Result {
         }
     }
     Ok(())
+}
+
+/// `model.attention.kind`, in both stacks' files.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum AttentionKind {
+    Mla,
+    Full,
+}
+
+/// The attention of a file: MLA takes no KV head count, full attention
+/// needs one; each mismatch names `model.attention.total_kv_heads`.
+pub(super) fn attention_spec(
+    kind: &AttentionKind,
+    total_kv_heads: Option<u32>,
+    head_size: u32,
+    dtype_bytes: u32,
+) -> Result<AttentionSpec, Violation> {
+    const HEADS: &str = "model.attention.total_kv_heads";
+    match (kind, total_kv_heads) {
+        (AttentionKind::Mla, None) => Ok(AttentionSpec::Mla {
+            head_size,
+            dtype_bytes,
+        }),
+        (AttentionKind::Mla, Some(_)) => Err(Violation::new(HEADS, Rule::KvHeadsOnMla)),
+        (AttentionKind::Full, Some(total_kv_heads)) => Ok(AttentionSpec::Full {
+            total_kv_heads,
+            head_size,
+            dtype_bytes,
+        }),
+        (AttentionKind::Full, None) => Err(Violation::new(HEADS, Rule::MissingKvHeads)),
+    }
 }

@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 use super::engine::EngineGeometry;
 use super::error::{Rule, Violation};
+use super::file_fields::{attention_spec, AttentionKind};
 use super::model::{AttentionSpec, GroupKind, KvLayout, ModelSpec};
 use super::pair::Geometry;
 use super::stack::{SglangSpec, Stack};
@@ -44,16 +45,9 @@ struct SglangModelFile {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum SglangAttentionKind {
-    Mla,
-    Full,
-}
-
-#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SglangAttentionFile {
-    kind: SglangAttentionKind,
+    kind: AttentionKind,
     #[serde(default)]
     total_kv_heads: Option<u32>,
     head_size: u32,
@@ -124,21 +118,12 @@ impl SglangGeometryFile {
 
 impl SglangAttentionFile {
     fn to_spec(&self) -> Result<AttentionSpec, Violation> {
-        const HEADS: &str = "model.attention.total_kv_heads";
-        let (head_size, dtype_bytes) = (self.head_size, self.dtype_bytes);
-        match (&self.kind, self.total_kv_heads) {
-            (SglangAttentionKind::Mla, None) => Ok(AttentionSpec::Mla {
-                head_size,
-                dtype_bytes,
-            }),
-            (SglangAttentionKind::Mla, Some(_)) => Err(Violation::new(HEADS, Rule::KvHeadsOnMla)),
-            (SglangAttentionKind::Full, Some(total_kv_heads)) => Ok(AttentionSpec::Full {
-                total_kv_heads,
-                head_size,
-                dtype_bytes,
-            }),
-            (SglangAttentionKind::Full, None) => Err(Violation::new(HEADS, Rule::MissingKvHeads)),
-        }
+        attention_spec(
+            &self.kind,
+            self.total_kv_heads,
+            self.head_size,
+            self.dtype_bytes,
+        )
     }
 }
 
