@@ -62,6 +62,8 @@ LIGHT_DEPS=(
 CHECK_IMPORTS="sglang.srt.disaggregation.nixl.conn, sglang.srt.disaggregation.common.conn, sglang.srt.disaggregation.base.conn, sglang.srt.disaggregation.utils, sglang.srt.mem_cache.memory_pool, sglang.srt.runtime_context, sglang.srt.server_args"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/disk-space.sh
+source "${ROOT}/scripts/disk-space.sh"
 START=$(date +%s)
 
 note() {
@@ -316,7 +318,8 @@ else
     fi
     if [[ -z "${TORCH_SOURCE}" ]]; then
         note "installing ${TORCH_PIN} from PyPI (~5 GB with its nvidia-* wheels)"
-        "${PIP[@]}" install -q "${TORCH_PIN}" || bad "pip could not install ${TORCH_PIN}"
+        warn_if_short 14 "${VENV}" "${TORCH_PIN} from PyPI (its wheels, pip's cache of them and ~7 GiB installed)"
+        "${PIP[@]}" install -q "${TORCH_PIN}" || bad "pip could not install ${TORCH_PIN} ($(disk_report "${VENV}"))"
         TORCH_SOURCE="from PyPI"
     fi
     "${VENV}/bin/python" -c 'import torch' 2>"${LOG}" || {

@@ -56,6 +56,8 @@ NIXL_WHEELS=("nixl==${NIXL_VERSION}" "nixl-cu13==${NIXL_VERSION}")
 NIXL_STAMP_TEXT="${NIXL_WHEELS[*]}"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/disk-space.sh
+source "${ROOT}/scripts/disk-space.sh"
 VENV="${ROOT}/.vllm-venv"
 STAMP="${VENV}/.kvgeom-stamp"
 NIXL_STAMP="${VENV}/.kvgeom-nixl-stamp"
@@ -169,7 +171,10 @@ PIP=("${VENV}/bin/python" -m pip --disable-pip-version-check)
 "${PIP[@]}" --version >/dev/null 2>&1 || die "pip does not run in ${VENV}; remove it and retry"
 
 note "installing torch==${TORCH_VERSION} (the PyPI build, ~5 GB with its nvidia-* wheels)"
-"${PIP[@]}" install -q "torch==${TORCH_VERSION}" || die "pip could not install torch==${TORCH_VERSION}"
+"${VENV}/bin/python" -c 'import torch' 2>/dev/null ||
+    warn_if_short 14 "${VENV}" "torch==${TORCH_VERSION} from PyPI (its wheels, pip's cache of them and ~7 GiB installed)"
+"${PIP[@]}" install -q "torch==${TORCH_VERSION}" ||
+    die "pip could not install torch==${TORCH_VERSION} ($(disk_report "${VENV}"))"
 
 note "installing vllm==${VLLM_VERSION} without its dependencies"
 WHEELS="$(mktemp -d)"
