@@ -102,7 +102,10 @@ impl Gathered {
         let key = (oracle, u8::from(side == Side::Decode), rank, region);
         match self.0.get_mut(&key) {
             Some(g) => {
-                g.first = g.first.min(offset);
+                if offset < g.first {
+                    g.first = offset;
+                    g.page = page;
+                }
                 g.last = g.last.max(offset);
                 g.count += 1;
                 if let Some(p) = pair {
