@@ -73,6 +73,10 @@ pub struct SglangCase {
     pub redundant_writes: u64,
     /// The driver's versions of SGLang and torch, when it ran the case.
     pub versions: Option<(String, String)>,
+    /// Ranks whose registered regions (count, order, what, length, page
+    /// length) were compared with kvgeom's model of SGLang's pools, and
+    /// agreed (a disagreement makes the case an error).
+    pub layout_checked: u32,
 }
 
 /// Run and judge `cases` with `python`; the judged cases in order.
@@ -190,6 +194,7 @@ fn not_run(case: &Case, message: String) -> SglangCase {
         redundant_write_bytes: 0,
         redundant_writes: 0,
         versions: None,
+        layout_checked: 0,
     }
 }
 
@@ -262,6 +267,27 @@ pub fn region_mismatch(pools: &EnginePools, rank: u32, found: &[Region]) -> Opti
     None
 }
 
+/// Compare every rank the driver built (and reports regions of) with
+/// kvgeom's model: how many agreed, or the first disagreement.
+pub fn check_layout(p: &Prepared, r: &DriverResult) -> Result<u32, String> {
+    let mut checked = 0;
+    for pools in [&p.prefill, &p.decode] {
+        for rank in 0..pools.attn_tp {
+            let agent = format!("{}-{rank}", pools.side);
+            let Some(found) = r.agents.get(&agent).filter(|a| !a.regions.is_empty()) else {
+                continue;
+            };
+            if let Some(why) = region_mismatch(pools, rank, &found.regions) {
+                return Err(format!(
+                    "kvgeom's model of SGLang's pools disagrees with SGLang's: {why}"
+                ));
+            }
+            checked += 1;
+        }
+    }
+    Ok(checked)
+}
+
 fn read_images(dir: &Path, pools: &EnginePools, suffix: &str) -> Result<Images, String> {
     (0..pools.attn_tp)
         .map(|rank| {
@@ -306,6 +332,7 @@ fn judge_case(case: &Case, p: &Prepared, dir: &Path, killed: bool) -> SglangCase
                 redundant_write_bytes: 0,
                 redundant_writes: 0,
                 versions: None,
+                layout_checked: 0,
             },
             Err(e) => {
                 return not_run(
@@ -332,6 +359,15 @@ fn judge_case(case: &Case, p: &Prepared, dir: &Path, killed: bool) -> SglangCase
         r.sglang.clone().unwrap_or_else(|| "unknown".into()),
         r.torch.clone().unwrap_or_else(|| "unknown".into()),
     ));
+    let layout_checked = match check_layout(p, &r) {
+        Ok(n) => n,
+        Err(e) => {
+            return SglangCase {
+                versions,
+                ..not_run(case, e)
+            }
+        }
+    };
     let outcome = outcome_of(&r);
     let (writes, _unresolved) = r.kv_writes();
     let stats = Stats {
@@ -347,12 +383,14 @@ fn judge_case(case: &Case, p: &Prepared, dir: &Path, killed: bool) -> SglangCase
             Err(e) => {
                 return SglangCase {
                     versions,
+                    layout_checked,
                     ..not_run(case, e)
                 }
             }
         }
     }
     SglangCase {
+        layout_checked,
         redundant_write_bytes: judged.redundant_bytes,
         redundant_writes: judged.redundant_pairs,
         report: report(case, outcome, stats, judged),
