@@ -441,3 +441,96 @@ fn observe(
         writes,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sglang::result::Refusal;
+
+    fn result(status: &str, side: Option<&str>, message: &str) -> DriverResult {
+        DriverResult {
+            format: RESULT_FORMAT.into(),
+            status: status.into(),
+            side: side.map(str::to_string),
+            message: Some(message.into()),
+            ..DriverResult::default()
+        }
+    }
+
+    #[test]
+    fn driver_statuses_map_to_the_connectors_endings() {
+        assert_eq!(outcome_of(&result("done", None, "")), RunOutcome::Completed);
+        assert_eq!(
+            outcome_of(&result("rejected", Some("decode-0"), "Page size mismatch")),
+            RunOutcome::Refused {
+                side: Side::Decode,
+                reason: "Page size mismatch".into()
+            }
+        );
+        assert_eq!(
+            outcome_of(&result("crashed", Some("prefill"), "boom")),
+            RunOutcome::Crashed {
+                side: Side::Prefill,
+                message: "boom".into()
+            }
+        );
+        assert!(matches!(
+            outcome_of(&result("hung", None, "waits")),
+            RunOutcome::Hung { .. }
+        ));
+        assert!(matches!(
+            outcome_of(&result("error", None, "cannot build")),
+            RunOutcome::NotRun { message } if message.contains("cannot build")
+        ));
+    }
+
+    #[test]
+    fn a_nixl_refusal_is_a_crash_naming_it_and_the_sglang_function() {
+        let mut r = result("done", None, "");
+        r.refusals.push(Refusal {
+            agent: "prefill-0".into(),
+            reason: "NIXL_ERR_NOT_FOUND: prep_xfer_dlist: row 2".into(),
+            caller: serde_json::json!({"sglang": {"function": "_prep_xfer_dlist"}}),
+        });
+        match outcome_of(&r) {
+            RunOutcome::Crashed { side, message } => {
+                assert_eq!(side, Side::Prefill);
+                assert!(message.contains("NIXL_ERR_NOT_FOUND"), "{message}");
+                assert!(message.contains("SGLang's _prep_xfer_dlist"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_region_unlike_the_model_is_named() {
+        let g = crate::geometry::parse_geometry(
+            "x.toml",
+            "stack = \"sglang\"\ndescription = \"d\"\n[model]\nlayers = 1\n[model.attention]\n\
+             kind = \"full\"\ntotal_kv_heads = 2\nhead_size = 8\ndtype_bytes = 2\n\
+             [prefill]\ntp_size = 1\npage_size = 4\n[decode]\ntp_size = 1\npage_size = 4\n",
+        )
+        .expect("geometry");
+        let pools = EnginePools::of(&g, Side::Decode, 3).expect("pools");
+        let mut regions: Vec<Region> = pools
+            .regions(0)
+            .iter()
+            .map(|m| Region {
+                index: m.index,
+                what: m.what(),
+                addr: 0,
+                len: m.len,
+                item_len: m.item_len,
+            })
+            .collect();
+        assert_eq!(region_mismatch(&pools, 0, &regions), None);
+        regions[1].item_len /= 2;
+        let why = region_mismatch(&pools, 0, &regions).expect("differs");
+        assert!(
+            why.contains("decode-0") && why.contains("V layer 0"),
+            "{why}"
+        );
+        regions.pop();
+        assert!(region_mismatch(&pools, 0, &regions).is_some());
+    }
+}

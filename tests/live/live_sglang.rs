@@ -33,8 +33,17 @@ fn kvgeoms_model_of_sglangs_pools_matches_every_rank_of_every_file() {
             "no SGLang venv (scripts/install-sglang.sh, or KVGEOM_SGLANG_PYTHON)",
         );
     };
-    let sources = plan::load_sources(&[root().join("geometries/sglang")]).expect("geometries");
-    assert!(sources.len() >= 11, "{} files", sources.len());
+    // And a V head smaller than K's on the head-slice path, which SGLang
+    // 0.5.23 plans past prefill's V regions: NIXL refuses the list.
+    let dir = tempdir("v-small");
+    let v_small = dir.join("v-head-size-smaller-p1-d2.toml");
+    let text = std::fs::read_to_string(root().join("geometries/sglang/gqa-v-head-size-p1-d2.toml"))
+        .expect("geometry")
+        .replace("v_head_size = 16", "v_head_size = 4");
+    std::fs::write(&v_small, text).expect("write");
+    let sources =
+        plan::load_sources(&[root().join("geometries/sglang"), v_small]).expect("geometries");
+    assert!(sources.len() >= 12, "{} files", sources.len());
     let opts = plan::PlanOptions {
         prompts: Some(vec![5]),
         modes: vec![kvgeom::geometry::Mode::Push],
@@ -52,6 +61,15 @@ fn kvgeoms_model_of_sglangs_pools_matches_every_rank_of_every_file() {
             "{name}: {}",
             j.report.outcome.describe()
         );
+        if name == "v-head-size-smaller-p1-d2" {
+            let text = j.report.outcome.describe();
+            assert!(
+                matches!(j.report.outcome, Outcome::Crashed { .. })
+                    && text.contains("NIXL_ERR_NOT_FOUND")
+                    && text.contains("SGLang's _prep_xfer_dlist"),
+                "{text}"
+            );
+        }
         // Every rank of both engines was built (the page-size mismatch is
         // refused after the pools exist) and agreed with the model.
         assert_eq!(
@@ -60,6 +78,7 @@ fn kvgeoms_model_of_sglangs_pools_matches_every_rank_of_every_file() {
             "{name}: ranks compared"
         );
     }
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
