@@ -29,6 +29,6 @@ pub fn explain(args: ExplainArgs) -> u8 {
         ConnectorArg::Vllm => super::live_explain(args),
         ConnectorArg::Replay => super::replay_explain(args),
         ConnectorArg::Kvgeom => super::explain::kvgeom_explain(args),
-        ConnectorArg::Sglang => super::sglang::sglang_explain(),
+        ConnectorArg::Sglang => super::sglang::sglang_explain(args),
     }
 }

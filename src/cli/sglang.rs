@@ -91,13 +91,148 @@ fn sglang_stack_only(sources: Vec<SourcedGeometry>) -> Result<Vec<SourcedGeometr
     Ok(ours)
 }
 
-/// `kvgeom explain --connector sglang`: not there yet.
-pub(crate) fn sglang_explain() -> u8 {
-    eprintln!(
-        "error: kvgeom explain --connector sglang is not implemented yet; \
-         `kvgeom sweep --connector sglang FILE --prompts N --format json` shows one case"
+/// `kvgeom explain --connector sglang FILE --prompt N [--seed S]`: one
+/// case on SGLang's transfer, in push mode: the pools kvgeom models for
+/// each rank, the request's pages, how SGLang's run ended and every
+/// violation.
+pub(crate) fn sglang_explain(args: super::ExplainArgs) -> u8 {
+    let other = "applies to another connector; --connector sglang runs SGLang's own transfer";
+    let refused = [
+        (args.run.variant.defect.is_some(), "--defect"),
+        (args.run.variant.policy.is_some(), "--policy"),
+        (args.run.nixl.is_some(), "--nixl"),
+        (args.run.vllm_python.is_some(), "--vllm-python"),
+        (
+            args.run.transport == TransportKind::Nixl,
+            "--transport nixl",
+        ),
+        (args.svg.is_some(), "--svg"),
+        (args.record_trace.is_some(), "--record-trace"),
+        (args.prefix_hit != 0, "--prefix-hit"),
+    ];
+    if let Some((_, option)) = refused.iter().find(|(given, _)| *given) {
+        eprintln!("error: {option} {other} (or is not there for SGLang yet)");
+        return EXIT_BAD_INPUT;
+    }
+    if let Err(code) = super::prompt_option(args.prompt) {
+        return code;
+    }
+    let geometry = match crate::derive::load_geometry_file(&args.geometry) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    if geometry.stack != Stack::Sglang {
+        eprintln!(
+            "error: {}: a vLLM-stack geometry; --connector sglang runs SGLang's pools (stack = \"sglang\")",
+            args.geometry.display()
+        );
+        return EXIT_BAD_INPUT;
+    }
+    let case = crate::scenario::Case {
+        geometry: std::sync::Arc::new(geometry),
+        file: Some(args.geometry.clone()),
+        prompt_len: args.prompt,
+        prefix_hit: 0,
+        mode: Mode::Push,
+        allocation: DecodeAllocation::Mainline,
+        seed: args.seed,
+        variant: crate::variant::Variant::KVGEOM,
+    };
+    let prepared = match crate::sglang::batch::prepare(&case, 0) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {}: {e}", args.geometry.display());
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let python = match crate::sglang::python::find(args.run.sglang_python.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let judged = match run_sweep(std::slice::from_ref(&case), &python) {
+        Ok(j) => j,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let Some(j) = judged.first() else {
+        eprintln!("error: the SGLang driver judged no case");
+        return EXIT_BAD_INPUT;
+    };
+    out!("{}", explain_text(&code_under_test(&judged), &prepared, j));
+    if j.report.passed() {
+        EXIT_OK
+    } else {
+        EXIT_FAILED
+    }
+}
+
+/// The text of `kvgeom explain --connector sglang`.
+fn explain_text(
+    code: &CodeUnderTest,
+    p: &crate::sglang::batch::Prepared,
+    j: &SglangCase,
+) -> String {
+    use std::fmt::Write;
+    let r = &j.report;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} on {}, prompt {} (push: SGLang's transfer), seed {}",
+        code.describe(),
+        r.case.geometry_name(),
+        r.case.prompt_len,
+        r.case.seed
     );
-    EXIT_BAD_INPUT
+    for (pools, pages) in [
+        (&p.prefill, &p.placement.prefill_pages),
+        (&p.decode, &p.placement.decode_pages),
+    ] {
+        let _ = writeln!(
+            out,
+            "\n{}: attention TP {}, pages of {} tokens, {} pages (+ padding page 0); the request's pages {:?}",
+            pools.side, pools.attn_tp, pools.page_size, pools.num_pages, pages
+        );
+        for rank in 0..pools.attn_tp {
+            let regions = pools.regions(rank);
+            let shown: Vec<String> = regions
+                .iter()
+                .map(|m| format!("{} {} B (page {} B)", m.what(), m.len, m.item_len))
+                .collect();
+            let _ = writeln!(
+                out,
+                "  {}-{rank}: heads {:?}; {}",
+                pools.side,
+                pools.global_heads(rank),
+                shown.join(", ")
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\nranks whose registered regions match kvgeom's model: {}",
+        j.layout_checked
+    );
+    let _ = writeln!(
+        out,
+        "posted KV pairs: {} ({} bytes); redundant writes: {} pairs, {} bytes",
+        r.stats.pairs, r.stats.transferred_bytes, j.redundant_writes, j.redundant_write_bytes
+    );
+    let _ = writeln!(out, "outcome: {}", r.outcome.describe());
+    for v in r.violations.iter().take(50) {
+        let _ = writeln!(out, "  {v}");
+    }
+    if r.violations.len() > 50 {
+        let _ = writeln!(out, "  ... and {} more", r.violations.len() - 50);
+    }
+    out
 }
 
 /// `kvgeom sweep --connector sglang`.
@@ -283,6 +418,15 @@ fn table(judged: &[SglangCase]) -> String {
             r.case.geometry_name(),
             r.case.prompt_len,
             r.outcome.describe()
+        );
+        let file = r.case.file.as_ref().map_or_else(
+            || r.case.geometry_name().to_string(),
+            |f| crate::scenario::shell_word(&f.display().to_string()),
+        );
+        let _ = writeln!(
+            out,
+            "    replay: kvgeom explain --connector sglang {file} --prompt {} --seed {}",
+            r.case.prompt_len, r.case.seed
         );
         for v in r.violations.iter().take(3) {
             let _ = writeln!(out, "    {v}");

@@ -248,3 +248,33 @@ fn options_of_other_connectors_and_pull_are_refused_and_vllm_files_skipped() {
         text(&o)
     );
 }
+
+#[test]
+fn explain_shows_one_sglang_case_with_its_pools_and_redundant_writes() {
+    let test = "explain_shows_one_sglang_case_with_its_pools_and_redundant_writes";
+    if sglang_python().is_none() {
+        return skip(
+            test,
+            "no SGLang venv (scripts/install-sglang.sh, or KVGEOM_SGLANG_PYTHON)",
+        );
+    }
+    let o = kvgeom(&[
+        "explain",
+        "--connector",
+        "sglang",
+        "geometries/sglang/gqa-2heads-p4-d1.toml",
+        "--prompt",
+        "5",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for needle in [
+        "prefill-3: heads [1]",
+        "decode-0: heads [0, 1]",
+        "ranks whose registered regions match kvgeom's model: 5",
+        "outcome: passed",
+    ] {
+        assert!(out.contains(needle), "{needle}: {out}");
+    }
+    assert!(!out.contains("redundant writes: 0 pairs"), "{out}");
+}
