@@ -250,3 +250,42 @@ fn a_changed_prefill_byte_violates_neighbour_preservation() {
     assert_eq!(oracles(&j), ["neighbour_preservation"].into());
     assert_eq!(j.violations[0].side, Some(Side::Prefill));
 }
+
+#[test]
+fn a_row_past_the_prompt_holds_prefills_byte_or_its_own_and_nothing_else() {
+    let mut o = simulate(
+        pools(Side::Prefill, 4, 2, 8),
+        pools(Side::Decode, 4, 2, 8),
+        false,
+        Defect::None,
+    );
+    // Prompt 6, pages of 4: rows 2 and 3 of decode's page 5 are past it.
+    let head = o.decode.global_heads(0)[0];
+    let cell = Cell {
+        layer: 0,
+        part: Part::K,
+        page: 5,
+        row: 3,
+        head,
+        byte: 0,
+    };
+    let (region, offset) = o.decode.offset_of(0, &cell).expect("inside");
+    let byte = &mut o.decode_after[0][region as usize][offset as usize];
+    *byte = SENTINEL;
+    assert!(judge(&o).violations.is_empty(), "untouched is allowed");
+    let right = request_byte(&cell, 7);
+    let wrong = if right ^ 0xff == SENTINEL {
+        0x01
+    } else {
+        right ^ 0xff
+    };
+    o.decode_after[0][region as usize][offset as usize] = wrong;
+    let j = judge(&o);
+    assert_eq!(
+        oracles(&j),
+        ["transferred_or_zeroed"].into(),
+        "{:?}",
+        j.violations
+    );
+    assert!(j.violations[0].message.contains("past the prompt"));
+}
