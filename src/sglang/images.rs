@@ -87,15 +87,13 @@ pub enum Expect {
     Sentinel,
 }
 
-/// The expectation of byte `offset` of decode region `region` of `rank`.
+/// The expectation of byte `offset` of a decode rank's region `region`.
 pub fn expected_decode(
     decode: &EnginePools,
     placement: &Placement,
-    rank: u32,
     region: &super::layout::RegionModel,
     offset: u64,
 ) -> Option<(Cell, Expect)> {
-    let _ = rank;
     let cell = locate_in(region, decode.page_size, offset)?;
     let expect = match request_token(&cell, &placement.decode_pages, decode.page_size) {
         Some(t) if t < placement.prompt_len => Expect::Exact(request_byte(&cell, t)),

@@ -186,8 +186,7 @@ fn final_bytes(o: &Observed, g: &mut Gathered) {
             };
             for (offset, &found) in image.iter().enumerate() {
                 let offset = offset as u64;
-                let Some((cell, expect)) =
-                    expected_decode(&o.decode, &o.placement, rank, region, offset)
+                let Some((cell, expect)) = expected_decode(&o.decode, &o.placement, region, offset)
                 else {
                     continue;
                 };
