@@ -419,15 +419,7 @@ fn table(judged: &[SglangCase]) -> String {
             r.case.prompt_len,
             r.outcome.describe()
         );
-        let file = r.case.file.as_ref().map_or_else(
-            || r.case.geometry_name().to_string(),
-            |f| crate::scenario::shell_word(&f.display().to_string()),
-        );
-        let _ = writeln!(
-            out,
-            "    replay: kvgeom explain --connector sglang {file} --prompt {} --seed {}",
-            r.case.prompt_len, r.case.seed
-        );
+        let _ = writeln!(out, "    replay: {}", r.case.replay_command());
         for v in r.violations.iter().take(3) {
             let _ = writeln!(out, "    {v}");
         }
