@@ -77,6 +77,7 @@ pub mod pattern;
 pub(crate) mod report;
 pub mod scenario;
 pub mod scheduler;
+pub mod sglang;
 pub mod sweep;
 pub mod time_limits;
 pub mod trace;

@@ -84,6 +84,9 @@ pub enum ConnectorArg {
     /// Recorded v2 traces (the paths: `*.trace.json[.gz]`) replayed: each
     /// run is the recorded one, judged as check-trace judges it.
     Replay,
+    /// SGLang's own P/D transfer (its NIXL backend) on `stack = "sglang"`
+    /// geometries, from .sglang-venv (scripts/install-sglang.sh); push only.
+    Sglang,
 }
 
 /// What moves the bytes of the vLLM driver's cases (`--nixl`).

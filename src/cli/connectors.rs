@@ -14,6 +14,7 @@ pub fn sweep(args: SweepArgs) -> u8 {
         ConnectorArg::Vllm => super::live_sweep(args),
         ConnectorArg::Replay => super::replay_sweep(args),
         ConnectorArg::Kvgeom => super::sweep::kvgeom_sweep(args),
+        ConnectorArg::Sglang => super::sglang::sglang_sweep(args),
     }
 }
 
@@ -28,5 +29,6 @@ pub fn explain(args: ExplainArgs) -> u8 {
         ConnectorArg::Vllm => super::live_explain(args),
         ConnectorArg::Replay => super::replay_explain(args),
         ConnectorArg::Kvgeom => super::explain::kvgeom_explain(args),
+        ConnectorArg::Sglang => super::sglang::sglang_explain(args),
     }
 }

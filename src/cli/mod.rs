@@ -35,6 +35,7 @@ mod replay;
 mod report_merge;
 mod run_args;
 mod run_lines;
+mod sglang;
 mod sweep;
 mod traces;
 

@@ -28,6 +28,10 @@ pub struct RunArgs {
     /// else .vllm-venv/bin/python).
     #[arg(long, value_name = "PATH")]
     pub vllm_python: Option<PathBuf>,
+    /// With --connector sglang: the Python interpreter with SGLang
+    /// (default: KVGEOM_SGLANG_PYTHON, else .sglang-venv/bin/python).
+    #[arg(long, value_name = "PATH")]
+    pub sglang_python: Option<PathBuf>,
     /// With --connector vllm: what moves the bytes, the driver's NIXL
     /// stand-in (default), real NIXL agents over host memory (needs the
     /// nixl package: scripts/install-vllm.sh --nixl), or auto.
@@ -39,6 +43,9 @@ impl RunArgs {
     /// Why one of the shared options given does not apply to kvgeom's own
     /// connector, when `--connector kvgeom` runs.
     pub(crate) fn refused_for_kvgeom(&self) -> Option<String> {
+        if let Some(why) = super::sglang::refused_sglang_python(self) {
+            return Some(why);
+        }
         if self.connector != ConnectorArg::Kvgeom {
             return None;
         }

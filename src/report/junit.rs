@@ -57,6 +57,9 @@ pub fn code_properties(code: &CodeUnderTest) -> Vec<(String, String)> {
     if !code.modified_files.is_empty() {
         out.push((name("modified_files"), code.modified_files.join(" ")));
     }
+    if let Some(torch) = &code.torch {
+        out.push((name("torch"), torch.clone()));
+    }
     out
 }
 

@@ -66,6 +66,13 @@ impl Case {
             || format!("geometries/{}.toml", self.geometry.name),
             |p| shell_word(&p.display().to_string()),
         );
+        if self.geometry.stack == crate::geometry::Stack::Sglang {
+            // SGLang's own transfer: push, no allocation model, no variant.
+            return format!(
+                "kvgeom explain --connector sglang {target} --prompt {} --seed {}",
+                self.prompt_len, self.seed
+            );
+        }
         let mut cmd = format!(
             "kvgeom explain {target} --prompt {} --prefix-hit {} --mode {} --alloc {} --seed {}",
             self.prompt_len,

@@ -67,6 +67,10 @@ pub struct CodeUnderTest {
     /// edited in place or a branch copied over it is not that release.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub modified_files: Vec<String>,
+    /// The torch it ran on, for a connector run by a Python driver that
+    /// names it (SGLang's; absent in JSON otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub torch: Option<String>,
 }
 
 impl CodeUnderTest {
@@ -78,6 +82,20 @@ impl CodeUnderTest {
             policy: Some(variant.to_string()),
             source: None,
             modified_files: Vec::new(),
+            torch: None,
+        }
+    }
+
+    /// SGLang's connector at `version`, on `torch`, as the SGLang driver
+    /// reports them. kvgeom models no SGLang release as a policy.
+    pub fn sglang(version: &str, torch: &str) -> CodeUnderTest {
+        CodeUnderTest {
+            connector: ConnectorKind::Sglang,
+            version: version.to_string(),
+            policy: None,
+            source: None,
+            modified_files: Vec::new(),
+            torch: Some(torch.to_string()),
         }
     }
 
@@ -89,6 +107,7 @@ impl CodeUnderTest {
             policy: Release::of(ConnectorKind::Vllm, version).map(|r| r.policy.name().to_string()),
             source: None,
             modified_files: Vec::new(),
+            torch: None,
         }
     }
 
@@ -119,6 +138,9 @@ impl CodeUnderTest {
             ConnectorKind::Sglang => "SGLang",
         };
         let mut text = format!("{name} {}", self.version);
+        if let Some(torch) = &self.torch {
+            text.push_str(&format!(" (torch {torch})"));
+        }
         if let Some(tree) = &self.source {
             let commit = tree.commit.get(..12).unwrap_or(&tree.commit);
             text.push_str(&format!(" from {} at {commit}", tree.path));

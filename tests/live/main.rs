@@ -7,6 +7,7 @@
 mod support;
 
 mod driver_python_tests;
+mod live_sglang;
 mod live_vllm;
 mod provenance;
 mod sglang_driver_tests;

@@ -1,0 +1,448 @@
+//! `kvgeom sweep --connector sglang`: SGLang's own P/D KV transfer
+//! (sglang-driver/) on `stack = "sglang"` geometries, judged by kvgeom's
+//! SGLang oracles (`crate::sglang`). SGLang's transfer is push: `--mode
+//! pull` is refused, and so is every option of another connector.
+
+use super::{AllocArg, ModeArg, RunArgs, SweepArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
+use crate::geometry::{Mode, Stack};
+use crate::report::sweep_report::{self, Format};
+use crate::scenario::{CaseReport, MemoryKind, TransportKind};
+use crate::scheduler::DecodeAllocation;
+use crate::sglang::run::{run_sweep, SglangCase};
+use crate::sweep::plan::{self, SourcedGeometry};
+use crate::sweep::shard::parse_shard;
+use crate::under_test::expectations::Expectations;
+use crate::under_test::{judge_sweep, CodeUnderTest};
+
+/// `--sglang-python` given to another connector.
+pub(crate) fn refused_sglang_python(run: &RunArgs) -> Option<String> {
+    let python = run.sglang_python.as_ref()?;
+    (run.connector != super::ConnectorArg::Sglang).then(|| {
+        format!(
+            "--sglang-python {}: the interpreter runs SGLang's transfer; add --connector sglang",
+            python.display()
+        )
+    })
+}
+
+fn refused(args: &SweepArgs) -> Option<String> {
+    let other = "applies to another connector; --connector sglang runs SGLang's own transfer";
+    if let Some(d) = &args.run.variant.defect {
+        return Some(format!("--defect {d}: {other}"));
+    }
+    if let Some(p) = &args.run.variant.policy {
+        return Some(format!("--policy {p}: {other}"));
+    }
+    if args.run.nixl.is_some() {
+        return Some(format!(
+            "--nixl {other} (the SGLang driver runs its NIXL stand-in only)"
+        ));
+    }
+    if let Some(p) = &args.run.vllm_python {
+        return Some(format!("--vllm-python {}: {other}", p.display()));
+    }
+    if args.run.transport == TransportKind::Nixl {
+        return Some(format!("--transport nixl: {other}"));
+    }
+    if args.memory == MemoryKind::Vram {
+        return Some("--memory vram: the SGLang driver runs SGLang's pools on host memory".into());
+    }
+    if args.compare_host {
+        return Some("--compare-host: the SGLang driver always runs on host memory".into());
+    }
+    if let ModeArg::Pull = args.mode {
+        return Some(
+            "--mode pull: SGLang's P/D transfer is push (prefill writes into decode's pages)"
+                .into(),
+        );
+    }
+    if !matches!(args.alloc, AllocArg::Both) {
+        return Some(
+            "--alloc: SGLang's decode holds exactly the request's pages; there is no allocation model to choose"
+                .into(),
+        );
+    }
+    if args.record_traces.is_some() {
+        return Some("--record-traces: the SGLang driver writes no traces yet".into());
+    }
+    None
+}
+
+/// The SGLang geometries of `sources`; vLLM's are skipped with one note
+/// line (the mirror of `vllm_stack_only`), and none at all is exit 2.
+fn sglang_stack_only(sources: Vec<SourcedGeometry>) -> Result<Vec<SourcedGeometry>, u8> {
+    let (ours, others): (Vec<_>, Vec<_>) = sources
+        .into_iter()
+        .partition(|s| s.geometry.stack == Stack::Sglang);
+    let why = "--connector sglang runs SGLang's pools, not vLLM's KV cache";
+    if ours.is_empty() {
+        eprintln!(
+            "error: no SGLang geometry (stack = \"sglang\") among those named ({} of vLLM's stack): {why}",
+            others.len()
+        );
+        return Err(EXIT_BAD_INPUT);
+    }
+    if !others.is_empty() {
+        eprintln!(
+            "note: {} vLLM-stack geometries skipped: {why}",
+            others.len()
+        );
+    }
+    Ok(ours)
+}
+
+/// `kvgeom explain --connector sglang FILE --prompt N [--seed S]`: one
+/// case on SGLang's transfer, in push mode: the pools kvgeom models for
+/// each rank, the request's pages, how SGLang's run ended and every
+/// violation.
+pub(crate) fn sglang_explain(args: super::ExplainArgs) -> u8 {
+    let other = "applies to another connector; --connector sglang runs SGLang's own transfer";
+    let refused = [
+        (args.run.variant.defect.is_some(), "--defect"),
+        (args.run.variant.policy.is_some(), "--policy"),
+        (args.run.nixl.is_some(), "--nixl"),
+        (args.run.vllm_python.is_some(), "--vllm-python"),
+        (
+            args.run.transport == TransportKind::Nixl,
+            "--transport nixl",
+        ),
+        (args.svg.is_some(), "--svg"),
+        (args.record_trace.is_some(), "--record-trace"),
+        (args.prefix_hit != 0, "--prefix-hit"),
+    ];
+    if let Some((_, option)) = refused.iter().find(|(given, _)| *given) {
+        eprintln!("error: {option} {other} (or is not there for SGLang yet)");
+        return EXIT_BAD_INPUT;
+    }
+    if let Err(code) = super::prompt_option(args.prompt) {
+        return code;
+    }
+    let geometry = match crate::derive::load_geometry_file(&args.geometry) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    if geometry.stack != Stack::Sglang {
+        eprintln!(
+            "error: {}: a vLLM-stack geometry; --connector sglang runs SGLang's pools (stack = \"sglang\")",
+            args.geometry.display()
+        );
+        return EXIT_BAD_INPUT;
+    }
+    let case = crate::scenario::Case {
+        geometry: std::sync::Arc::new(geometry),
+        file: Some(args.geometry.clone()),
+        prompt_len: args.prompt,
+        prefix_hit: 0,
+        mode: Mode::Push,
+        allocation: DecodeAllocation::Mainline,
+        seed: args.seed,
+        variant: crate::variant::Variant::KVGEOM,
+    };
+    let prepared = match crate::sglang::batch::prepare(&case, 0) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {}: {e}", args.geometry.display());
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let python = match crate::sglang::python::find(args.run.sglang_python.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let judged = match run_sweep(std::slice::from_ref(&case), &python) {
+        Ok(j) => j,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let Some(j) = judged.first() else {
+        eprintln!("error: the SGLang driver judged no case");
+        return EXIT_BAD_INPUT;
+    };
+    out!("{}", explain_text(&code_under_test(&judged), &prepared, j));
+    if j.report.passed() {
+        EXIT_OK
+    } else {
+        EXIT_FAILED
+    }
+}
+
+/// The text of `kvgeom explain --connector sglang`.
+fn explain_text(
+    code: &CodeUnderTest,
+    p: &crate::sglang::batch::Prepared,
+    j: &SglangCase,
+) -> String {
+    use std::fmt::Write;
+    let r = &j.report;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} on {}, prompt {} (push: SGLang's transfer), seed {}",
+        code.describe(),
+        r.case.geometry_name(),
+        r.case.prompt_len,
+        r.case.seed
+    );
+    for (pools, pages) in [
+        (&p.prefill, &p.placement.prefill_pages),
+        (&p.decode, &p.placement.decode_pages),
+    ] {
+        let _ = writeln!(
+            out,
+            "\n{}: attention TP {}, pages of {} tokens, {} pages (+ padding page 0); the request's pages {:?}",
+            pools.side, pools.attn_tp, pools.page_size, pools.num_pages, pages
+        );
+        for rank in 0..pools.attn_tp {
+            let regions = pools.regions(rank);
+            let shown: Vec<String> = regions
+                .iter()
+                .map(|m| format!("{} {} B (page {} B)", m.what(), m.len, m.item_len))
+                .collect();
+            let _ = writeln!(
+                out,
+                "  {}-{rank}: heads {:?}; {}",
+                pools.side,
+                pools.global_heads(rank),
+                shown.join(", ")
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\nranks whose registered regions match kvgeom's model: {}",
+        j.layout_checked
+    );
+    let _ = writeln!(
+        out,
+        "posted KV pairs: {} ({} bytes); redundant writes: {} pairs, {} bytes",
+        r.stats.pairs, r.stats.transferred_bytes, j.redundant_writes, j.redundant_write_bytes
+    );
+    let _ = writeln!(out, "outcome: {}", r.outcome.describe());
+    for v in r.violations.iter().take(50) {
+        let _ = writeln!(out, "  {v}");
+    }
+    if r.violations.len() > 50 {
+        let _ = writeln!(out, "  ... and {} more", r.violations.len() - 50);
+    }
+    out
+}
+
+/// `kvgeom sweep --connector sglang`.
+pub(crate) fn sglang_sweep(args: SweepArgs) -> u8 {
+    if let Some(why) = refused(&args) {
+        eprintln!("error: {why}");
+        return EXIT_BAD_INPUT;
+    }
+    if let ModeArg::Both = args.mode {
+        eprintln!("note: SGLang's transfer is push: every case runs in push mode");
+    }
+    let prompt_list = match super::prompts_option(args.prompts.as_deref()) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    if let Err(code) = super::random_option(args.random) {
+        return code;
+    }
+    let shard_of = match args.shard.as_deref().map(parse_shard).transpose() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: --shard {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let paths = if args.paths.is_empty() {
+        match super::checkout::checkout_path("geometries/sglang") {
+            Ok(p) => vec![p],
+            Err(e) => {
+                eprintln!("error: {e}");
+                return EXIT_BAD_INPUT;
+            }
+        }
+    } else {
+        args.paths.clone()
+    };
+    let sources = match plan::load_sources(&paths).map(sglang_stack_only) {
+        Ok(Ok(s)) => s,
+        Ok(Err(code)) => return code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let expectations = match args.expect.as_deref().map(Expectations::load).transpose() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let opts = plan::PlanOptions {
+        prompts: prompt_list,
+        modes: vec![Mode::Push],
+        allocations: Some(vec![DecodeAllocation::Mainline]),
+        variant: crate::variant::Variant::KVGEOM,
+        seed: args.seed,
+    };
+    let all_cases = match args.random {
+        Some(n) => plan::random(&sources, n, args.seed, &opts),
+        None => plan::grid(&sources, &opts),
+    };
+    let python = match crate::sglang::python::find(args.run.sglang_python.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let options = format!("{:?} connector sglang", args.random);
+    let (cases, shard) = super::shard_cases(all_cases, shard_of, &sources, &opts, &options);
+    let started = std::time::Instant::now();
+    let judged = match run_sweep(&cases, &python) {
+        Ok(j) => j,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let code = code_under_test(&judged);
+    eprintln!(
+        "{} ({}), NIXL stand-in: {} cases in {:.1} s",
+        code.describe(),
+        python.python.display(),
+        judged.len(),
+        started.elapsed().as_secs_f64()
+    );
+    let expectations = expectations.or_else(|| default_expectations(&code));
+    let reports: Vec<CaseReport> = judged.iter().map(|j| j.report.clone()).collect();
+    let shard = shard.as_ref().map(|(s, p)| (s, p.as_slice()));
+    let text = match args.format {
+        Format::Table => table(&judged),
+        Format::Json => json(&judged, shard, &code),
+        Format::Junit => sweep_report::junit(&reports, shard, &code),
+    };
+    match &args.out {
+        Some(path) => {
+            if let Err(code) = super::write_output("--out", path, &text) {
+                return code;
+            }
+        }
+        None => out!("{text}"),
+    }
+    match &expectations {
+        Some(e) => {
+            if super::print_sweep_verdict(&judge_sweep(e, &reports, &code)) {
+                EXIT_OK
+            } else {
+                EXIT_FAILED
+            }
+        }
+        None if reports.iter().all(CaseReport::passed) => EXIT_OK,
+        None => EXIT_FAILED,
+    }
+}
+
+/// The SGLang and torch the driver reported (the first case that ran).
+fn code_under_test(judged: &[SglangCase]) -> CodeUnderTest {
+    let (sglang, torch) = judged
+        .iter()
+        .find_map(|j| j.versions.clone())
+        .unwrap_or_else(|| ("unknown".into(), "unknown".into()));
+    CodeUnderTest::sglang(&sglang, &torch)
+}
+
+/// `expected/sglang-VERSION.toml` of the project, when it exists.
+fn default_expectations(code: &CodeUnderTest) -> Option<Expectations> {
+    let file = format!("expected/sglang-{}.toml", code.version);
+    let path = crate::live::python::project_root().join(&file);
+    if !path.is_file() {
+        return None;
+    }
+    match Expectations::load(&path) {
+        Ok(e) => {
+            eprintln!("note: judged against {file} (give --expect FILE for another)");
+            Some(e)
+        }
+        Err(e) => {
+            eprintln!("note: {e}: not used");
+            None
+        }
+    }
+}
+
+/// The JSON report with each case's redundant writes added.
+fn json(
+    judged: &[SglangCase],
+    shard: Option<(&crate::sweep::shard::Shard, &[usize])>,
+    code: &CodeUnderTest,
+) -> String {
+    let reports: Vec<CaseReport> = judged.iter().map(|j| j.report.clone()).collect();
+    let text = sweep_report::json(&reports, shard, code);
+    let Ok(mut doc) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return text;
+    };
+    if let Some(cases) = doc.get_mut("cases").and_then(|c| c.as_array_mut()) {
+        for (case, j) in cases.iter_mut().zip(judged) {
+            if let Some(obj) = case.as_object_mut() {
+                obj.insert("redundant_writes".into(), j.redundant_writes.into());
+                obj.insert(
+                    "redundant_write_bytes".into(),
+                    j.redundant_write_bytes.into(),
+                );
+            }
+        }
+    }
+    serde_json::to_string_pretty(&doc).unwrap_or(text)
+}
+
+/// The terminal table, each failure, and the redundant writes.
+fn table(judged: &[SglangCase]) -> String {
+    use std::fmt::Write;
+    let reports: Vec<CaseReport> = judged.iter().map(|j| j.report.clone()).collect();
+    let mut out = sweep_report::table(&reports);
+    let failed: Vec<&CaseReport> = reports.iter().filter(|r| !r.passed()).collect();
+    if !failed.is_empty() {
+        let _ = writeln!(out, "\nfailures:");
+    }
+    for r in failed.iter().take(40) {
+        let _ = writeln!(
+            out,
+            "- {} N={}: {}",
+            r.case.geometry_name(),
+            r.case.prompt_len,
+            r.outcome.describe()
+        );
+        let _ = writeln!(out, "    replay: {}", r.case.replay_command());
+        for v in r.violations.iter().take(3) {
+            let _ = writeln!(out, "    {v}");
+        }
+    }
+    let mut redundant: Vec<(&str, u64, u64)> = Vec::new();
+    for j in judged.iter().filter(|j| j.redundant_writes > 0) {
+        let name = j.report.case.geometry_name();
+        match redundant.iter_mut().find(|(n, _, _)| *n == name) {
+            Some(e) => {
+                e.1 += j.redundant_writes;
+                e.2 += j.redundant_write_bytes;
+            }
+            None => redundant.push((name, j.redundant_writes, j.redundant_write_bytes)),
+        }
+    }
+    if !redundant.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nredundant writes (a decode byte written again with the bytes it already held; no violation):"
+        );
+        for (name, pairs, bytes) in redundant {
+            let _ = writeln!(out, "- {name}: {pairs} pairs, {bytes} bytes");
+        }
+    }
+    out
+}

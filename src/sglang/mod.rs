@@ -1,0 +1,14 @@
+//! Judging SGLang's own P/D KV transfer (`kvgeom sweep --connector
+//! sglang`): kvgeom's model of SGLang's pools ([`layout`]), the memory it
+//! prepares and expects ([`images`]), the driver's batch and results
+//! ([`batch`], [`result`]), the oracles over a run ([`oracles`]; written
+//! here because kvgeom's vLLM layout model does not describe SGLang's
+//! pools) and the sweep ([`run`]). docs/sglang.md describes it for users.
+
+pub mod batch;
+pub mod images;
+pub mod layout;
+pub mod oracles;
+pub mod python;
+pub mod result;
+pub mod run;

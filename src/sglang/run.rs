@@ -1,0 +1,550 @@
+//! A sweep on SGLang's own transfer: every case prepared (pools, pages,
+//! initial memory), one driver process for the whole batch (SGLang's import
+//! takes ~10 s; a case well under 0.1 s), then each case judged from its
+//! `result.json` and final memory. Driver statuses: `done` is judged by
+//! [`super::oracles`]; `rejected` is SGLang's refusal (held to the
+//! geometry's `expect_rejection`); `crashed` and `hung` are those outcomes;
+//! `error` (the driver could not build the case) is the case's error. A NIXL
+//! refusal (containment: a descriptor outside registered memory) makes the
+//! case crashed, naming the refusal and the SGLang function that asked.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use super::batch::{self, Prepared};
+use super::images::Placement;
+use super::layout::EnginePools;
+use super::oracles::{self, Images, Observed};
+use super::python::SglangPython;
+use super::result::{DriverResult, Region, RESULT_FORMAT};
+use crate::layout::Side;
+use crate::live::process::{run_bounded, scratch_for};
+use crate::scenario::{Case, CaseReport, Stats};
+use crate::under_test::judge::expected_outcome;
+use crate::under_test::RunOutcome;
+
+/// Seconds a case may take inside the driver before it is `hung`.
+pub const CASE_TIMEOUT_S: u64 = 20;
+
+/// Why a batch could not run at all (exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum BatchError {
+    /// The batch folder or a case's files could not be written.
+    #[error("cannot prepare the SGLang batch in {}: {source}", dir.display())]
+    Write {
+        /// The folder.
+        dir: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The interpreter could not be started or waited for.
+    #[error("{0}")]
+    Process(#[from] crate::live::process::ProcessError),
+    /// The installed SGLang lacks what the driver drives (driver exit 3).
+    #[error("the SGLang at {python} cannot be driven (its API differs from what sglang-driver/ drives):\n{missing}")]
+    ApiDrift {
+        /// The interpreter.
+        python: String,
+        /// The driver's lines naming each missing piece.
+        missing: String,
+    },
+    /// The driver failed before any case (a broken interpreter, no SGLang).
+    #[error("the SGLang driver failed under {python} (exit {status}): {last}")]
+    Driver {
+        /// The interpreter.
+        python: String,
+        /// Its exit status.
+        status: i32,
+        /// The last line it wrote on stderr.
+        last: String,
+    },
+}
+
+/// One judged SGLang case.
+#[derive(Clone, Debug)]
+pub struct SglangCase {
+    /// The case's report, as every connector's.
+    pub report: CaseReport,
+    /// Decode bytes written again with the bytes they already held
+    /// (replicated prefill ranks each writing a shared head): no violation.
+    pub redundant_write_bytes: u64,
+    /// Posted pairs that wrote only such bytes.
+    pub redundant_writes: u64,
+    /// The driver's versions of SGLang and torch, when it ran the case.
+    pub versions: Option<(String, String)>,
+    /// Ranks whose registered regions (count, order, what, length, page
+    /// length) were compared with kvgeom's model of SGLang's pools, and
+    /// agreed (a disagreement makes the case an error).
+    pub layout_checked: u32,
+}
+
+/// Run and judge `cases` with `python`; the judged cases in order.
+pub fn run_sweep(cases: &[Case], python: &SglangPython) -> Result<Vec<SglangCase>, BatchError> {
+    let dir = scratch_for("sglang-batch");
+    let result = run_in(&dir, cases, python);
+    if std::env::var_os("KVGEOM_KEEP_SGLANG_BATCH").is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
+        eprintln!("note: the SGLang batch is kept in {}", dir.display());
+    }
+    result
+}
+
+fn run_in(
+    dir: &Path,
+    cases: &[Case],
+    python: &SglangPython,
+) -> Result<Vec<SglangCase>, BatchError> {
+    let write = |source| BatchError::Write {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(write)?;
+    let mut prepared: Vec<Result<Prepared, String>> = Vec::with_capacity(cases.len());
+    let mut specs = Vec::new();
+    for (i, case) in cases.iter().enumerate() {
+        let p = batch::prepare(case, i).and_then(|p| batch::case_spec(&p).map(|s| (p, s)));
+        match p {
+            Ok((p, spec)) => {
+                batch::write_case(dir, &p).map_err(write)?;
+                specs.push(spec);
+                prepared.push(Ok(p));
+            }
+            Err(e) => prepared.push(Err(e)),
+        }
+    }
+    let mut finished = None;
+    if !specs.is_empty() {
+        let n = specs.len() as u64;
+        batch::write_batch(dir, specs, CASE_TIMEOUT_S).map_err(write)?;
+        let mut cmd = Command::new(&python.python);
+        cmd.arg(&python.driver).arg(dir);
+        let limit = Duration::from_secs(180 + n * (CASE_TIMEOUT_S + 5));
+        let f = run_bounded(cmd, &dir.join("driver-output"), limit)?;
+        let who = python.python.display().to_string();
+        match f.status {
+            Some(3) => {
+                let missing: Vec<&str> =
+                    f.stderr.lines().filter(|l| l.starts_with("  - ")).collect();
+                return Err(BatchError::ApiDrift {
+                    python: who,
+                    missing: missing.join("\n"),
+                });
+            }
+            Some(0) | None => {}
+            Some(status) => {
+                let wrote_results = prepared
+                    .iter()
+                    .flatten()
+                    .any(|p| dir.join(&p.id).join("result.json").is_file());
+                if !wrote_results {
+                    let last = f
+                        .stderr
+                        .lines()
+                        .rev()
+                        .find(|l| !l.trim().is_empty())
+                        .unwrap_or("(nothing on stderr)")
+                        .trim()
+                        .to_string();
+                    return Err(BatchError::Driver {
+                        python: who,
+                        status,
+                        last,
+                    });
+                }
+            }
+        }
+        finished = Some(f);
+    }
+    let killed = finished.as_ref().is_some_and(|f| f.timed_out());
+    Ok(cases
+        .iter()
+        .zip(prepared)
+        .map(|(case, p)| match p {
+            Ok(p) => judge_case(case, &p, &dir.join(&p.id), killed),
+            Err(e) => not_run(case, format!("kvgeom cannot model this SGLang case: {e}")),
+        })
+        .collect())
+}
+
+fn report(case: &Case, outcome: RunOutcome, stats: Stats, judged: oracles::Judged) -> CaseReport {
+    let outcome = expected_outcome(
+        &case.geometry,
+        case.mode,
+        outcome.to_outcome(),
+        &judged.violations,
+    );
+    CaseReport {
+        case: case.clone(),
+        outcome,
+        stats,
+        violations: judged.violations,
+    }
+}
+
+fn not_run(case: &Case, message: String) -> SglangCase {
+    SglangCase {
+        report: report(
+            case,
+            RunOutcome::NotRun { message },
+            Stats::default(),
+            oracles::Judged::default(),
+        ),
+        redundant_write_bytes: 0,
+        redundant_writes: 0,
+        versions: None,
+        layout_checked: 0,
+    }
+}
+
+fn side_of(side: Option<&str>) -> Side {
+    match side {
+        Some(s) if s.starts_with("prefill") => Side::Prefill,
+        _ => Side::Decode,
+    }
+}
+
+/// The driver's status as the connector's ending; a NIXL refusal makes it
+/// a crash naming the refusal.
+pub fn outcome_of(r: &DriverResult) -> RunOutcome {
+    let message = r.message.clone().unwrap_or_default();
+    if let Some(first) = r.refusals.first() {
+        if r.status != "rejected" && r.status != "error" {
+            let function = first.function().unwrap_or("an unknown caller");
+            return RunOutcome::Crashed {
+                side: side_of(Some(&first.agent)),
+                message: format!(
+                    "NIXL refused {} descriptor(s) asked for by SGLang's {function} ({}): {}{}",
+                    r.refusals.len(),
+                    first.agent,
+                    first.reason,
+                    if message.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; SGLang: {message}")
+                    }
+                ),
+            };
+        }
+    }
+    let side = side_of(r.side.as_deref());
+    match r.status.as_str() {
+        "done" => RunOutcome::Completed,
+        "rejected" => RunOutcome::Refused {
+            side,
+            reason: message,
+        },
+        "crashed" => RunOutcome::Crashed { side, message },
+        "hung" => RunOutcome::Hung { message },
+        other => RunOutcome::NotRun {
+            message: format!("SGLang driver ({other}): {message}"),
+        },
+    }
+}
+
+/// Where kvgeom's model of a rank's regions differs from SGLang's.
+pub fn region_mismatch(pools: &EnginePools, rank: u32, found: &[Region]) -> Option<String> {
+    let model = pools.regions(rank);
+    let agent = format!("{}-{rank}", pools.side);
+    if model.len() != found.len() {
+        return Some(format!(
+            "{agent}: kvgeom models {} regions, SGLang registered {}",
+            model.len(),
+            found.len()
+        ));
+    }
+    for (m, f) in model.iter().zip(found) {
+        let mine = (m.index, m.what(), m.len, m.item_len);
+        let theirs = (f.index, f.what.clone(), f.len, f.item_len);
+        if mine != theirs {
+            return Some(format!(
+                "{agent}: kvgeom models region {} as {} of {} bytes, pages of {}; SGLang's is {} of {} bytes, pages of {}",
+                m.index, mine.1, mine.2, mine.3, theirs.1, theirs.2, theirs.3
+            ));
+        }
+    }
+    None
+}
+
+/// Compare every rank the driver built (and reports regions of) with
+/// kvgeom's model: how many agreed, or the first disagreement.
+pub fn check_layout(p: &Prepared, r: &DriverResult) -> Result<u32, String> {
+    let mut checked = 0;
+    for pools in [&p.prefill, &p.decode] {
+        for rank in 0..pools.attn_tp {
+            let agent = format!("{}-{rank}", pools.side);
+            let Some(found) = r.agents.get(&agent).filter(|a| !a.regions.is_empty()) else {
+                continue;
+            };
+            if let Some(why) = region_mismatch(pools, rank, &found.regions) {
+                return Err(format!(
+                    "kvgeom's model of SGLang's pools disagrees with SGLang's: {why}"
+                ));
+            }
+            checked += 1;
+        }
+    }
+    Ok(checked)
+}
+
+fn read_images(dir: &Path, pools: &EnginePools, suffix: &str) -> Result<Images, String> {
+    (0..pools.attn_tp)
+        .map(|rank| {
+            pools
+                .regions(rank)
+                .iter()
+                .map(|r| {
+                    let path = dir.join(format!("{}-{rank}.r{}.{suffix}", pools.side, r.index));
+                    let bytes = std::fs::read(&path)
+                        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                    if bytes.len() as u64 != r.len {
+                        return Err(format!(
+                            "{}: {} bytes, the region has {}",
+                            path.display(),
+                            bytes.len(),
+                            r.len
+                        ));
+                    }
+                    Ok(bytes)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn judge_case(case: &Case, p: &Prepared, dir: &Path, killed: bool) -> SglangCase {
+    let path = dir.join("result.json");
+    let text =
+        match std::fs::read(&path) {
+            Ok(t) => t,
+            Err(_) if killed => return SglangCase {
+                report: report(
+                    case,
+                    RunOutcome::Hung {
+                        message:
+                            "the SGLang driver was stopped at its time limit before this case ended"
+                                .into(),
+                    },
+                    Stats::default(),
+                    oracles::Judged::default(),
+                ),
+                redundant_write_bytes: 0,
+                redundant_writes: 0,
+                versions: None,
+                layout_checked: 0,
+            },
+            Err(e) => {
+                return not_run(
+                    case,
+                    format!("the SGLang driver wrote no {}: {e}", path.display()),
+                )
+            }
+        };
+    let r: DriverResult = match serde_json::from_slice(&text) {
+        Ok(r) => r,
+        Err(e) => return not_run(case, format!("{}: {e}", path.display())),
+    };
+    if r.format != RESULT_FORMAT {
+        return not_run(
+            case,
+            format!(
+                "{}: format {:?}, expected {RESULT_FORMAT}",
+                path.display(),
+                r.format
+            ),
+        );
+    }
+    let versions = Some((
+        r.sglang.clone().unwrap_or_else(|| "unknown".into()),
+        r.torch.clone().unwrap_or_else(|| "unknown".into()),
+    ));
+    let layout_checked = match check_layout(p, &r) {
+        Ok(n) => n,
+        Err(e) => {
+            return SglangCase {
+                versions,
+                ..not_run(case, e)
+            }
+        }
+    };
+    let outcome = outcome_of(&r);
+    let (writes, _unresolved) = r.kv_writes();
+    let stats = Stats {
+        pairs: writes.len() as u64,
+        transferred_bytes: writes.iter().map(|w| w.len).sum(),
+        zeroed_bytes: 0,
+        memory_bytes: memory_bytes(p),
+    };
+    let mut judged = oracles::Judged::default();
+    if outcome == RunOutcome::Completed {
+        match observe(p, dir, &r, writes) {
+            Ok(o) => judged = oracles::judge(&o),
+            Err(e) => {
+                return SglangCase {
+                    versions,
+                    layout_checked,
+                    ..not_run(case, e)
+                }
+            }
+        }
+    }
+    SglangCase {
+        layout_checked,
+        redundant_write_bytes: judged.redundant_bytes,
+        redundant_writes: judged.redundant_pairs,
+        report: report(case, outcome, stats, judged),
+        versions,
+    }
+}
+
+fn memory_bytes(p: &Prepared) -> u64 {
+    [&p.prefill, &p.decode]
+        .iter()
+        .map(|e| {
+            (0..e.attn_tp)
+                .flat_map(|r| e.regions(r))
+                .map(|r| r.len)
+                .sum::<u64>()
+        })
+        .sum()
+}
+
+fn observe(
+    p: &Prepared,
+    dir: &Path,
+    r: &DriverResult,
+    writes: Vec<super::result::Write>,
+) -> Result<Observed, String> {
+    for pools in [&p.prefill, &p.decode] {
+        for rank in 0..pools.attn_tp {
+            let agent = format!("{}-{rank}", pools.side);
+            let found = r
+                .agents
+                .get(&agent)
+                .map(|a| a.regions.as_slice())
+                .ok_or_else(|| format!("the SGLang driver reports no agent {agent}"))?;
+            if let Some(why) = region_mismatch(pools, rank, found) {
+                return Err(format!(
+                    "kvgeom's model of SGLang's pools disagrees with SGLang's: {why}"
+                ));
+            }
+        }
+    }
+    Ok(Observed {
+        prefill_before: batch::prefill_images(p),
+        prefill_after: read_images(dir, &p.prefill, "out")?,
+        decode_after: read_images(dir, &p.decode, "out")?,
+        prefill: p.prefill.clone(),
+        decode: p.decode.clone(),
+        placement: Placement::clone(&p.placement),
+        writes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sglang::result::Refusal;
+
+    fn result(status: &str, side: Option<&str>, message: &str) -> DriverResult {
+        DriverResult {
+            format: RESULT_FORMAT.into(),
+            status: status.into(),
+            side: side.map(str::to_string),
+            message: Some(message.into()),
+            ..DriverResult::default()
+        }
+    }
+
+    #[test]
+    fn driver_statuses_map_to_the_connectors_endings() {
+        assert_eq!(outcome_of(&result("done", None, "")), RunOutcome::Completed);
+        assert_eq!(
+            outcome_of(&result("rejected", Some("decode-0"), "Page size mismatch")),
+            RunOutcome::Refused {
+                side: Side::Decode,
+                reason: "Page size mismatch".into()
+            }
+        );
+        assert_eq!(
+            outcome_of(&result("crashed", Some("prefill"), "boom")),
+            RunOutcome::Crashed {
+                side: Side::Prefill,
+                message: "boom".into()
+            }
+        );
+        assert!(matches!(
+            outcome_of(&result("hung", None, "waits")),
+            RunOutcome::Hung { .. }
+        ));
+        assert!(matches!(
+            outcome_of(&result("error", None, "cannot build")),
+            RunOutcome::NotRun { message } if message.contains("cannot build")
+        ));
+    }
+
+    #[test]
+    fn a_nixl_refusal_is_a_crash_naming_it_and_the_sglang_function() {
+        let mut r = result("done", None, "");
+        r.refusals.push(Refusal {
+            agent: "prefill-0".into(),
+            reason: "NIXL_ERR_NOT_FOUND: prep_xfer_dlist: row 2".into(),
+            caller: serde_json::json!({"sglang": {"function": "_prep_xfer_dlist"}}),
+        });
+        match outcome_of(&r) {
+            RunOutcome::Crashed { side, message } => {
+                assert_eq!(side, Side::Prefill);
+                assert!(message.contains("NIXL_ERR_NOT_FOUND"), "{message}");
+                assert!(message.contains("SGLang's _prep_xfer_dlist"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_region_unlike_the_model_is_named_and_a_case_replays_on_sglang() {
+        let g = crate::geometry::parse_geometry(
+            "x.toml",
+            "stack = \"sglang\"\ndescription = \"d\"\n[model]\nlayers = 1\n[model.attention]\n\
+             kind = \"full\"\ntotal_kv_heads = 2\nhead_size = 8\ndtype_bytes = 2\n\
+             [prefill]\ntp_size = 1\npage_size = 4\n[decode]\ntp_size = 1\npage_size = 4\n",
+        )
+        .expect("geometry");
+        let case = Case {
+            geometry: std::sync::Arc::new(g.clone()),
+            file: Some("geometries/sglang/x.toml".into()),
+            prompt_len: 5,
+            prefix_hit: 0,
+            mode: crate::geometry::Mode::Push,
+            allocation: crate::scheduler::DecodeAllocation::Mainline,
+            seed: 7,
+            variant: crate::variant::Variant::KVGEOM,
+        };
+        assert_eq!(
+            case.replay_command(),
+            "kvgeom explain --connector sglang geometries/sglang/x.toml --prompt 5 --seed 7"
+        );
+        let pools = EnginePools::of(&g, Side::Decode, 3).expect("pools");
+        let mut regions: Vec<Region> = pools
+            .regions(0)
+            .iter()
+            .map(|m| Region {
+                index: m.index,
+                what: m.what(),
+                addr: 0,
+                len: m.len,
+                item_len: m.item_len,
+            })
+            .collect();
+        assert_eq!(region_mismatch(&pools, 0, &regions), None);
+        regions[1].item_len /= 2;
+        let why = region_mismatch(&pools, 0, &regions).expect("differs");
+        assert!(
+            why.contains("decode-0") && why.contains("V layer 0"),
+            "{why}"
+        );
+        regions.pop();
+        assert!(region_mismatch(&pools, 0, &regions).is_some());
+    }
+}
