@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The stack whose pools a geometry describes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Stack {
     /// vLLM's KV cache (kvgeom's connector and vLLM's run these).
@@ -29,6 +29,28 @@ impl Stack {
     /// Whether this is vLLM's (the default, left out of files and JSON).
     pub fn is_vllm(&self) -> bool {
         *self == Stack::Vllm
+    }
+}
+
+/// Read from a string only, so that `stack = 5` is refused with the two
+/// names a file may give, not with serde's words about enums.
+impl<'de> Deserialize<'de> for Stack {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Name;
+        impl serde::de::Visitor<'_> for Name {
+            type Value = Stack;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("\"vllm\" or \"sglang\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Stack, E> {
+                match v {
+                    "vllm" => Ok(Stack::Vllm),
+                    "sglang" => Ok(Stack::Sglang),
+                    other => Err(E::invalid_value(serde::de::Unexpected::Str(other), &self)),
+                }
+            }
+        }
+        deserializer.deserialize_str(Name)
     }
 }
 

@@ -1101,6 +1101,18 @@ fn unknown_kinds_are_refused() {
         )],
     );
     assert_syntax(&text, 31, &["unknown variant `BHNLC`"]);
+    let text = format!("stack = 5\n{BASE}");
+    assert_syntax(
+        &text,
+        1,
+        &["integer `5`", "expected \"vllm\" or \"sglang\""],
+    );
+    let text = format!("stack = \"mooncake\"\n{BASE}");
+    assert_syntax(
+        &text,
+        1,
+        &["\"mooncake\"", "expected \"vllm\" or \"sglang\""],
+    );
 }
 
 #[test]
