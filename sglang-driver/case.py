@@ -39,6 +39,7 @@ import traceback
 import numpy as np
 
 import fake_nixl
+import hybrid
 import inproc
 
 FORMAT = "kvgeom-sglang-result/1"
@@ -87,6 +88,7 @@ def load():
         import_s=time.time() - t0,
     )
     inproc.patch(common_conn)
+    hybrid.install_recorder(S)
     # The device module's set_device, which NixlKVManager calls for the
     # published device ("cuda") before creating the NIXL backend: there is
     # no GPU here; recorded, nothing else.
@@ -144,6 +146,8 @@ def build_pool(model, engine, case, tp_size):
     page_size = engine.get("page_size", case["page_size"])
     size = engine["num_pages"] * page_size
     dtype = torch_dtype(model.get("dtype", "bfloat16"))
+    if model.get("state") is not None:
+        return hybrid.build_pool(S, model, engine, case, tp_size, size, page_size, dtype)
     if model["attention"] == "mla":
         return mp.MLATokenToKVPool(
             size=size,
@@ -201,9 +205,12 @@ def mirror_init_kv_manager(role, rank, pool, meta, model):
     )
     if role == "decode":
         kv_args.kv_data_mem_kinds = ["VRAM"] * len(ptrs)
-    if role == "prefill" and model["attention"] != "mla":
+    if role == "prefill" and not du.is_mla_backend(pool):
+        # A hybrid pool (HybridLinearKVPool) is not an MLA backend to SGLang
+        # even when its full-attention layers are MLA (prefill.py:195, 336):
+        # the model config's total KV heads is then 1.
         kv_args.kv_head_num = pool.head_num
-        kv_args.total_kv_head_num = model["total_kv_heads"]
+        kv_args.total_kv_head_num = 1 if model["attention"] == "mla" else model["total_kv_heads"]
     kv_args.page_size = pool.page_size
     kv_args.aux_data_ptrs, kv_args.aux_data_lens, kv_args.aux_item_lens = meta.get_buf_infos()
     kv_args.ib_device = rc.get_disagg().disaggregation_ib_device
@@ -242,12 +249,17 @@ class Rank:
         self.mgr = None
         self.sender = None
         self.receiver = None
+        self.spec_model = None
+
+    def kv_pool(self):
+        """The pool holding the attention KV (a hybrid pool's full-attention pool)."""
+        return getattr(self.pool, "full_kv_pool", self.pool)
 
     def regions(self):
         out = []
         ka = self.kv_args
         n = len(ka.kv_data_ptrs)
-        mla = not hasattr(self.pool, "v_buffer")
+        mla = not hasattr(self.kv_pool(), "v_buffer")
         for i, (p, l, il) in enumerate(zip(ka.kv_data_ptrs, ka.kv_data_lens, ka.kv_item_lens)):
             what = f"layer {i}" if mla else (f"K layer {i}" if i < n // 2 else f"V layer {i - n // 2}")
             out.append({"index": i, "what": what, "addr": int(p), "len": int(l), "item_len": int(il)})
@@ -255,10 +267,11 @@ class Rank:
 
     def region_tensors(self):
         """Each KV region as a uint8 view of the pool's own buffer."""
-        if hasattr(self.pool, "v_buffer"):
-            bufs = list(self.pool.k_buffer) + list(self.pool.v_buffer)
+        kv = self.kv_pool()
+        if hasattr(kv, "v_buffer"):
+            bufs = list(kv.k_buffer) + list(kv.v_buffer)
         else:
-            bufs = list(self.pool.kv_buffer)
+            bufs = list(kv.kv_buffer)
         views = [b.view(-1).view(S["torch"].uint8) for b in bufs]
         for v, p in zip(views, self.kv_args.kv_data_ptrs):
             if v.data_ptr() != p:
@@ -292,6 +305,7 @@ class Case:
         engine = self.spec[role]
         r = Rank(role, rank, engine)
         model = self.spec["model"]
+        r.spec_model = model
         try:
             r.server_args = server_args(role, engine, self.spec)
             with topology(r.server_args, rank):
@@ -309,7 +323,9 @@ class Case:
         self.fabric.pending_alias = r.name
         self.stage = f"{r.name}: NixlKVManager"
         with topology(r.server_args, rank):
-            r.mgr = S["nixl_conn"].NixlKVManager(r.kv_args, mode, r.server_args, model["attention"] == "mla")
+            # SGLang's own is_mla_backend(pool), as prefill.py:195 / decode.py:413 decide it.
+            r.mgr = S["nixl_conn"].NixlKVManager(r.kv_args, mode, r.server_args,
+                                                 S["disagg_utils"].is_mla_backend(r.pool))
         r.mgr._kvgeom_agent = r.name
         self.hub.owner_of_port[r.mgr.rank_port] = r.name
         return r
@@ -341,17 +357,31 @@ class Case:
                     rows[:, h, :] = rng.integers(0, 256, rows[:, h, :].shape, dtype=np.uint8)
             else:
                 view.fill_(0x5A)
+        if model.get("state") is None:
+            return
+        for i, view in enumerate(hybrid.state_views(r, S["torch"])):
+            path = os.path.join(d, f"{r.name}.s{i}.in") if d else None
+            if path and os.path.exists(path):
+                data = np.fromfile(path, dtype=np.uint8)
+                if data.size != view.numel():
+                    raise DriverError(f"{path}: {data.size} bytes, state region {i} of {r.name} has {view.numel()}")
+                view.copy_(S["torch"].from_numpy(data))
+            elif r.role != "prefill":
+                view.fill_(0x5A)
+        if r.role == "prefill" and not (d and os.path.exists(os.path.join(d, f"{r.name}.s0.in"))):
+            hybrid.fill_prefill(r, seed, S["torch"])
 
     # -- running --
     def run(self):
         load()
         THREAD_ERRORS.clear()
+        hybrid.SLICE_CALLS.clear()
         self.fabric = fake_nixl.new_fabric()
         self.hub = inproc.new_hub()
         t0 = time.time()
         try:
             self._run()
-        except DriverError as e:
+        except (DriverError, hybrid.StateError) as e:
             self.finish("error", None, f"the driver cannot build this case: {e}", traceback.format_exc())
         except Exception as e:
             self.finish("error", None, f"unexpected in the driver at {self.stage}: {type(e).__name__}: {e}",
@@ -365,6 +395,8 @@ class Case:
         room = int(spec.get("room", 4242))
         ps = spec["prefill"]["tp_size"]
         ds = spec["decode"]["tp_size"]
+        if spec["model"].get("state") is not None:
+            hybrid.validate(spec["model"])
         for rank in range(ps):
             self.stage = f"prefill-{rank}: build"
             try:
@@ -427,7 +459,8 @@ class Case:
                     r.receiver = nixl.NixlKVReceiver(r.mgr, bootstrap_addr, room)
                     r.receiver.init(prefill_dp_rank=0)
                     r.receiver.send_metadata(
-                        kv_indices=d_pages, aux_index=int(spec["decode"].get("aux_index", 1)), state_indices=None
+                        kv_indices=d_pages, aux_index=int(spec["decode"].get("aux_index", 1)),
+                        state_indices=self.state_indices("decode"),
                     )
                 except Exception as e:
                     return self.sglang_raised(e, r.name, self.stage.split(": ")[1])
@@ -446,7 +479,7 @@ class Case:
         for r in self.prefill:
             with topology(r.server_args, r.rank):
                 r.sender.init(num_pages, int(spec["prefill"].get("aux_index", 0)))
-                r.sender.send(p_pages)
+                r.sender.send(p_pages, state_indices=self.state_indices("prefill"))
         self.stage = "transfer"
         done = (kp.Success, kp.Failed)
         if not self.wait(lambda: all(r.sender.poll() in done for r in self.prefill)
@@ -456,6 +489,12 @@ class Case:
                 r.receiver.poll() == kp.Failed for r in self.decode):
             return self.transfer_failed()
         self.finish("done", None, None, None)
+
+    def state_indices(self, role):
+        """The request's state slot per state component (one, MAMBA), or None."""
+        if self.spec["model"].get("state") is None:
+            return None
+        return [[int(self.spec[role].get("state_slot", 0 if role == "prefill" else 1))]]
 
     def wait(self, cond):
         """Until cond() or a SGLang thread died or the time-out; whether cond()."""
@@ -519,6 +558,8 @@ class Case:
             entry = {"role": r.role, "rank": r.rank, "tp_size": r.engine["tp_size"]}
             if r.kv_args is not None:
                 entry["regions"] = r.regions()
+                if getattr(r.kv_args, "state_types", None):
+                    entry["state_regions"] = hybrid.state_regions(r)
                 entry["page_size"] = r.kv_args.page_size
                 entry["gpu_id"] = r.kv_args.gpu_id
             if r.mgr is not None:
@@ -542,6 +583,7 @@ class Case:
             "bootstrap_rows": h.routes if h else [],
             "http": h.http if h else [],
         }
+        res["state_slices"] = list(hybrid.SLICE_CALLS)
         res["thread_errors"] = [{k: v for k, v in e.items() if k != "exc"} for e in THREAD_ERRORS]
 
     def write_memory(self, directory):
@@ -551,6 +593,9 @@ class Case:
                 continue
             for i, view in enumerate(r.region_tensors()):
                 view.numpy().tofile(os.path.join(directory, f"{r.name}.r{i}.out"))
+            if getattr(r.kv_args, "state_types", None):
+                for i, view in enumerate(hybrid.state_views(r, S["torch"])):
+                    view.numpy().tofile(os.path.join(directory, f"{r.name}.s{i}.out"))
 
     def close(self):
         """End the case's SGLang threads (bootstrap, listener, heartbeat,
