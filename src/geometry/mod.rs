@@ -10,6 +10,7 @@ pub(crate) mod load;
 pub(crate) mod model;
 pub(crate) mod pair;
 pub(crate) mod sglang_file;
+pub mod sglang_state;
 pub(crate) mod stack;
 pub(crate) mod validate;
 

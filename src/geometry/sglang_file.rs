@@ -42,6 +42,8 @@ pub(super) struct SglangGeometryFile {
 struct SglangModelFile {
     layers: u32,
     attention: SglangAttentionFile,
+    #[serde(default)]
+    state: Option<super::sglang_state::SglangState>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -92,6 +94,13 @@ impl SglangGeometryFile {
         }
         let prefill = self.prefill.into_engine("prefill")?;
         let decode = self.decode.into_engine("decode")?;
+        if let Some(st) = &self.model.state {
+            st.check(
+                self.model.layers,
+                &[("prefill", prefill.0.tp_size), ("decode", decode.0.tp_size)],
+            )
+            .map_err(|why| Violation::new("model.state", Rule::Derived(why)))?;
+        }
         Ok(Geometry {
             name: self.name.unwrap_or_else(|| default_name.to_string()),
             description: self.description,
@@ -111,6 +120,7 @@ impl SglangGeometryFile {
                 v_head_size,
                 prefill_tp_size: prefill.1,
                 decode_tp_size: decode.1,
+                state: self.model.state,
             }),
         })
     }
@@ -222,6 +232,9 @@ pub(super) fn write_sglang_toml(out: &mut String, g: &Geometry) -> fmt::Result {
             writeln!(out, "dtype_bytes = {dtype_bytes}")?;
         }
         None => {}
+    }
+    if let Some(st) = spec.and_then(|s| s.state.as_ref()) {
+        st.write_toml(out)?;
     }
     let tp = |engine: &EngineGeometry, total: Option<u32>| total.unwrap_or(engine.tp_size);
     write_engine(

@@ -68,4 +68,7 @@ pub struct SglangSpec {
     pub prefill_tp_size: u32,
     /// Decode's TP size, as `prefill_tp_size`.
     pub decode_tp_size: u32,
+    /// A hybrid model's linear-attention state (`[model.state]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<super::sglang_state::SglangState>,
 }

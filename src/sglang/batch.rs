@@ -10,6 +10,7 @@ use serde_json::json;
 
 use super::images::{decode_region, prefill_region, Placement};
 use super::layout::{default_num_pages, EnginePools, PoolKind};
+use super::state::{prefill_image, StatePools, STATE_SLOTS};
 use crate::layout::Side;
 use crate::scenario::Case;
 
@@ -27,7 +28,13 @@ pub struct Prepared {
     pub decode: EnginePools,
     /// The request's pages.
     pub placement: Placement,
+    /// A hybrid model's state pools: (prefill, decode).
+    pub state: Option<(StatePools, StatePools)>,
 }
+
+/// The request's state slot on prefill and on decode (distinct, so a write
+/// from or into the wrong slot shows).
+pub const STATE_SLOTS_OF_REQUEST: (u32, u32) = (2, 1);
 
 fn mix(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -89,6 +96,12 @@ pub fn prepare(case: &Case, index: usize) -> Result<Prepared, String> {
             decode_pages: draw_pages(decode.num_pages, n, mix(seed ^ 0xd)),
             prompt_len: case.prompt_len,
         },
+        state: g.sglang.as_ref().and_then(|s| s.state.as_ref()).map(|st| {
+            (
+                StatePools::new(Side::Prefill, st, prefill.attn_tp, STATE_SLOTS_OF_REQUEST.0),
+                StatePools::new(Side::Decode, st, decode.attn_tp, STATE_SLOTS_OF_REQUEST.1),
+            )
+        }),
         prefill,
         decode,
     })
@@ -131,13 +144,30 @@ pub fn case_spec(p: &Prepared) -> Result<serde_json::Value, String> {
         json!({"tp_size": e.attn_tp, "num_pages": e.num_pages, "page_size": e.page_size,
             "request_pages": pages})
     };
+    let mut model = model;
+    let (mut prefill, mut decode) = (
+        engine(&p.prefill, &p.placement.prefill_pages),
+        engine(&p.decode, &p.placement.decode_pages),
+    );
+    if let Some((ps, ds)) = &p.state {
+        let mut st = ps.state.to_json();
+        st["conv_dtype"] = json!("bfloat16");
+        st["temporal_dtype"] = json!("float32");
+        model["state"] = st;
+        // The driver's model.layers counts every layer, linear ones too.
+        model["layers"] = json!(p.prefill.layers + ps.state.layers.len() as u32);
+        prefill["state_slot"] = json!(ps.slot);
+        prefill["state_slots"] = json!(STATE_SLOTS);
+        decode["state_slot"] = json!(ds.slot);
+        decode["state_slots"] = json!(STATE_SLOTS);
+    }
     Ok(json!({
         "id": p.id,
         "model": model,
         "page_size": p.prefill.page_size,
         "prompt_len": p.placement.prompt_len,
-        "prefill": engine(&p.prefill, &p.placement.prefill_pages),
-        "decode": engine(&p.decode, &p.placement.decode_pages),
+        "prefill": prefill,
+        "decode": decode,
     }))
 }
 
@@ -152,6 +182,13 @@ pub fn prefill_images(p: &Prepared) -> Vec<Vec<Vec<u8>>> {
         .collect()
 }
 
+/// Prefill's initial state images, `[rank][tensor]`.
+pub fn prefill_state_images(ps: &StatePools) -> Vec<Vec<Vec<u8>>> {
+    (0..ps.attn_tp)
+        .map(|rank| ps.tensors(rank).iter().map(prefill_image).collect())
+        .collect()
+}
+
 /// Write the case's folder under `dir`: every rank's `.in` files.
 pub fn write_case(dir: &Path, p: &Prepared) -> std::io::Result<()> {
     let case_dir = dir.join(&p.id);
@@ -159,6 +196,21 @@ pub fn write_case(dir: &Path, p: &Prepared) -> std::io::Result<()> {
     for (rank, regions) in prefill_images(p).iter().enumerate() {
         for (i, bytes) in regions.iter().enumerate() {
             std::fs::write(case_dir.join(format!("prefill-{rank}.r{i}.in")), bytes)?;
+        }
+    }
+    if let Some((ps, ds)) = &p.state {
+        for (rank, tensors) in prefill_state_images(ps).iter().enumerate() {
+            for (i, bytes) in tensors.iter().enumerate() {
+                std::fs::write(case_dir.join(format!("prefill-{rank}.s{i}.in")), bytes)?;
+            }
+        }
+        for rank in 0..ds.attn_tp {
+            for t in ds.tensors(rank) {
+                std::fs::write(
+                    case_dir.join(format!("decode-{rank}.s{}.in", t.index)),
+                    decode_region(t.len()),
+                )?;
+            }
         }
     }
     for rank in 0..p.decode.attn_tp {

@@ -176,7 +176,13 @@ impl EnginePools {
         Ok(EnginePools {
             side,
             kind,
-            layers: geometry.model.layer_slots,
+            // A hybrid model's linear layers hold state, not KV pages.
+            layers: geometry.model.layer_slots
+                - geometry
+                    .sglang
+                    .as_ref()
+                    .and_then(|s| s.state.as_ref())
+                    .map_or(0, |st| st.layers.len() as u32),
             dtype_bytes,
             attn_tp: tp,
             page_size: engine.logical_block,

@@ -12,3 +12,4 @@ pub mod oracles;
 pub mod python;
 pub mod result;
 pub mod run;
+pub mod state;

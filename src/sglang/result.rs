@@ -56,6 +56,34 @@ pub struct Agent {
     /// Its KV regions in `kv_data_ptrs` order.
     #[serde(default)]
     pub regions: Vec<Region>,
+    /// A hybrid model's state regions in `state_data_ptrs` order.
+    #[serde(default)]
+    pub state_regions: Vec<StateRegion>,
+}
+
+/// One state region (a conv or temporal tensor of one linear layer) as
+/// SGLang registered it, with SGLang's slice metadata.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+pub struct StateRegion {
+    /// Position in the state list.
+    pub index: u32,
+    /// `conv layer l` or `temporal layer l`.
+    pub what: String,
+    /// Its address in the driver's process.
+    pub addr: u64,
+    /// Bytes.
+    pub len: u64,
+    /// One slot.
+    pub item_len: u64,
+    /// `state_dim_per_tensor`.
+    #[serde(default)]
+    pub dim: u32,
+    /// `state_slice_outer_counts`.
+    #[serde(default)]
+    pub outer_count: u32,
+    /// `state_conv_shard_groups`.
+    #[serde(default)]
+    pub conv_shard_groups: Option<Vec<u32>>,
 }
 
 /// One KV region as SGLang registered it.
@@ -161,7 +189,7 @@ pub struct Write {
 }
 
 /// The `i`-th block of a list: its address and length.
-fn block(list: &DescList, mut i: u64) -> Option<(u64, u64)> {
+pub(crate) fn block(list: &DescList, mut i: u64) -> Option<(u64, u64)> {
     for row in &list.rows {
         match row.as_slice() {
             [addr, len, _dev, stride, count] => {

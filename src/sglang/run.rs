@@ -18,6 +18,7 @@ use super::layout::EnginePools;
 use super::oracles::{self, Images, Observed};
 use super::python::SglangPython;
 use super::result::{DriverResult, Region, RESULT_FORMAT};
+use super::state::{self, StateImages, StatePools};
 use crate::layout::Side;
 use crate::live::process::{run_bounded, scratch_for};
 use crate::scenario::{Case, CaseReport, Stats};
@@ -368,6 +369,24 @@ fn judge_case(case: &Case, p: &Prepared, dir: &Path, killed: bool) -> SglangCase
             }
         }
     };
+    let layout_checked =
+        match &p.state {
+            Some((ps, ds)) => match state::check_state_layout(ps, &r)
+                .and_then(|a| Ok(a + state::check_state_layout(ds, &r)?))
+            {
+                Ok(_) => layout_checked,
+                Err(e) => return SglangCase {
+                    versions,
+                    ..not_run(
+                        case,
+                        format!(
+                            "kvgeom's model of SGLang's state pools disagrees with SGLang's: {e}"
+                        ),
+                    )
+                },
+            },
+            None => layout_checked,
+        };
     let outcome = outcome_of(&r);
     let (writes, _unresolved) = r.kv_writes();
     let stats = Stats {
@@ -379,7 +398,21 @@ fn judge_case(case: &Case, p: &Prepared, dir: &Path, killed: bool) -> SglangCase
     let mut judged = oracles::Judged::default();
     if outcome == RunOutcome::Completed {
         match observe(p, dir, &r, writes) {
-            Ok(o) => judged = oracles::judge(&o),
+            Ok(o) => {
+                judged = oracles::judge(&o);
+                if let Some((ps, ds)) = &p.state {
+                    match judge_state_of(p, ps, ds, dir, &r) {
+                        Ok(v) => judged.violations.extend(v),
+                        Err(e) => {
+                            return SglangCase {
+                                versions,
+                                layout_checked,
+                                ..not_run(case, e)
+                            }
+                        }
+                    }
+                }
+            }
             Err(e) => {
                 return SglangCase {
                     versions,
@@ -396,6 +429,58 @@ fn judge_case(case: &Case, p: &Prepared, dir: &Path, killed: bool) -> SglangCase
         report: report(case, outcome, stats, judged),
         versions,
     }
+}
+
+fn read_state_images(dir: &Path, pools: &StatePools) -> Result<StateImages, String> {
+    (0..pools.attn_tp)
+        .map(|rank| {
+            pools
+                .tensors(rank)
+                .iter()
+                .map(|t| {
+                    let path = dir.join(format!("{}-{rank}.s{}.out", pools.side, t.index));
+                    let bytes = std::fs::read(&path)
+                        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                    if bytes.len() as u64 != t.len() {
+                        return Err(format!(
+                            "{}: {} bytes, the state tensor has {}",
+                            path.display(),
+                            bytes.len(),
+                            t.len()
+                        ));
+                    }
+                    Ok(bytes)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The state oracles of a hybrid case; state regions are numbered after
+/// the KV regions in the violations.
+fn judge_state_of(
+    p: &Prepared,
+    ps: &StatePools,
+    ds: &StatePools,
+    dir: &Path,
+    r: &DriverResult,
+) -> Result<Vec<crate::oracle::Violation>, String> {
+    let prefill_after = read_state_images(dir, ps)?;
+    let decode_after = read_state_images(dir, ds)?;
+    let prefill_before = batch::prefill_state_images(ps);
+    let writes = state::state_writes(r);
+    let base = p.decode.regions(0).len() as u32;
+    Ok(state::judge_state(
+        &state::StateObserved {
+            prefill: ps,
+            decode: ds,
+            prefill_before: &prefill_before,
+            prefill_after: &prefill_after,
+            decode_after: &decode_after,
+            writes: &writes,
+        },
+        base,
+    ))
 }
 
 fn memory_bytes(p: &Prepared) -> u64 {

@@ -1294,6 +1294,7 @@ fn an_sglang_file_reads_into_the_shared_model() {
             v_head_size: None,
             prefill_tp_size: 1,
             decode_tp_size: 4,
+            state: None,
         })
     );
     let dp = parse_geometry(

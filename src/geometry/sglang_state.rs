@@ -1,0 +1,222 @@
+//! The hybrid linear-attention state of an SGLang geometry
+//! (`[model.state]`): Mamba2, GDN or KDA, with the config fields that fix
+//! the state tensors' shapes, read, checked and written back.
+//! docs/geometry-format.md ("SGLang geometries") describes it for users;
+//! `crate::sglang::state` models the tensors per rank.
+
+use std::fmt::{self, Write as _};
+
+use serde::{Deserialize, Serialize};
+
+/// The linear-attention mixer whose per-request state SGLang keeps in its
+/// `MambaPool`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StateKind {
+    /// Mamba2 (Nemotron-H, Falcon-H1, Granite-4.0-H): conv rows `x | B | C`.
+    Mamba2,
+    /// Gated DeltaNet (Qwen3-Next, Qwen3.5): conv rows `q | k | v`.
+    Gdn,
+    /// Kimi Delta Attention (Kimi-Linear): conv `[K-1, q | k | v]`.
+    Kda,
+}
+
+impl StateKind {
+    /// The name the file and the driver use.
+    pub fn name(self) -> &'static str {
+        match self {
+            StateKind::Mamba2 => "mamba2",
+            StateKind::Gdn => "gdn",
+            StateKind::Kda => "kda",
+        }
+    }
+}
+
+/// `[model.state]` of an SGLang geometry. Fields are the model config's
+/// (Mamba2: `n_groups`, `ssm_state_size`, `num_heads`, `head_dim`; GDN:
+/// `num_k_heads`, `head_k_dim`, `num_v_heads`, `head_v_dim`; KDA:
+/// `num_heads`, `head_dim`, optional `num_k_heads`, `head_k_dim`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SglangState {
+    /// The mixer.
+    pub kind: StateKind,
+    /// The linear-attention layer ids (the other layers are full attention).
+    pub layers: Vec<u32>,
+    /// The causal conv's kernel width (the conv state keeps `K - 1` steps).
+    pub conv_kernel: u32,
+    /// Mamba2: B/C groups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_groups: Option<u32>,
+    /// Mamba2: SSM state size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssm_state_size: Option<u32>,
+    /// Mamba2, KDA: heads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_heads: Option<u32>,
+    /// Mamba2, KDA: head dim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_dim: Option<u32>,
+    /// GDN (and KDA, optional): key heads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_k_heads: Option<u32>,
+    /// GDN (and KDA, optional): key head dim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_k_dim: Option<u32>,
+    /// GDN: value heads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_v_heads: Option<u32>,
+    /// GDN: value head dim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_v_dim: Option<u32>,
+}
+
+fn need(v: Option<u32>, field: &str, kind: StateKind) -> Result<u32, String> {
+    match v {
+        Some(0) => Err(format!("model.state.{field} must be positive")),
+        Some(x) => Ok(x),
+        None => Err(format!(
+            "model.state.{field} is required for kind = \"{}\"",
+            kind.name()
+        )),
+    }
+}
+
+fn forbid(v: Option<u32>, field: &str, kind: StateKind) -> Result<(), String> {
+    match v {
+        Some(_) => Err(format!(
+            "model.state.{field} is not a field of kind = \"{}\"",
+            kind.name()
+        )),
+        None => Ok(()),
+    }
+}
+
+fn split(total: u32, tp: u32, what: &str, engine: &str) -> Result<(), String> {
+    if total % tp != 0 {
+        return Err(format!(
+            "model.state: {total} {what} do not split over {engine}'s attention TP {tp}"
+        ));
+    }
+    Ok(())
+}
+
+impl SglangState {
+    /// Check the fields of the kind, the layers against `layers` and the
+    /// sharding against each engine's attention TP (`(engine, tp)`).
+    pub fn check(&self, layers: u32, tps: &[(&str, u32)]) -> Result<(), String> {
+        let k = self.kind;
+        if self.conv_kernel < 2 {
+            return Err("model.state.conv_kernel must be at least 2".into());
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for &l in &self.layers {
+            if l >= layers || !seen.insert(l) {
+                return Err(format!(
+                    "model.state.layers: {l} is not a distinct layer id below model.layers ({layers})"
+                ));
+            }
+        }
+        if self.layers.is_empty() || self.layers.len() as u32 >= layers {
+            return Err(
+                "model.state.layers must name at least one layer and leave one full-attention layer"
+                    .into(),
+            );
+        }
+        match k {
+            StateKind::Mamba2 => {
+                let ng = need(self.n_groups, "n_groups", k)?;
+                need(self.ssm_state_size, "ssm_state_size", k)?;
+                let h = need(self.num_heads, "num_heads", k)?;
+                need(self.head_dim, "head_dim", k)?;
+                for f in [
+                    (self.num_k_heads, "num_k_heads"),
+                    (self.head_k_dim, "head_k_dim"),
+                ] {
+                    forbid(f.0, f.1, k)?;
+                }
+                forbid(self.num_v_heads, "num_v_heads", k)?;
+                forbid(self.head_v_dim, "head_v_dim", k)?;
+                if h % ng != 0 {
+                    return Err(format!(
+                        "model.state: {h} heads are not whole groups of n_groups {ng}"
+                    ));
+                }
+                for &(e, tp) in tps {
+                    split(h, tp, "heads", e)?;
+                    if ng % tp != 0 && tp % ng != 0 {
+                        return Err(format!(
+                            "model.state: n_groups {ng} and {e}'s attention TP {tp}: neither divides the other"
+                        ));
+                    }
+                }
+            }
+            StateKind::Gdn => {
+                let nk = need(self.num_k_heads, "num_k_heads", k)?;
+                need(self.head_k_dim, "head_k_dim", k)?;
+                let nv = need(self.num_v_heads, "num_v_heads", k)?;
+                need(self.head_v_dim, "head_v_dim", k)?;
+                for f in [
+                    (self.n_groups, "n_groups"),
+                    (self.ssm_state_size, "ssm_state_size"),
+                    (self.num_heads, "num_heads"),
+                    (self.head_dim, "head_dim"),
+                ] {
+                    forbid(f.0, f.1, k)?;
+                }
+                for &(e, tp) in tps {
+                    split(nk, tp, "key heads", e)?;
+                    split(nv, tp, "value heads", e)?;
+                }
+            }
+            StateKind::Kda => {
+                let h = need(self.num_heads, "num_heads", k)?;
+                need(self.head_dim, "head_dim", k)?;
+                if let Some(0) = self.num_k_heads.or(self.head_k_dim) {
+                    return Err("model.state: key heads and head_k_dim must be positive".into());
+                }
+                for f in [
+                    (self.n_groups, "n_groups"),
+                    (self.ssm_state_size, "ssm_state_size"),
+                    (self.num_v_heads, "num_v_heads"),
+                    (self.head_v_dim, "head_v_dim"),
+                ] {
+                    forbid(f.0, f.1, k)?;
+                }
+                for &(e, tp) in tps {
+                    split(h, tp, "heads", e)?;
+                    split(self.num_k_heads.unwrap_or(h), tp, "key heads", e)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The driver's `model.state` object.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// Write `[model.state]`.
+    pub fn write_toml(&self, out: &mut String) -> fmt::Result {
+        writeln!(out, "\n[model.state]\nkind = \"{}\"", self.kind.name())?;
+        let layers: Vec<String> = self.layers.iter().map(u32::to_string).collect();
+        writeln!(out, "layers = [{}]", layers.join(", "))?;
+        writeln!(out, "conv_kernel = {}", self.conv_kernel)?;
+        for (name, v) in [
+            ("n_groups", self.n_groups),
+            ("ssm_state_size", self.ssm_state_size),
+            ("num_heads", self.num_heads),
+            ("head_dim", self.head_dim),
+            ("num_k_heads", self.num_k_heads),
+            ("head_k_dim", self.head_k_dim),
+            ("num_v_heads", self.num_v_heads),
+            ("head_v_dim", self.head_v_dim),
+        ] {
+            if let Some(v) = v {
+                writeln!(out, "{name} = {v}")?;
+            }
+        }
+        Ok(())
+    }
+}
