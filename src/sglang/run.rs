@@ -369,13 +369,13 @@ fn judge_case(case: &Case, p: &Prepared, dir: &Path, killed: bool) -> SglangCase
             }
         }
     };
-    let layout_checked =
-        match &p.state {
-            Some((ps, ds)) => match state::check_state_layout(ps, &r)
-                .and_then(|a| Ok(a + state::check_state_layout(ds, &r)?))
-            {
-                Ok(_) => layout_checked,
-                Err(e) => return SglangCase {
+    let layout_checked = match &p.state {
+        Some((ps, ds)) => match state::check_state_layout(ps, &r)
+            .and_then(|a| Ok(a + state::check_state_layout(ds, &r)?))
+        {
+            Ok(_) => layout_checked,
+            Err(e) => {
+                return SglangCase {
                     versions,
                     ..not_run(
                         case,
@@ -383,10 +383,11 @@ fn judge_case(case: &Case, p: &Prepared, dir: &Path, killed: bool) -> SglangCase
                             "kvgeom's model of SGLang's state pools disagrees with SGLang's: {e}"
                         ),
                     )
-                },
-            },
-            None => layout_checked,
-        };
+                }
+            }
+        },
+        None => layout_checked,
+    };
     let outcome = outcome_of(&r);
     let (writes, _unresolved) = r.kv_writes();
     let stats = Stats {

@@ -53,6 +53,17 @@ fn kvgeoms_model_of_sglangs_pools_matches_every_rank_of_every_file() {
     let cases = plan::grid(&sources, &opts);
     assert_eq!(cases.len(), sources.len());
     let judged = kvgeom::sglang::run::run_sweep(&cases, &python).expect("the driver runs");
+    // Hybrid files: kvgeom's model of the state tensors (shape, slice
+    // metadata, conv sub-blocks) agreed with SGLang's on every rank, or the
+    // case would be an error below.
+    let hybrid = judged
+        .iter()
+        .filter(|j| {
+            let g = &j.report.case.geometry;
+            g.sglang.as_ref().is_some_and(|s| s.state.is_some())
+        })
+        .count();
+    assert!(hybrid >= 6, "{hybrid} hybrid files");
     for j in &judged {
         let g = &j.report.case.geometry;
         let name = g.name.as_str();
