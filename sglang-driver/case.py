@@ -317,7 +317,10 @@ class Case:
                 r.kv_args = mirror_init_kv_manager(role, rank, r.pool, r.meta, model)
         except Exception as e:
             raise DriverError(f"{r.name}: {type(e).__name__}: {e}") from e
-        self.fill(r)
+        try:
+            self.fill(r)
+        except hybrid.StateError as e:
+            raise DriverError(f"{r.name}: {e}") from e
         mode = S["disagg_utils"].DisaggregationMode.PREFILL if role == "prefill" else S[
             "disagg_utils"].DisaggregationMode.DECODE
         self.fabric.pending_alias = r.name
