@@ -479,10 +479,13 @@ fn outcome_of(v: &serde_json::Value) -> Option<Outcome> {
     })
 }
 
+/// One geometry and mode, and its cell per column.
+type Row = ((String, Mode), Vec<Option<Cell>>);
+
 /// The matrix: one row per geometry and mode, one cell per column (`None`
 /// where the release did not run), and per column its defect rows.
 struct Built {
-    cells: Vec<((String, Mode), Vec<Option<Cell>>)>,
+    cells: Vec<Row>,
     defects: Vec<Vec<DefectRow>>,
     expectations: Vec<Option<PathBuf>>,
     /// A release with expectations that did not run (its cells cannot equal them).
@@ -501,7 +504,7 @@ fn expectations_file(code: &CodeUnderTest) -> Option<PathBuf> {
 }
 
 fn build(geometries: &[String], modes: &[Mode], columns: &[Column]) -> Result<Built, u8> {
-    let mut cells: Vec<((String, Mode), Vec<Option<Cell>>)> = Vec::new();
+    let mut cells: Vec<Row> = Vec::new();
     for g in geometries {
         for m in modes {
             cells.push(((g.clone(), *m), vec![None; columns.len()]));

@@ -484,7 +484,6 @@ pub fn run_sweep_recording(
         &hooks,
         Retention::Verdicts,
         drivers,
-        &[],
     )
 }
 
@@ -561,7 +560,6 @@ pub fn run_batch_checked(
         hooks,
         Retention::Everything,
         1,
-        &[],
     )
 }
 
@@ -573,7 +571,6 @@ fn judged(
     hooks: &Hooks,
     retention: Retention,
     drivers: usize,
-    probes: &[DefectProbe],
 ) -> Result<Vec<LiveReport>, BatchError> {
     // A vLLM kvgeom models is compared with its release's policy only.
     let pinned = python.reference.is_some();
@@ -588,7 +585,7 @@ fn judged(
     };
     let placed = connector.place(cases);
     connector.run(cases, placed, &|record| {
-        judge_driver_case(record, pinned, retention, probes)
+        judge_driver_case(record, pinned, retention, &[])
     })
 }
 
