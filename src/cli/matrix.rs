@@ -621,6 +621,7 @@ fn count(reports: &[CaseReport]) -> Cell {
             Outcome::MissingRejection { .. } => {
                 cell.violations += 1;
                 oracles.insert("missing_rejection".to_string());
+                oracles.extend(r.violations.iter().map(|v| v.oracle.to_string()));
             }
             Outcome::Crashed { message, .. } => {
                 cell.crashed += 1;
