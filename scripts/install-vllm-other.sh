@@ -1,7 +1,7 @@
 # Sourced by scripts/install-vllm.sh for --version X and --source DIR: a vLLM
 # release or source tree in its own venv under .vllm-venvs/ (never
 # .vllm-venv/). Uses ROOT, PYTHON, OTHER_VERSION, OTHER_SOURCE, OTHER_VENV,
-# bad(), note(), elapsed() of the caller; sets VENV and NIXL_STAMP for its
+# TORCH_FROM, bad(), note(), elapsed() of the caller; sets VENV and NIXL_STAMP for its
 # install_nixl.
 #
 # Every wheel pip downloads goes to .vllm-venvs/.wheels/ first and is
@@ -93,6 +93,10 @@ install_other() {
     STAMP="${VENV}/.kvgeom-stamp"
     NIXL_STAMP="${VENV}/.kvgeom-nixl-stamp"
     local stamp_text="${kind} ${what} filter=$(cksum <"${ROOT}/scripts/vllm-wheel-deps.py" | cut -d' ' -f1)"
+    if [[ -n "${TORCH_FROM}" ]]; then
+        TORCH_FROM="$(cd "${TORCH_FROM}" && pwd)"
+        stamp_text+=" torch-from=${TORCH_FROM}"
+    fi
 
     if [[ -f "${STAMP}" && "$(cat "${STAMP}")" == "${stamp_text}" ]] &&
         "${VENV}/bin/python" -c 'import importlib.metadata as m; m.version("vllm")' 2>/dev/null; then
@@ -155,11 +159,30 @@ install_other() {
     mapfile -t deps < <(sed -n 's/^dep //p' <<<"${plan}")
     mapfile -t nodeps < <(sed -n 's/^nodeps //p' <<<"${plan}")
 
-    local t0
+    local t0 linked=""
     t0=$(date +%s)
-    note "installing ${torch_req} (through ${WHEEL_STORE}: a pin installed before is not downloaded again)"
-    store_install --deps "${torch_req}"
-    note "${torch_req} in $(($(date +%s) - t0)) s"
+    if [[ -n "${TORCH_FROM}" ]]; then
+        "${TORCH_FROM}/bin/python" -c 'import importlib.metadata as m, sys; m.version("torch"); assert sys.version_info[:2] == tuple(int(x) for x in sys.argv[1].split("."))' \
+            "$("${VENV}/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" 2>/dev/null ||
+            bad "--torch-from ${TORCH_FROM}: no torch there for this venv's Python"
+        if "${VENV}/bin/python" -c 'import torch' 2>/dev/null; then
+            linked="already there"
+        else
+            # shellcheck source=scripts/link-torch.sh
+            source "${ROOT}/scripts/link-torch.sh"
+            note "hard-linking torch and its dependencies from ${TORCH_FROM} (the wheel pins ${torch_req})"
+            if link_torch "${TORCH_FROM}"; then
+                linked="hard-linked from ${TORCH_FROM}"
+            else
+                note "could not hard-link from ${TORCH_FROM}; installing ${torch_req}"
+            fi
+        fi
+    fi
+    if [[ -z "${linked}" ]]; then
+        note "installing ${torch_req} (through ${WHEEL_STORE}: a pin installed before is not downloaded again)"
+        store_install --deps "${torch_req}"
+    fi
+    note "torch in $(($(date +%s) - t0)) s"
     note "installing $(basename "${wheel}") without its dependencies"
     # A source tree's wheel keeps its version across changes: reinstall it.
     local force=()
@@ -170,7 +193,18 @@ install_other() {
         exit 2
     }
     note "installing ${#deps[@]} light dependencies from the wheel's metadata"
-    store_install --deps "${deps[@]}"
+    if [[ -n "${linked}" ]]; then
+        # Torch held at the linked version: pip never fetches the pin.
+        local constraints="${VENV}/.kvgeom-constraints.txt"
+        echo "torch==$("${VENV}/bin/python" -c 'import importlib.metadata as m; print(m.version("torch"))')" >"${constraints}"
+        if ! other_pip install -q -c "${constraints}" --find-links "${WHEEL_STORE}" "${deps[@]}" >"${log}" 2>&1; then
+            echo "install-vllm: error: pip could not install the light dependencies:" >&2
+            log_tail "${log}" >&2
+            exit 2
+        fi
+    else
+        store_install --deps "${deps[@]}"
+    fi
     if ((${#nodeps[@]})); then
         note "installing ${nodeps[*]} without their dependencies"
         store_install --no-deps "${nodeps[@]}"
@@ -191,7 +225,11 @@ install_other() {
     local versions
     versions="$("${VENV}/bin/python" -c 'import torch, vllm; print(f"torch=={torch.__version__} vllm=={vllm.__version__}")' 2>/dev/null)" ||
         bad "${VENV}: torch or vllm does not import"
-    echo "${versions%% vllm==*}" >"${VENV}/.kvgeom-torch"
+    if [[ -n "${linked}" && "${linked}" != "already there" ]]; then
+        echo "${versions%% vllm==*} ${linked} (the wheel pins ${torch_req})" >"${VENV}/.kvgeom-torch"
+    elif [[ -z "${linked}" ]]; then
+        echo "${versions%% vllm==*}" >"${VENV}/.kvgeom-torch"
+    fi
     echo "${stamp_text}" >"${STAMP}"
     note "installed ${versions} in ${VENV} ($(du -sh "${VENV}" | cut -f1), $(elapsed))"
     note "then: kvgeom sweep --connector vllm --vllm-python ${VENV}/bin/python ..."

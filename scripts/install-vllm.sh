@@ -4,8 +4,8 @@
 # reference test in tests/project/derive.rs.
 #
 # Usage: scripts/install-vllm.sh [--nixl]
-#        scripts/install-vllm.sh --version X [--venv DIR] [--nixl]
-#        scripts/install-vllm.sh --source DIR [--venv DIR] [--nixl]
+#        scripts/install-vllm.sh --version X [--venv DIR] [--nixl] [--torch-from VENV]
+#        scripts/install-vllm.sh --source DIR [--venv DIR] [--nixl] [--torch-from VENV]
 #
 # --version X installs the release vllm==X from PyPI into .vllm-venvs/X/ (or
 # --venv DIR); --source DIR installs a vLLM git checkout or unpacked sdist,
@@ -17,6 +17,17 @@
 # so a second venv with the same torch pin downloads no torch. The torch that
 # was installed is written to the venv's .kvgeom-torch. A release not on PyPI,
 # a tree that does not build, or a vLLM that does not import is exit 2.
+#
+# --torch-from VENV (with --version or --source): instead of the wheel's own
+# torch pin, hard-link the torch of VENV (e.g. .vllm-venv/, torch 2.14.0) and
+# its installed dependencies (nvidia-*, triton, sympy, ...) into the new venv,
+# as scripts/install-sglang.sh does: no second torch (~5 GB in the venv, and
+# its wheel in .vllm-venvs/.wheels/ when the pin is new) is installed. The
+# light dependencies are resolved with torch held at that version. vLLM then
+# runs on a torch other than its pin: docs/compatibility.md says on which
+# release the driver's verdicts were checked to be the same. VENV must run
+# the same Python minor version; where hard links are impossible (another
+# file system) the pin is installed as without the option.
 #
 # Pinned: torch==2.14.0, the vllm==0.33.0 wheel installed with --no-deps, and
 # the light dependencies vLLM's config and KV-cache code imports. Downloads a
@@ -76,7 +87,7 @@ elapsed() {
     echo "$(($(date +%s) - START)) s"
 }
 
-USAGE="usage: scripts/install-vllm.sh [--nixl] | --version X [--venv DIR] [--nixl] | --source DIR [--venv DIR] [--nixl]"
+USAGE="usage: scripts/install-vllm.sh [--nixl] | --version X [--venv DIR] [--nixl] [--torch-from VENV] | --source DIR [--venv DIR] [--nixl] [--torch-from VENV]"
 # Bad input to --version / --source / --venv: exit 2 with the reason.
 bad() {
     echo "install-vllm: error: $*" >&2
@@ -87,15 +98,17 @@ WITH_NIXL=0
 OTHER_VERSION=""
 OTHER_SOURCE=""
 OTHER_VENV=""
+TORCH_FROM=""
 while (($#)); do
     case "$1" in
     --nixl) WITH_NIXL=1 ;;
-    --version | --source | --venv)
+    --version | --source | --venv | --torch-from)
         (($# >= 2)) && [[ -n "$2" ]] || bad "$1 needs a value (${USAGE})"
         case "$1" in
         --version) OTHER_VERSION="$2" ;;
         --source) OTHER_SOURCE="$2" ;;
         --venv) OTHER_VENV="$2" ;;
+        --torch-from) TORCH_FROM="$2" ;;
         esac
         shift
         ;;
@@ -112,6 +125,12 @@ if [[ -n "${OTHER_VERSION}" && -n "${OTHER_SOURCE}" ]]; then
 fi
 if [[ -n "${OTHER_VENV}" && -z "${OTHER_VERSION}${OTHER_SOURCE}" ]]; then
     bad "--venv goes with --version or --source; plain install-vllm.sh always installs .vllm-venv/ (${USAGE})"
+fi
+if [[ -n "${TORCH_FROM}" && -z "${OTHER_VERSION}${OTHER_SOURCE}" ]]; then
+    bad "--torch-from goes with --version or --source; plain install-vllm.sh installs its pinned torch (${USAGE})"
+fi
+if [[ -n "${TORCH_FROM}" && ! -x "${TORCH_FROM}/bin/python" ]]; then
+    bad "--torch-from ${TORCH_FROM}: no venv there (no bin/python)"
 fi
 
 # The nixl wheels, into a venv that has vLLM (idempotent: a matching stamp

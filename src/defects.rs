@@ -74,12 +74,21 @@ pub struct DefectInfo {
     pub bug: &'static str,
     /// The real-world symptom it caused.
     pub symptom: &'static str,
-    /// The vLLM releases that have it as released (`0.33.0`: the policy
-    /// that models that release is exactly its defects).
+    /// The vLLM releases that have it as released: those whose plans, on
+    /// the cases of `geometries/*.toml` that expose it, equal kvgeom's plan
+    /// with the defect's decision and never the plan without it (`kvgeom
+    /// matrix`'s `has`; [`MATRIX_FIXTURE`] holds the run this table is
+    /// checked against). `0.33.0`: the policy that models that release is
+    /// exactly its defects.
     pub in_vllm: &'static [&'static str],
     /// The decision it changes in `Policy::default()`.
     pub select: fn(&mut Policy),
 }
+
+/// The committed `kvgeom matrix` report (vLLM 0.30.0-0.33.0 over
+/// `geometries/*.toml`) that each row's `in_vllm` must equal (relative to
+/// the project root; docs/compatibility.md has its command).
+pub const MATRIX_FIXTURE: &str = "tests/fixtures/matrix/vllm-0.30.0-0.33.0.json";
 
 /// Every known defect, in the order `kvgeom defects` lists them.
 pub static DEFECTS: [DefectInfo; 17] = [
@@ -170,7 +179,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         title: "vLLM 0.33.0 push: empty remote block list on decode",
         bug: "vLLM 0.33.0 push: D keeps an empty remote block list and fails on completion when ppl differs",
         symptom: "decode crashes with IndexError; request never finishes",
-        in_vllm: &["0.33.0"],
+        in_vllm: &["0.30.0", "0.31.0", "0.32.0", "0.33.0"],
         select: |p| {
             p.push.decode_handshake = DecodePushHandshake::RecordOnly;
             p.push.completion_report = PushCompletionReport::RequestOnly;
@@ -182,7 +191,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         title: "vLLM 0.33.0 push: one-way block-size ratio",
         bug: "vLLM 0.33.0 push: P and D compute the block-size ratio in opposite directions",
         symptom: "assertion on one side, decode waits forever for a push that never comes",
-        in_vllm: &["0.33.0"],
+        in_vllm: &["0.30.0", "0.31.0", "0.32.0", "0.33.0"],
         select: |p| {
             p.push.decode_handshake = DecodePushHandshake::RecordOnly;
             p.push.ratio_direction = PushRatioDirection::LocalOverRemote;
@@ -194,7 +203,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         title: "vLLM 0.33.0 push: replicated pages written by every prefill rank",
         bug: "vLLM 0.33.0 push with P_TP > D_TP: every prefill rank writes the replicated MLA pages",
         symptom: "the same decode bytes written by several concurrent WRITEs (NIXL does not detect it)",
-        in_vllm: &["0.33.0"],
+        in_vllm: &["0.30.0", "0.31.0", "0.32.0", "0.33.0"],
         select: |p| p.push.replicated_pages = ReplicatedPageWriters::EveryHolder,
     },
     DefectInfo {
@@ -203,7 +212,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         title: "vLLM 0.33.0 end-trim alignment",
         bug: "vLLM 0.33.0's prefix alignment end-aligns P's list to D's, wrong when P's list does not end where D's does",
         symptom: "D receives the wrong tokens after a prefix hit with the last-token block, or with different logical blocks on a model without mamba (silent corruption); a longer D list is refused",
-        in_vllm: &["0.33.0"],
+        in_vllm: &["0.30.0", "0.31.0", "0.32.0", "0.33.0"],
         select: |p| p.prefix_alignment = PrefixAlignment::EndTrim,
     },
     DefectInfo {
@@ -212,7 +221,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         title: "vLLM 0.33.0 NHD pages accepted for gathered replicated heads",
         bug: "vLLM 0.33.0's handshake accepts token-major (NHD) pages when a rank gathers heads from prefill ranks that replicate them",
         symptom: "each prefill page lands in a byte slot, not a head slot: tokens and heads scrambled",
-        in_vllm: &["0.33.0"],
+        in_vllm: &["0.30.0", "0.31.0", "0.32.0", "0.33.0"],
         select: |p| p.handshake.gathered_replicated_heads_nhd = Acceptance::Accept,
     },
     DefectInfo {
@@ -230,7 +239,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         title: "vLLM 0.33.0 conv offsets scaled from the local widths",
         bug: "vLLM 0.33.0 locates the peer's conv sub-projections by scaling its own widths by the TP ratio; Mamba2 B and C replicated beyond n_groups (one group) keep their width at every TP",
         symptom: "decode's B and C conv state receive half of B twice, the other projection or SSM bytes, with no error (Falcon-H1, Granite-4.0-H, Zamba2 at different TP sizes)",
-        in_vllm: &["0.33.0"],
+        in_vllm: &["0.30.0", "0.31.0", "0.32.0", "0.33.0"],
         select: |p| p.conv_split = ConvSplit::LocalWidthsScaled,
     },
     DefectInfo {
@@ -239,7 +248,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         title: "vLLM 0.33.0 refuses padded pages in a shared allocation",
         bug: "vLLM 0.33.0 registers a layer's view as whole runs of its blocks; a padded page (block stride larger than the page) in an allocation shared by several layer slots leaves a view whose bytes are not such runs, and registration asserts",
         symptom: "the engine fails at start (AssertionError: KV cache view cannot be partitioned into NIXL regions) for any padded kernel page layout with more than one layer slot",
-        in_vllm: &["0.33.0"],
+        in_vllm: &["0.30.0", "0.31.0", "0.32.0", "0.33.0"],
         select: |p| p.padded_pages = PaddedPageRegistration::RefusedWhenShared,
     },
 ];
@@ -371,8 +380,53 @@ mod tests {
             }
             assert_eq!(policy, policy_with(&Defect::of_vllm(version)));
         }
-        assert!(Defect::of_vllm("0.32.0").is_empty());
+        // The releases before the pinned one have exactly its defects
+        // (`kvgeom matrix`, MATRIX_FIXTURE).
+        assert_eq!(Defect::of_vllm("0.32.0"), Defect::of_vllm("0.33.0"));
+        assert!(Defect::of_vllm("0.29.0").is_empty());
         assert_eq!(policy_with(&[]), Policy::default());
+    }
+
+    /// Each row's `in_vllm` names exactly the releases of the committed
+    /// matrix whose verdict on it is `has`, and only releases the matrix ran.
+    #[test]
+    fn in_vllm_equals_the_committed_matrix() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(MATRIX_FIXTURE);
+        let text = std::fs::read_to_string(&path).expect("the committed matrix report");
+        let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(doc["schema"], "kvgeom-matrix/1");
+        let mut ran = Vec::new();
+        for release in doc["releases"].as_array().expect("releases") {
+            assert_eq!(release["status"], "ran", "{}", release["python"]);
+            let version = release["version"].as_str().expect("version");
+            ran.push(version.to_string());
+            let rows = release["defects"].as_array().expect("defects");
+            assert_eq!(rows.len(), DEFECTS.len(), "vLLM {version}");
+            for (row, info) in rows.iter().zip(&DEFECTS) {
+                assert_eq!(row["defect"], info.name);
+                let has = row["verdict"] == "has";
+                assert_eq!(
+                    info.in_vllm.contains(&version),
+                    has,
+                    "{} in vLLM {version}: the matrix says {} ({} with, {} without, {} neither of {} exposing cases)",
+                    info.name,
+                    row["verdict"],
+                    row["with"],
+                    row["without"],
+                    row["neither"],
+                    row["exposed"]
+                );
+            }
+        }
+        for info in &DEFECTS {
+            for v in info.in_vllm {
+                assert!(
+                    ran.iter().any(|r| r == v),
+                    "{}: vLLM {v} is not in the matrix",
+                    info.name
+                );
+            }
+        }
     }
 
     #[test]

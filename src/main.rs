@@ -48,6 +48,9 @@ enum Command {
         #[command(subcommand)]
         what: ReportCommand,
     },
+    /// Run the live sweep on several vLLM releases (one --vllm-python each)
+    /// and print outcomes per geometry, mode and release.
+    Matrix(Box<cli::MatrixArgs>),
     /// List the known connector defects.
     Defects,
     /// Run the sweep once per defect and report whether the oracles catch each.
@@ -75,6 +78,7 @@ fn main() -> ExitCode {
         Command::Report {
             what: ReportCommand::Merge(args),
         } => cli::report_merge(&args),
+        Command::Matrix(args) => cli::matrix(*args),
         Command::Defects => cli::defects(),
         Command::Mutants(args) => cli::mutants(args),
         Command::Bench(args) => cli::bench(&args),

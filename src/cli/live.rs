@@ -148,11 +148,19 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
             .map(|file| live::python::project_root().join(file))
     });
     if under_test.release().is_none() {
-        eprintln!(
-            "note: {} is not the pinned vLLM {}: the expectations do not apply; the exit status is a plain sweep's",
-            under_test.describe(),
-            Release::pinned().version
-        );
+        match &args.expect {
+            Some(file) => eprintln!(
+                "note: {} is not the pinned vLLM {}: held to --expect {}; its plan differences are information",
+                under_test.describe(),
+                Release::pinned().version,
+                file.display()
+            ),
+            None => eprintln!(
+                "note: {} is not the pinned vLLM {}: the expectations do not apply; the exit status is a plain sweep's",
+                under_test.describe(),
+                Release::pinned().version
+            ),
+        }
         for file in under_test.modified_files.iter().take(5) {
             eprintln!("  modified: {file}");
         }
@@ -231,7 +239,7 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
 
 /// The geometries among `cases` that name their model config: vLLM's own
 /// block derivation runs on each once.
-fn block_checks(
+pub(super) fn block_checks(
     sources: &[plan::SourcedGeometry],
     cases: &[crate::scenario::Case],
 ) -> Vec<live::BlockCheck> {
@@ -486,13 +494,13 @@ fn table(live: &[LiveReport], nixl: &live::NixlRun) -> String {
 /// installed release (`reference`, from the release table), or for a release
 /// kvgeom does not model the pinned release's (its comparison is then
 /// information).
-fn compared_variant(reference: Option<crate::connector::NamedPolicy>) -> Variant {
+pub(super) fn compared_variant(reference: Option<crate::connector::NamedPolicy>) -> Variant {
     Variant::Policy(reference.unwrap_or(Release::pinned().policy))
 }
 
 /// The sweep's JSON report with `"connector": "vllm"`, `"nixl"` (what
 /// moved the bytes), `code_under_test` and each case's `plan`.
-fn json(
+pub(super) fn json(
     live: &[LiveReport],
     shard: Option<(&Shard, &[usize])>,
     nixl: &live::NixlRun,

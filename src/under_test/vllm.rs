@@ -46,6 +46,57 @@ pub struct LiveReport {
     /// kvgeom's own connector (`--policy kvgeom`) as well; `None` for the
     /// pinned vLLM, which [`plan`](Self::plan) alone judges.
     pub plan_kvgeom: Option<PlanComparison>,
+    /// For each defect probe the run was asked for (`kvgeom matrix`) that
+    /// this case exposes (kvgeom's plans with and without the defect's
+    /// decision differ): which of the two vLLM's plan equals.
+    pub probes: Vec<(crate::defects::Defect, ProbeSeen)>,
+}
+
+/// One defect's decision toggled on a base policy: kvgeom's plan `with` it
+/// and `without` it (`kvgeom matrix` asks every case which of them vLLM's
+/// plan equals).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DefectProbe {
+    /// The defect.
+    pub defect: crate::defects::Defect,
+    /// The base policy with the defect's decision.
+    pub with: crate::connector::Policy,
+    /// The base policy without it.
+    pub without: crate::connector::Policy,
+}
+
+impl DefectProbe {
+    /// One probe per known defect around the policy of `base` (a release's
+    /// defects): a defect of `base` is probed by leaving it out, any other
+    /// by adding it.
+    pub fn around(base: &[crate::defects::Defect]) -> Vec<DefectProbe> {
+        use crate::defects::{policy_with, Defect};
+        Defect::ALL
+            .into_iter()
+            .map(|defect| {
+                let others: Vec<Defect> = base.iter().copied().filter(|d| *d != defect).collect();
+                let mut with_it = others.clone();
+                with_it.push(defect);
+                DefectProbe {
+                    defect,
+                    with: policy_with(&with_it),
+                    without: policy_with(&others),
+                }
+            })
+            .collect()
+    }
+}
+
+/// Which of a probe's two plans vLLM's equals on a case that exposes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeSeen {
+    /// The plan with the defect's decision.
+    With,
+    /// The plan without it.
+    Without,
+    /// Neither: vLLM differs from both on this case (another change).
+    Neither,
 }
 
 /// What a batch keeps of each judged case beyond its report and plan
@@ -203,11 +254,29 @@ impl Reference {
             variant: Variant::Policy(policy),
             ..case.clone()
         };
-        let run = run_case_detailed(&case, &RunOptions::default());
+        Self::run(&case, &RunOptions::default())
+    }
+
+    /// kvgeom's connector on `case` under the decisions `policy`.
+    fn of_policy(case: &Case, policy: crate::connector::Policy) -> Self {
+        let opts = RunOptions {
+            policy: Some(policy),
+            ..RunOptions::default()
+        };
+        Self::run(case, &opts)
+    }
+
+    fn run(case: &Case, opts: &RunOptions) -> Self {
+        let run = run_case_detailed(case, opts);
         Reference {
             plan: plan_of(run.oracle_input.as_ref(), &run.report.outcome),
             calls: kvgeom_calls(&run, case.geometry.model.is_mla()),
         }
+    }
+
+    /// The same plan and post-process calls as `other`.
+    fn same_as(&self, other: &Reference) -> bool {
+        self.calls == other.calls && compare_plans(&self.plan, &other.plan).equal
     }
 
     /// A driver record's plan against this one.
@@ -233,10 +302,106 @@ fn reference_policy(case: &Case) -> NamedPolicy {
     }
 }
 
+/// Each probe `record` exposes, and which of its plans vLLM's equals; each
+/// distinct policy is run once.
+fn probe_case(
+    record: &RunRecord,
+    probes: &[DefectProbe],
+) -> Vec<(crate::defects::Defect, ProbeSeen)> {
+    if probes.is_empty() || record.uncompared.is_some() {
+        return Vec::new();
+    }
+    let judged = record.outcome.to_outcome();
+    let mut runs: Vec<(crate::connector::Policy, Reference, bool)> = Vec::new();
+    for probe in probes {
+        for policy in [probe.with, probe.without] {
+            if !runs.iter().any(|(p, _, _)| *p == policy) {
+                let reference = Reference::of_policy(&record.case, policy);
+                let equal = reference.compare(record, &judged).equal
+                    && same_exception(&reference.plan, record, &judged);
+                runs.push((policy, reference, equal));
+            }
+        }
+    }
+    let find = |policy: crate::connector::Policy| runs.iter().find(|(p, _, _)| *p == policy);
+    let mut out = Vec::new();
+    for probe in probes {
+        let (Some(with), Some(without)) = (find(probe.with), find(probe.without)) else {
+            continue;
+        };
+        if with.1.same_as(&without.1) {
+            continue;
+        }
+        let seen = match (with.2, without.2) {
+            (true, false) => ProbeSeen::With,
+            (false, true) => ProbeSeen::Without,
+            (false, false) => ProbeSeen::Neither,
+            (true, true) => continue,
+        };
+        out.push((probe.defect, seen));
+    }
+    out
+}
+
+/// Where vLLM stopped without moving bytes (a crash or a refusal), a plan
+/// that stopped the same way answers a probe only when its message says
+/// the same: the same exception type, or vLLM's words (after the type)
+/// among kvgeom's. Two stops alike in kind only are no evidence of the
+/// same decision.
+fn same_exception(
+    reference: &super::judge::Plan,
+    record: &RunRecord,
+    judged: &crate::scenario::Outcome,
+) -> bool {
+    if record.observed.is_some() {
+        return true;
+    }
+    match (reference, stop_message(judged)) {
+        (Err(k), Some(v)) => stop_message(k).is_none_or(|k| same_stop_words(k, v)),
+        _ => true,
+    }
+}
+
+fn stop_message(outcome: &crate::scenario::Outcome) -> Option<&str> {
+    use crate::scenario::Outcome::{Crashed, ExpectedRejection, UnexpectedRejection};
+    match outcome {
+        Crashed { message, .. }
+        | UnexpectedRejection { message, .. }
+        | ExpectedRejection { message, .. } => Some(message),
+        _ => None,
+    }
+}
+
+/// The first exception type a message names (`IndexError`, ...).
+fn exception_type(message: &str) -> Option<&str> {
+    message
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .find(|w| w.len() > 5 && (w.ends_with("Error") || w.ends_with("Exception")))
+}
+
+/// kvgeom's stop message `k` says what vLLM's `v` says.
+fn same_stop_words(k: &str, v: &str) -> bool {
+    if let (Some(a), Some(b)) = (exception_type(k), exception_type(v)) {
+        return a == b;
+    }
+    let rest = match exception_type(v) {
+        Some(t) => v.split_once(&format!("{t}:")).map_or(v, |(_, r)| r),
+        None => v,
+    };
+    let words: Vec<&str> = rest.split_whitespace().take(4).collect();
+    !words.is_empty() && k.contains(&words.join(" "))
+}
+
 /// Judge one driver case: the record, its report, its plan against
 /// kvgeom's under the reference policy (and, for a vLLM kvgeom does not
-/// model, under kvgeom's own).
-fn judge_driver_case(mut record: RunRecord, pinned: bool, retention: Retention) -> LiveReport {
+/// model, under kvgeom's own), and the defect probes asked for.
+fn judge_driver_case(
+    mut record: RunRecord,
+    pinned: bool,
+    retention: Retention,
+    probes: &[DefectProbe],
+) -> LiveReport {
+    let probed = probe_case(&record, probes);
     let report = judge(&record);
     let case = &record.case;
     let plan = match &record.uncompared {
@@ -267,6 +432,7 @@ fn judge_driver_case(mut record: RunRecord, pinned: bool, retention: Retention) 
         oracle_input,
         blocks: record.blocks,
         plan_kvgeom,
+        probes: probed,
     }
 }
 
@@ -319,6 +485,36 @@ pub fn run_sweep_recording(
         Retention::Verdicts,
         drivers,
     )
+}
+
+/// [`run_sweep`] for `kvgeom matrix`: each case also answers every defect
+/// probe it exposes ([`LiveReport::probes`]), and `done` is told of each
+/// case as soon as it is judged (progress).
+pub fn run_sweep_probed(
+    cases: &[Case],
+    checks: &[BlockCheck],
+    python: &Interpreter,
+    drivers: usize,
+    probes: &[DefectProbe],
+    done: &(dyn Fn(&Case) + Sync),
+) -> Result<Vec<LiveReport>, BatchError> {
+    let hooks = Hooks::default();
+    let pinned = python.reference.is_some();
+    let connector = VllmConnector {
+        driver: DriverSettings {
+            python,
+            checks,
+            case_limit: crate::live::CASE_LIMIT,
+            hooks: &hooks,
+            drivers,
+        },
+    };
+    let placed = connector.place(cases);
+    connector.run(cases, placed, &|record| {
+        let judged = judge_driver_case(record, pinned, Retention::Verdicts, probes);
+        done(&judged.report.case);
+        judged
+    })
 }
 
 /// [`run_batch`], optionally with vLLM's receive post-process skipped (a
@@ -389,6 +585,49 @@ fn judged(
     };
     let placed = connector.place(cases);
     connector.run(cases, placed, &|record| {
-        judge_driver_case(record, pinned, retention)
+        judge_driver_case(record, pinned, retention, &[])
     })
+}
+
+#[cfg(test)]
+mod probe_tests {
+    use super::*;
+    use crate::defects::{policy_with, Defect};
+
+    #[test]
+    fn a_stop_answers_a_probe_only_when_its_message_says_the_same() {
+        let ix = "IndexError: tuple index out of range";
+        assert!(same_stop_words(
+            &format!("completing the receive failed: {ix}"),
+            ix
+        ));
+        assert!(same_stop_words(
+            "decode rank 0: KV cache view cannot be partitioned into NIXL regions",
+            "decode-0 register_kv_caches: AssertionError: KV cache view cannot be partitioned"
+        ));
+        assert!(!same_stop_words(
+            "NIXL not found: descriptor 127",
+            "RuntimeError: shape '[-1, 2, 4, 0, 8]' is invalid"
+        ));
+        assert!(!same_stop_words(
+            "transfer planning refused: group 0",
+            "AssertionError: "
+        ));
+        assert!(!same_stop_words("KeyError: x", ix));
+    }
+
+    #[test]
+    fn probes_toggle_each_defect_on_the_base() {
+        let base = [Defect::EndTrimAlignment, Defect::ConvOffsetsScaled];
+        let probes = DefectProbe::around(&base);
+        assert_eq!(probes.len(), Defect::ALL.len());
+        for p in &probes {
+            assert_ne!(p.with, p.without, "{}", p.defect);
+            if base.contains(&p.defect) {
+                assert_eq!(p.with, policy_with(&base));
+            } else {
+                assert_eq!(p.without, policy_with(&base));
+            }
+        }
+    }
 }

@@ -9,4 +9,5 @@ mod cli;
 mod docs_commands;
 mod hostile_inputs;
 mod installed_binary;
+mod matrix;
 mod vram_cli;
