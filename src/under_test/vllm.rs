@@ -12,7 +12,7 @@ use super::driver::resolve_pairs;
 use super::judge::{
     compare_plans, judge, not_run, plan_keys, plan_of, with_post_process, PlanComparison,
 };
-use super::kvgeom::run_case_detailed;
+use super::kvgeom::run_placed_detailed;
 use super::record::{RunLog, RunOutcome, RunRecord};
 use super::{ConnectorUnderTest, Placed};
 use crate::connector::NamedPolicy;
@@ -22,7 +22,7 @@ use crate::live::protocol::CaseResult;
 use crate::live::run::{read_final_memory, read_result};
 use crate::live::{
     run_in_scratch, BatchError, BlockCheck, BlocksComparison, DriverCase, DriverSettings, Hooks,
-    Interpreter, Prepared,
+    Interpreter, Prepared, RequestPath, Requests, SchedulerComparison,
 };
 use crate::oracle::{MemoryImages, OracleInput};
 use crate::scenario::shape_and_place;
@@ -46,6 +46,13 @@ pub struct LiveReport {
     /// kvgeom's own connector (`--policy kvgeom`) as well; `None` for the
     /// pinned vLLM, which [`plan`](Self::plan) alone judges.
     pub plan_kvgeom: Option<PlanComparison>,
+    /// How the case's request reached vLLM's workers.
+    pub request_path: RequestPath,
+    /// A case placed by vLLM's scheduler: kvgeom's scheduler model
+    /// (`src/scheduler.rs`) against what vLLM's scheduler decided.
+    pub scheduler_model: Option<SchedulerComparison>,
+    /// Seconds the place phase spent on the case (scheduler cases).
+    pub place_seconds: Option<f64>,
 }
 
 /// What a batch keeps of each judged case beyond its report and plan
@@ -197,13 +204,17 @@ struct Reference {
 }
 
 impl Reference {
-    /// kvgeom's connector on `case` under `policy`.
-    fn of(case: &Case, policy: NamedPolicy) -> Self {
+    /// kvgeom's connector on `case` under `policy`, for the blocks vLLM's
+    /// scheduler gave the request (`placed`) or else kvgeom's own placement.
+    fn of(case: &Case, policy: NamedPolicy, placed: Option<&Placed>) -> Self {
         let case = Case {
             variant: Variant::Policy(policy),
             ..case.clone()
         };
-        let run = run_case_detailed(&case, &RunOptions::default());
+        let placed = placed
+            .cloned()
+            .unwrap_or_else(|| crate::scenario::shape_and_place(&case));
+        let run = run_placed_detailed(&case, &RunOptions::default(), placed);
         Reference {
             plan: plan_of(run.oracle_input.as_ref(), &run.report.outcome),
             calls: kvgeom_calls(&run, case.geometry.model.is_mla()),
@@ -236,7 +247,12 @@ fn reference_policy(case: &Case) -> NamedPolicy {
 /// Judge one driver case: the record, its report, its plan against
 /// kvgeom's under the reference policy (and, for a vLLM kvgeom does not
 /// model, under kvgeom's own).
-fn judge_driver_case(mut record: RunRecord, pinned: bool, retention: Retention) -> LiveReport {
+fn judge_driver_case(
+    mut record: RunRecord,
+    pinned: bool,
+    retention: Retention,
+    placed: Option<&Placed>,
+) -> LiveReport {
     let report = judge(&record);
     let case = &record.case;
     let plan = match &record.uncompared {
@@ -244,12 +260,13 @@ fn judge_driver_case(mut record: RunRecord, pinned: bool, retention: Retention) 
         // The connector's own ending (a refusal before the judge names it
         // expected) is compared.
         // The case carries the reference policy (the code under test's).
-        None => Reference::of(case, reference_policy(case))
+        None => Reference::of(case, reference_policy(case), placed)
             .compare(&record, &record.outcome.to_outcome()),
     };
     let ran = record.driver_result().is_some();
-    let plan_kvgeom = (!pinned && ran)
-        .then(|| Reference::of(case, NamedPolicy::Kvgeom).compare(&record, &report.outcome));
+    let plan_kvgeom = (!pinned && ran).then(|| {
+        Reference::of(case, NamedPolicy::Kvgeom, placed).compare(&record, &report.outcome)
+    });
     let (result, oracle_input) = match retention {
         Retention::Everything => {
             let result = match std::mem::replace(&mut record.log, RunLog::Nothing) {
@@ -267,6 +284,9 @@ fn judge_driver_case(mut record: RunRecord, pinned: bool, retention: Retention) 
         oracle_input,
         blocks: record.blocks,
         plan_kvgeom,
+        request_path: RequestPath::Direct,
+        scheduler_model: None,
+        place_seconds: None,
     }
 }
 
@@ -388,7 +408,42 @@ fn judged(
         },
     };
     let placed = connector.place(cases);
-    connector.run(cases, placed, &|record| {
-        judge_driver_case(record, pinned, retention)
+    run_in_scratch(cases, placed, connector.driver, &|dc: DriverCase<'_>| {
+        let request_path = dc.request_path;
+        let info = dc.scheduler.clone().unwrap_or_default();
+        let placed = info.placement.clone().map(Ok);
+        LiveReport {
+            request_path,
+            scheduler_model: info.model,
+            place_seconds: info.seconds,
+            ..judge_driver_case(driver_record(dc), pinned, retention, placed.as_ref())
+        }
     })
+}
+
+/// [`run_sweep_recording`] with the requests made as `requests` says
+/// (`--requests`): the CLI's sweep.
+pub fn run_sweep_requests(
+    cases: &[Case],
+    checks: &[BlockCheck],
+    python: &Interpreter,
+    case_limit: Duration,
+    drivers: usize,
+    record_traces: Option<&Path>,
+    requests: Requests,
+) -> Result<Vec<LiveReport>, BatchError> {
+    let hooks = Hooks {
+        record_traces: record_traces.map(Path::to_path_buf),
+        requests,
+        ..Hooks::default()
+    };
+    judged(
+        cases,
+        checks,
+        python,
+        case_limit,
+        &hooks,
+        Retention::Verdicts,
+        drivers,
+    )
 }

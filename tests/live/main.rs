@@ -9,4 +9,5 @@ mod support;
 mod driver_python_tests;
 mod live_vllm;
 mod provenance;
+mod scheduler_requests;
 mod sglang_driver_tests;
