@@ -257,6 +257,7 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
             &python,
             !args.no_shrink,
             drivers,
+            requests,
         );
     }
     code
@@ -288,6 +289,7 @@ fn show_replays(
     python: &live::Interpreter,
     shrink: bool,
     drivers: usize,
+    requests: live::Requests,
 ) {
     let mut shown: Vec<(String, Mode, String)> = Vec::new();
     let mut failures: Vec<&CaseReport> = Vec::new();
@@ -313,7 +315,15 @@ fn show_replays(
     }
     let minimal = if shrink {
         match crate::sweep::batch_shrink::shrink_batched(&failures, |cases| {
-            let tried = vllm::run_sweep(cases, &[], python, live::CASE_LIMIT, drivers)?;
+            let tried = vllm::run_sweep_requests(
+                cases,
+                &[],
+                python,
+                live::CASE_LIMIT,
+                drivers,
+                None,
+                requests,
+            )?;
             Ok::<_, live::BatchError>(tried.into_iter().map(|l| l.report).collect())
         }) {
             Ok(m) => m,
@@ -341,8 +351,13 @@ fn show_replays(
                 shell_word(&python.python.display().to_string())
             ),
         };
+        // ... with its requests made as here (scheduler is the default).
+        let direct = match requests {
+            live::Requests::Direct if m.allocation.as_str() == "mainline" => " --requests direct",
+            _ => "",
+        };
         eprintln!(
-            "  replay: {}{interpreter}{nixl}",
+            "  replay: {}{interpreter}{nixl}{direct}",
             live::live_replay_command(m)
         );
     }

@@ -232,6 +232,15 @@ pub(crate) fn place_batch(
     cmd.arg(&script).arg("--place").arg(dir);
     let limit = IMPORT_LIMIT + Duration::from_secs(1) * (chosen.len() as u32 + 10);
     let done = run_bounded(cmd, &dir.join("driver"), limit)?;
+    if done.status != Some(0) && !done.timed_out() {
+        if let Some(message) = super::error::memory_failure(&done.stderr) {
+            return Err(BatchError::DriverOutOfMemory {
+                python: python.python.clone(),
+                message,
+                limit: super::error::address_space_limit(),
+            });
+        }
+    }
     if done.status == Some(3) {
         return Err(BatchError::MissingApi {
             python: python.python.clone(),

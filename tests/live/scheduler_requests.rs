@@ -153,15 +153,17 @@ fn scheduler_requests_pass_name_their_path_and_count_unreachable_apart() {
     assert_eq!((passed, failed), (2, 0));
 }
 
-/// The command line: `explain` on a scheduler-made prefix-cache case
-/// names its request path and the scheduler model's comparison; the
-/// sweep's JSON names each case's request path.
+/// The command line: the sweep's JSON names each case's request path and
+/// the scheduler model's comparison; the traces it records name the path,
+/// and a scheduler case's trace replays (for the scheduler's blocks).
 #[test]
 fn the_command_line_names_the_request_path() {
     let test = "the_command_line_names_the_request_path";
     if interpreter(test).is_none() {
         return;
     }
+    let traces = std::env::temp_dir().join(format!("kvgeom-sched-traces-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&traces);
     let out = kvgeom(&[
         "sweep",
         "--connector",
@@ -173,6 +175,8 @@ fn the_command_line_names_the_request_path() {
         "pull",
         "--format",
         "json",
+        "--record-traces",
+        traces.to_str().expect("a UTF-8 temporary folder"),
     ]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
@@ -194,4 +198,40 @@ fn the_command_line_names_the_request_path() {
             assert_eq!(c["scheduler_model"]["equal"], true, "{c}");
         }
     }
+    // Each recorded trace names its path; the scheduler's replay.
+    let mut scheduler_traces = Vec::new();
+    for entry in std::fs::read_dir(&traces).expect("traces recorded") {
+        let path = entry.expect("listed").path();
+        let name = path.to_string_lossy().into_owned();
+        if !name.ends_with(".trace.json.gz") {
+            continue;
+        }
+        let mut text = String::new();
+        std::io::Read::read_to_string(
+            &mut flate2::read::GzDecoder::new(std::fs::File::open(&path).expect("opens")),
+            &mut text,
+        )
+        .expect("gzip");
+        let trace: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        let path_named = trace["result"]["request_path"].as_str().map(str::to_string);
+        if name.contains("-mainline-") {
+            assert_eq!(path_named.as_deref(), Some("scheduler"), "{name}");
+            assert_eq!(trace["case"]["requests"], "scheduler", "{name}");
+            scheduler_traces.push(name);
+        } else {
+            assert_eq!(path_named.as_deref(), Some("direct"), "{name}");
+            assert!(trace["case"].get("requests").is_none(), "{name}");
+        }
+    }
+    assert!(!scheduler_traces.is_empty());
+    let mut args = vec!["check-trace"];
+    args.extend(scheduler_traces.iter().map(String::as_str));
+    let out = kvgeom(&args);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&traces);
+    assert_eq!(out.status.code(), Some(0), "{text}");
 }
