@@ -1,6 +1,7 @@
 //! `kvgeom sweep --connector vllm`: the sweep's cases run through vLLM's
 //! own NIXL connector (vllm-driver/), judged by kvgeom's oracles.
 
+use super::run_args::RequestsArg;
 use super::{default_paths, ExplainArgs, NixlArg, SweepArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::geometry::Mode;
 use crate::live;
@@ -71,12 +72,39 @@ fn refused(args: &SweepArgs) -> Option<String> {
     None
 }
 
+/// `--requests` for a run of `allocations` (`None`: both): scheduler
+/// unless asked for direct; `Err` (printed, exit 2) for scheduler requests
+/// of with-last-token cases only.
+fn requests_option(
+    asked: Option<RequestsArg>,
+    allocations: Option<&[crate::scheduler::DecodeAllocation]>,
+) -> Result<live::Requests, u8> {
+    let only_last_token =
+        allocations.is_some_and(|a| a == [crate::scheduler::DecodeAllocation::WithLastToken]);
+    match asked {
+        Some(RequestsArg::Direct) => Ok(live::Requests::Direct),
+        Some(RequestsArg::Scheduler) if only_last_token => {
+            eprintln!(
+                "error: --requests scheduler --alloc with-last-token: with-last-token is the \
+                 allocation of vLLM's tests, not of its scheduler (which allocates mainline); \
+                 those cases run direct: drop --requests or use --requests direct"
+            );
+            Err(EXIT_BAD_INPUT)
+        }
+        Some(RequestsArg::Scheduler) | None => Ok(live::Requests::Scheduler),
+    }
+}
+
 /// `kvgeom sweep --connector vllm`.
 pub fn live_sweep(args: SweepArgs) -> u8 {
     if let Some(why) = refused(&args) {
         eprintln!("error: {why}");
         return EXIT_BAD_INPUT;
     }
+    let requests = match requests_option(args.run.requests, args.alloc.allocations().as_deref()) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
     // `--threads`: how many driver processes run at once.
     let drivers = match super::sweep::threads_within_limit(args.threads) {
         Ok(n) => n.unwrap_or_else(live::default_drivers),
@@ -177,16 +205,21 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
         // Shards over real NIXL and over the stand-in never merge.
         options.push_str(&format!(" nixl real {version}"));
     }
+    if requests == live::Requests::Scheduler {
+        // Shards of scheduler-made and direct requests never merge.
+        options.push_str(" requests scheduler");
+    }
     let (cases, shard) = super::shard_cases(all_cases, shard_of, &sources, &opts, &options);
     let checks = block_checks(&sources, &cases);
     let started = std::time::Instant::now();
-    let live = match vllm::run_sweep_recording(
+    let live = match vllm::run_sweep_requests(
         &cases,
         &checks,
         &python,
         live::CASE_LIMIT,
         drivers,
         args.record_traces.as_deref(),
+        requests,
     ) {
         Ok(r) => r,
         Err(e) => {
@@ -232,6 +265,7 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
             &python,
             !args.no_shrink,
             drivers,
+            requests,
         );
     }
     code
@@ -263,13 +297,14 @@ fn show_replays(
     python: &live::Interpreter,
     shrink: bool,
     drivers: usize,
+    requests: live::Requests,
 ) {
     let mut shown: Vec<(String, Mode, String)> = Vec::new();
     let mut failures: Vec<&CaseReport> = Vec::new();
     for l in live {
         let r = &l.report;
         let expected = expectations.is_some_and(|e| e.failures.iter().any(|f| f.covers(&r.case)));
-        if r.passed() || expected {
+        if !r.failed() || expected {
             continue;
         }
         let key = (
@@ -288,7 +323,15 @@ fn show_replays(
     }
     let minimal = if shrink {
         match crate::sweep::batch_shrink::shrink_batched(&failures, |cases| {
-            let tried = vllm::run_sweep(cases, &[], python, live::CASE_LIMIT, drivers)?;
+            let tried = vllm::run_sweep_requests(
+                cases,
+                &[],
+                python,
+                live::CASE_LIMIT,
+                drivers,
+                None,
+                requests,
+            )?;
             Ok::<_, live::BatchError>(tried.into_iter().map(|l| l.report).collect())
         }) {
             Ok(m) => m,
@@ -316,8 +359,13 @@ fn show_replays(
                 shell_word(&python.python.display().to_string())
             ),
         };
+        // ... with its requests made as here (scheduler is the default).
+        let direct = match requests {
+            live::Requests::Direct if m.allocation.as_str() == "mainline" => " --requests direct",
+            _ => "",
+        };
         eprintln!(
-            "  replay: {}{interpreter}{nixl}",
+            "  replay: {}{interpreter}{nixl}{direct}",
             live::live_replay_command(m)
         );
     }
@@ -344,6 +392,7 @@ fn judge(
     for (policy, plan_of) in policies {
         let unequal: Vec<(&LiveReport, &PlanComparison)> = live
             .iter()
+            .filter(|l| !l.report.outcome.not_reachable())
             .filter_map(|l| plan_of(l).filter(|p| !p.equal).map(|p| (l, p)))
             .collect();
         if unequal.is_empty() {
@@ -368,6 +417,27 @@ fn judge(
             );
         }
     }
+    let model_differs: Vec<&LiveReport> = live
+        .iter()
+        .filter(|l| l.scheduler_model.as_ref().is_some_and(|m| !m.equal))
+        .collect();
+    if !model_differs.is_empty() {
+        failed |= pinned;
+        eprintln!(
+            "\n{} of {} scheduler-made cases: kvgeom's scheduler model (src/scheduler.rs) differs from vLLM's scheduler{}",
+            model_differs.len(),
+            live.iter().filter(|l| l.scheduler_model.is_some()).count(),
+            if pinned {
+                ""
+            } else {
+                " (information: not the pinned vLLM)"
+            }
+        );
+        for l in model_differs.iter().take(10) {
+            let m = l.scheduler_model.as_ref().map(|m| m.differences.join("; "));
+            eprintln!("- {}: {}", case_label(&l.report), m.unwrap_or_default());
+        }
+    }
     let differing = block_differences(live);
     if !differing.is_empty() {
         failed = true;
@@ -382,7 +452,7 @@ fn judge(
     match expectations {
         Some(e) => failed |= !super::print_sweep_verdict(&judge_sweep(e, &reports, code)),
         None => {
-            let bad: Vec<&CaseReport> = reports.iter().filter(|r| !r.passed()).collect();
+            let bad: Vec<&CaseReport> = reports.iter().filter(|r| r.failed()).collect();
             if !bad.is_empty() {
                 failed = true;
                 eprintln!("\n{} of {} cases failed", bad.len(), reports.len());
@@ -460,10 +530,33 @@ fn table(live: &[LiveReport], nixl: &live::NixlRun) -> String {
     let reports: Vec<CaseReport> = live.iter().map(|l| l.report.clone()).collect();
     let mut text = sweep_report::table(&reports);
     text.push_str(&format!("connector: vllm; bytes moved by {nixl}\n"));
+    let scheduler = live
+        .iter()
+        .filter(|l| l.request_path == live::RequestPath::Scheduler)
+        .count();
+    let unreachable = live
+        .iter()
+        .filter(|l| l.report.outcome.not_reachable())
+        .count();
+    text.push_str(&format!(
+        "connector: vllm; requests: {scheduler} by vLLM's scheduler ({unreachable} of them not reachable by it), {} direct\n",
+        live.len() - scheduler
+    ));
+    let modelled: Vec<&live::SchedulerComparison> = live
+        .iter()
+        .filter_map(|l| l.scheduler_model.as_ref())
+        .collect();
+    if !modelled.is_empty() {
+        text.push_str(&format!(
+            "connector: vllm; kvgeom's scheduler model equal to vLLM's scheduler on {} of {} scheduler-made cases\n",
+            modelled.iter().filter(|m| m.equal).count(),
+            modelled.len()
+        ));
+    }
+    let compared = live.len() - unreachable;
     let equal = live.iter().filter(|l| l.plan.equal).count();
     text.push_str(&format!(
-        "connector: vllm; plan equal to kvgeom's --policy vllm-0.33.0 on {equal} of {} cases\n",
-        live.len()
+        "connector: vllm; plan equal to kvgeom's --policy vllm-0.33.0 on {equal} of {compared} cases\n"
     ));
     let against_kvgeom: Vec<&PlanComparison> =
         live.iter().filter_map(|l| l.plan_kvgeom.as_ref()).collect();
@@ -523,6 +616,10 @@ pub(super) fn json(
             if let Some(version) = nixl.version() {
                 c["nixl_version"] = version.into();
             }
+            c["request_path"] = l.request_path.as_str().into();
+            if let Some(m) = &l.scheduler_model {
+                c["scheduler_model"] = serde_json::to_value(m).unwrap_or_default();
+            }
             c["plan"] = serde_json::to_value(&l.plan).unwrap_or_default();
             if let Some(p) = &l.plan_kvgeom {
                 c["plan_kvgeom"] = serde_json::to_value(p).unwrap_or_default();
@@ -570,6 +667,11 @@ pub fn live_explain(args: ExplainArgs) -> u8 {
         eprintln!("error: {why}");
         return EXIT_BAD_INPUT;
     }
+    let allocation = args.alloc.allocation();
+    let requests = match requests_option(args.run.requests, Some(&[allocation])) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
     let (geometry, model) = match crate::derive::load_geometry_file_with_source(&args.geometry) {
         Ok(g) => g,
         Err(e) => {
@@ -622,6 +724,7 @@ pub fn live_explain(args: ExplainArgs) -> u8 {
         .map(|_| std::env::temp_dir().join(format!("kvgeom-record-trace-{}", std::process::id())));
     let hooks = live::Hooks {
         record_traces: record_dir.clone(),
+        requests,
         ..live::Hooks::default()
     };
     let ran = vllm::run_batch_checked(
@@ -671,6 +774,17 @@ pub fn live_explain(args: ExplainArgs) -> u8 {
             }
         ));
     }
+    out.push_str(&format!("request path: {}\n", live.request_path.as_str()));
+    if let Some(m) = &live.scheduler_model {
+        out.push_str(&format!(
+            "scheduler model vs vLLM's scheduler: {}\n",
+            if m.equal {
+                "equal".to_string()
+            } else {
+                format!("differs: {}", m.differences.join("; "))
+            }
+        ));
+    }
     if let Some(b) = &live.blocks {
         out.push_str(&format!(
             "blocks vs vLLM's derivation from {}: {}\n",
@@ -685,7 +799,8 @@ pub fn live_explain(args: ExplainArgs) -> u8 {
         &live.report.violations,
     ));
     out!("{out}");
-    if live.report.passed() && live.blocks.as_ref().is_none_or(|b| b.equal) {
+    let model_equal = live.scheduler_model.as_ref().is_none_or(|m| m.equal);
+    if !live.report.failed() && live.blocks.as_ref().is_none_or(|b| b.equal) && model_equal {
         EXIT_OK
     } else {
         EXIT_FAILED

@@ -628,6 +628,7 @@ fn count(reports: &[CaseReport]) -> Cell {
                 crashes.push(first_words(message));
             }
             Outcome::Hung { .. } => cell.hung += 1,
+            Outcome::NotReachable { .. } => cell.not_reachable += 1,
             Outcome::Error { .. } => cell.errors += 1,
         }
     }

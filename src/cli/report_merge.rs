@@ -523,7 +523,12 @@ pub fn merge(files: &[PathBuf]) -> Result<(String, u8), MergeError> {
                 .iter()
                 .filter(|c| c.get("passed").and_then(Value::as_bool) == Some(true))
                 .count();
-            let failed = cases.len() - passed;
+            // A case vLLM's scheduler cannot make is counted apart.
+            let not_reachable = cases
+                .iter()
+                .filter(|c| c["outcome"]["kind"].as_str() == Some("not_reachable"))
+                .count();
+            let failed = cases.len() - passed - not_reachable;
             // Shards of another connector than kvgeom's (`vllm`, `replay`:
             // each case names it) keep the top-level `connector`.
             let connector = cases
@@ -542,6 +547,9 @@ pub fn merge(files: &[PathBuf]) -> Result<(String, u8), MergeError> {
                 "summary": {"cases": cases.len(), "passed": passed, "failed": failed},
                 "cases": cases,
             });
+            if not_reachable > 0 {
+                merged["summary"]["not_reachable"] = not_reachable.into();
+            }
             if !code.is_null() {
                 merged["code_under_test"] = code;
             }

@@ -37,14 +37,34 @@ pub struct RunArgs {
     /// nixl package: scripts/install-vllm.sh --nixl), or auto.
     #[arg(long, value_enum, value_name = "KIND")]
     pub nixl: Option<NixlArg>,
+    /// With --connector vllm: who makes each request, vLLM's own scheduler
+    /// (default for mainline cases) or the driver from kvgeom's placement
+    /// (direct; always for --alloc with-last-token).
+    #[arg(long, value_enum, value_name = "WHO")]
+    pub requests: Option<RequestsArg>,
+}
+
+/// Who makes a live case's request (`--requests`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RequestsArg {
+    /// vLLM's scheduler places the request and builds the workers' metadata.
+    Scheduler,
+    /// The driver builds the request from kvgeom's placement.
+    Direct,
 }
 
 impl RunArgs {
     /// Why one of the shared options given does not apply to kvgeom's own
-    /// connector, when `--connector kvgeom` runs.
+    /// connector, when `--connector kvgeom` runs (and `--requests`, to any
+    /// connector but vLLM's).
     pub(crate) fn refused_for_kvgeom(&self) -> Option<String> {
         if let Some(why) = super::sglang::refused_sglang_python(self) {
             return Some(why);
+        }
+        if let (Some(_), false) = (self.requests, self.connector == ConnectorArg::Vllm) {
+            return Some(
+                "--requests selects who makes vLLM's requests; add --connector vllm".into(),
+            );
         }
         if self.connector != ConnectorArg::Kvgeom {
             return None;

@@ -53,7 +53,9 @@ pub struct DriverSettings<'a> {
     pub drivers: usize,
 }
 
-/// Run every case, prepared for its placement (`placed`, in case order),
+/// Run every case, prepared for its placement (`placed`, in case order;
+/// a case whose request vLLM's scheduler makes, `settings.hooks.requests`,
+/// for the placement the driver's place phase gives it first),
 /// through vLLM's connector in a fresh scratch folder, in driver batches of
 /// at most [`CHUNK_MEMORY_BYTES`](super::chunks::CHUNK_MEMORY_BYTES) of
 /// initial memory, up to `settings.drivers` driver processes at once, each
@@ -67,6 +69,35 @@ pub fn run_in_scratch<T: Send>(
     judge: &JudgeDriverCase<'_, T>,
 ) -> Result<Vec<T>, BatchError> {
     let dir = scratch_dir();
+    // The place phase first: the requests vLLM's scheduler makes replace
+    // the given placement of their cases.
+    let placed_by_scheduler = match super::place::place_batch(
+        &dir.join("place"),
+        cases,
+        settings.hooks.requests,
+        settings.python,
+    ) {
+        Ok(p) => p,
+        Err(e) => {
+            remove_unless_kept(&dir);
+            return Err(e);
+        }
+    };
+    let mut placed = placed;
+    if placed_by_scheduler.iter().any(Option::is_some) {
+        for case in &cases[placed.len().min(cases.len())..] {
+            placed.push(crate::scenario::shape_and_place(case));
+        }
+    }
+    let mut scheduler = Vec::with_capacity(cases.len());
+    for (i, s) in placed_by_scheduler.into_iter().enumerate() {
+        scheduler.push(s.map(|s| {
+            let mut info = s.info;
+            info.placement = s.placed.as_ref().ok().cloned();
+            placed[i] = s.placed;
+            info
+        }));
+    }
     let batch = BatchContext {
         dir: &dir,
         cases,
@@ -74,6 +105,7 @@ pub fn run_in_scratch<T: Send>(
         python: settings.python,
         case_limit: settings.case_limit,
         hooks: settings.hooks,
+        scheduler: &scheduler,
         judge,
     };
     let result = run_chunks(&batch, placed, settings.drivers);

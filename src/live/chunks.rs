@@ -46,6 +46,9 @@ pub(super) struct BatchContext<'a, T> {
     pub python: &'a Interpreter,
     pub case_limit: Duration,
     pub hooks: &'a Hooks,
+    /// Per case, its place phase when vLLM's scheduler makes its request
+    /// (`None`: direct; shorter than the cases: the rest direct).
+    pub scheduler: &'a [Option<super::place::SchedulerInfo>],
     /// How each case is judged.
     pub judge: &'a JudgeDriverCase<'a, T>,
 }
@@ -138,6 +141,14 @@ fn produce<T>(
         if let Ok(p) = &mut p {
             p.spec.skip_receive_post_process = batch.hooks.skip_receive_post_process;
             p.spec.block_in_case = batch.hooks.block_cases.contains(&i);
+            if let Some(Some(info)) = batch.scheduler.get(i) {
+                p.spec.requests = super::place::RequestPath::Scheduler;
+                p.place_dir = Some(info.dir.clone());
+                if let Some([prefill, decode]) = &info.listed_blocks {
+                    p.spec.prefill.request_blocks = prefill.clone();
+                    p.spec.decode.request_blocks = decode.clone();
+                }
+            }
         }
         let bytes = p.as_ref().map_or(0, Prepared::memory_bytes);
         if !budget.admits(bytes) {
@@ -220,7 +231,12 @@ impl Chunk {
 
     fn run<T>(self, batch: &BatchContext<'_, T>) -> Result<Vec<T>, BatchError> {
         let dir = self.dir(batch.dir);
-        let cases = &batch.cases[self.first..self.first + self.prepared.len()];
+        let end = self.first + self.prepared.len();
+        let cases = &batch.cases[self.first..end];
+        let scheduler = batch
+            .scheduler
+            .get(self.first..end.min(batch.scheduler.len()))
+            .unwrap_or_default();
         // Each driver process derives the blocks of its own cases' geometries.
         let checks: Vec<BlockCheck> = batch
             .checks
@@ -240,6 +256,7 @@ impl Chunk {
             batch.python,
             batch.case_limit,
             batch.hooks.record_traces.as_deref(),
+            scheduler,
             batch.judge,
         );
         remove_unless_kept(&dir);

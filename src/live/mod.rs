@@ -8,6 +8,7 @@ pub(crate) mod blocks;
 pub(crate) mod chunks;
 pub(crate) mod error;
 pub(crate) mod nixl;
+pub(crate) mod place;
 pub(crate) mod post_process_calls;
 pub(crate) mod process;
 pub(crate) mod protocol;
@@ -21,6 +22,9 @@ pub use blocks::{BlockCheck, BlocksComparison, EngineBlocks, PairBlocks};
 pub use chunks::{default_drivers, CHUNK_MEMORY_BYTES, MAX_DEFAULT_DRIVERS};
 pub use error::BatchError;
 pub use nixl::{NixlChoice, NixlRun, NixlUnavailable};
+pub use place::{
+    RequestPath, Requests, SchedulerComparison, SchedulerInfo, SchedulerPlaced, NOT_REACHABLE,
+};
 pub use process::ProcessError;
 pub use python::{find, Checkout, FindError, Interpreter, Provenance, INSTALL_SCRIPT};
 pub use run::{DriverCase, Hooks, JudgeDriverCase, Prepared, CASE_LIMIT};

@@ -76,6 +76,11 @@ pub struct CaseSpec {
     /// are exercised. Omitted when false.
     #[serde(skip_serializing_if = "std::ops::Not::not", default)]
     pub block_in_case: bool,
+    /// How the request reaches vLLM's workers: `scheduler` (the place
+    /// phase's `place.json` and metadata in the case's folder) or `direct`.
+    /// Omitted when direct (a trace without it was recorded direct).
+    #[serde(skip_serializing_if = "super::place::RequestPath::is_direct", default)]
+    pub requests: super::place::RequestPath,
 }
 
 /// One engine of a case.
@@ -161,6 +166,10 @@ pub struct CaseResult {
     /// The stack of the exception (or of the blocked thread), when any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<String>,
+    /// How the request reached the workers (`scheduler` or `direct`; absent
+    /// from results of drivers before it: direct).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_path: Option<String>,
 }
 
 /// A prepared descriptor list, rows expanded to `(addr, len, dev)`.

@@ -66,6 +66,9 @@ pub struct Prepared {
     /// Initial images `[rank][region]` per side.
     pub(crate) before: [Vec<Vec<Vec<u8>>>; 2],
     pub(crate) spec: CaseSpec,
+    /// A scheduler case's place folder: its `place.json` and metadata
+    /// pickle go into the case's run folder.
+    pub(crate) place_dir: Option<PathBuf>,
 }
 
 impl Prepared {
@@ -160,6 +163,7 @@ fn case_spec(
         decode: decode_spec,
         skip_receive_post_process: false,
         block_in_case: false,
+        requests: super::place::RequestPath::Direct,
     }
 }
 
@@ -183,6 +187,7 @@ pub(crate) fn prepare_placed(case: &Case, placed: Placed, id: &str) -> Result<Pr
         bases,
         before,
         spec,
+        place_dir: None,
     })
 }
 
@@ -206,6 +211,9 @@ pub(super) fn write_inputs(dir: &Path, prepared: &Prepared) -> Result<(), BatchE
             }
         }
     }
+    if let Some(from) = &prepared.place_dir {
+        super::place::copy_place_files(from, &case_dir)?;
+    }
     Ok(())
 }
 
@@ -219,6 +227,8 @@ pub struct Hooks {
     /// Indices of push cases whose thread the driver leaves blocked inside
     /// the case (the driver's time-out and restart).
     pub block_cases: Vec<usize>,
+    /// How the requests are made (default: every case direct).
+    pub requests: super::place::Requests,
 }
 
 /// Remove a scratch folder, unless `KVGEOM_KEEP_LIVE` asks to keep it.
@@ -243,6 +253,11 @@ pub struct DriverCase<'a> {
     pub nixl: &'static str,
     /// vLLM's blocks against the geometry's, for a checked geometry.
     pub blocks: Option<BlocksComparison>,
+    /// How the case's request reached vLLM's workers.
+    pub request_path: super::place::RequestPath,
+    /// A scheduler case's place phase: kvgeom's scheduler model against
+    /// vLLM's, the place folder, its cost.
+    pub scheduler: Option<super::place::SchedulerInfo>,
 }
 
 /// How the caller judges each case of a chunk.
@@ -314,6 +329,7 @@ pub(super) fn run_chunk<T>(
     python: &Interpreter,
     case_limit: Duration,
     record_traces: Option<&Path>,
+    scheduler: &[Option<super::place::SchedulerInfo>],
     judge: &JudgeDriverCase<'_, T>,
 ) -> Result<Vec<T>, BatchError> {
     std::fs::create_dir_all(dir).map_err(|source| BatchError::CreateDir {
@@ -403,7 +419,9 @@ pub(super) fn run_chunk<T>(
     Ok(cases
         .iter()
         .zip(prepared)
-        .map(|(case, prepared)| {
+        .enumerate()
+        .map(|(i, (case, prepared))| {
+            let scheduler = scheduler.get(i).cloned().flatten();
             let case_dir = match &prepared {
                 Ok(p) => dir.join(&p.spec.dir),
                 Err(_) => dir.to_path_buf(),
@@ -419,6 +437,12 @@ pub(super) fn run_chunk<T>(
                 killed,
                 nixl,
                 blocks,
+                request_path: if scheduler.is_some() {
+                    super::place::RequestPath::Scheduler
+                } else {
+                    super::place::RequestPath::Direct
+                },
+                scheduler,
             })
         })
         .collect())

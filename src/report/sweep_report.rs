@@ -25,6 +25,14 @@ struct Summary {
     cases: usize,
     passed: usize,
     failed: usize,
+    /// Cases vLLM's scheduler cannot make: neither passed nor failed
+    /// (omitted when none).
+    #[serde(skip_serializing_if = "is_zero")]
+    not_reachable: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 #[derive(Serialize)]
@@ -73,10 +81,12 @@ struct JsonReport<'a> {
 
 fn summary(reports: &[CaseReport]) -> Summary {
     let passed = reports.iter().filter(|r| r.passed()).count();
+    let not_reachable = reports.iter().filter(|r| r.outcome.not_reachable()).count();
     Summary {
         cases: reports.len(),
         passed,
-        failed: reports.len() - passed,
+        failed: reports.len() - passed - not_reachable,
+        not_reachable,
     }
 }
 
@@ -140,7 +150,7 @@ pub fn junit(
         .iter()
         .map(|r| {
             let c = &r.case;
-            let failure = (!r.passed()).then(|| {
+            let failure = r.failed().then(|| {
                 let mut text =
                     format!("{}\nreplay: {}\n", r.outcome.describe(), c.replay_command());
                 for v in r.violations.iter().take(20) {
@@ -192,6 +202,7 @@ pub fn table(reports: &[CaseReport]) -> String {
             .filter(|r| (r.case.geometry_name(), r.case.mode.as_str()) == key)
             .collect();
         let passed = mine.iter().filter(|r| r.passed()).count();
+        let apart = mine.iter().filter(|r| r.outcome.not_reachable()).count();
         let rejected = mine.iter().any(|r| {
             matches!(
                 r.outcome,
@@ -205,17 +216,103 @@ pub fn table(reports: &[CaseReport]) -> String {
             key.1,
             mine.len(),
             passed,
-            mine.len() - passed,
+            mine.len() - passed - apart,
             mine.iter().map(|r| r.stats.pairs).sum::<u64>(),
             mine.iter().map(|r| r.stats.transferred_bytes).sum::<u64>(),
-            if rejected {
-                "  (refused as expected)"
-            } else {
-                ""
+            match (rejected, apart) {
+                (true, _) => "  (refused as expected)".to_string(),
+                (false, 0) => String::new(),
+                (false, n) => format!("  ({n} not reachable by vLLM's scheduler)"),
             }
         );
     }
     let s = summary(reports);
-    let _ = writeln!(out, "\n{} passed, {} failed", s.passed, s.failed);
+    let _ = write!(out, "\n{} passed, {} failed", s.passed, s.failed);
+    if s.not_reachable > 0 {
+        let _ = write!(
+            out,
+            ", {} not reachable by vLLM's scheduler (counted apart)",
+            s.not_reachable
+        );
+    }
+    out.push('\n');
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::geometry::{fixtures, Mode};
+    use crate::scenario::{Case, CaseReport, Outcome, Stats};
+    use crate::scheduler::DecodeAllocation;
+    use crate::under_test::CodeUnderTest;
+    use crate::variant::Variant;
+
+    fn report(prompt_len: u32, outcome: Outcome) -> CaseReport {
+        CaseReport {
+            case: Case {
+                geometry: Arc::new(fixtures::g1()),
+                file: None,
+                prompt_len,
+                prefix_hit: 0,
+                mode: Mode::Pull,
+                allocation: DecodeAllocation::Mainline,
+                seed: 0,
+                variant: Variant::KVGEOM,
+            },
+            outcome,
+            stats: Stats::default(),
+            violations: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn cases_vllms_scheduler_cannot_make_are_counted_apart() {
+        let reports = vec![
+            report(5, Outcome::Passed),
+            report(
+                6,
+                Outcome::NotReachable {
+                    reason: "a prefix hit of 8 tokens is not whole decode blocks of 12".into(),
+                },
+            ),
+            report(7, Outcome::error("boom")),
+        ];
+        let table = super::table(&reports);
+        assert!(
+            table.contains("(1 not reachable by vLLM's scheduler)"),
+            "{table}"
+        );
+        assert!(
+            table.ends_with(
+                "1 passed, 1 failed, 1 not reachable by vLLM's scheduler (counted apart)\n"
+            ),
+            "{table}"
+        );
+        let doc: serde_json::Value = serde_json::from_str(&super::json(
+            &reports,
+            None,
+            &CodeUnderTest::kvgeom(Variant::KVGEOM),
+        ))
+        .expect("JSON");
+        assert_eq!(
+            doc["summary"],
+            serde_json::json!({"cases": 3, "passed": 1, "failed": 1, "not_reachable": 1})
+        );
+        assert_eq!(doc["cases"][1]["outcome"]["kind"], "not_reachable");
+        let junit = super::junit(&reports, None, &CodeUnderTest::kvgeom(Variant::KVGEOM));
+        assert_eq!(junit.matches("<failure").count(), 1, "{junit}");
+        // Without one, the summary is the one it always was.
+        let doc: serde_json::Value = serde_json::from_str(&super::json(
+            &reports[..1],
+            None,
+            &CodeUnderTest::kvgeom(Variant::KVGEOM),
+        ))
+        .expect("JSON");
+        assert_eq!(
+            doc["summary"],
+            serde_json::json!({"cases": 1, "passed": 1, "failed": 0})
+        );
+    }
 }

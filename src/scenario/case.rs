@@ -145,6 +145,13 @@ pub enum Outcome {
         /// What went wrong.
         message: String,
     },
+    /// vLLM's scheduler cannot make this case's request (a prefix hit that
+    /// is not whole decode blocks, say): neither passed nor failed, counted
+    /// apart (`--requests scheduler`, docs/live-vllm.md).
+    NotReachable {
+        /// The place phase's reason.
+        reason: String,
+    },
 }
 
 impl Outcome {
@@ -161,6 +168,11 @@ impl Outcome {
         matches!(self, Outcome::Passed | Outcome::ExpectedRejection { .. })
     }
 
+    /// A case vLLM's scheduler cannot make: neither passed nor failed.
+    pub fn not_reachable(&self) -> bool {
+        matches!(self, Outcome::NotReachable { .. })
+    }
+
     /// The outcome's name in tables.
     pub fn label(&self) -> &'static str {
         match self {
@@ -172,6 +184,7 @@ impl Outcome {
             Outcome::Crashed { .. } => "crashed",
             Outcome::Hung { .. } => "hung",
             Outcome::Error { .. } => "error",
+            Outcome::NotReachable { .. } => "not reachable",
         }
     }
 
@@ -192,6 +205,9 @@ impl Outcome {
             Outcome::Crashed { side, message } => format!("{side} crashed: {message}"),
             Outcome::Hung { message } => format!("never completes: {message}"),
             Outcome::Error { message } => format!("harness error: {message}"),
+            Outcome::NotReachable { reason } => {
+                format!("not reachable by vLLM's scheduler: {reason}")
+            }
         }
     }
 }
@@ -226,6 +242,12 @@ impl CaseReport {
     /// The outcome passed and no oracle found a violation.
     pub fn passed(&self) -> bool {
         self.outcome.passed() && self.violations.is_empty()
+    }
+
+    /// Failed: neither passed nor a case vLLM's scheduler cannot make
+    /// (those are counted apart).
+    pub fn failed(&self) -> bool {
+        !self.passed() && !self.outcome.not_reachable()
     }
 }
 

@@ -118,7 +118,7 @@ pub fn judge_sweep(
     SweepVerdict {
         disagreements: expectations.compare(reports),
         unused: expectations.unused(reports),
-        failed: reports.iter().filter(|r| !r.passed()).count(),
+        failed: reports.iter().filter(|r| r.failed()).count(),
         cases: reports.len(),
         expected_failures: expectations.failures.len(),
     }

@@ -78,7 +78,13 @@ impl ConnectorUnderTest for KvgeomConnector {
 /// One case through kvgeom's connector, judged, with everything its run
 /// produced (for `explain` and the tests).
 pub fn run_case_detailed(case: &Case, opts: &RunOptions) -> CaseRun {
-    let (record, mut run) = KvgeomConnector::new(opts).run_unlogged(case, shape_and_place(case));
+    run_placed_detailed(case, opts, shape_and_place(case))
+}
+
+/// [`run_case_detailed`] for a request already placed (the blocks another
+/// connector's placement, e.g. vLLM's scheduler, gave it).
+pub fn run_placed_detailed(case: &Case, opts: &RunOptions, placed: Placed) -> CaseRun {
+    let (record, mut run) = KvgeomConnector::new(opts).run_unlogged(case, placed);
     let Verdict {
         outcome,
         stats,

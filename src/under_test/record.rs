@@ -38,6 +38,12 @@ pub enum RunOutcome {
         /// Why.
         message: String,
     },
+    /// vLLM's scheduler cannot make the case's request: not run, neither
+    /// passed nor failed.
+    NotReachable {
+        /// The place phase's reason.
+        reason: String,
+    },
 }
 
 impl RunOutcome {
@@ -53,6 +59,7 @@ impl RunOutcome {
             RunOutcome::Crashed { side, message } => Outcome::Crashed { side, message },
             RunOutcome::Hung { message } => Outcome::Hung { message },
             RunOutcome::NotRun { message } => Outcome::Error { message },
+            RunOutcome::NotReachable { reason } => Outcome::NotReachable { reason },
         }
     }
 
@@ -70,6 +77,7 @@ impl RunOutcome {
             Outcome::Crashed { side, message } => RunOutcome::Crashed { side, message },
             Outcome::Hung { message } => RunOutcome::Hung { message },
             Outcome::Error { message } => RunOutcome::NotRun { message },
+            Outcome::NotReachable { reason } => RunOutcome::NotReachable { reason },
         }
     }
 

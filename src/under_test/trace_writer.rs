@@ -61,6 +61,8 @@ fn status_of(outcome: &Outcome) -> (&'static str, Option<Side>, Option<String>) 
         Outcome::Crashed { side, message } => ("crashed", Some(*side), Some(message.clone())),
         Outcome::Hung { message } => ("hung", None, Some(message.clone())),
         Outcome::Error { message } => ("error", None, Some(message.clone())),
+        // kvgeom's own runs are never placed by vLLM's scheduler.
+        Outcome::NotReachable { reason } => ("error", None, Some(reason.clone())),
     }
 }
 
@@ -93,6 +95,7 @@ fn result_of(run: &CaseRun) -> CaseResult {
         raised: Vec::new(),
         notifs: Vec::new(),
         trace: None,
+        request_path: None,
     }
 }
 

@@ -12,7 +12,7 @@ use super::driver::resolve_pairs;
 use super::judge::{
     compare_plans, judge, not_run, plan_keys, plan_of, with_post_process, PlanComparison,
 };
-use super::kvgeom::run_case_detailed;
+use super::kvgeom::run_placed_detailed;
 use super::record::{RunLog, RunOutcome, RunRecord};
 use super::{ConnectorUnderTest, Placed};
 use crate::connector::NamedPolicy;
@@ -22,7 +22,7 @@ use crate::live::protocol::CaseResult;
 use crate::live::run::{read_final_memory, read_result};
 use crate::live::{
     run_in_scratch, BatchError, BlockCheck, BlocksComparison, DriverCase, DriverSettings, Hooks,
-    Interpreter, Prepared,
+    Interpreter, Prepared, RequestPath, Requests, SchedulerComparison,
 };
 use crate::oracle::{MemoryImages, OracleInput};
 use crate::scenario::shape_and_place;
@@ -46,6 +46,13 @@ pub struct LiveReport {
     /// kvgeom's own connector (`--policy kvgeom`) as well; `None` for the
     /// pinned vLLM, which [`plan`](Self::plan) alone judges.
     pub plan_kvgeom: Option<PlanComparison>,
+    /// How the case's request reached vLLM's workers.
+    pub request_path: RequestPath,
+    /// A case placed by vLLM's scheduler: kvgeom's scheduler model
+    /// (`src/scheduler.rs`) against what vLLM's scheduler decided.
+    pub scheduler_model: Option<SchedulerComparison>,
+    /// Seconds the place phase spent on the case (scheduler cases).
+    pub place_seconds: Option<f64>,
     /// For each defect probe the run was asked for (`kvgeom matrix`) that
     /// this case exposes (kvgeom's plans with and without the defect's
     /// decision differ): which of the two vLLM's plan equals.
@@ -248,26 +255,31 @@ struct Reference {
 }
 
 impl Reference {
-    /// kvgeom's connector on `case` under `policy`.
-    fn of(case: &Case, policy: NamedPolicy) -> Self {
+    /// kvgeom's connector on `case` under `policy`, for the blocks vLLM's
+    /// scheduler gave the request (`placed`) or else kvgeom's own placement.
+    fn of(case: &Case, policy: NamedPolicy, placed: Option<&Placed>) -> Self {
         let case = Case {
             variant: Variant::Policy(policy),
             ..case.clone()
         };
-        Self::run(&case, &RunOptions::default())
+        Self::run(&case, &RunOptions::default(), placed)
     }
 
-    /// kvgeom's connector on `case` under the decisions `policy`.
-    fn of_policy(case: &Case, policy: crate::connector::Policy) -> Self {
+    /// kvgeom's connector on `case` under the decisions `policy`, for the
+    /// blocks `placed` (or kvgeom's own placement).
+    fn of_policy(case: &Case, policy: crate::connector::Policy, placed: Option<&Placed>) -> Self {
         let opts = RunOptions {
             policy: Some(policy),
             ..RunOptions::default()
         };
-        Self::run(case, &opts)
+        Self::run(case, &opts, placed)
     }
 
-    fn run(case: &Case, opts: &RunOptions) -> Self {
-        let run = run_case_detailed(case, opts);
+    fn run(case: &Case, opts: &RunOptions, placed: Option<&Placed>) -> Self {
+        let placed = placed
+            .cloned()
+            .unwrap_or_else(|| crate::scenario::shape_and_place(case));
+        let run = run_placed_detailed(case, opts, placed);
         Reference {
             plan: plan_of(run.oracle_input.as_ref(), &run.report.outcome),
             calls: kvgeom_calls(&run, case.geometry.model.is_mla()),
@@ -307,6 +319,7 @@ fn reference_policy(case: &Case) -> NamedPolicy {
 fn probe_case(
     record: &RunRecord,
     probes: &[DefectProbe],
+    placed: Option<&Placed>,
 ) -> Vec<(crate::defects::Defect, ProbeSeen)> {
     if probes.is_empty() || record.uncompared.is_some() {
         return Vec::new();
@@ -316,7 +329,7 @@ fn probe_case(
     for probe in probes {
         for policy in [probe.with, probe.without] {
             if !runs.iter().any(|(p, _, _)| *p == policy) {
-                let reference = Reference::of_policy(&record.case, policy);
+                let reference = Reference::of_policy(&record.case, policy, placed);
                 let equal = reference.compare(record, &judged).equal
                     && same_exception(&reference.plan, record, &judged);
                 runs.push((policy, reference, equal));
@@ -400,8 +413,9 @@ fn judge_driver_case(
     pinned: bool,
     retention: Retention,
     probes: &[DefectProbe],
+    placed: Option<&Placed>,
 ) -> LiveReport {
-    let probed = probe_case(&record, probes);
+    let probed = probe_case(&record, probes, placed);
     let report = judge(&record);
     let case = &record.case;
     let plan = match &record.uncompared {
@@ -409,12 +423,13 @@ fn judge_driver_case(
         // The connector's own ending (a refusal before the judge names it
         // expected) is compared.
         // The case carries the reference policy (the code under test's).
-        None => Reference::of(case, reference_policy(case))
+        None => Reference::of(case, reference_policy(case), placed)
             .compare(&record, &record.outcome.to_outcome()),
     };
     let ran = record.driver_result().is_some();
-    let plan_kvgeom = (!pinned && ran)
-        .then(|| Reference::of(case, NamedPolicy::Kvgeom).compare(&record, &report.outcome));
+    let plan_kvgeom = (!pinned && ran).then(|| {
+        Reference::of(case, NamedPolicy::Kvgeom, placed).compare(&record, &report.outcome)
+    });
     let (result, oracle_input) = match retention {
         Retention::Everything => {
             let result = match std::mem::replace(&mut record.log, RunLog::Nothing) {
@@ -433,6 +448,9 @@ fn judge_driver_case(
         blocks: record.blocks,
         plan_kvgeom,
         probes: probed,
+        request_path: RequestPath::Direct,
+        scheduler_model: None,
+        place_seconds: None,
     }
 }
 
@@ -511,7 +529,7 @@ pub fn run_sweep_probed(
     };
     let placed = connector.place(cases);
     connector.run(cases, placed, &|record| {
-        let judged = judge_driver_case(record, pinned, Retention::Verdicts, probes);
+        let judged = judge_driver_case(record, pinned, Retention::Verdicts, probes, None);
         done(&judged.report.case);
         judged
     })
@@ -584,9 +602,44 @@ fn judged(
         },
     };
     let placed = connector.place(cases);
-    connector.run(cases, placed, &|record| {
-        judge_driver_case(record, pinned, retention, &[])
+    run_in_scratch(cases, placed, connector.driver, &|dc: DriverCase<'_>| {
+        let request_path = dc.request_path;
+        let info = dc.scheduler.clone().unwrap_or_default();
+        let placed = info.placement.clone().map(Ok);
+        LiveReport {
+            request_path,
+            scheduler_model: info.model,
+            place_seconds: info.seconds,
+            ..judge_driver_case(driver_record(dc), pinned, retention, &[], placed.as_ref())
+        }
     })
+}
+
+/// [`run_sweep_recording`] with the requests made as `requests` says
+/// (`--requests`): the CLI's sweep.
+pub fn run_sweep_requests(
+    cases: &[Case],
+    checks: &[BlockCheck],
+    python: &Interpreter,
+    case_limit: Duration,
+    drivers: usize,
+    record_traces: Option<&Path>,
+    requests: Requests,
+) -> Result<Vec<LiveReport>, BatchError> {
+    let hooks = Hooks {
+        record_traces: record_traces.map(Path::to_path_buf),
+        requests,
+        ..Hooks::default()
+    };
+    judged(
+        cases,
+        checks,
+        python,
+        case_limit,
+        &hooks,
+        Retention::Verdicts,
+        drivers,
+    )
 }
 
 #[cfg(test)]

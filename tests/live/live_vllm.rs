@@ -635,18 +635,34 @@ fn a_vllm_without_the_connector_classes_is_named_exit_2() {
     )
     .unwrap();
     let wrapper = python_with_site(&dir, &site, python3);
-    let out = kvgeom(&[
-        "sweep",
-        "--connector",
-        "vllm",
-        "--vllm-python",
-        wrapper.to_str().unwrap(),
-        "--mode",
-        "pull",
-        "--prompts",
-        "3",
-        "geometries/deepseek-mla.toml",
-    ]);
+    let sweep = |requests: &str| {
+        kvgeom(&[
+            "sweep",
+            "--connector",
+            "vllm",
+            "--vllm-python",
+            wrapper.to_str().unwrap(),
+            "--mode",
+            "pull",
+            "--prompts",
+            "3",
+            "--requests",
+            requests,
+            "geometries/deepseek-mla.toml",
+        ])
+    };
+    // Requests made by vLLM's scheduler: the place phase names what it lacks.
+    let out = sweep("scheduler");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for needed in [
+        "lacks what the driver needs:",
+        "  - vllm.config.SchedulerConfig.get_scheduler_cls (the scheduler class the engine core runs)",
+    ] {
+        assert!(err.contains(needed), "{needed:?} not in: {err}");
+    }
+    // Direct requests: the run phase names every worker piece it lacks.
+    let out = sweep("direct");
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     for needed in [

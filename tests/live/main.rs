@@ -10,4 +10,5 @@ mod driver_python_tests;
 mod live_sglang;
 mod live_vllm;
 mod provenance;
+mod scheduler_requests;
 mod sglang_driver_tests;

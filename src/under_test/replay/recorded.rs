@@ -440,7 +440,24 @@ fn rebuild_case(spec: &CaseSpec) -> Result<Case, RecordedErrorKind> {
 
 /// kvgeom's preparation of `case`, which must give the trace's spec.
 fn prepare_checked(case: &Case, spec: &CaseSpec) -> Result<Prepared, RecordedErrorKind> {
-    let p = prepare(case, &spec.id).map_err(|o| RecordedErrorKind::Prepare(o.describe()))?;
+    // A case vLLM's scheduler placed is prepared for the blocks it chose.
+    let p = match spec.requests {
+        crate::live::RequestPath::Scheduler => crate::live::run::prepare_placed(
+            case,
+            crate::live::place::placed_from_spec(case, spec),
+            &spec.id,
+        )
+        .map(|mut p| {
+            // The trace lists vLLM's blocks as the scheduler did (null
+            // placeholders included).
+            p.spec.requests = spec.requests;
+            p.spec.prefill.request_blocks = spec.prefill.request_blocks.clone();
+            p.spec.decode.request_blocks = spec.decode.request_blocks.clone();
+            p
+        }),
+        crate::live::RequestPath::Direct => prepare(case, &spec.id),
+    }
+    .map_err(|o| RecordedErrorKind::Prepare(o.describe()))?;
     let ours = &p.spec;
     let mismatch = |field, traced: String, ours: String| {
         Err(RecordedErrorKind::CaseMismatch {

@@ -266,7 +266,15 @@ fn rebuilt_keys(rc: &RecordedCase, variant: Variant, opts: &RunOptions) -> RunKe
         variant,
         ..rc.case.clone()
     };
-    let run = run_case_detailed(&case, opts);
+    // A request vLLM's scheduler made is rebuilt on the blocks it chose.
+    let run = match rc.spec.requests {
+        crate::live::RequestPath::Scheduler => crate::under_test::kvgeom::run_placed_detailed(
+            &case,
+            opts,
+            crate::live::place::placed_from_spec(&case, &rc.spec),
+        ),
+        crate::live::RequestPath::Direct => run_case_detailed(&case, opts),
+    };
     let plan = match (&run.report.outcome, &run.oracle_input) {
         (Outcome::Error { .. }, _) | (_, None) => Err(run.report.outcome.clone()),
         (_, Some(input)) => Ok(plan_keys(input)),
