@@ -38,6 +38,7 @@ import traceback
 
 import numpy as np
 
+import compat
 import fake_nixl
 import inproc
 
@@ -87,6 +88,11 @@ def load():
         import_s=time.time() - t0,
     )
     inproc.patch(common_conn)
+    # The release's API profile (compat.py): how a rank's context is
+    # published, the KV args assembled, a sender made, decode told.
+    S["profile"] = compat.detect(runtime_context, disagg_utils, nixl_conn)
+    S["compat"] = compat.Context(S)
+    S["compat"].setup_process()
     # The device module's set_device, which NixlKVManager calls for the
     # published device ("cuda") before creating the NIXL backend: there is
     # no GPU here; recorded, nothing else.
@@ -113,13 +119,13 @@ def load():
 @contextlib.contextmanager
 def topology(server_args, rank):
     """Publish one rank's runtime context (process-global in SGLang)."""
-    rc = S["runtime_context"]
-    rc.reset_context()
-    rc.publish(server_args, role="scheduler", ranks=rc.SpawnRanks(world_rank=rank, dp_rank=None, gpu_id=rank))
     # No torch.distributed groups are built: the pipeline group, which the
-    # managers keep but use only with PP > 1, is stated absent.
-    rc.get_parallel().override_permanently(pp_group=None)
-    yield
+    # managers keep but use only with PP > 1, is stated absent (compat.py).
+    token = S["compat"].enter(server_args, rank)
+    try:
+        yield
+    finally:
+        S["compat"].exit(token)
 
 
 def server_args(role, engine, case):
@@ -174,6 +180,8 @@ def mirror_init_kv_manager(role, rank, pool, meta, model):
     """The KV args of SGLang 0.5.23's `_init_kv_manager` for a pool without a
     draft model, hisparse, staging, PP or state (prefill.py:257, decode.py:608),
     under the rank's published context."""
+    if S["profile"]["kv_buffers"] != "utils":
+        return compat.kv_args(S, role, rank, pool, meta, model, S["runtime_context"].get_parallel().attn_tp_size)
     rc = S["runtime_context"]
     du = S["disagg_utils"]
     kv_args = S["base_conn"].KVArgs()
@@ -400,7 +408,7 @@ class Case:
         for r in self.prefill:
             self.stage = f"{r.name}: NixlKVSender"
             with topology(r.server_args, r.rank):
-                r.sender = nixl.NixlKVSender(r.mgr, bootstrap_addr, room)
+                r.sender = compat.make_sender(S, r.mgr, bootstrap_addr, room, r.rank)
 
         # Decode: each rank resolves the prefill's topology, registers and
         # sends the request's pages.
