@@ -72,7 +72,10 @@ def load():
     from sglang.srt.disaggregation.nixl import conn as nixl_conn
     from sglang.srt.disaggregation import utils as disagg_utils
     from sglang.srt.mem_cache import memory_pool
-    from sglang.srt import runtime_context
+    try:
+        from sglang.srt import runtime_context
+    except ImportError:  # before 0.5.14: the topology is read through module functions (compat.py)
+        runtime_context = None
     from sglang.srt.server_args import ServerArgs
 
     S.update(
@@ -181,7 +184,7 @@ def mirror_init_kv_manager(role, rank, pool, meta, model):
     draft model, hisparse, staging, PP or state (prefill.py:257, decode.py:608),
     under the rank's published context."""
     if S["profile"]["kv_buffers"] != "utils":
-        return compat.kv_args(S, role, rank, pool, meta, model, S["runtime_context"].get_parallel().attn_tp_size)
+        return compat.kv_args(S, role, rank, pool, meta, model, S["compat"].attn_tp_size())
     rc = S["runtime_context"]
     du = S["disagg_utils"]
     kv_args = S["base_conn"].KVArgs()
@@ -304,10 +307,8 @@ class Case:
             r.server_args = server_args(role, engine, self.spec)
             with topology(r.server_args, rank):
                 r.pool = build_pool(model, engine, self.spec, engine["tp_size"])
-                r.meta = S["disagg_utils"].MetadataBuffers(
-                    size=engine.get("aux_slots", 4), hidden_size=16,
-                    hidden_states_dtype=torch_dtype(model.get("dtype", "bfloat16")), max_sampling_mask_tokens=0,
-                )
+                r.meta = compat.metadata_buffers(S, engine.get("aux_slots", 4),
+                                                 torch_dtype(model.get("dtype", "bfloat16")))
                 r.kv_args = mirror_init_kv_manager(role, rank, r.pool, r.meta, model)
         except Exception as e:
             raise DriverError(f"{r.name}: {type(e).__name__}: {e}") from e
@@ -453,8 +454,12 @@ class Case:
         self.stage = "send"
         for r in self.prefill:
             with topology(r.server_args, r.rank):
-                r.sender.init(num_pages, int(spec["prefill"].get("aux_index", 0)))
-                r.sender.send(p_pages)
+                try:
+                    r.sender.init(num_pages, int(spec["prefill"].get("aux_index", 0)))
+                    # Before 0.5.13 the send path runs here, on the caller's thread (compat.py).
+                    r.sender.send(p_pages)
+                except Exception as e:
+                    return self.sglang_raised(e, r.name, "NixlKVSender.send")
         self.stage = "transfer"
         done = (kp.Success, kp.Failed)
         if not self.wait(lambda: all(r.sender.poll() in done for r in self.prefill)
@@ -573,7 +578,7 @@ class Case:
                 mgr._heartbeat_shutdown.set()
             for q in getattr(mgr, "transfer_queues", []) or []:
                 q.put(EndWorker())
-        if S:
+        if S and S["runtime_context"] is not None:
             S["runtime_context"].reset_context()
 
 

@@ -43,11 +43,13 @@ import inspect
 # One row per release the driver was run on: what detect() gives there.
 PROFILES = {
     "0.5.23": {"context": "publish", "kv_buffers": "utils", "sender": "room", "decode_status": "listener",
-               "device_call": "manager"},
+               "device_call": "manager", "planning": "prepared", "state_args": "utils"},
     "0.5.17": {"context": "publish", "kv_buffers": "utils", "sender": "room", "decode_status": "listener",
-               "device_call": "manager"},
+               "device_call": "manager", "planning": "prepared", "state_args": "utils"},
     "0.5.16": {"context": "override", "kv_buffers": "pool", "sender": "dest_ranks", "decode_status": "notifs",
-               "device_call": "none"},
+               "device_call": "none", "planning": "prepared", "state_args": "utils"},
+    "0.5.10": {"context": "functions", "kv_buffers": "pool", "sender": "dest_ranks", "decode_status": "notifs",
+               "device_call": "none", "planning": "per_transfer", "state_args": "pool"},
 }
 
 # The api_check entries (dotted names, or "Class.attr" for ATTRS, "KVArgs.x")
@@ -67,6 +69,16 @@ NOT_USED = {
         "NixlKVManager._socket_send_locks",
     },
     ("device_call", "none"): {"NixlKVManager.__init__:torch.get_device_module"},
+    ("context", "functions"): {
+        "publish", "SpawnRanks", "ParallelContext.override_permanently", "get_model", "get_disagg", "get_device",
+        "reset_context", "get_parallel",
+    },
+    ("planning", "per_transfer"): {
+        "NixlKVManager._prepare_payload_xfer", "NixlKVManager._init_equal_tp_prep_handle",
+        "NixlKVManager._init_hetero_tp_prep_handle", "NixlKVManager.transfer_worker", "NixlKVManager.transfer_queues",
+    },
+    # Before setup_state_kv_args (0.5.10) KVArgs had no prefill_end_layer either.
+    ("state_args", "pool"): {"setup_state_kv_args", "KVArgs.prefill_end_layer"},
 }
 RC = "sglang.srt.runtime_context"
 POOL = "sglang.srt.mem_cache.memory_pool"
@@ -77,6 +89,11 @@ INSTEAD = {
         (RC, "get_context", "publishing each rank's server args (set_server_args)"),
         (RC, "ParallelContext.override", "each rank's attention TP while its objects are built or called"),
         ("sglang.srt.layers.dp_attention", "get_attention_dp_size", "the attention-DP size (set to 1)"),
+        (COMMON, "get_pp_group", "replaced: the absent pipeline group"),
+    ],
+    ("context", "functions"): [
+        (COMMON, "get_attention_tp_size", "replaced: each rank's attention TP size"),
+        (COMMON, "get_attention_tp_rank", "replaced: each rank's attention TP rank"),
         (COMMON, "get_pp_group", "replaced: the absent pipeline group"),
     ],
     ("kv_buffers", "pool"): [
@@ -90,9 +107,10 @@ INSTEAD = {
 
 
 def detect(rc, disagg_utils, nixl_conn):
-    """The profile of the installed SGLang, from its modules."""
+    """The profile of the installed SGLang, from its modules (rc: its
+    runtime_context module, None where the release has none)."""
     return {
-        "context": "publish" if hasattr(rc, "publish") else "override",
+        "context": "functions" if rc is None else "publish" if hasattr(rc, "publish") else "override",
         "kv_buffers": "utils" if hasattr(disagg_utils, "get_kv_transfer_buf_infos") else "pool",
         "sender": "dest_ranks" if "dest_tp_ranks" in inspect.signature(nixl_conn.NixlKVSender.__init__).parameters
         else "room",
@@ -100,6 +118,8 @@ def detect(rc, disagg_utils, nixl_conn):
         else "notifs",
         "device_call": "manager" if "torch.get_device_module" in inspect.getsource(nixl_conn.NixlKVManager.__init__)
         else "none",
+        "planning": "prepared" if hasattr(nixl_conn.NixlKVManager, "_prepare_payload_xfer") else "per_transfer",
+        "state_args": "utils" if hasattr(disagg_utils, "setup_state_kv_args") else "pool",
     }
 
 
@@ -107,7 +127,11 @@ def detect_installed():
     """detect() on the importable SGLang (imports its modules)."""
     import importlib
 
-    return detect(importlib.import_module(RC), importlib.import_module("sglang.srt.disaggregation.utils"),
+    try:
+        rc = importlib.import_module(RC)
+    except ImportError:
+        rc = None
+    return detect(rc, importlib.import_module("sglang.srt.disaggregation.utils"),
                   importlib.import_module(NIXL))
 
 
@@ -134,8 +158,37 @@ class Context:
         self.S = S
         self.profile = S["profile"]
 
+    TOPOLOGY_NAMES = ("get_attention_tp_size", "get_attention_tp_rank", "get_attention_cp_size",
+                      "get_attention_cp_rank", "get_attention_dp_size", "get_attention_dp_rank", "get_pp_group")
+
+    def attn_tp_size(self):
+        if self.profile["context"] == "functions":
+            return self.topo["attn_tp_size"]
+        return self.S["runtime_context"].get_parallel().attn_tp_size
+
     def setup_process(self):
-        """Once per process: what 0.5.16's scheduler would have initialised."""
+        """Once per process: what the scheduler of 0.5.16 (or of a release
+        before 0.5.14) would have initialised."""
+        self.topo = {}
+        if self.profile["context"] == "functions":
+            # No runtime context: SGLang's connection modules read the
+            # topology through dp_attention's / parallel_state's functions,
+            # imported by name; those names (only) answer the published rank.
+            topo = self.topo
+            answers = {
+                "get_attention_tp_size": lambda: topo["attn_tp_size"],
+                "get_attention_tp_rank": lambda: topo["attn_tp_rank"],
+                "get_attention_cp_size": lambda: 1,
+                "get_attention_cp_rank": lambda: 0,
+                "get_attention_dp_size": lambda: 1,
+                "get_attention_dp_rank": lambda: 0,
+                "get_pp_group": lambda: None,
+            }
+            for mod in (self.S["common_conn"], self.S["nixl_conn"]):
+                for name in self.TOPOLOGY_NAMES:
+                    if hasattr(mod, name):
+                        setattr(mod, name, answers[name])
+            return
         if self.profile["context"] != "override":
             return
         from sglang.srt.layers import dp_attention
@@ -148,6 +201,9 @@ class Context:
 
     def enter(self, server_args, rank):
         """Publish; returns what exit() needs."""
+        if self.profile["context"] == "functions":
+            self.topo.update(attn_tp_size=server_args.tp_size, attn_tp_rank=rank)
+            return None
         rc = self.S["runtime_context"]
         rc.reset_context()
         if self.profile["context"] == "publish":
@@ -182,9 +238,10 @@ def kv_args(S, role, rank, pool, meta, model, tp_size):
     ka.system_dp_rank = 0
     if role == "prefill":
         ka.prefill_start_layer = pool.start_layer
-        ka.mla_compression_ratios = None
+        if S["profile"]["state_args"] == "utils":
+            ka.mla_compression_ratios = None
     ptrs, lens, item_lens = pool.get_contiguous_buf_infos()
-    if role == "prefill":
+    if role == "prefill" and S["profile"]["state_args"] == "utils":
         ka.prefill_end_layer = getattr(pool, "end_layer", None)
     ka.kv_data_ptrs = ptrs
     ka.kv_data_lens = lens
@@ -198,8 +255,26 @@ def kv_args(S, role, rank, pool, meta, model, tp_size):
     ka.aux_data_ptrs, ka.aux_data_lens, ka.aux_item_lens = meta.get_buf_infos()
     ka.ib_device = None
     ka.gpu_id = rank
-    du.setup_state_kv_args(ka, pool, None, model["layers"], req_to_token_pool=None)
+    if S["profile"]["state_args"] == "utils":
+        du.setup_state_kv_args(ka, pool, None, model["layers"], req_to_token_pool=None)
+    else:
+        # Before setup_state_kv_args (0.5.10's _init_kv_manager): the pool's
+        # own state buffers, none for these pools; the state type "none".
+        ka.state_data_ptrs, ka.state_data_lens, ka.state_item_lens = (
+            pool.get_state_buf_infos() if hasattr(pool, "get_state_buf_infos") else ([], [], []))
+        ka.state_type = "none"
+        ka.state_dim_per_tensor = []
     return ka
+
+
+def metadata_buffers(S, slots, dtype):
+    """SGLang's MetadataBuffers (the aux rows); `max_sampling_mask_tokens`
+    where the release has it (0.5.16+), else its defaults."""
+    cls = S["disagg_utils"].MetadataBuffers
+    kwargs = dict(size=slots, hidden_size=16, hidden_states_dtype=dtype)
+    if "max_sampling_mask_tokens" in inspect.signature(cls.__init__).parameters:
+        kwargs["max_sampling_mask_tokens"] = 0
+    return cls(**kwargs)
 
 
 def make_sender(S, mgr, bootstrap_addr, room, rank):

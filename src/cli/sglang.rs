@@ -336,6 +336,7 @@ pub(crate) fn sglang_sweep(args: SweepArgs) -> u8 {
         }
         None => out!("{text}"),
     }
+    super::sglang_shrink::print_minimal_replays(&reports, &python, args.no_shrink);
     match &expectations {
         Some(e) => {
             if super::print_sweep_verdict(&judge_sweep(e, &reports, &code)) {

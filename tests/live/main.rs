@@ -11,3 +11,4 @@ mod live_sglang;
 mod live_vllm;
 mod provenance;
 mod sglang_driver_tests;
+mod sglang_history;

@@ -1,0 +1,110 @@
+//! SGLang's history through kvgeom's verdict: a release before a fix and
+//! one after it, on the geometry of the bug, each through `kvgeom sweep
+//! --connector sglang --sglang-python X`. Needs `.sglang-venvs/0.5.16`
+//! (`scripts/install-sglang.sh --version 0.5.16`) and the default
+//! `.sglang-venv` (0.5.23); says `skipped: <reason>` without them.
+
+use crate::support::{json_report, kvgeom, root, skip};
+
+fn text(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Every case of `file` on the interpreter `python` (relative to the
+/// checkout), as the sweep's JSON report.
+fn sweep(python: &str, file: &str, prompts: &str) -> (std::process::Output, serde_json::Value) {
+    let o = kvgeom(&[
+        "sweep",
+        "--connector",
+        "sglang",
+        "--sglang-python",
+        python,
+        file,
+        "--prompts",
+        prompts,
+        "--no-shrink",
+        "--format",
+        "json",
+    ]);
+    let report = json_report(&o);
+    (o, report)
+}
+
+/// SGLang #31295 (2 KV heads, prefill attention TP1 -> decode TP4), fixed by
+/// PR #31968, first in 0.5.17: 0.5.16 crashes with the NIXL stand-in's
+/// out-of-region refusal of the list SGLang's planner built; 0.5.23 passes.
+#[test]
+fn sglang_31295_crashes_on_0_5_16_and_passes_on_0_5_23() {
+    let test = "sglang_31295_crashes_on_0_5_16_and_passes_on_0_5_23";
+    let before = ".sglang-venvs/0.5.16/bin/python";
+    let after = ".sglang-venv/bin/python";
+    for p in [before, after] {
+        if !root().join(p).exists() {
+            return skip(
+                test,
+                format!("no {p} (scripts/install-sglang.sh [--version 0.5.16])"),
+            );
+        }
+    }
+    let file = "geometries/sglang/gqa-2heads-p1-d4.toml";
+    let (o, report) = sweep(before, file, "5,9");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(report["code_under_test"]["version"], "0.5.16");
+    let cases = report["cases"].as_array().expect("cases");
+    assert_eq!(cases.len(), 2);
+    for c in cases {
+        assert_eq!(c["outcome"]["kind"], "crashed", "{c}");
+        let said = c.to_string();
+        assert!(
+            said.contains("NIXL_ERR_NOT_FOUND")
+                && said.contains("_init_hetero_tp_prep_handle")
+                && said.contains("lies in none of this agent's registered VRAM regions"),
+            "{said}"
+        );
+    }
+    let (o, report) = sweep(after, file, "5,9");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(report["code_under_test"]["version"], "0.5.23");
+    let cases = report["cases"].as_array().expect("cases");
+    assert_eq!(cases.len(), 2);
+    assert!(cases.iter().all(|c| c["passed"] == true), "{report}");
+}
+
+/// The same release 0.5.16 passes the shapes it handles (equal TP, MLA,
+/// prefill TP above decode's): the crash above is SGLang's, not the
+/// driver's adaptation to 0.5.16's older API.
+#[test]
+fn sglang_0_5_16_passes_the_shapes_it_handles() {
+    let test = "sglang_0_5_16_passes_the_shapes_it_handles";
+    let before = ".sglang-venvs/0.5.16/bin/python";
+    if !root().join(before).exists() {
+        return skip(
+            test,
+            format!("no {before} (scripts/install-sglang.sh --version 0.5.16)"),
+        );
+    }
+    let o = kvgeom(&[
+        "sweep",
+        "--connector",
+        "sglang",
+        "--sglang-python",
+        before,
+        "geometries/sglang/mha-equal-tp.toml",
+        "geometries/sglang/gqa-8heads-p2-d4.toml",
+        "geometries/sglang/mla-p2-d1.toml",
+        "--prompts",
+        "5",
+        "--no-shrink",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let report = json_report(&o);
+    let cases = report["cases"].as_array().expect("cases");
+    assert_eq!(cases.len(), 3, "{report}");
+    assert!(cases.iter().all(|c| c["passed"] == true), "{report}");
+}
