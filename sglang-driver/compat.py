@@ -11,7 +11,7 @@ gives there (`test_driver.py` checks the row of the installed release).
 
 Per API feature:
 
-- `context`: `publish` (0.5.17+: `runtime_context.publish(server_args,
+- `context`: `publish` (0.5.23: `runtime_context.publish(server_args,
   role=..., ranks=SpawnRanks(...))` and `ParallelContext.override_permanently`)
   or `override` (0.5.16: `get_context().set_server_args(server_args)` and a
   `get_parallel().override(attn_tp_size=..., ...)` held while the rank's
@@ -19,7 +19,7 @@ Per API feature:
   `sglang.srt.layers.dp_attention` set to size 1 rank 0, as SGLang's own
   `initialize_dp_attention` sets them with DP attention off; the pipeline
   group stated absent by pointing `common.conn.get_pp_group` at `None`, the
-  counterpart of 0.5.17+'s `override_permanently(pp_group=None)`).
+  counterpart of 0.5.23's `override_permanently(pp_group=None)`).
 - `kv_buffers`: `utils` (`get_kv_transfer_buf_infos(pool)`,
   `build_kv_layer_ids`, `get_pd_kv_layout`, KVArgs `kv_layer_ids`,
   `kv_layout`, `kv_cache_dtype_str`, `rust_http_port`) or `pool`
@@ -29,11 +29,11 @@ Per API feature:
   (0.5.16: `NixlKVSender(mgr, addr, room, dest_tp_ranks, pp_rank)`; the
   driver passes `[rank]` and `0`, as 0.5.16's prefill scheduler passes
   `[self.tp_rank]` and its PP rank).
-- `decode_status`: `listener` (0.5.17+: prefill sends `KV_STATUS` frames,
+- `decode_status`: `listener` (0.5.23: prefill sends `KV_STATUS` frames,
   decode's listener thread applies them) or `notifs` (0.5.16: decode's
   `poll()` reads NIXL notifications, `get_new_notifs`, which the stand-in
   delivers after each transfer as NIXL does).
-- `device_call`: `manager` (0.5.17+: `NixlKVManager.__init__` calls
+- `device_call`: `manager` (0.5.23: `NixlKVManager.__init__` calls
   `torch.get_device_module(device).set_device(gpu_id)`, recorded) or `none`
   (0.5.16: the manager makes no device call).
 """
@@ -41,13 +41,15 @@ Per API feature:
 import inspect
 
 # One row per release the driver was run on: what detect() gives there.
+# (Read in its wheel, not run: 0.5.17 publishes its context as 0.5.23 does
+# but has 0.5.16's other features; no row until it is run.)
 PROFILES = {
     "0.5.23": {"context": "publish", "kv_buffers": "utils", "sender": "room", "decode_status": "listener",
                "device_call": "manager", "planning": "prepared", "state_args": "utils"},
-    "0.5.17": {"context": "publish", "kv_buffers": "utils", "sender": "room", "decode_status": "listener",
-               "device_call": "manager", "planning": "prepared", "state_args": "utils"},
     "0.5.16": {"context": "override", "kv_buffers": "pool", "sender": "dest_ranks", "decode_status": "notifs",
                "device_call": "none", "planning": "prepared", "state_args": "utils"},
+    "0.5.11": {"context": "functions", "kv_buffers": "pool", "sender": "dest_ranks", "decode_status": "notifs",
+               "device_call": "none", "planning": "per_transfer", "state_args": "pool"},
     "0.5.10": {"context": "functions", "kv_buffers": "pool", "sender": "dest_ranks", "decode_status": "notifs",
                "device_call": "none", "planning": "per_transfer", "state_args": "pool"},
 }
@@ -230,7 +232,7 @@ class Context:
 def kv_args(S, role, rank, pool, meta, model, tp_size):
     """The KV args of the release's `_init_kv_manager` for a pool without
     draft model, hisparse, staging, PP or state, under the published
-    context. 0.5.17+: case.mirror_init_kv_manager; 0.5.16: this."""
+    context. 0.5.23: case.mirror_init_kv_manager; 0.5.16: this."""
     du = S["disagg_utils"]
     ka = S["base_conn"].KVArgs()
     ka.engine_rank = rank if role == "prefill" else rank % tp_size

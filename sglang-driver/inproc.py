@@ -272,7 +272,7 @@ def patch(common_conn):
         host, port = split_endpoint(endpoint)
         hub = current()
         hub.note("connect", host, port, getattr(self, "_kvgeom_agent", None))
-        if hasattr(self, "_socket_send_locks"):  # 0.5.17+ (0.5.16's _connect keeps no per-endpoint lock)
+        if hasattr(self, "_socket_send_locks"):  # 0.5.23 (0.5.16's _connect keeps no per-endpoint lock)
             self._socket_send_locks.setdefault(endpoint, _threading.Lock())
         return PushSocket(hub, host, port, getattr(self, "_kvgeom_agent", None))
 

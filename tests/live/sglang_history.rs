@@ -108,3 +108,44 @@ fn sglang_0_5_16_passes_the_shapes_it_handles() {
     assert_eq!(cases.len(), 3, "{report}");
     assert!(cases.iter().all(|c| c["passed"] == true), "{report}");
 }
+
+/// A failing SGLang case is shrunk to the smallest prompt that fails the
+/// same way, in one more driver batch, and its replay names that prompt.
+#[test]
+fn sglang_failures_shrink_to_a_smaller_prompt() {
+    let test = "sglang_failures_shrink_to_a_smaller_prompt";
+    let python = ".sglang-venv/bin/python";
+    if !root().join(python).exists() {
+        return skip(test, format!("no {python} (scripts/install-sglang.sh)"));
+    }
+    let o = kvgeom(&[
+        "sweep",
+        "--connector",
+        "sglang",
+        "--sglang-python",
+        python,
+        "geometries/sglang/gqa-v-head-size-p1-d2.toml",
+        "--prompts",
+        "9",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let replay = stderr
+        .split("minimal replays:")
+        .nth(1)
+        .and_then(|rest| rest.lines().find(|l| l.contains("replay: ")))
+        .unwrap_or_else(|| panic!("no minimal replay: {stderr}"));
+    let prompt: u32 = replay
+        .split("--prompt ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no prompt in {replay}"));
+    assert!(prompt < 9, "{replay}");
+    assert!(
+        replay.contains(
+            "kvgeom explain --connector sglang geometries/sglang/gqa-v-head-size-p1-d2.toml"
+        ),
+        "{replay}"
+    );
+}
