@@ -35,7 +35,15 @@ fn replay(case: &crate::scenario::Case, python: &SglangPython) -> String {
         .join(".sglang-venv")
         .join("bin")
         .join("python");
-    let flag = if python.python == default || std::env::var_os(crate::sglang::python::ENV).is_some()
+    // The venv's folder, not the interpreter: a venv's python is a link to
+    // the base interpreter, which every venv shares.
+    let key = |p: &std::path::Path| {
+        let dir = p.parent().and_then(|d| d.canonicalize().ok());
+        (dir, p.file_name().map(|n| n.to_owned()))
+    };
+    let same = |a: &std::path::Path, b: &std::path::Path| key(a) == key(b);
+    let flag = if same(&python.python, &default)
+        || std::env::var_os(crate::sglang::python::ENV).is_some()
     {
         String::new()
     } else {
