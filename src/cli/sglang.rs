@@ -63,7 +63,12 @@ fn refused(args: &SweepArgs) -> Option<String> {
         );
     }
     if args.record_traces.is_some() {
-        return Some("--record-traces: the SGLang driver writes no traces yet".into());
+        return Some(
+            "--record-traces: SGLang's runs are not recorded as traces: the trace format and its \
+             checks (check-trace, diff-trace, --connector replay) model kvgeom's block layout, not \
+             SGLang's pools (per-head slices of K and V pages); docs/sglang.md"
+                .into(),
+        );
     }
     None
 }

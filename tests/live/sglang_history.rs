@@ -152,3 +152,59 @@ fn sglang_failures_shrink_to_a_smaller_prompt() {
         "{replay}"
     );
 }
+
+/// SGLang's runs are not recorded as traces (`--record-traces` is refused),
+/// and a v3 trace naming SGLang as its code under test is refused by
+/// `check-trace` with the reason, never judged on kvgeom's block layout.
+#[test]
+fn sglang_traces_are_refused_with_the_reason() {
+    let o = kvgeom(&[
+        "sweep",
+        "--connector",
+        "sglang",
+        "geometries/sglang/mha-equal-tp.toml",
+        "--record-traces",
+        "/nonexistent-kvgeom-traces",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--record-traces"), "{}", text(&o));
+    let dir = crate::support::scratch(module_path!(), "sglang-v3");
+    let o = kvgeom(&[
+        "sweep",
+        "geometries/deepseek-mla.toml",
+        "--prompts",
+        "4",
+        "--mode",
+        "push",
+        "--alloc",
+        "mainline",
+        "--record-traces",
+        dir.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let gz = std::fs::read_dir(&dir)
+        .expect("traces")
+        .map(|e| e.expect("entry").path())
+        .find(|p| p.to_string_lossy().ends_with(".trace.json.gz"))
+        .expect("a v3 trace");
+    let mut json = String::new();
+    std::io::Read::read_to_string(
+        &mut flate2::read::GzDecoder::new(std::fs::File::open(&gz).expect("open")),
+        &mut json,
+    )
+    .expect("gunzip");
+    let mut v: serde_json::Value = serde_json::from_str(&json).expect("json");
+    assert_eq!(v["format"], "kvgeom-trace/3");
+    v["code_under_test"] = serde_json::json!({
+        "connector": "sglang", "version": "0.5.23", "policy": null, "source": null
+    });
+    let sglang = dir.join("sglang.trace.json");
+    std::fs::write(&sglang, v.to_string()).expect("write");
+    let o = kvgeom(&["check-trace", sglang.to_str().expect("utf-8")]);
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("an SGLang trace") && text(&o).contains("not modelled"),
+        "{}",
+        text(&o)
+    );
+}
