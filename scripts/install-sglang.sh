@@ -59,7 +59,9 @@ LIGHT_DEPS=(
     pytest
 )
 # The modules the driver imports; the install fails (exit 2) when one does not.
-CHECK_IMPORTS="sglang.srt.disaggregation.nixl.conn, sglang.srt.disaggregation.common.conn, sglang.srt.disaggregation.base.conn, sglang.srt.disaggregation.utils, sglang.srt.mem_cache.memory_pool, sglang.srt.runtime_context, sglang.srt.server_args"
+CHECK_IMPORTS="sglang.srt.disaggregation.nixl.conn, sglang.srt.disaggregation.common.conn, sglang.srt.disaggregation.base.conn, sglang.srt.disaggregation.utils, sglang.srt.mem_cache.memory_pool, sglang.srt.server_args"
+# (not sglang.srt.runtime_context: releases before 0.5.14 have none, and the
+# driver adapts to that; sglang-driver/compat.py)
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=scripts/disk-space.sh

@@ -206,7 +206,18 @@ def missing(stand_in=None):
             return None
         return m
 
-    for module_name, dotted, purpose in REQUIRED:
+    # The release's API profile (compat.py): the names a profile feature does
+    # not use are not required; the ones it uses instead are.
+    import compat
+
+    try:
+        profile = compat.detect_installed()
+    except Exception:
+        profile = {}
+    skip = compat.not_used(profile)
+    required = [e for e in REQUIRED if e[1] not in skip] + compat.instead(profile)
+    attrs = [e for e in ATTRS if f"{e[1]}.{e[2]}" not in skip]
+    for module_name, dotted, purpose in required:
         m = need_module(module_name, f"{dotted}: {purpose}")
         if m is None:
             continue
@@ -214,14 +225,14 @@ def missing(stand_in=None):
             _lookup(m, dotted)
         except AttributeError:
             out.append(f"{module_name}.{dotted} ({purpose})")
-    for module_name, cls_name, attr, purpose in ATTRS:
+    for module_name, cls_name, attr, purpose in attrs:
         m = module(module_name)
         cls = None if isinstance(m, Exception) else getattr(m, cls_name, None)
         if cls is None:
             continue  # reported above
         if not _has_attr(cls, attr):
             out.append(f"{module_name}.{cls_name}.{attr} ({purpose})")
-    for module_name, dotted, text, purpose in SOURCES:
+    for module_name, dotted, text, purpose in [e for e in SOURCES if f"{e[1]}:{e[2]}" not in skip]:
         m = need_module(module_name, f"{dotted}: {purpose}")
         if m is None:
             continue

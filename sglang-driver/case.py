@@ -38,6 +38,7 @@ import traceback
 
 import numpy as np
 
+import compat
 import fake_nixl
 import hybrid
 import inproc
@@ -72,7 +73,10 @@ def load():
     from sglang.srt.disaggregation.nixl import conn as nixl_conn
     from sglang.srt.disaggregation import utils as disagg_utils
     from sglang.srt.mem_cache import memory_pool
-    from sglang.srt import runtime_context
+    try:
+        from sglang.srt import runtime_context
+    except ImportError:  # before 0.5.14: the topology is read through module functions (compat.py)
+        runtime_context = None
     from sglang.srt.server_args import ServerArgs
 
     S.update(
@@ -89,6 +93,11 @@ def load():
     )
     inproc.patch(common_conn)
     hybrid.install_recorder(S)
+    # The release's API profile (compat.py): how a rank's context is
+    # published, the KV args assembled, a sender made, decode told.
+    S["profile"] = compat.detect(runtime_context, disagg_utils, nixl_conn)
+    S["compat"] = compat.Context(S)
+    S["compat"].setup_process()
     # The device module's set_device, which NixlKVManager calls for the
     # published device ("cuda") before creating the NIXL backend: there is
     # no GPU here; recorded, nothing else.
@@ -115,13 +124,13 @@ def load():
 @contextlib.contextmanager
 def topology(server_args, rank):
     """Publish one rank's runtime context (process-global in SGLang)."""
-    rc = S["runtime_context"]
-    rc.reset_context()
-    rc.publish(server_args, role="scheduler", ranks=rc.SpawnRanks(world_rank=rank, dp_rank=None, gpu_id=rank))
     # No torch.distributed groups are built: the pipeline group, which the
-    # managers keep but use only with PP > 1, is stated absent.
-    rc.get_parallel().override_permanently(pp_group=None)
-    yield
+    # managers keep but use only with PP > 1, is stated absent (compat.py).
+    token = S["compat"].enter(server_args, rank)
+    try:
+        yield
+    finally:
+        S["compat"].exit(token)
 
 
 def server_args(role, engine, case):
@@ -178,6 +187,8 @@ def mirror_init_kv_manager(role, rank, pool, meta, model):
     """The KV args of SGLang 0.5.23's `_init_kv_manager` for a pool without a
     draft model, hisparse, staging, PP or state (prefill.py:257, decode.py:608),
     under the rank's published context."""
+    if S["profile"]["kv_buffers"] != "utils":
+        return compat.kv_args(S, role, rank, pool, meta, model, S["compat"].attn_tp_size())
     rc = S["runtime_context"]
     du = S["disagg_utils"]
     kv_args = S["base_conn"].KVArgs()
@@ -310,10 +321,8 @@ class Case:
             r.server_args = server_args(role, engine, self.spec)
             with topology(r.server_args, rank):
                 r.pool = build_pool(model, engine, self.spec, engine["tp_size"])
-                r.meta = S["disagg_utils"].MetadataBuffers(
-                    size=engine.get("aux_slots", 4), hidden_size=16,
-                    hidden_states_dtype=torch_dtype(model.get("dtype", "bfloat16")), max_sampling_mask_tokens=0,
-                )
+                r.meta = compat.metadata_buffers(S, engine.get("aux_slots", 4),
+                                                 torch_dtype(model.get("dtype", "bfloat16")))
                 r.kv_args = mirror_init_kv_manager(role, rank, r.pool, r.meta, model)
         except Exception as e:
             raise DriverError(f"{r.name}: {type(e).__name__}: {e}") from e
@@ -435,7 +444,7 @@ class Case:
         for r in self.prefill:
             self.stage = f"{r.name}: NixlKVSender"
             with topology(r.server_args, r.rank):
-                r.sender = nixl.NixlKVSender(r.mgr, bootstrap_addr, room)
+                r.sender = compat.make_sender(S, r.mgr, bootstrap_addr, room, r.rank)
 
         # Decode: each rank resolves the prefill's topology, registers and
         # sends the request's pages.
@@ -481,8 +490,16 @@ class Case:
         self.stage = "send"
         for r in self.prefill:
             with topology(r.server_args, r.rank):
-                r.sender.init(num_pages, int(spec["prefill"].get("aux_index", 0)))
-                r.sender.send(p_pages, state_indices=self.state_indices("prefill"))
+                try:
+                    r.sender.init(num_pages, int(spec["prefill"].get("aux_index", 0)))
+                    # Before 0.5.13 the send path runs here, on the caller's thread (compat.py).
+                    state = self.state_indices("prefill")
+                    if state is None:
+                        r.sender.send(p_pages)
+                    else:
+                        r.sender.send(p_pages, state_indices=state)
+                except Exception as e:
+                    return self.sglang_raised(e, r.name, "NixlKVSender.send")
         self.stage = "transfer"
         done = (kp.Success, kp.Failed)
         if not self.wait(lambda: all(r.sender.poll() in done for r in self.prefill)
@@ -613,7 +630,7 @@ class Case:
                 mgr._heartbeat_shutdown.set()
             for q in getattr(mgr, "transfer_queues", []) or []:
                 q.put(EndWorker())
-        if S:
+        if S and S["runtime_context"] is not None:
             S["runtime_context"].reset_context()
 
 

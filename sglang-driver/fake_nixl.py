@@ -232,6 +232,7 @@ class nixl_agent:
         self.remotes = {}  # agent name -> regions advertised in its metadata
         self.lists = {}  # handle -> (Runs, mem_type, target)
         self.xfer_table = {}
+        self.notifs = {}  # peer agent name -> notification messages not yet read (get_new_notifs)
         with fabric.lock:
             fabric.agents[name] = self
             if fabric.pending_alias is not None:
@@ -484,7 +485,16 @@ class nixl_agent:
             else:
                 ctypes.memmove(ra, la, min(ll, rl))
         record["posted"] = True
+        if record.get("notif"):
+            # NIXL delivers a transfer's notification to the target agent once
+            # the transfer is done; SGLang <= 0.5.16's decode learns of
+            # arrivals only this way (get_new_notifs).
+            self._deliver(record["remote"], record["notif"].encode("latin-1"))
         return "DONE"
+
+    def _deliver(self, remote_handle, msg):
+        target = self.lists[remote_handle][2]
+        self.send_notif(target, msg)
 
     def check_xfer_state(self, handle):
         return "DONE"
@@ -496,10 +506,16 @@ class nixl_agent:
         return None
 
     def send_notif(self, agent_name, notif_msg):
+        peer = self.fabric.agents.get(agent_name)
+        if peer is not None:
+            with self.fabric.lock:
+                peer.notifs.setdefault(self.name, []).append(bytes(notif_msg))
         return None
 
     def get_new_notifs(self):
-        return {}
+        with self.fabric.lock:
+            out, self.notifs = self.notifs, {}
+        return out
 
 
 def install():

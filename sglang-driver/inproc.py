@@ -183,6 +183,10 @@ class Hub:
                 info["kv_layout"] = first["kv_layout"]
             if first.get("dsv41_spec_layout") is not None:
                 info["dsv41_spec_layout"] = first["dsv41_spec_layout"]
+            if INFO_FIELDS:
+                # SGLang's server answers its own PrefillServerInfo as a dict:
+                # a release whose dataclass lacks a newer field never sends it.
+                info = {k: v for k, v in info.items() if k in INFO_FIELDS}
             return Response(200, info)
         for row in rows:
             dp_group = row["attn_dp_rank"] if row["system_dp_size"] == 1 else row["system_dp_rank"]
@@ -241,11 +245,18 @@ def receiver_agent():
     return None
 
 
+INFO_FIELDS = set()  # the installed PrefillServerInfo's fields (set by patch)
+
+
 def patch(common_conn):
     """Replace SGLang's four transport names with the current hub's
     (module-level, once per process; each case installs its own hub).
     Returns what was replaced."""
+    import dataclasses as _dataclasses
     import threading as _threading
+
+    INFO_FIELDS.clear()
+    INFO_FIELDS.update(f.name for f in _dataclasses.fields(common_conn.PrefillServerInfo))
 
     saved = {
         "get_zmq_socket_on_host": common_conn.get_zmq_socket_on_host,
@@ -261,7 +272,8 @@ def patch(common_conn):
         host, port = split_endpoint(endpoint)
         hub = current()
         hub.note("connect", host, port, getattr(self, "_kvgeom_agent", None))
-        self._socket_send_locks.setdefault(endpoint, _threading.Lock())
+        if hasattr(self, "_socket_send_locks"):  # 0.5.23 (0.5.16's _connect keeps no per-endpoint lock)
+            self._socket_send_locks.setdefault(endpoint, _threading.Lock())
         return PushSocket(hub, host, port, getattr(self, "_kvgeom_agent", None))
 
     locks = {}

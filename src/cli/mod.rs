@@ -37,6 +37,7 @@ mod report_merge;
 mod run_args;
 mod run_lines;
 mod sglang;
+mod sglang_shrink;
 mod sweep;
 mod traces;
 

@@ -63,7 +63,12 @@ fn refused(args: &SweepArgs) -> Option<String> {
         );
     }
     if args.record_traces.is_some() {
-        return Some("--record-traces: the SGLang driver writes no traces yet".into());
+        return Some(
+            "--record-traces: SGLang's runs are not recorded as traces: the trace format and its \
+             checks (check-trace, diff-trace, --connector replay) model kvgeom's block layout, not \
+             SGLang's pools (per-head slices of K and V pages); docs/sglang.md"
+                .into(),
+        );
     }
     None
 }
@@ -336,6 +341,7 @@ pub(crate) fn sglang_sweep(args: SweepArgs) -> u8 {
         }
         None => out!("{text}"),
     }
+    super::sglang_shrink::print_minimal_replays(&reports, &python, args.no_shrink);
     match &expectations {
         Some(e) => {
             if super::print_sweep_verdict(&judge_sweep(e, &reports, &code)) {

@@ -12,3 +12,4 @@ mod live_vllm;
 mod provenance;
 mod scheduler_requests;
 mod sglang_driver_tests;
+mod sglang_history;

@@ -71,6 +71,15 @@ pub enum RecordedErrorKind {
         /// The `format` found (empty when none).
         found: String,
     },
+    /// A v3 trace of SGLang's connector: its pools are not kvgeom's block
+    /// layout, which every trace check models.
+    #[error(
+        "an SGLang trace (code_under_test.connector = \"sglang\"): the trace checks judge \
+         kvgeom's block layout, and SGLang's pools (per-head slices of K and V pages) are not \
+         modelled by them; SGLang's runs are judged by `kvgeom sweep --connector sglang` \
+         (docs/sglang.md)"
+    )]
+    Sglang,
     /// A field is missing, unknown or of the wrong type.
     #[error("not a v2 trace: {0}")]
     Shape(serde_json::Error),
@@ -327,6 +336,9 @@ impl RecordedCase {
             }
             TRACE_FORMAT_V3 => {
                 let raw: RawTraceV3 = serde_json::from_value(value).map_err(shape)?;
+                if raw.code_under_test.connector == ConnectorKind::Sglang {
+                    return Err(err(RecordedErrorKind::Sglang));
+                }
                 raw.into_v2()
             }
             _ => {
