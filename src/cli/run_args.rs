@@ -58,8 +58,12 @@ impl RunArgs {
     /// connector, when `--connector kvgeom` runs (and `--requests`, to any
     /// connector but vLLM's).
     pub(crate) fn refused_for_kvgeom(&self) -> Option<String> {
-        if let Some(why) = super::sglang::refused_sglang_python(self) {
-            return Some(why);
+        if let (Some(python), false) = (&self.sglang_python, self.connector == ConnectorArg::Sglang)
+        {
+            return Some(format!(
+                "--sglang-python {}: the interpreter runs SGLang's transfer; add --connector sglang",
+                python.display()
+            ));
         }
         if let (Some(_), false) = (self.requests, self.connector == ConnectorArg::Vllm) {
             return Some(

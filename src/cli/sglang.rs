@@ -3,7 +3,7 @@
 //! SGLang oracles (`crate::sglang`). SGLang's transfer is push: `--mode
 //! pull` is refused, and so is every option of another connector.
 
-use super::{AllocArg, ModeArg, RunArgs, SweepArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
+use super::{AllocArg, ModeArg, SweepArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::geometry::{Mode, Stack};
 use crate::report::sweep_report::{self, Format};
 use crate::scenario::{CaseReport, MemoryKind, TransportKind};
@@ -13,17 +13,6 @@ use crate::sweep::plan::{self, SourcedGeometry};
 use crate::sweep::shard::parse_shard;
 use crate::under_test::expectations::Expectations;
 use crate::under_test::{judge_sweep, CodeUnderTest};
-
-/// `--sglang-python` given to another connector.
-pub(crate) fn refused_sglang_python(run: &RunArgs) -> Option<String> {
-    let python = run.sglang_python.as_ref()?;
-    (run.connector != super::ConnectorArg::Sglang).then(|| {
-        format!(
-            "--sglang-python {}: the interpreter runs SGLang's transfer; add --connector sglang",
-            python.display()
-        )
-    })
-}
 
 fn refused(args: &SweepArgs) -> Option<String> {
     let other = "applies to another connector; --connector sglang runs SGLang's own transfer";

@@ -11,6 +11,8 @@ pub(crate) mod model;
 pub(crate) mod pair;
 pub(crate) mod sglang_file;
 pub mod sglang_state;
+#[cfg(test)]
+mod sglang_state_tests;
 pub(crate) mod stack;
 pub(crate) mod validate;
 

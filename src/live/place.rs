@@ -18,8 +18,8 @@ use crate::scheduler::{request_shape, DecodeAllocation, RequestShape};
 
 use super::error::BatchError;
 use super::process::run_bounded;
+use super::process::IMPORT_LIMIT;
 use super::python::{driver_script, Interpreter};
-use super::run::IMPORT_LIMIT;
 
 /// The `format` of a case's `place.json`.
 pub const PLACE_FORMAT: &str = "kvgeom-vllm-place/1";
@@ -34,32 +34,7 @@ pub const NOT_REACHABLE: &str = "not reachable by vLLM's scheduler";
 /// vLLM's null block: a placeholder in a request's list, never its memory.
 const NULL_BLOCK: u32 = 0;
 
-/// How a case's request reaches vLLM's workers (`request_path` of the
-/// driver's result, the reports and the traces).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RequestPath {
-    /// The driver builds the request from kvgeom's placement.
-    #[default]
-    Direct,
-    /// vLLM's scheduler placed the request and built the workers' metadata.
-    Scheduler,
-}
-
-impl RequestPath {
-    /// `direct` or `scheduler`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RequestPath::Direct => "direct",
-            RequestPath::Scheduler => "scheduler",
-        }
-    }
-
-    /// Whether this is the direct path (serde's skip test).
-    pub fn is_direct(&self) -> bool {
-        *self == RequestPath::Direct
-    }
-}
+pub use super::protocol::RequestPath;
 
 /// How a batch's requests are made (`--requests`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -199,7 +174,7 @@ pub(crate) fn place_batch(
     })?;
     let batch = PlaceBatch {
         format: super::protocol::BATCH_FORMAT,
-        case_timeout_s: super::run::CASE_LIMIT.as_secs_f64(),
+        case_timeout_s: super::process::CASE_LIMIT.as_secs_f64(),
         cases: chosen
             .iter()
             .map(|&i| {

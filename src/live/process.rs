@@ -6,6 +6,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Time the driver may take to import vLLM before its first case.
+pub const IMPORT_LIMIT: Duration = Duration::from_secs(240);
+/// Default time-out of one case inside the driver.
+pub const CASE_LIMIT: Duration = Duration::from_secs(10);
+
 /// Why a bounded child process could not be run.
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessError {

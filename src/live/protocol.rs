@@ -79,8 +79,8 @@ pub struct CaseSpec {
     /// How the request reaches vLLM's workers: `scheduler` (the place
     /// phase's `place.json` and metadata in the case's folder) or `direct`.
     /// Omitted when direct (a trace without it was recorded direct).
-    #[serde(skip_serializing_if = "super::place::RequestPath::is_direct", default)]
-    pub requests: super::place::RequestPath,
+    #[serde(skip_serializing_if = "RequestPath::is_direct", default)]
+    pub requests: RequestPath,
 }
 
 /// One engine of a case.
@@ -237,4 +237,31 @@ pub struct RegionZeroCall {
     /// The byte ranges the call set to zero, as in [`PostProcessCall`].
     #[serde(default)]
     pub zeroed: Option<Vec<(u64, u64)>>,
+}
+
+/// How a case's request reaches vLLM's workers (`request_path` of the
+/// driver's result, the reports and the traces).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestPath {
+    /// The driver builds the request from kvgeom's placement.
+    #[default]
+    Direct,
+    /// vLLM's scheduler placed the request and built the workers' metadata.
+    Scheduler,
+}
+
+impl RequestPath {
+    /// `direct` or `scheduler`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestPath::Direct => "direct",
+            RequestPath::Scheduler => "scheduler",
+        }
+    }
+
+    /// Whether this is the direct path (serde's skip test).
+    pub fn is_direct(&self) -> bool {
+        *self == RequestPath::Direct
+    }
 }

@@ -23,10 +23,7 @@ use super::protocol::{
 };
 use super::python::{driver_script, Interpreter};
 
-/// Time the driver may take to import vLLM before its first case.
-pub const IMPORT_LIMIT: Duration = Duration::from_secs(240);
-/// Default time-out of one case inside the driver.
-pub const CASE_LIMIT: Duration = Duration::from_secs(10);
+pub use super::process::{CASE_LIMIT, IMPORT_LIMIT};
 
 /// The driver's exit status when the installed vLLM lacks a class or method
 /// it needs (`vllm-driver/api_check.py`); it names each on stderr.
@@ -163,7 +160,7 @@ fn case_spec(
         decode: decode_spec,
         skip_receive_post_process: false,
         block_in_case: false,
-        requests: super::place::RequestPath::Direct,
+        requests: super::protocol::RequestPath::Direct,
     }
 }
 

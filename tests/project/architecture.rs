@@ -131,6 +131,12 @@ const LAYERS: &[Row] = &[
          geometry files through `derive`",
     ),
     row(
+        "sglang",
+        11,
+        "SGLang's own P/D transfer judged: its pools modelled from `geometry`, its driver run, \
+         its oracles over `oracle`'s violations; beside `sweep`, below `cli`",
+    ),
+    row(
         "report",
         12,
         "reports of a sweep: each carries the `sweep::shard::Shard` it ran, so above `sweep`",
