@@ -79,8 +79,19 @@ struct Column {
     python: PathBuf,
     /// The release, once known.
     version: Option<String>,
-    run: Result<Ran, String>,
+    run: Result<Ran, NotRun>,
     report: Option<PathBuf>,
+}
+
+/// Why a release's column was not run.
+#[derive(Debug, thiserror::Error)]
+enum NotRun {
+    /// Its interpreter could not be used.
+    #[error(transparent)]
+    Interpreter(live::FindError),
+    /// Its sweep could not run (the message in one paragraph).
+    #[error("{}", one_paragraph(&.0.to_string()))]
+    Sweep(#[source] live::BatchError),
 }
 
 /// The counts of one geometry, mode and release.
@@ -263,22 +274,25 @@ fn run_release(
         .out_dir
         .as_ref()
         .map(|d| d.join(format!("{}.json", slug(python))));
-    let mut column = Column {
-        python: python.to_path_buf(),
-        version: None,
-        run: Err(String::new()),
-        report: report.clone(),
-    };
     let mut interpreter = match live::find(Some(python), Release::pinned().version) {
         Ok(p) => p,
         Err(e) => {
-            column.run = Err(e.to_string());
-            return column;
+            return Column {
+                python: python.to_path_buf(),
+                version: None,
+                run: Err(NotRun::Interpreter(e)),
+                report,
+            }
         }
     };
     let code = CodeUnderTest::installed_vllm(&interpreter);
     interpreter.reference = code.reference_policy();
-    column.version = Some(interpreter.vllm_version.clone());
+    let column = |run| Column {
+        python: python.to_path_buf(),
+        version: Some(interpreter.vllm_version.clone()),
+        run,
+        report: report.clone(),
+    };
     let cases: Vec<Case> = planned
         .iter()
         .map(|c| Case {
@@ -288,8 +302,7 @@ fn run_release(
         .collect();
     if let Some(path) = &report {
         if let Some(ran) = stored(path, python, &code, &cases) {
-            column.run = Ok(ran);
-            return column;
+            return column(Ok(ran));
         }
     }
     let checks = super::live::block_checks(sources, &cases);
@@ -318,8 +331,7 @@ fn run_release(
     let live = match vllm::run_sweep_probed(&cases, &checks, &interpreter, drivers, probes, &done) {
         Ok(l) => l,
         Err(e) => {
-            column.run = Err(one_paragraph(&e.to_string()));
-            return column;
+            return column(Err(NotRun::Sweep(e)));
         }
     };
     let seconds = started.elapsed().as_secs_f64();
@@ -329,15 +341,14 @@ fn run_release(
             eprintln!("note: --out-dir: cannot write {}: {e}", path.display());
         }
     }
-    column.run = Ok(Ran {
+    column(Ok(Ran {
         code,
         plan_equal: live.iter().map(|l| l.plan.equal).collect(),
         probes: live.iter().map(|l| l.probes.clone()).collect(),
         reports: live.into_iter().map(|l| l.report).collect(),
         seconds,
         reused: None,
-    });
-    column
+    }))
 }
 
 /// An error's lines as one line (`; ` between them).
@@ -740,7 +751,7 @@ fn to_json(built: &Built, columns: &[Column], geometries: &[String], seconds: f6
                 }
                 Err(why) => {
                     v["status"] = "not_run".into();
-                    v["not_run"] = why.clone().into();
+                    v["not_run"] = why.to_string().into();
                 }
             }
             v

@@ -99,7 +99,7 @@ impl SglangGeometryFile {
                 self.model.layers,
                 &[("prefill", prefill.0.tp_size), ("decode", decode.0.tp_size)],
             )
-            .map_err(|why| Violation::new("model.state", Rule::Derived(why)))?;
+            .map_err(|why| Violation::new("model.state", Rule::Derived(why.to_string())))?;
         }
         Ok(Geometry {
             name: self.name.unwrap_or_else(|| default_name.to_string()),

@@ -71,32 +71,105 @@ pub struct SglangState {
     pub head_v_dim: Option<u32>,
 }
 
-fn need(v: Option<u32>, field: &str, kind: StateKind) -> Result<u32, String> {
+/// Why `[model.state]` does not describe a state SGLang could keep.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    /// A field is zero.
+    #[error("model.state.{field} must be positive")]
+    NotPositive {
+        /// The field.
+        field: &'static str,
+    },
+    /// A field the kind needs is missing.
+    #[error("model.state.{field} is required for kind = \"{}\"", kind.name())]
+    Required {
+        /// The field.
+        field: &'static str,
+        /// The mixer.
+        kind: StateKind,
+    },
+    /// A field of another kind is given.
+    #[error("model.state.{field} is not a field of kind = \"{}\"", kind.name())]
+    Forbidden {
+        /// The field.
+        field: &'static str,
+        /// The mixer.
+        kind: StateKind,
+    },
+    /// Heads (or key/value heads) do not split over an engine's attention TP.
+    #[error("model.state: {total} {what} do not split over {engine}'s attention TP {tp}")]
+    Split {
+        /// The number of heads.
+        total: u32,
+        /// What they are (`heads`, `key heads`, `value heads`).
+        what: &'static str,
+        /// The engine (`prefill`, `decode`).
+        engine: String,
+        /// Its attention TP.
+        tp: u32,
+    },
+    /// `conv_kernel` is below 2.
+    #[error("model.state.conv_kernel must be at least 2")]
+    ConvKernel,
+    /// A layer id is repeated or not below `model.layers`.
+    #[error(
+        "model.state.layers: {layer} is not a distinct layer id below model.layers ({layers})"
+    )]
+    Layer {
+        /// The layer id.
+        layer: u32,
+        /// `model.layers`.
+        layers: u32,
+    },
+    /// No linear-attention layer, or no full-attention layer left.
+    #[error("model.state.layers must name at least one layer and leave one full-attention layer")]
+    LayerCount,
+    /// Mamba2 heads are not whole groups.
+    #[error("model.state: {heads} heads are not whole groups of n_groups {groups}")]
+    Groups {
+        /// `num_heads`.
+        heads: u32,
+        /// `n_groups`.
+        groups: u32,
+    },
+    /// Mamba2 groups and an engine's TP: neither divides the other.
+    #[error("model.state: n_groups {groups} and {engine}'s attention TP {tp}: neither divides the other")]
+    GroupsTp {
+        /// `n_groups`.
+        groups: u32,
+        /// The engine.
+        engine: String,
+        /// Its attention TP.
+        tp: u32,
+    },
+    /// KDA key heads or key head dim is zero.
+    #[error("model.state: key heads and head_k_dim must be positive")]
+    KeyHeads,
+}
+
+fn need(v: Option<u32>, field: &'static str, kind: StateKind) -> Result<u32, StateError> {
     match v {
-        Some(0) => Err(format!("model.state.{field} must be positive")),
+        Some(0) => Err(StateError::NotPositive { field }),
         Some(x) => Ok(x),
-        None => Err(format!(
-            "model.state.{field} is required for kind = \"{}\"",
-            kind.name()
-        )),
+        None => Err(StateError::Required { field, kind }),
     }
 }
 
-fn forbid(v: Option<u32>, field: &str, kind: StateKind) -> Result<(), String> {
+fn forbid(v: Option<u32>, field: &'static str, kind: StateKind) -> Result<(), StateError> {
     match v {
-        Some(_) => Err(format!(
-            "model.state.{field} is not a field of kind = \"{}\"",
-            kind.name()
-        )),
+        Some(_) => Err(StateError::Forbidden { field, kind }),
         None => Ok(()),
     }
 }
 
-fn split(total: u32, tp: u32, what: &str, engine: &str) -> Result<(), String> {
+fn split(total: u32, tp: u32, what: &'static str, engine: &str) -> Result<(), StateError> {
     if total % tp != 0 {
-        return Err(format!(
-            "model.state: {total} {what} do not split over {engine}'s attention TP {tp}"
-        ));
+        return Err(StateError::Split {
+            total,
+            what,
+            engine: engine.to_string(),
+            tp,
+        });
     }
     Ok(())
 }
@@ -104,24 +177,19 @@ fn split(total: u32, tp: u32, what: &str, engine: &str) -> Result<(), String> {
 impl SglangState {
     /// Check the fields of the kind, the layers against `layers` and the
     /// sharding against each engine's attention TP (`(engine, tp)`).
-    pub fn check(&self, layers: u32, tps: &[(&str, u32)]) -> Result<(), String> {
+    pub fn check(&self, layers: u32, tps: &[(&str, u32)]) -> Result<(), StateError> {
         let k = self.kind;
         if self.conv_kernel < 2 {
-            return Err("model.state.conv_kernel must be at least 2".into());
+            return Err(StateError::ConvKernel);
         }
         let mut seen = std::collections::BTreeSet::new();
         for &l in &self.layers {
             if l >= layers || !seen.insert(l) {
-                return Err(format!(
-                    "model.state.layers: {l} is not a distinct layer id below model.layers ({layers})"
-                ));
+                return Err(StateError::Layer { layer: l, layers });
             }
         }
         if self.layers.is_empty() || self.layers.len() as u32 >= layers {
-            return Err(
-                "model.state.layers must name at least one layer and leave one full-attention layer"
-                    .into(),
-            );
+            return Err(StateError::LayerCount);
         }
         match k {
             StateKind::Mamba2 => {
@@ -138,16 +206,19 @@ impl SglangState {
                 forbid(self.num_v_heads, "num_v_heads", k)?;
                 forbid(self.head_v_dim, "head_v_dim", k)?;
                 if h % ng != 0 {
-                    return Err(format!(
-                        "model.state: {h} heads are not whole groups of n_groups {ng}"
-                    ));
+                    return Err(StateError::Groups {
+                        heads: h,
+                        groups: ng,
+                    });
                 }
                 for &(e, tp) in tps {
                     split(h, tp, "heads", e)?;
                     if ng % tp != 0 && tp % ng != 0 {
-                        return Err(format!(
-                            "model.state: n_groups {ng} and {e}'s attention TP {tp}: neither divides the other"
-                        ));
+                        return Err(StateError::GroupsTp {
+                            groups: ng,
+                            engine: e.to_string(),
+                            tp,
+                        });
                     }
                 }
             }
@@ -173,7 +244,7 @@ impl SglangState {
                 let h = need(self.num_heads, "num_heads", k)?;
                 need(self.head_dim, "head_dim", k)?;
                 if let Some(0) = self.num_k_heads.or(self.head_k_dim) {
-                    return Err("model.state: key heads and head_k_dim must be positive".into());
+                    return Err(StateError::KeyHeads);
                 }
                 for f in [
                     (self.n_groups, "n_groups"),

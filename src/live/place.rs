@@ -336,25 +336,78 @@ fn placed_from(file: &PlaceFile, case: &Case) -> (Placed, Option<SchedulerCompar
     }
 }
 
+/// Why vLLM's placement of a case is not one kvgeom's model can hold.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PlaceError {
+    /// `place.json` lacks an engine or the tokens to transfer.
+    #[error("a placed case without prefill, decode or tokens_to_transfer")]
+    Incomplete,
+    /// An engine holds blocks of another number of groups.
+    #[error("{side} holds blocks of {found} groups, the geometry has {groups}")]
+    Groups {
+        /// `prefill` or `decode`.
+        side: &'static str,
+        /// The groups vLLM placed.
+        found: usize,
+        /// The geometry's groups.
+        groups: usize,
+    },
+    /// vLLM's scheduler found another prefix hit than the case asks.
+    #[error("vLLM's scheduler found a prefix hit of {found} tokens, the case asks for {asked}")]
+    PrefixHit {
+        /// vLLM's hit, in tokens.
+        found: u32,
+        /// The case's.
+        asked: u32,
+    },
+    /// Decode loads into other blocks than the request's past the hit.
+    #[error(
+        "decode loads into {transfer:?}; the request's blocks {decode:?} past a hit of {hit} \
+         tokens are {model:?}"
+    )]
+    Transfer {
+        /// The blocks decode loads into, per group.
+        transfer: Vec<Vec<u32>>,
+        /// The request's decode blocks, per group.
+        decode: Vec<Vec<u32>>,
+        /// The prefix hit, in tokens.
+        hit: u32,
+        /// The request's blocks past the hit, per group.
+        model: Vec<Vec<u32>>,
+    },
+    /// Decode zeroes other blocks at allocation than kvgeom's model can.
+    #[error(
+        "decode zeroes blocks {zeroed:?} at allocation; kvgeom's memory model can zero only \
+         the request's last blocks ({ours:?} here)"
+    )]
+    Zeroed {
+        /// vLLM's zeroed blocks, sorted.
+        zeroed: Vec<u32>,
+        /// kvgeom's, sorted.
+        ours: Vec<u32>,
+    },
+}
+
 /// The request's shape and blocks as vLLM's scheduler placed it: each
 /// engine's blocks per group (decode's without vLLM's null placeholders),
 /// pools that hold `needed_blocks`, and decode's zeroing at allocation.
-fn scheduler_shape(file: &PlaceFile, case: &Case) -> Result<(RequestShape, Placement), String> {
+fn scheduler_shape(file: &PlaceFile, case: &Case) -> Result<(RequestShape, Placement), PlaceError> {
     let geometry = &case.geometry;
     let groups = geometry.model.groups.len();
     let (Some(p), Some(d), Some(to_transfer)) =
         (&file.prefill, &file.decode, file.tokens_to_transfer)
     else {
-        return Err("a placed case without prefill, decode or tokens_to_transfer".into());
+        return Err(PlaceError::Incomplete);
     };
     let prefill = p.request_blocks.clone().unwrap_or_default();
     let decode_held = d.request_blocks.clone().unwrap_or_default();
     for (side, blocks) in [("prefill", &prefill), ("decode", &decode_held)] {
         if blocks.len() != groups {
-            return Err(format!(
-                "{side} holds blocks of {} groups, the geometry has {groups}",
-                blocks.len()
-            ));
+            return Err(PlaceError::Groups {
+                side,
+                found: blocks.len(),
+                groups,
+            });
         }
     }
     // vLLM's null block is a placeholder in a group's list (a mamba group
@@ -364,10 +417,10 @@ fn scheduler_shape(file: &PlaceFile, case: &Case) -> Result<(RequestShape, Place
     let decode = without_null(&decode_held);
     let hit = d.local_hit_tokens;
     if hit != case.prefix_hit {
-        return Err(format!(
-            "vLLM's scheduler found a prefix hit of {hit} tokens, the case asks for {}",
-            case.prefix_hit
-        ));
+        return Err(PlaceError::PrefixHit {
+            found: hit,
+            asked: case.prefix_hit,
+        });
     }
     let blocks = RequestBlocks::with_prefix_hit(
         &geometry.model,
@@ -378,11 +431,12 @@ fn scheduler_shape(file: &PlaceFile, case: &Case) -> Result<(RequestShape, Place
     );
     let transfer = d.transfer_blocks.clone().unwrap_or_default();
     if blocks.decode_transfer != transfer {
-        return Err(format!(
-            "decode loads into {transfer:?}; the request's blocks {decode:?} past a hit of {hit} \
-             tokens are {:?}",
-            blocks.decode_transfer
-        ));
+        return Err(PlaceError::Transfer {
+            transfer,
+            decode,
+            hit,
+            model: blocks.decode_transfer,
+        });
     }
     let zeroed: Vec<u32> = {
         let mut z = d.zeroed_at_alloc.clone();
@@ -423,10 +477,10 @@ fn scheduler_shape(file: &PlaceFile, case: &Case) -> Result<(RequestShape, Place
     let mut ours_sorted = ours.clone();
     ours_sorted.sort_unstable();
     if ours_sorted != zeroed {
-        return Err(format!(
-            "decode zeroes blocks {zeroed:?} at allocation; kvgeom's memory model can zero only \
-             the request's last blocks ({ours_sorted:?} here)"
-        ));
+        return Err(PlaceError::Zeroed {
+            zeroed,
+            ours: ours_sorted,
+        });
     }
     Ok((shape, placement))
 }

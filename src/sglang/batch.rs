@@ -8,6 +8,7 @@ use std::path::Path;
 
 use serde_json::json;
 
+use super::error::ModelError;
 use super::images::{decode_region, prefill_region, Placement};
 use super::layout::{default_num_pages, EnginePools, PoolKind};
 use super::state::{prefill_image, StatePools, STATE_SLOTS};
@@ -64,7 +65,7 @@ fn name_hash(name: &str) -> u64 {
 }
 
 /// The pools and placement of `case`; `Err` names what the model cannot hold.
-pub fn prepare(case: &Case, index: usize) -> Result<Prepared, String> {
+pub fn prepare(case: &Case, index: usize) -> Result<Prepared, ModelError> {
     let g = &case.geometry;
     let pages = |page_size: u32| case.prompt_len.div_ceil(page_size.max(1));
     let n = pages(g.prefill.logical_block).max(pages(g.decode.logical_block));
@@ -72,10 +73,11 @@ pub fn prepare(case: &Case, index: usize) -> Result<Prepared, String> {
     let decode = EnginePools::of(g, Side::Decode, default_num_pages(n))?;
     for pools in [&prefill, &decode] {
         if pools.num_pages < n {
-            return Err(format!(
-                "{}.num_pages {}: the request needs {n} pages",
-                pools.side, pools.num_pages
-            ));
+            return Err(ModelError::TooFewPages {
+                side: pools.side,
+                num_pages: pools.num_pages,
+                needed: n,
+            });
         }
     }
     let seed = mix(case.seed ^ name_hash(&g.name) ^ u64::from(case.prompt_len) << 32);
@@ -107,19 +109,17 @@ pub fn prepare(case: &Case, index: usize) -> Result<Prepared, String> {
     })
 }
 
-fn dtype(bytes: u32) -> Result<&'static str, String> {
+fn dtype(bytes: u32) -> Result<&'static str, ModelError> {
     match bytes {
         1 => Ok("uint8"),
         2 => Ok("bfloat16"),
         4 => Ok("float32"),
-        b => Err(format!(
-            "dtype_bytes {b}: the SGLang driver runs 1, 2 or 4 byte elements"
-        )),
+        bytes => Err(ModelError::Dtype { bytes }),
     }
 }
 
 /// The case's entry of `batch.json`.
-pub fn case_spec(p: &Prepared) -> Result<serde_json::Value, String> {
+pub fn case_spec(p: &Prepared) -> Result<serde_json::Value, ModelError> {
     let d = dtype(p.prefill.dtype_bytes)?;
     let model = match p.prefill.kind {
         PoolKind::Mha {

@@ -11,6 +11,7 @@
 //! `r / (tp / H)` (SGLang PR #30997's replica map: consecutive ranks
 //! replicate a head).
 
+use super::error::ModelError;
 use crate::geometry::{AttentionSpec, Geometry};
 use crate::layout::Side;
 
@@ -132,7 +133,7 @@ pub fn default_num_pages(request_pages: u32) -> u32 {
 impl EnginePools {
     /// The pools of `side` of an SGLang geometry, `num_pages` when the
     /// file sets none; `Err` names what kvgeom's model cannot hold.
-    pub fn of(geometry: &Geometry, side: Side, num_pages: u32) -> Result<Self, String> {
+    pub fn of(geometry: &Geometry, side: Side, num_pages: u32) -> Result<Self, ModelError> {
         let engine = match side {
             Side::Prefill => &geometry.prefill,
             Side::Decode => &geometry.decode,
@@ -155,11 +156,11 @@ impl EnginePools {
                 },
                 dtype_bytes,
             ),
-            None => return Err("an SGLang geometry needs model.attention".into()),
+            None => return Err(ModelError::NoAttention),
         };
         let tp = engine.tp_size;
         if tp == 0 || engine.logical_block == 0 || geometry.model.layer_slots == 0 {
-            return Err("attention TP, page size and layers must be positive".into());
+            return Err(ModelError::NotPositive);
         }
         if let PoolKind::Mha { total_heads, .. } = kind {
             let even = if tp <= total_heads {
@@ -168,9 +169,11 @@ impl EnginePools {
                 tp % total_heads == 0
             };
             if total_heads == 0 || !even {
-                return Err(format!(
-                    "{side} attention TP {tp} neither divides nor is a multiple of {total_heads} KV heads"
-                ));
+                return Err(ModelError::HeadsSplit {
+                    side,
+                    tp,
+                    heads: total_heads,
+                });
             }
         }
         Ok(EnginePools {

@@ -6,6 +6,7 @@
 //! pools) and the sweep ([`run`]). docs/sglang.md describes it for users.
 
 pub mod batch;
+pub mod error;
 pub mod images;
 pub mod layout;
 pub mod oracles;

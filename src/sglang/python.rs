@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use super::error::PythonError;
+
 /// The environment variable naming the interpreter.
 pub const ENV: &str = "KVGEOM_SGLANG_PYTHON";
 
@@ -17,7 +19,7 @@ pub struct SglangPython {
 }
 
 /// The interpreter to use, or why there is none.
-pub fn find(flag: Option<&Path>) -> Result<SglangPython, String> {
+pub fn find(flag: Option<&Path>) -> Result<SglangPython, PythonError> {
     let root = crate::live::python::project_root();
     let (python, from) = match (flag, std::env::var_os(ENV)) {
         (Some(p), _) => (p.to_path_buf(), "--sglang-python".to_string()),
@@ -28,18 +30,11 @@ pub fn find(flag: Option<&Path>) -> Result<SglangPython, String> {
         ),
     };
     if !python.is_file() {
-        return Err(format!(
-            "no SGLang interpreter at {} ({from}): scripts/install-sglang.sh installs SGLang 0.5.23 \
-             into .sglang-venv/, or name one with --sglang-python PATH or {ENV}",
-            python.display()
-        ));
+        return Err(PythonError::NoInterpreter { python, from });
     }
     let driver = root.join("sglang-driver").join("driver.py");
     if !driver.is_file() {
-        return Err(format!(
-            "the SGLang driver is missing ({}): run kvgeom from its checkout",
-            driver.display()
-        ));
+        return Err(PythonError::NoDriver { driver });
     }
     Ok(SglangPython { python, driver })
 }

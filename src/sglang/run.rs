@@ -13,6 +13,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::batch::{self, Prepared};
+use super::error::{JudgeError, ModelError};
 use super::images::Placement;
 use super::layout::EnginePools;
 use super::oracles::{self, Images, Observed};
@@ -102,7 +103,7 @@ fn run_in(
         source,
     };
     std::fs::create_dir_all(dir).map_err(write)?;
-    let mut prepared: Vec<Result<Prepared, String>> = Vec::with_capacity(cases.len());
+    let mut prepared: Vec<Result<Prepared, ModelError>> = Vec::with_capacity(cases.len());
     let mut specs = Vec::new();
     for (i, case) in cases.iter().enumerate() {
         let p = batch::prepare(case, i).and_then(|p| batch::case_spec(&p).map(|s| (p, s)));
@@ -270,7 +271,7 @@ pub fn region_mismatch(pools: &EnginePools, rank: u32, found: &[Region]) -> Opti
 
 /// Compare every rank the driver built (and reports regions of) with
 /// kvgeom's model: how many agreed, or the first disagreement.
-pub fn check_layout(p: &Prepared, r: &DriverResult) -> Result<u32, String> {
+pub fn check_layout(p: &Prepared, r: &DriverResult) -> Result<u32, JudgeError> {
     let mut checked = 0;
     for pools in [&p.prefill, &p.decode] {
         for rank in 0..pools.attn_tp {
@@ -279,9 +280,7 @@ pub fn check_layout(p: &Prepared, r: &DriverResult) -> Result<u32, String> {
                 continue;
             };
             if let Some(why) = region_mismatch(pools, rank, &found.regions) {
-                return Err(format!(
-                    "kvgeom's model of SGLang's pools disagrees with SGLang's: {why}"
-                ));
+                return Err(JudgeError::Layout(why));
             }
             checked += 1;
         }
@@ -289,7 +288,7 @@ pub fn check_layout(p: &Prepared, r: &DriverResult) -> Result<u32, String> {
     Ok(checked)
 }
 
-fn read_images(dir: &Path, pools: &EnginePools, suffix: &str) -> Result<Images, String> {
+fn read_images(dir: &Path, pools: &EnginePools, suffix: &str) -> Result<Images, JudgeError> {
     (0..pools.attn_tp)
         .map(|rank| {
             pools
@@ -297,21 +296,28 @@ fn read_images(dir: &Path, pools: &EnginePools, suffix: &str) -> Result<Images, 
                 .iter()
                 .map(|r| {
                     let path = dir.join(format!("{}-{rank}.r{}.{suffix}", pools.side, r.index));
-                    let bytes = std::fs::read(&path)
-                        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-                    if bytes.len() as u64 != r.len {
-                        return Err(format!(
-                            "{}: {} bytes, the region has {}",
-                            path.display(),
-                            bytes.len(),
-                            r.len
-                        ));
-                    }
-                    Ok(bytes)
+                    read_image(path, "region", r.len)
                 })
                 .collect()
         })
         .collect()
+}
+
+/// A memory image of `expected` bytes (a `what`: region or state tensor).
+fn read_image(path: PathBuf, what: &'static str, expected: u64) -> Result<Vec<u8>, JudgeError> {
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(source) => return Err(JudgeError::Read { path, source }),
+    };
+    if bytes.len() as u64 != expected {
+        return Err(JudgeError::Length {
+            found: bytes.len(),
+            path,
+            what,
+            expected,
+        });
+    }
+    Ok(bytes)
 }
 
 fn judge_case(case: &Case, p: &Prepared, dir: &Path, killed: bool) -> SglangCase {
@@ -365,7 +371,7 @@ fn judge_case(case: &Case, p: &Prepared, dir: &Path, killed: bool) -> SglangCase
         Err(e) => {
             return SglangCase {
                 versions,
-                ..not_run(case, e)
+                ..not_run(case, e.to_string())
             }
         }
     };
@@ -408,7 +414,7 @@ fn judge_case(case: &Case, p: &Prepared, dir: &Path, killed: bool) -> SglangCase
                             return SglangCase {
                                 versions,
                                 layout_checked,
-                                ..not_run(case, e)
+                                ..not_run(case, e.to_string())
                             }
                         }
                     }
@@ -418,7 +424,7 @@ fn judge_case(case: &Case, p: &Prepared, dir: &Path, killed: bool) -> SglangCase
                 return SglangCase {
                     versions,
                     layout_checked,
-                    ..not_run(case, e)
+                    ..not_run(case, e.to_string())
                 }
             }
         }
@@ -432,7 +438,7 @@ fn judge_case(case: &Case, p: &Prepared, dir: &Path, killed: bool) -> SglangCase
     }
 }
 
-fn read_state_images(dir: &Path, pools: &StatePools) -> Result<StateImages, String> {
+fn read_state_images(dir: &Path, pools: &StatePools) -> Result<StateImages, JudgeError> {
     (0..pools.attn_tp)
         .map(|rank| {
             pools
@@ -440,17 +446,7 @@ fn read_state_images(dir: &Path, pools: &StatePools) -> Result<StateImages, Stri
                 .iter()
                 .map(|t| {
                     let path = dir.join(format!("{}-{rank}.s{}.out", pools.side, t.index));
-                    let bytes = std::fs::read(&path)
-                        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-                    if bytes.len() as u64 != t.len() {
-                        return Err(format!(
-                            "{}: {} bytes, the state tensor has {}",
-                            path.display(),
-                            bytes.len(),
-                            t.len()
-                        ));
-                    }
-                    Ok(bytes)
+                    read_image(path, "state tensor", t.len())
                 })
                 .collect()
         })
@@ -465,7 +461,7 @@ fn judge_state_of(
     ds: &StatePools,
     dir: &Path,
     r: &DriverResult,
-) -> Result<Vec<crate::oracle::Violation>, String> {
+) -> Result<Vec<crate::oracle::Violation>, JudgeError> {
     let prefill_after = read_state_images(dir, ps)?;
     let decode_after = read_state_images(dir, ds)?;
     let prefill_before = batch::prefill_state_images(ps);
@@ -501,7 +497,7 @@ fn observe(
     dir: &Path,
     r: &DriverResult,
     writes: Vec<super::result::Write>,
-) -> Result<Observed, String> {
+) -> Result<Observed, JudgeError> {
     for pools in [&p.prefill, &p.decode] {
         for rank in 0..pools.attn_tp {
             let agent = format!("{}-{rank}", pools.side);
@@ -509,11 +505,11 @@ fn observe(
                 .agents
                 .get(&agent)
                 .map(|a| a.regions.as_slice())
-                .ok_or_else(|| format!("the SGLang driver reports no agent {agent}"))?;
+                .ok_or_else(|| JudgeError::NoAgent {
+                    agent: agent.clone(),
+                })?;
             if let Some(why) = region_mismatch(pools, rank, found) {
-                return Err(format!(
-                    "kvgeom's model of SGLang's pools disagrees with SGLang's: {why}"
-                ));
+                return Err(JudgeError::Layout(why));
             }
         }
     }

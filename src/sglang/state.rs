@@ -34,6 +34,7 @@ use crate::layout::Side;
 use crate::oracle::Violation;
 use crate::pattern::SENTINEL;
 
+use super::error::JudgeError;
 use super::result::DriverResult;
 
 /// Conv or temporal.
@@ -298,7 +299,7 @@ pub type StateImages = Vec<Vec<Vec<u8>>>;
 
 /// Compare the driver's `state_regions` of every rank with kvgeom's model:
 /// how many ranks agreed, or the first disagreement.
-pub fn check_state_layout(pools: &StatePools, r: &DriverResult) -> Result<u32, String> {
+pub fn check_state_layout(pools: &StatePools, r: &DriverResult) -> Result<u32, JudgeError> {
     let mut checked = 0;
     for rank in 0..pools.attn_tp {
         let agent = format!("{}-{rank}", pools.side);
@@ -311,11 +312,11 @@ pub fn check_state_layout(pools: &StatePools, r: &DriverResult) -> Result<u32, S
         let model = pools.tensors(rank);
         let found = &a.state_regions;
         if found.len() != model.len() {
-            return Err(format!(
-                "{agent}: SGLang has {} state regions, kvgeom's model {}",
-                found.len(),
-                model.len()
-            ));
+            return Err(JudgeError::StateCount {
+                agent,
+                found: found.len(),
+                model: model.len(),
+            });
         }
         for (m, f) in model.iter().zip(found) {
             let csg = if m.field == Field::Conv {
@@ -333,10 +334,12 @@ pub fn check_state_layout(pools: &StatePools, r: &DriverResult) -> Result<u32, S
                 f.conv_shard_groups.clone(),
             );
             if mine != theirs {
-                return Err(format!(
-                    "{agent} state region {}: SGLang (what, len, item_len, dim, outer_count, conv_shard_groups) = {theirs:?}, kvgeom's model {mine:?}",
-                    m.index
-                ));
+                return Err(JudgeError::StateRegion {
+                    agent,
+                    index: m.index,
+                    theirs: format!("{theirs:?}"),
+                    mine: format!("{mine:?}"),
+                });
             }
         }
         checked += 1;

@@ -1,0 +1,127 @@
+//! Why kvgeom cannot model an SGLang case, cannot find SGLang's
+//! interpreter, or cannot judge what the driver left.
+
+use std::path::PathBuf;
+
+use crate::layout::Side;
+
+/// Why kvgeom's model of SGLang's pools cannot hold a case.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ModelError {
+    /// The geometry has no `model.attention`.
+    #[error("an SGLang geometry needs model.attention")]
+    NoAttention,
+    /// Attention TP, page size or layers is zero.
+    #[error("attention TP, page size and layers must be positive")]
+    NotPositive,
+    /// The attention TP does not shard the KV heads.
+    #[error("{side} attention TP {tp} neither divides nor is a multiple of {heads} KV heads")]
+    HeadsSplit {
+        /// The engine.
+        side: Side,
+        /// Its attention TP.
+        tp: u32,
+        /// The total KV heads.
+        heads: u32,
+    },
+    /// An engine's pool is smaller than the request.
+    #[error("{side}.num_pages {num_pages}: the request needs {needed} pages")]
+    TooFewPages {
+        /// The engine.
+        side: Side,
+        /// Its pool's pages.
+        num_pages: u32,
+        /// The request's pages.
+        needed: u32,
+    },
+    /// The driver runs no element of this size.
+    #[error("dtype_bytes {bytes}: the SGLang driver runs 1, 2 or 4 byte elements")]
+    Dtype {
+        /// `dtype_bytes`.
+        bytes: u32,
+    },
+}
+
+/// Why there is no interpreter to run SGLang's transfer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PythonError {
+    /// The interpreter named (or the project's venv) is not a file.
+    #[error(
+        "no SGLang interpreter at {} ({from}): scripts/install-sglang.sh installs SGLang 0.5.23 \
+         into .sglang-venv/, or name one with --sglang-python PATH or {env}",
+        python.display(),
+        env = super::python::ENV
+    )]
+    NoInterpreter {
+        /// Where it was looked for.
+        python: PathBuf,
+        /// Who named it: the flag, the environment variable or the venv.
+        from: String,
+    },
+    /// `sglang-driver/driver.py` is missing.
+    #[error("the SGLang driver is missing ({}): run kvgeom from its checkout", driver.display())]
+    NoDriver {
+        /// Where it was looked for.
+        driver: PathBuf,
+    },
+}
+
+/// Why a case the driver ran cannot be judged (the case is an error).
+#[derive(Debug, thiserror::Error)]
+pub enum JudgeError {
+    /// A rank's registered regions differ from kvgeom's model.
+    #[error("kvgeom's model of SGLang's pools disagrees with SGLang's: {0}")]
+    Layout(String),
+    /// The driver's result names no agent for a rank.
+    #[error("the SGLang driver reports no agent {agent}")]
+    NoAgent {
+        /// The agent, `side-rank`.
+        agent: String,
+    },
+    /// A memory image could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The image.
+        path: PathBuf,
+        /// What the file system answered.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A memory image has another length than its region or tensor.
+    #[error("{}: {found} bytes, the {what} has {expected}", path.display())]
+    Length {
+        /// The image.
+        path: PathBuf,
+        /// Its bytes.
+        found: usize,
+        /// `region` or `state tensor`.
+        what: &'static str,
+        /// The bytes of the region or tensor.
+        expected: u64,
+    },
+    /// A rank has another number of state regions than kvgeom's model.
+    #[error("{agent}: SGLang has {found} state regions, kvgeom's model {model}")]
+    StateCount {
+        /// The agent, `side-rank`.
+        agent: String,
+        /// SGLang's state regions.
+        found: usize,
+        /// kvgeom's.
+        model: usize,
+    },
+    /// A state region differs from kvgeom's model.
+    #[error(
+        "{agent} state region {index}: SGLang (what, len, item_len, dim, outer_count, \
+         conv_shard_groups) = {theirs}, kvgeom's model {mine}"
+    )]
+    StateRegion {
+        /// The agent, `side-rank`.
+        agent: String,
+        /// The region's index.
+        index: u32,
+        /// SGLang's fields, as a tuple.
+        theirs: String,
+        /// kvgeom's, as a tuple.
+        mine: String,
+    },
+}
