@@ -260,7 +260,11 @@ def install_recorder(S):
     nc = S["nixl_conn"]
     if getattr(nc, "_kvgeom_slice_recorder", False):
         return
-    real = nc.compute_mamba_state_slice_byte_blocks
+    real = getattr(nc, "compute_mamba_state_slice_byte_blocks", None)
+    if real is None:
+        # A release before the byte-block slicer (0.5.16 and older): nothing
+        # to record; its hybrid state paths are not driven.
+        return
 
     def recorded(**kw):
         blocks = real(**kw)
