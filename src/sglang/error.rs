@@ -1,5 +1,5 @@
-//! Why kvgeom cannot model an SGLang case, cannot find SGLang's
-//! interpreter, or cannot judge what the driver left.
+//! Why kvgeom cannot model an SGLang case or cannot judge what the driver
+//! left (a missing interpreter is `python::PythonError`).
 
 use std::path::PathBuf;
 
@@ -39,30 +39,6 @@ pub enum ModelError {
     Dtype {
         /// `dtype_bytes`.
         bytes: u32,
-    },
-}
-
-/// Why there is no interpreter to run SGLang's transfer.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum PythonError {
-    /// The interpreter named (or the project's venv) is not a file.
-    #[error(
-        "no SGLang interpreter at {} ({from}): scripts/install-sglang.sh installs SGLang 0.5.23 \
-         into .sglang-venv/, or name one with --sglang-python PATH or {env}",
-        python.display(),
-        env = super::python::ENV
-    )]
-    NoInterpreter {
-        /// Where it was looked for.
-        python: PathBuf,
-        /// Who named it: the flag, the environment variable or the venv.
-        from: String,
-    },
-    /// `sglang-driver/driver.py` is missing.
-    #[error("the SGLang driver is missing ({}): run kvgeom from its checkout", driver.display())]
-    NoDriver {
-        /// Where it was looked for.
-        driver: PathBuf,
     },
 }
 

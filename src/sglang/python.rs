@@ -4,10 +4,32 @@
 
 use std::path::{Path, PathBuf};
 
-use super::error::PythonError;
-
 /// The environment variable naming the interpreter.
 pub const ENV: &str = "KVGEOM_SGLANG_PYTHON";
+
+/// Why there is no interpreter to run SGLang's transfer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PythonError {
+    /// The interpreter named (or the project's venv) is not a file.
+    #[error(
+        "no SGLang interpreter at {} ({from}): scripts/install-sglang.sh installs SGLang 0.5.23 \
+         into .sglang-venv/, or name one with --sglang-python PATH or {env}",
+        python.display(),
+        env = ENV
+    )]
+    NoInterpreter {
+        /// Where it was looked for.
+        python: PathBuf,
+        /// Who named it: the flag, the environment variable or the venv.
+        from: String,
+    },
+    /// `sglang-driver/driver.py` is missing.
+    #[error("the SGLang driver is missing ({}): run kvgeom from its checkout", driver.display())]
+    NoDriver {
+        /// Where it was looked for.
+        driver: PathBuf,
+    },
+}
 
 /// The interpreter and the driver it runs.
 #[derive(Clone, Debug)]
