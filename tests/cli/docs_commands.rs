@@ -254,13 +254,21 @@ const OUTPUT_OPTIONS: [&str; 5] = [
     "--results",
 ];
 
-/// Paths the checkout makes or that stand for the reader's own files.
+/// Paths the checkout makes (build outputs; the venvs `.vllm-venv/`,
+/// `.vllm-venvs/X/`, `.sglang-venv/`, `.sglang-venvs/X/`) or that stand for
+/// the reader's own files.
 fn is_made_path(path: &str) -> bool {
     path.starts_with('/')
         || path.starts_with("..")
-        || [".vllm-venv", ".nixl-runtime", "target/", "fuzz/artifacts/"]
-            .iter()
-            .any(|p| path.starts_with(p))
+        || [
+            ".vllm-venv",
+            ".sglang-venv",
+            ".nixl-runtime",
+            "target/",
+            "fuzz/artifacts/",
+        ]
+        .iter()
+        .any(|p| path.starts_with(p))
 }
 
 /// Whether `name` matches `pattern` with `*` wildcards.
