@@ -177,69 +177,9 @@ find_donor() {
     return 1
 }
 
-# Hard-links torch and its installed dependency closure from the donor venv
-# into this venv's site-packages (file by file, from each distribution's
-# RECORD). Exit 3: hard links impossible (e.g. another file system).
-link_torch() {
-    local donor="$1" dest
-    dest="$("${VENV}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-    "${donor}/bin/python" - "${dest}" <<'EOF'
-import errno, importlib.metadata as md, os, re, sys
-from pip._vendor.packaging.requirements import Requirement
-
-dest = sys.argv[1]
-dists = {}
-for d in md.distributions():
-    name = re.sub(r"[-_.]+", "-", (d.metadata["Name"] or "")).lower()
-    dists.setdefault(name, d)
-# (name, extra) pairs: torch asks for cuda-toolkit[cudart,cublas,...], whose
-# libraries come in only through those extras.
-todo, done, seen = [("torch", "")], set(), set()
-while todo:
-    name, extra = todo.pop()
-    if (name, extra) in done or name not in dists:
-        continue
-    done.add((name, extra))
-    seen.add(name)
-    for spec in dists[name].requires or []:
-        req = Requirement(spec)
-        if req.marker is not None and not req.marker.evaluate({"extra": extra}):
-            continue
-        if req.marker is None and extra:
-            continue  # already taken with extra ""
-        dep = re.sub(r"[-_.]+", "-", req.name).lower()
-        for x in [""] + sorted(req.extras):
-            todo.append((dep, x))
-# What the new venv already has (setuptools from ensurepip on Python 3.11)
-# stays as it is: linking another version's files over it would mix two.
-have = {re.sub(r"[-_.]+", "-", (d.metadata["Name"] or "")).lower() for d in md.distributions(path=[dest])}
-kept = sorted(seen & have)
-seen -= have
-linked = 0
-for name in sorted(seen):
-    d = dists[name]
-    base = os.path.realpath(str(d.locate_file("")))
-    for f in d.files or []:
-        rel = os.path.normpath(str(f))
-        if rel.startswith(".."):
-            continue  # console scripts outside site-packages
-        src = os.path.join(base, rel)
-        dst = os.path.join(dest, rel)
-        if not os.path.isfile(src) or os.path.exists(dst):
-            continue
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        try:
-            os.link(src, dst)
-        except OSError as e:
-            if e.errno in (errno.EXDEV, errno.EPERM, errno.EMLINK):
-                print(f"hard links impossible: {e}", file=sys.stderr)
-                sys.exit(3)
-            raise
-        linked += 1
-print(f"{len(seen)} distributions ({', '.join(sorted(seen))}), {linked} files"
-      + (f"; the venv's own {', '.join(kept)} kept" if kept else ""), file=sys.stderr)
-EOF
-}
+# link_torch DONOR: torch and its dependency closure hard-linked from DONOR.
+# shellcheck source=scripts/link-torch.sh
+source "${ROOT}/scripts/link-torch.sh"
 
 # --- the stamp: a rerun with nothing changed returns here ---
 STAMP_TEXT="sglang==${VERSION} deps=$(printf '%s ' "${LIGHT_DEPS[@]}" | cksum | cut -d' ' -f1)"

@@ -1,7 +1,8 @@
-# Sourced by scripts/install-vllm-other.sh for `--torch-from VENV`: torch and
+# Sourced by scripts/install-vllm-other.sh (`--torch-from VENV`) and
+# scripts/install-sglang.sh: torch and
 # its installed dependency closure hard-linked from another venv of this
 # project (the pinned .vllm-venv/) instead of a second install of ~5 GB.
-# The same linking as scripts/install-sglang.sh's. Uses VENV (the venv being
+# Uses VENV (the venv being
 # made) of the caller.
 
 # Hard-links torch and its installed dependency closure from the donor venv
