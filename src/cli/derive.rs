@@ -502,7 +502,7 @@ fn run_sglang(args: &DeriveArgs) -> Result<(), DeriveError> {
     }
 }
 
-/// `--page-size` when not given: SGLang's default page of one token.
+/// `--page-size` when not given: pages of one token.
 const SGLANG_PAGE_SIZE: u64 = 1;
 
 fn engine_line(e: &EngineDerivation) -> String {
