@@ -96,7 +96,6 @@ def dtype_name(dtype):
 
 def state_of(model_config):
     """The state tensors SGLang's MambaPool keeps for one linear layer."""
-    import torch
     from sglang.srt.mem_cache.memory_pool import MambaPool
 
     params = model_config.hf_config.mamba2_cache_params
@@ -121,8 +120,6 @@ def state_of(model_config):
                 "conv_shard_groups": group,
             }
         )
-    del pool
-    torch.set_num_threads(1)
     return {
         "conv_kernel": params.shape.conv_kernel,
         "tensors": tensors,
