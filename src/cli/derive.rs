@@ -1,12 +1,14 @@
 //! `kvgeom derive`: one engine, or a P/D pair as a geometry file, from a
-//! model's HF config as vLLM 0.33.0 would run it.
+//! model's HF config as vLLM 0.33.0 would run it (or, with `--stack
+//! sglang`, as SGLang 0.5.23 would).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::derive::{
-    derive_engine, derive_pair, load_model, Backend, CacheDtype, DeriveError, EngineDerivation,
-    EngineOptions, Gpu, MambaDtype, ModelArch, PairDerivation, PairOptions,
+    derive_engine, derive_pair, derive_sglang_engine, derive_sglang_pair, load_model,
+    load_sglang_model, Backend, CacheDtype, DeriveError, EngineDerivation, EngineOptions, Gpu,
+    MambaDtype, ModelArch, PairDerivation, PairOptions, SglangPairOptions,
 };
 use crate::geometry::{parse_geometry, to_toml, ExpectedRejection};
 use crate::limits::MAX_LAYER_SLOTS;
@@ -21,11 +23,21 @@ pub enum DeriveFormat {
     Toml,
 }
 
+/// `--stack`: whose rules the derivation follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DeriveStack {
+    Vllm,
+    Sglang,
+}
+
 /// The command line of `kvgeom derive`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct DeriveArgs {
     /// The model's HF `config.json`.
     pub config: PathBuf,
+    /// Whose rules: vllm (vLLM 0.33.0, default) or sglang (SGLang 0.5.23).
+    #[arg(long, value_enum, default_value = "vllm")]
+    pub stack: DeriveStack,
     /// One engine: its TP size.
     #[arg(long)]
     pub tp: Option<u64>,
@@ -43,8 +55,8 @@ pub struct DeriveArgs {
     #[arg(long)]
     pub decode_backend: Option<String>,
     /// GPU generation: sm90 (default) or sm100.
-    #[arg(long, default_value = "sm90")]
-    pub gpu: String,
+    #[arg(long)]
+    pub gpu: Option<String>,
     /// A pair: the prefill engine's GPU (default: --gpu).
     #[arg(long)]
     pub prefill_gpu: Option<String>,
@@ -95,6 +107,12 @@ pub struct DeriveArgs {
     /// A pair: the geometry name (default: the --out file stem).
     #[arg(long)]
     pub name: Option<String>,
+    /// --stack sglang, a pair: tokens per page on both engines.
+    #[arg(long)]
+    pub page_size: Option<u64>,
+    /// --stack sglang, a pair: keep the first N attention layers and the first N state layers.
+    #[arg(long)]
+    pub layers: Option<u64>,
 }
 
 /// Which command-line shape was used.
@@ -168,7 +186,8 @@ fn engine_options(
     Ok(EngineOptions {
         tp,
         backend: Backend::parse(backend).map_err(|e| from_option(names.backend, e))?,
-        gpu: Gpu::parse(gpu.unwrap_or(&args.gpu)).map_err(|e| from_option(gpu_option, e))?,
+        gpu: Gpu::parse(gpu.or(args.gpu.as_deref()).unwrap_or("sm90"))
+            .map_err(|e| from_option(gpu_option, e))?,
         block_size,
         cache_dtype: CacheDtype::parse(&args.cache_dtype)?,
         mamba_cache_dtype: MambaDtype::parse("--mamba-cache-dtype", &args.mamba_cache_dtype)?,
@@ -304,6 +323,19 @@ pub fn derive(args: &DeriveArgs) -> u8 {
 }
 
 fn run(args: &DeriveArgs) -> Result<(), DeriveError> {
+    if args.stack == DeriveStack::Sglang {
+        return run_sglang(args);
+    }
+    for (given, option) in [
+        (args.page_size.is_some(), "--page-size"),
+        (args.layers.is_some(), "--layers"),
+    ] {
+        if given {
+            return Err(DeriveError::Unsupported(format!(
+                "{option} is an option of --stack sglang; vLLM's derivation takes --block-size and --layer-slots"
+            )));
+        }
+    }
     let request = request(args)?;
     let model = load_model(&args.config)?;
     match request {
@@ -338,6 +370,140 @@ fn run(args: &DeriveArgs) -> Result<(), DeriveError> {
         }
     }
 }
+
+/// The options only vLLM's derivation takes, and whether each was given.
+fn vllm_only_options(args: &DeriveArgs) -> [(bool, &'static str); 14] {
+    [
+        (args.backend.is_some(), "--backend"),
+        (args.prefill_backend.is_some(), "--prefill-backend"),
+        (args.decode_backend.is_some(), "--decode-backend"),
+        (args.gpu.is_some(), "--gpu"),
+        (args.prefill_gpu.is_some(), "--prefill-gpu"),
+        (args.decode_gpu.is_some(), "--decode-gpu"),
+        (args.block_size.is_some(), "--block-size"),
+        (args.prefill_block_size.is_some(), "--prefill-block-size"),
+        (args.decode_block_size.is_some(), "--decode-block-size"),
+        (args.cache_dtype != "auto", "--cache-dtype"),
+        (args.mamba_cache_dtype != "auto", "--mamba-cache-dtype"),
+        (
+            args.mamba_ssm_cache_dtype != "auto",
+            "--mamba-ssm-cache-dtype",
+        ),
+        (args.layer_slots.is_some(), "--layer-slots"),
+        (
+            args.expect_rejection_pull.is_some() || args.expect_rejection_push.is_some(),
+            "--expect-rejection-pull/--expect-rejection-push",
+        ),
+    ]
+}
+
+fn sglang_usage(message: &str) -> DeriveError {
+    DeriveError::Unsupported(format!(
+        "{message}; with --stack sglang use `--tp N` for one engine, or `--prefill-tp N --decode-tp M [--page-size P]` for a pair"
+    ))
+}
+
+/// `kvgeom derive --stack sglang`: one engine as JSON, or a pair as an
+/// SGLang geometry file.
+fn run_sglang(args: &DeriveArgs) -> Result<(), DeriveError> {
+    if let Some((_, option)) = vllm_only_options(args)
+        .into_iter()
+        .find(|(given, _)| *given)
+    {
+        return Err(DeriveError::NotAnSglangOption { option });
+    }
+    let pair = args.prefill_tp.is_some() || args.decode_tp.is_some();
+    if args.format == DeriveFormat::Toml {
+        return Err(DeriveError::Unsupported(
+            "--format toml: with --stack sglang one engine is JSON; a pair is a geometry file"
+                .into(),
+        ));
+    }
+    match (args.tp, pair) {
+        (Some(_), true) => Err(sglang_usage(
+            "--tp and --prefill-tp/--decode-tp do not go together",
+        )),
+        (None, false) => Err(sglang_usage("no engine given")),
+        (Some(tp), false) => {
+            for (given, option) in [
+                (args.page_size.is_some(), "--page-size"),
+                (args.layers.is_some(), "--layers"),
+                (args.out.is_some(), "--out"),
+                (args.prompts.is_some(), "--prompts"),
+                (args.expect_rejection.is_some(), "--expect-rejection"),
+                (args.name.is_some(), "--name"),
+            ] {
+                if given {
+                    return Err(sglang_usage(&format!("{option} is for a pair")));
+                }
+            }
+            if tp == 0 {
+                return Err(DeriveError::ZeroOption { option: "--tp" });
+            }
+            let model = load_sglang_model(&args.config)?;
+            let engine = derive_sglang_engine(&model, tp)?;
+            outln!(
+                "{}",
+                serde_json::to_string_pretty(&engine).expect("a derivation serializes")
+            );
+            Ok(())
+        }
+        (None, true) => {
+            let missing = |what| sglang_usage(&format!("a pair needs {what}"));
+            let prefill_tp = args.prefill_tp.ok_or_else(|| missing("--prefill-tp"))?;
+            let decode_tp = args.decode_tp.ok_or_else(|| missing("--decode-tp"))?;
+            for (value, option) in [
+                (prefill_tp, "--prefill-tp"),
+                (decode_tp, "--decode-tp"),
+                (args.page_size.unwrap_or(1), "--page-size"),
+                (args.layers.unwrap_or(1), "--layers"),
+            ] {
+                if value == 0 {
+                    return Err(DeriveError::ZeroOption { option });
+                }
+            }
+            if args.name.is_some() {
+                return Err(sglang_usage(
+                    "--name: an SGLang geometry is named by its file",
+                ));
+            }
+            check_file_options(args)?;
+            let prompts = match args.prompts.as_deref() {
+                None | Some("boundaries") => None,
+                Some(list) => Some(prompt_entries(list)),
+            };
+            let model = load_sglang_model(&args.config)?;
+            let pair = derive_sglang_pair(
+                &model,
+                &SglangPairOptions {
+                    prefill_tp,
+                    decode_tp,
+                    page_size: args.page_size.unwrap_or(SGLANG_PAGE_SIZE),
+                    layers: args.layers,
+                    prompts,
+                    expect_rejection: args.expect_rejection.clone(),
+                    source: args.config.display().to_string(),
+                },
+            )?;
+            match &args.out {
+                Some(path) => {
+                    std::fs::write(path, &pair.text).map_err(|e| {
+                        DeriveError::Unsupported(format!(
+                            "--out {}: cannot write: {e}",
+                            path.display()
+                        ))
+                    })?;
+                    eprintln!("wrote {}", path.display());
+                }
+                None => out!("{}", pair.text),
+            }
+            Ok(())
+        }
+    }
+}
+
+/// `--page-size` when not given: pages of one token.
+const SGLANG_PAGE_SIZE: u64 = 1;
 
 fn engine_line(e: &EngineDerivation) -> String {
     format!(

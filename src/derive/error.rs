@@ -102,6 +102,34 @@ pub enum DeriveError {
     /// that cannot be written; the message says which.
     #[error("{0}")]
     Unsupported(String),
+    /// The config's family has no model in SGLang 0.5.23 (`--stack sglang`).
+    #[error(
+        "{source_name}: SGLang 0.5.23 has no model for model_type `{model_type}` ({models}); \
+         supported with --stack sglang: {}",
+        supported.join(", ")
+    )]
+    NotInSglang {
+        /// Where the config came from (its path).
+        source_name: String,
+        /// The config's `model_type`.
+        model_type: String,
+        /// The family's models, for the message.
+        models: &'static str,
+        /// `model_type (models)` of every family SGLang runs.
+        supported: Vec<&'static str>,
+    },
+    /// An option that only vLLM's derivation takes was given with `--stack sglang`.
+    #[error("{option} is an option of vLLM's derivation; --stack sglang does not take it")]
+    NotAnSglangOption {
+        /// The option.
+        option: &'static str,
+    },
+    /// SGLang 0.5.23 cannot build this deployment; `reason` says why.
+    #[error("SGLang 0.5.23 refuses this deployment: {reason}")]
+    SglangRefused {
+        /// What SGLang's code asserts.
+        reason: String,
+    },
     /// vLLM 0.33.0 refuses this deployment; `reason` is vLLM's message.
     #[error("vLLM 0.33.0 refuses this deployment: {reason}")]
     Refused {

@@ -10,6 +10,9 @@
 //! - [`engine`]: one engine end to end
 //! - [`pair`]: a P/D pair as a geometry file
 //! - [`geometry_file`]: geometry files that name `model.hf_config`
+//! - [`sglang_model`], [`sglang_engine`], [`sglang_pair`]: the same under
+//!   SGLang 0.5.23's rules (`--stack sglang`): a config's layers, heads and
+//!   linear state, one engine's ranks, a pair as an SGLang geometry file
 
 pub(crate) mod attention;
 pub(crate) mod backend;
@@ -22,6 +25,9 @@ pub(crate) mod geometry_file;
 pub(crate) mod hf_config;
 pub(crate) mod mamba_state;
 pub(crate) mod pair;
+pub(crate) mod sglang_engine;
+pub(crate) mod sglang_model;
+pub(crate) mod sglang_pair;
 
 pub use backend::{Backend, Gpu};
 pub use dtype::{CacheDtype, Dtype, MambaDtype};
@@ -35,8 +41,16 @@ pub use hf_config::HfConfig;
 pub use pair::{
     derive_pair, layer_groups, layer_groups_of, LayerGroups, PairDerivation, PairOptions,
 };
+pub use sglang_engine::{derive_sglang_engine, SglangEngine};
+pub use sglang_model::SglangModel;
+pub use sglang_pair::{derive_sglang_pair, SglangPair, SglangPairOptions};
 
 /// Read a config file and the model it describes.
 pub fn load_model(path: &std::path::Path) -> Result<ModelArch, DeriveError> {
     ModelArch::from_config(&HfConfig::load(path)?)
+}
+
+/// Read a config file and the model SGLang 0.5.23 builds from it.
+pub fn load_sglang_model(path: &std::path::Path) -> Result<SglangModel, DeriveError> {
+    SglangModel::from_config(&HfConfig::load(path)?)
 }
