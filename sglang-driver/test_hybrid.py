@@ -90,8 +90,11 @@ def test_state_lands_where_sglang_names_conv_sub_blocks(kind, p, d):
     else:
         assert res["state_slices"], "SGLang's slice path did not run"
     bad = wrong_state(c)
-    if kind == "mamba2" and p != d:
-        # Observed (the suspected defect): SGLang slices x | B | C as one block.
+    one_block = kind == "mamba2" or (kind == "gdn" and not res["state_conv_source"].get("conv_shard_groups"))
+    if one_block and p != d:
+        # Observed: SGLang slices x | B | C as one block (every release run),
+        # and GDN's q | k | v too where the release's Qwen3-Next config names
+        # no sub-blocks (before 0.5.16).
         assert bad and all("conv" in w for _, w in bad), bad
     else:
         assert bad == []
@@ -116,6 +119,22 @@ def test_gdn_without_conv_sub_blocks_is_the_30997_defect():
         assert res["status"] == "done"
         bad = wrong_state(c)
         assert bad and all("conv" in w for _, w in bad), bad
+
+
+def test_gdn_conv_sub_blocks_come_from_the_releases_own_config():
+    """GDN's conv sub-blocks are what the installed release's Qwen3-Next
+    config hands its state shape (none before 0.5.16), never the driver's."""
+    import inspect
+
+    from sglang.srt.configs import qwen3_next
+
+    res, _ = run(spec("gdn", 1, 2))
+    src = res["state_conv_source"]
+    assert src["source"] == "sglang.srt.configs.qwen3_next.Qwen3NextConfig.mamba2_cache_params"
+    names_them = "conv_shard_groups" in inspect.getsource(qwen3_next.Qwen3NextConfig)
+    assert src["conv_shard_groups"] == ([8, 8, 16] if names_them else None)
+    reg = res["agents"]["prefill-0"]["state_regions"][0]
+    assert reg["field"] == "conv" and reg["conv_shard_groups"] == src["conv_shard_groups"]
 
 
 def test_kda_with_mla_attention():
