@@ -155,8 +155,7 @@ def cache_params(model, tp_size, torch):
         shape = mu.Mamba2StateShape.create(
             tp_world_size=tp_size, intermediate_size=value_dim, n_groups=st["num_k_heads"],
             num_heads=st["num_v_heads"], head_dim=st["head_v_dim"], state_size=st["head_k_dim"],
-            conv_kernel=st["conv_kernel"],
-            conv_shard_groups=csg)
+            conv_kernel=st["conv_kernel"], **({} if csg is None else {"conv_shard_groups": csg}))
         return mu.Mamba2CacheParams(shape=shape, layers=list(st["layers"]), dtype=dt)
     shape = mu.KimiLinearStateShape.create(
         tp_world_size=tp_size, num_heads=st["num_heads"], head_dim=st["head_dim"],
