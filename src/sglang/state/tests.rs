@@ -214,12 +214,15 @@ fn reported(pools: &StatePools, conv_groups: Option<Vec<u32>>) -> DriverResult {
 fn layout_check_takes_gdn_conv_groups_named_as_modelled_or_not_at_all() {
     let pools = StatePools::new(Side::Prefill, &gdn(), 1, 2);
     // 0.5.16+: SGLang's config names q | k | v as the model does.
-    assert_eq!(
+    assert!(matches!(
         check_state_layout(&pools, &reported(&pools, Some(vec![8, 8, 16]))),
         Ok(1)
-    );
+    ));
     // Before 0.5.16: none named (judged by the oracles, not refused here).
-    assert_eq!(check_state_layout(&pools, &reported(&pools, None)), Ok(1));
+    assert!(matches!(
+        check_state_layout(&pools, &reported(&pools, None)),
+        Ok(1)
+    ));
     // Other groups than the model's are a disagreement.
     assert!(matches!(
         check_state_layout(&pools, &reported(&pools, Some(vec![16, 16]))),
