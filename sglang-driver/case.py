@@ -388,6 +388,7 @@ class Case:
         load()
         THREAD_ERRORS.clear()
         hybrid.SLICE_CALLS.clear()
+        hybrid.CONV_SOURCE.clear()
         self.fabric = fake_nixl.new_fabric()
         self.hub = inproc.new_hub()
         t0 = time.time()
@@ -604,6 +605,7 @@ class Case:
             "http": h.http if h else [],
         }
         res["state_slices"] = list(hybrid.SLICE_CALLS)
+        res["state_conv_source"] = dict(hybrid.CONV_SOURCE)
         res["thread_errors"] = [{k: v for k, v in e.items() if k != "exc"} for e in THREAD_ERRORS]
 
     def write_memory(self, directory):

@@ -46,6 +46,8 @@ import inspect
 PROFILES = {
     "0.5.23": {"context": "publish", "kv_buffers": "utils", "sender": "room", "decode_status": "listener",
                "device_call": "manager", "planning": "prepared", "state_args": "utils"},
+    "0.5.15.post1": {"context": "functions", "kv_buffers": "pool", "sender": "dest_ranks", "decode_status": "notifs",
+                     "device_call": "none", "planning": "prepared", "state_args": "utils"},
     "0.5.16": {"context": "override", "kv_buffers": "pool", "sender": "dest_ranks", "decode_status": "notifs",
                "device_call": "none", "planning": "prepared", "state_args": "utils"},
     "0.5.11": {"context": "functions", "kv_buffers": "pool", "sender": "dest_ranks", "decode_status": "notifs",
@@ -112,7 +114,11 @@ def detect(rc, disagg_utils, nixl_conn):
     """The profile of the installed SGLang, from its modules (rc: its
     runtime_context module, None where the release has none)."""
     return {
-        "context": "functions" if rc is None else "publish" if hasattr(rc, "publish") else "override",
+        # 0.5.14-0.5.15.post1 ship a runtime context, but their connection
+        # module still reads the topology through dp_attention's functions.
+        "context": "functions" if rc is None or hasattr(inspect.getmodule(nixl_conn.NixlKVManager.__mro__[1]),
+                                                           "get_attention_tp_size")
+        else "publish" if hasattr(rc, "publish") else "override",
         "kv_buffers": "utils" if hasattr(disagg_utils, "get_kv_transfer_buf_infos") else "pool",
         "sender": "dest_ranks" if "dest_tp_ranks" in inspect.signature(nixl_conn.NixlKVSender.__init__).parameters
         else "room",

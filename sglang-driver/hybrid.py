@@ -22,6 +22,9 @@ import numpy as np
 
 KINDS = ("mamba2", "gdn", "kda")
 SLICE_CALLS = []  # every call of compute_mamba_state_slice_byte_blocks this case
+# Where this case's conv sub-blocks came from (SGLang's config code, the
+# geometry file, or SGLang's state-shape defaults), as result.json reports it.
+CONV_SOURCE = {}
 
 
 class StateError(Exception):
@@ -82,6 +85,44 @@ def conv_blocks(st):
     return [("q", st["num_heads"] * st["head_dim"]), ("k", k), ("v", k)]
 
 
+def gdn_shape_from_config(st, tp_size):
+    """The GDN state shape as the installed release's own Qwen3-Next config
+    (`configs/qwen3_next.py`, which Qwen3.5's text config inherits) makes it:
+    its `mamba2_cache_params` decides whether the conv row carries the
+    q | k | v sub-blocks (`conv_shard_groups`; absent before 0.5.16). The
+    config reads the attention TP from the runtime context (0.5.16+) or from
+    `dp_attention.get_attention_tp_size` (older); both answer `tp_size` for
+    the call. Its CPU-backend branch (head padding for SGLang's CPU kernels)
+    is skipped: the driver stands for a GPU engine."""
+    import types
+
+    from sglang.srt.configs import qwen3_next as q
+    from sglang.srt.layers import dp_attention
+
+    cfg = q.Qwen3NextConfig(linear_conv_kernel_dim=st["conv_kernel"], linear_key_head_dim=st["head_k_dim"],
+                            linear_value_head_dim=st["head_v_dim"], linear_num_key_heads=st["num_k_heads"],
+                            linear_num_value_heads=st["num_v_heads"], num_hidden_layers=2,
+                            full_attention_interval=2)
+    saved = {"_is_cpu": getattr(q, "_is_cpu", None), "get_parallel": getattr(q, "get_parallel", None),
+             "tp": getattr(dp_attention, "get_attention_tp_size", None)}
+    q._is_cpu = False
+    if saved["get_parallel"] is not None:
+        q.get_parallel = lambda: types.SimpleNamespace(attn_tp_size=tp_size)
+    if saved["tp"] is not None:
+        dp_attention.get_attention_tp_size = lambda: tp_size
+    try:
+        shape = cfg.mamba2_cache_params.shape
+    finally:
+        q._is_cpu = saved["_is_cpu"]
+        if saved["get_parallel"] is not None:
+            q.get_parallel = saved["get_parallel"]
+        if saved["tp"] is not None:
+            dp_attention.get_attention_tp_size = saved["tp"]
+    CONV_SOURCE["source"] = "sglang.srt.configs.qwen3_next.Qwen3NextConfig.mamba2_cache_params"
+    CONV_SOURCE["conv_shard_groups"] = getattr(shape, "conv_shard_groups", None)
+    return shape
+
+
 def cache_params(model, tp_size, torch):
     """SGLang's own cache params for one rank (published context in place)."""
     from sglang.srt.configs import mamba_utils as mu
@@ -93,25 +134,35 @@ def cache_params(model, tp_size, torch):
     if st["kind"] == "mamba2":
         # What Nemotron-H / Falcon-H1 / Granite-4.0-H's configs pass: no
         # conv_shard_groups unless the case names some.
+        CONV_SOURCE["source"] = ("Mamba2StateShape.create without conv_shard_groups (as the Mamba2 configs call it)"
+                                 if csg == "default" else "geometry file (model.state.conv_shard_groups)")
+        # (Releases before 0.5.16 have no conv_shard_groups argument.)
+        named = {} if csg == "default" else {"conv_shard_groups": csg}
         shape = mu.Mamba2StateShape.create(
             tp_world_size=tp_size, intermediate_size=st["num_heads"] * st["head_dim"], n_groups=st["n_groups"],
             num_heads=st["num_heads"], head_dim=st["head_dim"], state_size=st["ssm_state_size"],
-            conv_kernel=st["conv_kernel"], conv_shard_groups=None if csg == "default" else csg)
+            conv_kernel=st["conv_kernel"], **named)
+        return mu.Mamba2CacheParams(shape=shape, layers=list(st["layers"]), dtype=dt)
+    if st["kind"] == "gdn" and csg == "default":
+        shape = gdn_shape_from_config(st, tp_size)
         return mu.Mamba2CacheParams(shape=shape, layers=list(st["layers"]), dtype=dt)
     if st["kind"] == "gdn":
-        # As Qwen3-Next's config (configs/qwen3_next.py) calls it.
+        # A known-defect variant: the case names the conv sub-blocks itself
+        # (an error on a release whose state shape has no such argument).
+        CONV_SOURCE["source"] = "geometry file (model.state.conv_shard_groups)"
         key_dim = st["head_k_dim"] * st["num_k_heads"]
         value_dim = st["head_v_dim"] * st["num_v_heads"]
         shape = mu.Mamba2StateShape.create(
             tp_world_size=tp_size, intermediate_size=value_dim, n_groups=st["num_k_heads"],
             num_heads=st["num_v_heads"], head_dim=st["head_v_dim"], state_size=st["head_k_dim"],
-            conv_kernel=st["conv_kernel"],
-            conv_shard_groups=[key_dim, key_dim, value_dim] if csg == "default" else csg)
+            conv_kernel=st["conv_kernel"], **({} if csg is None else {"conv_shard_groups": csg}))
         return mu.Mamba2CacheParams(shape=shape, layers=list(st["layers"]), dtype=dt)
     shape = mu.KimiLinearStateShape.create(
         tp_world_size=tp_size, num_heads=st["num_heads"], head_dim=st["head_dim"],
         num_k_heads=st.get("num_k_heads"), head_k_dim=st.get("head_k_dim"), conv_kernel_size=st["conv_kernel"])
+    CONV_SOURCE["source"] = "sglang.srt.configs.mamba_utils.KimiLinearStateShape.create"
     if csg != "default":
+        CONV_SOURCE["source"] = "geometry file (model.state.conv_shard_groups)"
         # A known-defect variant: KDA with other (or no) conv sub-blocks.
         import dataclasses
         shape = dataclasses.replace(shape, conv_shard_groups=csg)
@@ -125,6 +176,8 @@ def build_pool(S, model, engine, case, tp_size, size, page_size, dtype):
     params = cache_params(model, tp_size, S["torch"])
     mamba = mp.MambaPool(size=int(engine.get("state_slots", 4)), spec_state_size=0, cache_params=params,
                          mamba_layer_ids=list(st["layers"]), device="cpu")
+    # The layer ids the pool was given (older pools keep only their count).
+    mamba.kvgeom_layer_ids = list(st["layers"])
     full = attention_layers(model)
     if model["attention"] == "mla":
         return mp.HybridLinearKVPool(size=size, dtype=dtype, page_size=page_size, head_num=1,
@@ -143,7 +196,25 @@ def build_pool(S, model, engine, case, tp_size, size, page_size, dtype):
 def entries(pool):
     """SGLang's state entries of a rank in kv_args order: (field, tensor
     [slots, ...], slice_axis, layer id)."""
-    return list(pool.mamba_pool._iter_transfer_state_entries())
+    mp = pool.mamba_pool
+    if hasattr(mp, "_iter_transfer_state_entries"):
+        return list(mp._iter_transfer_state_entries())
+    # 0.5.16 and older: the pool's get_contiguous_buf_infos walks the state
+    # fields of mamba_cache in order, skipping the speculative and ReplaySSM
+    # buffers, one entry per (tensor, layer), every slice on the first
+    # per-slot axis. state_views checks each entry's address against the KV
+    # args SGLang assembled, so a walk that differs from the release's is a
+    # harness error, not a verdict.
+    skip = {"intermediate_ssm", "intermediate_conv_window", "replayssm_d", "replayssm_k", "replayssm_g",
+            "replayssm_rawv", "replayssm_rawk", "replayssm_beta"}
+    out = []
+    for field, value in vars(mp.mamba_cache).items():
+        if field in skip or value is None:
+            continue
+        for t in (value if isinstance(value, list) else [value]):
+            for i, lid in enumerate(getattr(mp, "mamba_layer_ids", None) or mp.kvgeom_layer_ids):
+                out.append((field, t[i], 0, lid))
+    return out
 
 
 def state_views(r, torch):
@@ -162,14 +233,18 @@ def state_regions(r):
     if not ka.state_types:
         return []
     out = []
-    csg = ka.state_conv_shard_groups[0] if ka.state_conv_shard_groups else []
+    csg = ka.state_conv_shard_groups[0] if getattr(ka, "state_conv_shard_groups", None) else []
     for i, (field, t, axis, lid) in enumerate(entries(r.pool)):
         out.append({
             "index": i, "what": f"{field} layer {lid}", "field": field, "layer": int(lid),
             "addr": int(ka.state_data_ptrs[0][i]), "len": int(ka.state_data_lens[0][i]),
             "item_len": int(ka.state_item_lens[0][i]), "slots": int(t.shape[0]),
             "shape": [int(x) for x in t.shape[1:]], "dtype": str(t.dtype).replace("torch.", ""),
-            "dim": int(ka.state_dim_per_tensor[0][i]), "outer_count": int(ka.state_slice_outer_counts[0][i]),
+            "dim": int(ka.state_dim_per_tensor[0][i]),
+            # Before per-tensor outer counts (0.5.16 and older) every slice
+            # axis is the first per-slot axis: one outer row.
+            "outer_count": int(ka.state_slice_outer_counts[0][i]) if getattr(ka, "state_slice_outer_counts", None)
+            else 1,
             "conv_shard_groups": csg[i] if i < len(csg) else None,
         })
     return out

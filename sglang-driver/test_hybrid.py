@@ -53,6 +53,22 @@ def sglang():
 RUNS = {}
 
 
+def records_slices():
+    """Whether the release has the byte-block slicer the driver records
+    (0.5.17+); older ones slice inline."""
+    return hasattr(case.S["nixl_conn"], "compute_mamba_state_slice_byte_blocks")
+
+
+def skip_kda_before_its_slice_axis():
+    """Before 0.5.17 SGLang's MambaPool has no conv_slice_axis: KDA's conv
+    state [K-1, q|k|v] is sliced on its window axis, which the driver's
+    channel model cannot describe (a harness error, never a verdict)."""
+    import inspect
+
+    if "conv_slice_axis" not in inspect.getsource(case.S["memory_pool"].MambaPool.__init__):
+        pytest.skip("this SGLang slices KDA's conv state on its window axis (no conv_slice_axis before 0.5.17)")
+
+
 def run(s):
     if s["id"] not in RUNS:
         RUNS[s["id"]] = case.run_case(s, keep=True)
@@ -81,23 +97,29 @@ def wrong_state(c):
 @pytest.mark.parametrize("kind", ["mamba2", "gdn", "kda"])
 @pytest.mark.parametrize("p,d", [(1, 1), (2, 2), (1, 2), (2, 1)])
 def test_state_lands_where_sglang_names_conv_sub_blocks(kind, p, d):
+    if kind == "kda":
+        skip_kda_before_its_slice_axis()
     res, c = run(spec(kind, p, d))
     assert res["status"] == "done", res.get("message")
     regs = res["agents"]["prefill-0"]["state_regions"]
     assert [x["what"] for x in regs] == ["conv layer 0", "conv layer 2", "temporal layer 0", "temporal layer 2"]
     if p == d:
         assert res["state_slices"] == []  # whole slots (the prepared plan or _send_mamba_state)
-    else:
+    elif records_slices():
         assert res["state_slices"], "SGLang's slice path did not run"
     bad = wrong_state(c)
-    if kind == "mamba2" and p != d:
-        # Observed (the suspected defect): SGLang slices x | B | C as one block.
+    one_block = kind == "mamba2" or (kind == "gdn" and not res["state_conv_source"].get("conv_shard_groups"))
+    if one_block and p != d:
+        # Observed: SGLang slices x | B | C as one block (every release run),
+        # and GDN's q | k | v too where the release's Qwen3-Next config names
+        # no sub-blocks (before 0.5.16).
         assert bad and all("conv" in w for _, w in bad), bad
     else:
         assert bad == []
 
 
 def test_state_regions_report_sglangs_slice_metadata():
+    skip_kda_before_its_slice_axis()
     res, _ = run(spec("kda", 1, 2))
     reg = res["agents"]["decode-0"]["state_regions"][0]
     # KDA conv is [K-1, q|k|v]: sliced on axis 1 with K-1 outer rows.
@@ -118,7 +140,24 @@ def test_gdn_without_conv_sub_blocks_is_the_30997_defect():
         assert bad and all("conv" in w for _, w in bad), bad
 
 
+def test_gdn_conv_sub_blocks_come_from_the_releases_own_config():
+    """GDN's conv sub-blocks are what the installed release's Qwen3-Next
+    config hands its state shape (none before 0.5.16), never the driver's."""
+    import inspect
+
+    from sglang.srt.configs import qwen3_next
+
+    res, _ = run(spec("gdn", 1, 2))
+    src = res["state_conv_source"]
+    assert src["source"] == "sglang.srt.configs.qwen3_next.Qwen3NextConfig.mamba2_cache_params"
+    names_them = "conv_shard_groups" in inspect.getsource(qwen3_next.Qwen3NextConfig)
+    assert src["conv_shard_groups"] == ([8, 8, 16] if names_them else None)
+    reg = res["agents"]["prefill-0"]["state_regions"][0]
+    assert reg["field"] == "conv" and reg["conv_shard_groups"] == src["conv_shard_groups"]
+
+
 def test_kda_with_mla_attention():
+    skip_kda_before_its_slice_axis()
     res, c = run(spec("kda", 2, 1, mla=True))
     assert res["status"] == "done", res.get("message")
     assert wrong_state(c) == []

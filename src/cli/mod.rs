@@ -38,6 +38,7 @@ mod run_args;
 mod run_lines;
 mod sglang;
 mod sglang_shrink;
+mod sglang_state_explain;
 mod sweep;
 mod traces;
 

@@ -219,6 +219,7 @@ fn explain_text(
         "posted KV pairs: {} ({} bytes); redundant writes: {} pairs, {} bytes",
         r.stats.pairs, r.stats.transferred_bytes, j.redundant_writes, j.redundant_write_bytes
     );
+    out.push_str(&super::sglang_state_explain::state_text(p));
     let _ = writeln!(out, "outcome: {}", r.outcome.describe());
     for v in r.violations.iter().take(50) {
         let _ = writeln!(out, "  {v}");

@@ -319,7 +319,10 @@ pub fn check_state_layout(pools: &StatePools, r: &DriverResult) -> Result<u32, J
             });
         }
         for (m, f) in model.iter().zip(found) {
-            let csg = if m.field == Field::Conv {
+            // A release whose config names no conv sub-blocks (GDN before
+            // 0.5.16) reports none: its conv row is then sliced as one block,
+            // which the oracles judge byte by byte, not this layout check.
+            let csg = if m.field == Field::Conv && f.conv_shard_groups.is_some() {
                 pools.sglang_conv_shard_groups()
             } else {
                 None

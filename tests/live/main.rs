@@ -12,4 +12,5 @@ mod live_vllm;
 mod provenance;
 mod scheduler_requests;
 mod sglang_driver_tests;
+mod sglang_gdn_history;
 mod sglang_history;

@@ -177,3 +177,55 @@ fn kda_conv_is_window_major() {
     assert!(simulate(&st, 2, 1, true).is_empty());
     assert!(!simulate(&st, 1, 2, false).is_empty());
 }
+
+/// The driver result of one prefill rank whose state regions are kvgeom's
+/// model, the conv ones reporting `conv_groups`.
+fn reported(pools: &StatePools, conv_groups: Option<Vec<u32>>) -> DriverResult {
+    let state_regions = pools
+        .tensors(0)
+        .iter()
+        .map(|t| crate::sglang::result::StateRegion {
+            index: t.index,
+            what: t.what(),
+            addr: 0,
+            len: t.len(),
+            item_len: t.item_len(),
+            dim: t.dim,
+            outer_count: t.outer,
+            conv_shard_groups: if t.field == Field::Conv {
+                conv_groups.clone()
+            } else {
+                None
+            },
+        })
+        .collect();
+    let agent = crate::sglang::result::Agent {
+        regions: vec![crate::sglang::result::Region::default()],
+        state_regions,
+        ..Default::default()
+    };
+    DriverResult {
+        agents: [("prefill-0".to_string(), agent)].into_iter().collect(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn layout_check_takes_gdn_conv_groups_named_as_modelled_or_not_at_all() {
+    let pools = StatePools::new(Side::Prefill, &gdn(), 1, 2);
+    // 0.5.16+: SGLang's config names q | k | v as the model does.
+    assert!(matches!(
+        check_state_layout(&pools, &reported(&pools, Some(vec![8, 8, 16]))),
+        Ok(1)
+    ));
+    // Before 0.5.16: none named (judged by the oracles, not refused here).
+    assert!(matches!(
+        check_state_layout(&pools, &reported(&pools, None)),
+        Ok(1)
+    ));
+    // Other groups than the model's are a disagreement.
+    assert!(matches!(
+        check_state_layout(&pools, &reported(&pools, Some(vec![16, 16]))),
+        Err(JudgeError::StateRegion { .. })
+    ));
+}
