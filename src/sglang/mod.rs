@@ -3,8 +3,8 @@
 //! prepares and expects ([`images`]), the driver's batch and results
 //! ([`batch`], [`result`]), the oracles over a run ([`oracles`]; written
 //! here because kvgeom's vLLM layout model does not describe SGLang's
-//! pools) the sweep ([`run`]) and its
-//! cases recorded as traces ([`trace_file`]). docs/sglang.md describes it for users.
+//! pools), the sweep ([`run`]) and its cases recorded as traces
+//! ([`trace_file`]). docs/sglang.md describes it for users.
 
 pub mod batch;
 pub mod error;
