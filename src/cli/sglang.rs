@@ -287,6 +287,13 @@ pub(crate) fn sglang_sweep(args: SweepArgs) -> u8 {
         Some(n) => plan::random(&sources, n, args.seed, &opts),
         None => plan::grid(&sources, &opts),
     };
+    // A trace folder that cannot be made is refused before SGLang runs.
+    if let Some(dir) = &args.record_traces {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            eprintln!("error: --record-traces {}: {e}", dir.display());
+            return EXIT_BAD_INPUT;
+        }
+    }
     let python = match crate::sglang::python::find(args.run.sglang_python.as_deref()) {
         Ok(p) => p,
         Err(e) => {
