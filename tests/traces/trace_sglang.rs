@@ -178,11 +178,14 @@ fn a_trace_without_memory_is_judged_on_its_pairs_and_says_what_it_skipped() {
     }
 }
 
+/// A change made to a trace's JSON.
+type Change = Box<dyn Fn(&mut Value)>;
+
 #[test]
 fn a_malformed_sglang_trace_is_exit_2_naming_the_problem() {
     let dir = scratch(module_path!(), "malformed");
     let good = json_of(&fixture(PASSING));
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, &str)> = vec![
+    let cases: Vec<(&str, Change, &str)> = vec![
         (
             "no-seed",
             Box::new(|v| {
