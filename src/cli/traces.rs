@@ -479,7 +479,7 @@ fn check_v2(f: &Path, case: &RecordedCase) -> Judged {
 /// and memory.
 fn check_sglang(f: &Path, trace: &SglangTrace) -> Judged {
     use crate::scenario::Outcome;
-    let judged = trace.judge();
+    let judged = crate::sglang::run::judge_trace(trace);
     let r = &judged.report;
     let code = trace.code_under_test.describe();
     let level = match &trace.memory_left_out {

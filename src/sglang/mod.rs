@@ -8,6 +8,7 @@
 
 pub mod batch;
 pub mod error;
+pub mod final_memory;
 pub mod images;
 pub mod layout;
 pub mod oracles;

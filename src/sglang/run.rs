@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use super::batch::{self, Prepared};
 use super::error::{JudgeError, ModelError};
+use super::final_memory::{CaseFolder, FinalMemory, ImageKind};
 use super::images::Placement;
 use super::layout::EnginePools;
 use super::oracles::{self, Images, Observed};
@@ -367,85 +368,6 @@ fn read_images(mem: &dyn FinalMemory, pools: &EnginePools) -> Result<Images, Jud
         .collect()
 }
 
-/// Which of an agent's memories an image is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum ImageKind {
-    /// A KV region (`<agent>.r<i>`).
-    Region,
-    /// A hybrid model's state tensor (`<agent>.s<i>`).
-    State,
-}
-
-impl ImageKind {
-    /// The letter of the driver's file names (`r`, `s`).
-    pub fn letter(self) -> char {
-        match self {
-            ImageKind::Region => 'r',
-            ImageKind::State => 's',
-        }
-    }
-
-    /// What it is, in messages.
-    pub fn what(self) -> &'static str {
-        match self {
-            ImageKind::Region => "region",
-            ImageKind::State => "state tensor",
-        }
-    }
-}
-
-/// Where the final memory of a case the driver ran is read from: the
-/// batch's `.out` files, or a recorded trace's images.
-pub trait FinalMemory {
-    /// `agent`'s image of `kind` number `index`, `len` bytes long.
-    fn image(
-        &self,
-        agent: &str,
-        kind: ImageKind,
-        index: u32,
-        len: u64,
-    ) -> Result<Vec<u8>, JudgeError>;
-
-    /// Whether any final memory is there (a trace may leave it out: then
-    /// only the oracles over the posted pairs run).
-    fn has_images(&self) -> bool {
-        true
-    }
-}
-
-/// A case's folder of the batch: `<agent>.r<i>.out`, `<agent>.s<i>.out`.
-pub struct CaseFolder<'a>(pub &'a Path);
-
-impl FinalMemory for CaseFolder<'_> {
-    fn image(
-        &self,
-        agent: &str,
-        kind: ImageKind,
-        index: u32,
-        len: u64,
-    ) -> Result<Vec<u8>, JudgeError> {
-        let path = self.0.join(format!("{agent}.{}{index}.out", kind.letter()));
-        read_image(path, kind.what(), len)
-    }
-}
-
-/// A memory image of `expected` bytes (a `what`: region or state tensor).
-fn read_image(path: PathBuf, what: &'static str, expected: u64) -> Result<Vec<u8>, JudgeError> {
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(source) => return Err(JudgeError::Read { path, source }),
-    };
-    if bytes.len() as u64 != expected {
-        return Err(JudgeError::Length {
-            found: bytes.len(),
-            path,
-            what,
-            expected,
-        });
-    }
-    Ok(bytes)
-}
-
 fn judge_case(case: &Case, p: &Prepared, dir: &Path, killed: bool) -> SglangCase {
     let path = dir.join("result.json");
     let text =
@@ -668,6 +590,11 @@ fn observe(
         placement: Placement::clone(&p.placement),
         writes,
     })
+}
+
+/// Judge a recorded trace as the sweep judged its case.
+pub fn judge_trace(t: &super::trace_file::SglangTrace) -> SglangCase {
+    judge_result(&t.case, &t.prepared, &t.result, t)
 }
 
 #[cfg(test)]

@@ -14,8 +14,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::batch::{self, Prepared};
+use super::final_memory::{FinalMemory, ImageKind};
 use super::result::{DriverResult, RESULT_FORMAT};
-use super::run::ImageKind;
 use crate::geometry::{parse_geometry, to_toml, Geometry, Mode, Stack};
 use crate::limits::{read_capped, MAX_INPUT_BYTES, MAX_PROMPT_LEN};
 use crate::live::TRACE_MEMORY_LIMIT;
@@ -494,7 +494,7 @@ fn images(m: RawMemory, p: &Prepared) -> Result<ImageMap, SglangTraceErrorKind> 
     Ok(out)
 }
 
-impl super::run::FinalMemory for SglangTrace {
+impl FinalMemory for SglangTrace {
     fn image(
         &self,
         agent: &str,
@@ -522,15 +522,5 @@ impl super::run::FinalMemory for SglangTrace {
 
     fn has_images(&self) -> bool {
         self.images.is_some()
-    }
-}
-
-impl SglangTrace {
-    /// Judge the recorded run as the sweep judged it: the registrations
-    /// against kvgeom's model, the status, then the oracles on the
-    /// recorded memory (only those over the posted pairs when it was left
-    /// out).
-    pub fn judge(&self) -> super::run::SglangCase {
-        super::run::judge_result(&self.case, &self.prepared, &self.result, self)
     }
 }

@@ -7,7 +7,8 @@
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use kvgeom::sglang::run::ImageKind;
+use kvgeom::sglang::final_memory::ImageKind;
+use kvgeom::sglang::run::judge_trace;
 use kvgeom::sglang::trace_file::SglangTrace;
 use serde_json::Value;
 
@@ -105,7 +106,7 @@ fn check_trace_gives_the_sweeps_verdicts_on_sglangs_traces() {
 fn a_changed_byte_of_decodes_or_prefills_memory_is_a_violation() {
     let path = fixture(PASSING);
     let clean = SglangTrace::read(&path).expect("trace");
-    assert!(clean.judge().report.passed());
+    assert!(judge_trace(&clean).report.passed());
     let (decode_pages, page_size) = (
         clean.prepared.placement.decode_pages.clone(),
         u64::from(clean.prepared.decode.page_size),
@@ -119,7 +120,7 @@ fn a_changed_byte_of_decodes_or_prefills_memory_is_a_violation() {
         .get_mut(&("decode-0".to_string(), ImageKind::Region, 0))
         .expect("decode-0 region 0");
     image[offset as usize] ^= 0x01;
-    let r = broken.judge().report;
+    let r = judge_trace(&broken).report;
     assert!(!r.passed(), "{}", r.outcome.describe());
     assert!(
         r.violations
@@ -142,7 +143,7 @@ fn a_changed_byte_of_decodes_or_prefills_memory_is_a_violation() {
         .as_mut()
         .expect("images")
         .insert(("prefill-1".to_string(), ImageKind::Region, 2), image);
-    let r = broken.judge().report;
+    let r = judge_trace(&broken).report;
     assert!(
         r.violations
             .iter()
