@@ -8,7 +8,7 @@ use crate::geometry::{Mode, Stack};
 use crate::report::sweep_report::{self, Format};
 use crate::scenario::{CaseReport, MemoryKind, TransportKind};
 use crate::scheduler::DecodeAllocation;
-use crate::sglang::run::{run_sweep, SglangCase};
+use crate::sglang::run::{run_sweep_recording, SglangCase, TraceTarget};
 use crate::sweep::plan::{self, SourcedGeometry};
 use crate::sweep::shard::parse_shard;
 use crate::under_test::expectations::Expectations;
@@ -48,14 +48,6 @@ fn refused(args: &SweepArgs) -> Option<String> {
     if !matches!(args.alloc, AllocArg::Both) {
         return Some(
             "--alloc: SGLang's decode holds exactly the request's pages; there is no allocation model to choose"
-                .into(),
-        );
-    }
-    if args.record_traces.is_some() {
-        return Some(
-            "--record-traces: SGLang's runs are not recorded as traces: the trace format and its \
-             checks (check-trace, diff-trace, --connector replay) model kvgeom's block layout, not \
-             SGLang's pools (per-head slices of K and V pages); docs/sglang.md"
                 .into(),
         );
     }
@@ -101,7 +93,6 @@ pub(crate) fn sglang_explain(args: super::ExplainArgs) -> u8 {
             "--transport nixl",
         ),
         (args.svg.is_some(), "--svg"),
-        (args.record_trace.is_some(), "--record-trace"),
         (args.prefix_hit != 0, "--prefix-hit"),
     ];
     if let Some((_, option)) = refused.iter().find(|(given, _)| *given) {
@@ -149,7 +140,14 @@ pub(crate) fn sglang_explain(args: super::ExplainArgs) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
-    let judged = match run_sweep(std::slice::from_ref(&case), &python) {
+    // An unwritable --record-trace is refused before the case runs.
+    if let Some(path) = &args.record_trace {
+        if let Err(code) = super::write_output("--record-trace", path, "") {
+            return code;
+        }
+    }
+    let target = args.record_trace.clone().map(TraceTarget::File);
+    let judged = match run_sweep_recording(std::slice::from_ref(&case), &python, target.as_ref()) {
         Ok(j) => j,
         Err(e) => {
             eprintln!("error: {e}");
@@ -290,6 +288,13 @@ pub(crate) fn sglang_sweep(args: SweepArgs) -> u8 {
         Some(n) => plan::random(&sources, n, args.seed, &opts),
         None => plan::grid(&sources, &opts),
     };
+    // A trace folder that cannot be made is refused before SGLang runs.
+    if let Some(dir) = &args.record_traces {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            eprintln!("error: --record-traces {}: {e}", dir.display());
+            return EXIT_BAD_INPUT;
+        }
+    }
     let python = match crate::sglang::python::find(args.run.sglang_python.as_deref()) {
         Ok(p) => p,
         Err(e) => {
@@ -300,7 +305,8 @@ pub(crate) fn sglang_sweep(args: SweepArgs) -> u8 {
     let options = format!("{:?} connector sglang", args.random);
     let (cases, shard) = super::shard_cases(all_cases, shard_of, &sources, &opts, &options);
     let started = std::time::Instant::now();
-    let judged = match run_sweep(&cases, &python) {
+    let target = args.record_traces.clone().map(TraceTarget::Folder);
+    let judged = match run_sweep_recording(&cases, &python, target.as_ref()) {
         Ok(j) => j,
         Err(e) => {
             eprintln!("error: {e}");
@@ -387,6 +393,8 @@ fn json(
     if let Some(cases) = doc.get_mut("cases").and_then(|c| c.as_array_mut()) {
         for (case, j) in cases.iter_mut().zip(judged) {
             if let Some(obj) = case.as_object_mut() {
+                // No kvgeom policy models SGLang's connector.
+                obj.insert("policy".into(), serde_json::Value::Null);
                 obj.insert("redundant_writes".into(), j.redundant_writes.into());
                 obj.insert(
                     "redundant_write_bytes".into(),

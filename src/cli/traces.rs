@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::{VariantArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
+use crate::sglang::trace_file::{is_sglang_trace, read_json, SglangTrace};
 use crate::trace::check::{check_case, skipped_names, SkippedCheck};
 use crate::trace::{
     diff_against_connector, explain_difference, is_v1_name, registration_is_modelled, trace_inputs,
@@ -179,6 +180,8 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 enum Loaded {
     V1(Box<TraceCase>),
     V2(Box<RecordedCase>),
+    /// A v3 trace of SGLang's connector (`crate::sglang::trace_file`).
+    Sglang(Box<SglangTrace>),
 }
 
 /// Why a trace could not be read, in either version.
@@ -188,16 +191,24 @@ enum LoadError {
     V1(#[from] crate::trace::TraceError),
     #[error(transparent)]
     V2(#[from] crate::under_test::replay::RecordedError),
+    #[error(transparent)]
+    Sglang(#[from] crate::sglang::trace_file::SglangTraceError),
 }
 
 /// Read a trace by its name: `*.jsonl` and `*.jsonl.gz` are v1, any other
-/// file v2. The error names the file (and line).
+/// file v2 or v3 (SGLang's v3 traces apart). The error names the file (and
+/// line).
 fn load(path: &Path) -> Result<Loaded, LoadError> {
-    Ok(if is_v1_name(path) {
-        Loaded::V1(Box::new(TraceCase::read(path)?))
-    } else {
-        Loaded::V2(Box::new(RecordedCase::read(path)?))
-    })
+    if is_v1_name(path) {
+        return Ok(Loaded::V1(Box::new(TraceCase::read(path)?)));
+    }
+    // A file that is not JSON is left to the v2 reader's errors.
+    if let Ok(value) = read_json(path) {
+        if is_sglang_trace(&value) {
+            return Ok(Loaded::Sglang(Box::new(SglangTrace::parse(path, value)?)));
+        }
+    }
+    Ok(Loaded::V2(Box::new(RecordedCase::read(path)?)))
 }
 
 /// Read every trace of `files` (folders searched recursively) and judge
@@ -327,6 +338,11 @@ pub fn diff_trace(args: &DiffTraceArgs) -> u8 {
         |f, loaded| match loaded {
             Loaded::V1(case) => diff_v1(f, case, policy, explain),
             Loaded::V2(case) => diff_v2(f, case, variant, explain),
+            Loaded::Sglang(_) => Judged::error(format!(
+                "{}: an SGLang trace: diff-trace rebuilds a case with kvgeom's connector, which \
+                 has no model of SGLang's pools to compare with; check-trace judges it",
+                f.display()
+            )),
         },
     )
 }
@@ -415,6 +431,7 @@ pub fn check_trace(args: &CheckTraceArgs) -> u8 {
         |f, loaded| match loaded {
             Loaded::V1(case) => check_v1(f, case),
             Loaded::V2(case) => check_v2(f, case),
+            Loaded::Sglang(trace) => check_sglang(f, trace),
         },
     )
 }
@@ -455,6 +472,43 @@ fn check_v2(f: &Path, case: &RecordedCase) -> Judged {
             Judged::new(Verdict::Violations, message, lines)
         }
         Err(e) => Judged::error(e.to_string()),
+    }
+}
+
+/// An SGLang trace: the verdict the sweep gave, from the recorded result
+/// and memory.
+fn check_sglang(f: &Path, trace: &SglangTrace) -> Judged {
+    use crate::scenario::Outcome;
+    let judged = crate::sglang::run::judge_trace(trace);
+    let r = &judged.report;
+    let code = trace.code_under_test.describe();
+    let level = match &trace.memory_left_out {
+        None => "byte level".to_string(),
+        Some(why) => format!(
+            "pairs only: coverage, transferred_or_zeroed and neighbour_preservation skipped, {why}"
+        ),
+    };
+    let first = |verdict: &str| format!("{}: {code}: {verdict}", f.display());
+    match &r.outcome {
+        Outcome::Error { message } => Judged::error(format!("{}: {message}", f.display())),
+        Outcome::ExpectedRejection { message, .. } => {
+            let message = format!("SGLang refused the case as the geometry expects: {message}");
+            let line = first(&format!("REJECTED: {message}"));
+            Judged::new(Verdict::Rejected, message, vec![line])
+        }
+        _ if r.passed() => {
+            let message = format!("OK ({level})");
+            Judged::new(Verdict::Passed, message.clone(), vec![first(&message)])
+        }
+        outcome => {
+            let mut message = format!("{} ({level})", outcome.describe());
+            let mut lines = vec![first(&message)];
+            for v in r.violations.iter().take(10) {
+                lines.push(format!("  {v}"));
+                message.push_str(&format!("; {v}"));
+            }
+            Judged::new(Verdict::Violations, message, lines)
+        }
     }
 }
 

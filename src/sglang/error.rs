@@ -75,6 +75,14 @@ pub enum JudgeError {
         /// The bytes of the region or tensor.
         expected: u64,
     },
+    /// A recorded trace holds no final image of a region or tensor.
+    #[error("the trace holds no final image of {agent} {what}")]
+    NoImage {
+        /// The agent, `side-rank`.
+        agent: String,
+        /// `region N` or `state tensor N`.
+        what: String,
+    },
     /// A rank has another number of state regions than kvgeom's model.
     #[error("{agent}: SGLang has {found} state regions, kvgeom's model {model}")]
     StateCount {

@@ -3,10 +3,12 @@
 //! prepares and expects ([`images`]), the driver's batch and results
 //! ([`batch`], [`result`]), the oracles over a run ([`oracles`]; written
 //! here because kvgeom's vLLM layout model does not describe SGLang's
-//! pools) and the sweep ([`run`]). docs/sglang.md describes it for users.
+//! pools), the sweep ([`run`]) and its cases recorded as traces
+//! ([`trace_file`]). docs/sglang.md describes it for users.
 
 pub mod batch;
 pub mod error;
+pub mod final_memory;
 pub mod images;
 pub mod layout;
 pub mod oracles;
@@ -14,3 +16,4 @@ pub mod python;
 pub mod result;
 pub mod run;
 pub mod state;
+pub mod trace_file;

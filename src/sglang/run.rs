@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use super::batch::{self, Prepared};
 use super::error::{JudgeError, ModelError};
+use super::final_memory::{CaseFolder, FinalMemory, ImageKind};
 use super::images::Placement;
 use super::layout::EnginePools;
 use super::oracles::{self, Images, Observed};
@@ -61,6 +62,30 @@ pub enum BatchError {
         /// The last line it wrote on stderr.
         last: String,
     },
+    /// A case's trace could not be written.
+    #[error("{0}")]
+    Trace(#[from] super::trace_file::SglangTraceError),
+}
+
+/// Where a sweep records its cases as traces (`--record-traces DIR`,
+/// `explain --record-trace FILE`).
+#[derive(Clone, Debug)]
+pub enum TraceTarget {
+    /// One gzipped trace per case in the folder, named by its case.
+    Folder(PathBuf),
+    /// The one case's trace at this path (gzipped when it ends in `.gz`).
+    File(PathBuf),
+}
+
+impl TraceTarget {
+    fn path_of(&self, case: &Case) -> PathBuf {
+        match self {
+            TraceTarget::Folder(dir) => {
+                dir.join(format!("{}.gz", crate::live::trace_file_name(case)))
+            }
+            TraceTarget::File(path) => path.clone(),
+        }
+    }
 }
 
 /// One judged SGLang case.
@@ -83,8 +108,23 @@ pub struct SglangCase {
 
 /// Run and judge `cases` with `python`; the judged cases in order.
 pub fn run_sweep(cases: &[Case], python: &SglangPython) -> Result<Vec<SglangCase>, BatchError> {
+    run_sweep_recording(cases, python, None)
+}
+
+/// [`run_sweep`], writing each case the driver ran as a trace to `traces`.
+pub fn run_sweep_recording(
+    cases: &[Case],
+    python: &SglangPython,
+    traces: Option<&TraceTarget>,
+) -> Result<Vec<SglangCase>, BatchError> {
+    if let Some(TraceTarget::Folder(to)) = traces {
+        std::fs::create_dir_all(to).map_err(|source| BatchError::Write {
+            dir: to.clone(),
+            source,
+        })?;
+    }
     let dir = scratch_for("sglang-batch");
-    let result = run_in(&dir, cases, python);
+    let result = run_in(&dir, cases, python, traces);
     if std::env::var_os("KVGEOM_KEEP_SGLANG_BATCH").is_none() {
         let _ = std::fs::remove_dir_all(&dir);
     } else {
@@ -97,6 +137,7 @@ fn run_in(
     dir: &Path,
     cases: &[Case],
     python: &SglangPython,
+    traces: Option<&TraceTarget>,
 ) -> Result<Vec<SglangCase>, BatchError> {
     let write = |source| BatchError::Write {
         dir: dir.to_path_buf(),
@@ -160,14 +201,40 @@ fn run_in(
         finished = Some(f);
     }
     let killed = finished.as_ref().is_some_and(|f| f.timed_out());
-    Ok(cases
-        .iter()
-        .zip(prepared)
-        .map(|(case, p)| match p {
-            Ok(p) => judge_case(case, &p, &dir.join(&p.id), killed),
+    let mut judged = Vec::with_capacity(cases.len());
+    for (case, p) in cases.iter().zip(prepared) {
+        judged.push(match p {
+            Ok(p) => {
+                let case_dir = dir.join(&p.id);
+                if let Some(target) = traces {
+                    record(case, &p, &case_dir, target)?;
+                }
+                judge_case(case, &p, &case_dir, killed)
+            }
             Err(e) => not_run(case, format!("kvgeom cannot model this SGLang case: {e}")),
-        })
-        .collect())
+        });
+    }
+    Ok(judged)
+}
+
+/// Write the trace of a case the driver ran (one that left no
+/// `result.json` has none).
+fn record(
+    case: &Case,
+    p: &Prepared,
+    case_dir: &Path,
+    target: &TraceTarget,
+) -> Result<(), BatchError> {
+    use super::trace_file::{trace_of, write, SglangTraceError};
+    if !case_dir.join("result.json").is_file() {
+        return Ok(());
+    }
+    let path = target.path_of(case);
+    let trace = trace_of(case, p, case_dir).map_err(|kind| SglangTraceError {
+        path: path.clone(),
+        kind,
+    })?;
+    Ok(write(&trace, &path)?)
 }
 
 fn report(case: &Case, outcome: RunOutcome, stats: Stats, judged: oracles::Judged) -> CaseReport {
@@ -288,36 +355,17 @@ pub fn check_layout(p: &Prepared, r: &DriverResult) -> Result<u32, JudgeError> {
     Ok(checked)
 }
 
-fn read_images(dir: &Path, pools: &EnginePools, suffix: &str) -> Result<Images, JudgeError> {
+fn read_images(mem: &dyn FinalMemory, pools: &EnginePools) -> Result<Images, JudgeError> {
     (0..pools.attn_tp)
         .map(|rank| {
+            let agent = format!("{}-{rank}", pools.side);
             pools
                 .regions(rank)
                 .iter()
-                .map(|r| {
-                    let path = dir.join(format!("{}-{rank}.r{}.{suffix}", pools.side, r.index));
-                    read_image(path, "region", r.len)
-                })
+                .map(|r| mem.image(&agent, ImageKind::Region, r.index, r.len))
                 .collect()
         })
         .collect()
-}
-
-/// A memory image of `expected` bytes (a `what`: region or state tensor).
-fn read_image(path: PathBuf, what: &'static str, expected: u64) -> Result<Vec<u8>, JudgeError> {
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(source) => return Err(JudgeError::Read { path, source }),
-    };
-    if bytes.len() as u64 != expected {
-        return Err(JudgeError::Length {
-            found: bytes.len(),
-            path,
-            what,
-            expected,
-        });
-    }
-    Ok(bytes)
 }
 
 fn judge_case(case: &Case, p: &Prepared, dir: &Path, killed: bool) -> SglangCase {
@@ -362,11 +410,22 @@ fn judge_case(case: &Case, p: &Prepared, dir: &Path, killed: bool) -> SglangCase
             ),
         );
     }
+    judge_result(case, p, &r, &CaseFolder(dir))
+}
+
+/// Judge the driver's result `r` of `case` (prepared as `p`), its final
+/// memory read from `mem`: the layout checks, the status, then the oracles.
+pub fn judge_result(
+    case: &Case,
+    p: &Prepared,
+    r: &DriverResult,
+    mem: &dyn FinalMemory,
+) -> SglangCase {
     let versions = Some((
         r.sglang.clone().unwrap_or_else(|| "unknown".into()),
         r.torch.clone().unwrap_or_else(|| "unknown".into()),
     ));
-    let layout_checked = match check_layout(p, &r) {
+    let layout_checked = match check_layout(p, r) {
         Ok(n) => n,
         Err(e) => {
             return SglangCase {
@@ -376,8 +435,8 @@ fn judge_case(case: &Case, p: &Prepared, dir: &Path, killed: bool) -> SglangCase
         }
     };
     let layout_checked = match &p.state {
-        Some((ps, ds)) => match state::check_state_layout(ps, &r)
-            .and_then(|a| Ok(a + state::check_state_layout(ds, &r)?))
+        Some((ps, ds)) => match state::check_state_layout(ps, r)
+            .and_then(|a| Ok(a + state::check_state_layout(ds, r)?))
         {
             Ok(_) => layout_checked,
             Err(e) => {
@@ -394,7 +453,7 @@ fn judge_case(case: &Case, p: &Prepared, dir: &Path, killed: bool) -> SglangCase
         },
         None => layout_checked,
     };
-    let outcome = outcome_of(&r);
+    let outcome = outcome_of(r);
     let (writes, _unresolved) = r.kv_writes();
     let stats = Stats {
         pairs: writes.len() as u64,
@@ -404,11 +463,11 @@ fn judge_case(case: &Case, p: &Prepared, dir: &Path, killed: bool) -> SglangCase
     };
     let mut judged = oracles::Judged::default();
     if outcome == RunOutcome::Completed {
-        match observe(p, dir, &r, writes) {
+        match observe(p, mem, r, writes) {
             Ok(o) => {
                 judged = oracles::judge(&o);
                 if let Some((ps, ds)) = &p.state {
-                    match judge_state_of(p, ps, ds, dir, &r) {
+                    match judge_state_of(p, ps, ds, mem, r) {
                         Ok(v) => judged.violations.extend(v),
                         Err(e) => {
                             return SglangCase {
@@ -438,16 +497,17 @@ fn judge_case(case: &Case, p: &Prepared, dir: &Path, killed: bool) -> SglangCase
     }
 }
 
-fn read_state_images(dir: &Path, pools: &StatePools) -> Result<StateImages, JudgeError> {
+fn read_state_images(mem: &dyn FinalMemory, pools: &StatePools) -> Result<StateImages, JudgeError> {
+    if !mem.has_images() {
+        return Ok(Vec::new());
+    }
     (0..pools.attn_tp)
         .map(|rank| {
+            let agent = format!("{}-{rank}", pools.side);
             pools
                 .tensors(rank)
                 .iter()
-                .map(|t| {
-                    let path = dir.join(format!("{}-{rank}.s{}.out", pools.side, t.index));
-                    read_image(path, "state tensor", t.len())
-                })
+                .map(|t| mem.image(&agent, ImageKind::State, t.index, t.len()))
                 .collect()
         })
         .collect()
@@ -459,11 +519,11 @@ fn judge_state_of(
     p: &Prepared,
     ps: &StatePools,
     ds: &StatePools,
-    dir: &Path,
+    mem: &dyn FinalMemory,
     r: &DriverResult,
 ) -> Result<Vec<crate::oracle::Violation>, JudgeError> {
-    let prefill_after = read_state_images(dir, ps)?;
-    let decode_after = read_state_images(dir, ds)?;
+    let prefill_after = read_state_images(mem, ps)?;
+    let decode_after = read_state_images(mem, ds)?;
     let prefill_before = batch::prefill_state_images(ps);
     let writes = state::state_writes(r);
     let base = p.decode.regions(0).len() as u32;
@@ -494,7 +554,7 @@ fn memory_bytes(p: &Prepared) -> u64 {
 
 fn observe(
     p: &Prepared,
-    dir: &Path,
+    mem: &dyn FinalMemory,
     r: &DriverResult,
     writes: Vec<super::result::Write>,
 ) -> Result<Observed, JudgeError> {
@@ -515,13 +575,26 @@ fn observe(
     }
     Ok(Observed {
         prefill_before: batch::prefill_images(p),
-        prefill_after: read_images(dir, &p.prefill, "out")?,
-        decode_after: read_images(dir, &p.decode, "out")?,
+        prefill_after: if mem.has_images() {
+            read_images(mem, &p.prefill)?
+        } else {
+            Vec::new()
+        },
+        decode_after: if mem.has_images() {
+            read_images(mem, &p.decode)?
+        } else {
+            Vec::new()
+        },
         prefill: p.prefill.clone(),
         decode: p.decode.clone(),
         placement: Placement::clone(&p.placement),
         writes,
     })
+}
+
+/// Judge a recorded trace as the sweep judged its case.
+pub fn judge_trace(t: &super::trace_file::SglangTrace) -> SglangCase {
+    judge_result(&t.case, &t.prepared, &t.result, t)
 }
 
 #[cfg(test)]

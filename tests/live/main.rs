@@ -14,3 +14,4 @@ mod scheduler_requests;
 mod sglang_driver_tests;
 mod sglang_gdn_history;
 mod sglang_history;
+mod sglang_traces;

@@ -159,18 +159,22 @@ fn sglang_failures_shrink_to_a_smaller_prompt() {
     );
 }
 
-/// SGLang's runs are not recorded as traces (`--record-traces` is refused),
-/// and a v3 trace naming SGLang as its code under test is refused by
-/// `check-trace` with the reason, never judged on kvgeom's block layout.
+/// A trace folder that cannot be made is exit 2 naming it; a v3 trace of
+/// kvgeom's block layout relabelled as SGLang's is refused by
+/// `check-trace` (it is not an SGLang trace) and by `sweep --connector
+/// replay` with the reason, never judged on kvgeom's block layout.
 #[test]
 fn sglang_traces_are_refused_with_the_reason() {
+    let not_a_folder = crate::support::root().join("Cargo.toml").join("traces");
     let o = kvgeom(&[
         "sweep",
         "--connector",
         "sglang",
         "geometries/sglang/mha-equal-tp.toml",
+        "--sglang-python",
+        "/nonexistent/python",
         "--record-traces",
-        "/nonexistent-kvgeom-traces",
+        not_a_folder.to_str().expect("utf-8"),
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("--record-traces"), "{}", text(&o));
@@ -207,9 +211,17 @@ fn sglang_traces_are_refused_with_the_reason() {
     let sglang = dir.join("sglang.trace.json");
     std::fs::write(&sglang, v.to_string()).expect("write");
     let o = kvgeom(&["check-trace", sglang.to_str().expect("utf-8")]);
-    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("not an SGLang trace"), "{}", text(&o));
+    let o = kvgeom(&[
+        "sweep",
+        "--connector",
+        "replay",
+        sglang.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(
-        text(&o).contains("an SGLang trace") && text(&o).contains("not modelled"),
+        text(&o).contains("an SGLang trace") && text(&o).contains("check-trace"),
         "{}",
         text(&o)
     );

@@ -8,4 +8,5 @@ mod trace_check;
 mod trace_explain;
 mod trace_reader;
 mod trace_robustness;
+mod trace_sglang;
 mod trace_v2;

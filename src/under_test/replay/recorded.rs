@@ -74,10 +74,9 @@ pub enum RecordedErrorKind {
     /// A v3 trace of SGLang's connector: its pools are not kvgeom's block
     /// layout, which every trace check models.
     #[error(
-        "an SGLang trace (code_under_test.connector = \"sglang\"): the trace checks judge \
-         kvgeom's block layout, and SGLang's pools (per-head slices of K and V pages) are not \
-         modelled by them; SGLang's runs are judged by `kvgeom sweep --connector sglang` \
-         (docs/sglang.md)"
+        "an SGLang trace (code_under_test.connector = \"sglang\"): a replay judges kvgeom's \
+         block layout, and SGLang's pools (per-head slices of K and V pages) are not modelled \
+         by it; `kvgeom check-trace` judges SGLang's traces (docs/trace-format.md)"
     )]
     Sglang,
     /// A field is missing, unknown or of the wrong type.
