@@ -129,6 +129,23 @@ fn mamba2_layout(
     ))
 }
 
+/// KV heads each rank holds: the heads split evenly over the ranks, or,
+/// with more ranks than heads, one head replicated over an even share of
+/// the ranks; SGLang's attention layers refuse any other TP.
+fn kv_heads_per_rank(total: u64, tp: u64) -> Result<u64, DeriveError> {
+    if total >= tp {
+        share(total, tp, "the KV head count")
+    } else if tp % total == 0 {
+        Ok(1)
+    } else {
+        Err(DeriveError::SglangRefused {
+            reason: format!(
+                "attention TP {tp} is not a multiple of the KV head count {total} (a KV head is replicated over a whole share of the ranks)"
+            ),
+        })
+    }
+}
+
 /// Derive one engine at attention TP `tp`.
 pub fn derive_sglang_engine(model: &SglangModel, tp: u64) -> Result<SglangEngine, DeriveError> {
     if tp == 0 {
@@ -141,7 +158,7 @@ pub fn derive_sglang_engine(model: &SglangModel, tp: u64) -> Result<SglangEngine
             v_head_dim,
         } => SglangRankAttention::Mha {
             total_kv_heads,
-            kv_heads_per_rank: (total_kv_heads / tp).max(1),
+            kv_heads_per_rank: kv_heads_per_rank(total_kv_heads, tp)?,
             head_dim,
             v_head_dim,
         },

@@ -278,7 +278,15 @@ fn run(args: &[&str]) -> (i32, String) {
 
 #[test]
 fn families_and_options_sglang_does_not_take_are_refused_by_name() {
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 8] = [
+        (
+            &["tests/fixtures/models/llama-3.1-8b-test.json", "--tp", "3"],
+            "the KV head count 8 is not divisible by the attention TP 3",
+        ),
+        (
+            &["tests/fixtures/models/qwen3-next-80b-a3b.json", "--tp", "3"],
+            "attention TP 3 is not a multiple of the KV head count 2",
+        ),
         (
             &["tests/fixtures/models/jamba-1.5-mini.json", "--tp", "2"],
             "no model for model_type `jamba` (Jamba (Mamba1))",
