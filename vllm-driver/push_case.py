@@ -16,6 +16,16 @@ From live_case it shares the cache building and worker construction
 and transfers) and `Unsupported`: a geometry live_case cannot build is
 refused here with the same message.
 
+One order between vLLM's threads is fixed: in a step that hands a rank
+both a push registration and heartbeats (decode's first step on the
+scheduler path), the rank's push writer thread takes the registration
+(`_send_registration_to_p`, which starts the notification-only handshake)
+before `start_load_kv` sends the heartbeats (whose handshake with a
+one-stage prefill is the full one). Both ask `_ensure_handshake` for the
+same engine and the first decides which handshake both get; left to the
+threads, a full handshake that raises (decode's blocks smaller than
+prefill's) fails the request on decode in some runs and not in others.
+
 The case ends when decode has reported the request received, when a worker
 raised, or when nothing can progress any more (every handshake and writer
 queue drained, no notification in flight) while decode still waits: that is
@@ -63,6 +73,9 @@ SETTLE_S = 0.25
 PARKED_SETTLE_S = 0.03
 PROBE_S = 0.1
 POLL_S = 0.001
+# How long a step's heartbeats wait for the push writer thread to take the
+# step's registrations (`_registrations_first`); past it they go anyway.
+REGISTRATION_WAIT_S = 2.0
 
 
 class _SideChannels:
@@ -173,6 +186,37 @@ class _Log:
                 raise
 
         return traced
+
+
+def _registrations_first(w):
+    """Make `w` send a step's heartbeats only once its push writer thread has
+    taken each of the step's registrations (returned from
+    `_send_registration_to_p`, raised or not), or after REGISTRATION_WAIT_S
+    (a writer that never runs). A step without both is not held."""
+    send_heartbeats = getattr(w, "_send_heartbeats", None)
+    if send_heartbeats is None:
+        return  # a release without heartbeats: nothing to order
+    taken = set()
+    changed = threading.Condition()
+    send_registration = w._send_registration_to_p
+
+    def registration(req_id, *args, **kwargs):
+        try:
+            return send_registration(req_id, *args, **kwargs)
+        finally:
+            with changed:
+                taken.add(req_id)
+                changed.notify_all()
+
+    def heartbeats(metadata, *args, **kwargs):
+        wanted = set(metadata.push_registrations or ())
+        if wanted and metadata.heartbeat_by_engine:
+            with changed:
+                changed.wait_for(lambda: wanted <= taken, timeout=REGISTRATION_WAIT_S)
+        return send_heartbeats(metadata, *args, **kwargs)
+
+    w.__dict__["_send_registration_to_p"] = registration
+    w.__dict__["_send_heartbeats"] = heartbeats
 
 
 def _text(e):
@@ -329,6 +373,7 @@ def run(spec, case_dir, placed=None):
                     ranks[(side, r)] = (w, raw)
                     channels.serve(side, r, w)
                     log.watch(w, agent(side, r))
+                    _registrations_first(w)
         except Unsupported as e:
             return {"status": "error", "message": f"push mode: {e}"}
         except live_case.RegistrationRaised as e:

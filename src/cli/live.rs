@@ -75,7 +75,7 @@ fn refused(args: &SweepArgs) -> Option<String> {
 /// `--requests` for a run of `allocations` (`None`: both): scheduler
 /// unless asked for direct; `Err` (printed, exit 2) for scheduler requests
 /// of with-last-token cases only.
-fn requests_option(
+pub(super) fn requests_option(
     asked: Option<RequestsArg>,
     allocations: Option<&[crate::scheduler::DecodeAllocation]>,
 ) -> Result<live::Requests, u8> {

@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use super::run_args::RequestsArg;
 use super::{AllocArg, ModeArg, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::defects::Defect;
 use crate::geometry::Mode;
@@ -45,6 +46,11 @@ pub struct MatrixArgs {
     /// vLLM driver processes at once (default: one per core, at most 4).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Who makes each request: the driver from kvgeom's placement (direct,
+    /// the default here) or vLLM's own scheduler (mainline cases; a
+    /// with-last-token case always runs direct).
+    #[arg(long, value_enum, value_name = "WHO")]
+    pub requests: Option<RequestsArg>,
     /// What standard output gets.
     #[arg(long, value_enum, default_value = "table")]
     pub format: MatrixFormat,
@@ -183,6 +189,11 @@ fn run(args: &MatrixArgs) -> Result<u8, u8> {
         variant: super::live::compared_variant(None),
         seed: 0,
     };
+    // The matrix's committed runs are direct: scheduler requests only when asked.
+    let requests = match args.requests {
+        None => live::Requests::Direct,
+        asked => super::live::requests_option(asked, opts.allocations.as_deref())?,
+    };
     let planned = plan::grid(&sources, &opts);
     let budget = super::max_memory_option(None)?;
     super::prepared_cases_fit(&planned, &budget)?;
@@ -203,7 +214,7 @@ fn run(args: &MatrixArgs) -> Result<u8, u8> {
             planned.len(),
             geometries.len()
         );
-        let column = run_release(python, &planned, &sources, &probes, drivers, args);
+        let column = run_release(python, &planned, &sources, &probes, drivers, requests, args);
         match &column.run {
             Ok(r) => eprintln!(
                 "[{}/{}] {}: {} cases in {:.1} s{}",
@@ -268,6 +279,7 @@ fn run_release(
     sources: &[plan::SourcedGeometry],
     probes: &[DefectProbe],
     drivers: usize,
+    requests: live::Requests,
     args: &MatrixArgs,
 ) -> Column {
     let report = args
@@ -301,7 +313,7 @@ fn run_release(
         })
         .collect();
     if let Some(path) = &report {
-        if let Some(ran) = stored(path, python, &code, &cases) {
+        if let Some(ran) = stored(path, python, &code, &cases, requests) {
             return column(Ok(ran));
         }
     }
@@ -328,7 +340,15 @@ fn run_release(
             }
         }
     };
-    let live = match vllm::run_sweep_probed(&cases, &checks, &interpreter, drivers, probes, &done) {
+    let live = match vllm::run_sweep_probed(
+        &cases,
+        &checks,
+        &interpreter,
+        drivers,
+        requests,
+        probes,
+        &done,
+    ) {
         Ok(l) => l,
         Err(e) => {
             return column(Err(NotRun::Sweep(e)));
@@ -396,8 +416,15 @@ fn stored_json(
 }
 
 /// A release's report from an earlier run, when it is of the same
-/// interpreter, the same vLLM and exactly these cases.
-fn stored(path: &Path, python: &Path, code: &CodeUnderTest, cases: &[Case]) -> Option<Ran> {
+/// interpreter, the same vLLM and exactly these cases, each made as
+/// `requests` makes it.
+fn stored(
+    path: &Path,
+    python: &Path,
+    code: &CodeUnderTest,
+    cases: &[Case],
+    requests: live::Requests,
+) -> Option<Ran> {
     let bytes = crate::limits::read_capped(path, 1 << 30).ok()?;
     let doc: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
     if doc["matrix"]["python"].as_str() != Some(&python.display().to_string()) {
@@ -424,7 +451,8 @@ fn stored(path: &Path, python: &Path, code: &CodeUnderTest, cases: &[Case]) -> O
             && c["prompt_len"].as_u64() == Some(u64::from(case.prompt_len))
             && c["prefix_hit"].as_u64() == Some(u64::from(case.prefix_hit))
             && c["mode"].as_str() == Some(case.mode.as_str())
-            && c["allocation"].as_str() == Some(case.allocation.as_str());
+            && c["allocation"].as_str() == Some(case.allocation.as_str())
+            && c["request_path"].as_str().unwrap_or("direct") == requests.path_of(case).as_str();
         if !same {
             return None;
         }

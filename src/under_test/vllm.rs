@@ -505,18 +505,23 @@ pub fn run_sweep_recording(
     )
 }
 
-/// [`run_sweep`] for `kvgeom matrix`: each case also answers every defect
-/// probe it exposes ([`LiveReport::probes`]), and `done` is told of each
-/// case as soon as it is judged (progress).
+/// [`run_sweep`] for `kvgeom matrix`, with the requests made as `requests`
+/// says: each case also answers every defect probe it exposes
+/// ([`LiveReport::probes`]), and `done` is told of each case as soon as it
+/// is judged (progress).
 pub fn run_sweep_probed(
     cases: &[Case],
     checks: &[BlockCheck],
     python: &Interpreter,
     drivers: usize,
+    requests: Requests,
     probes: &[DefectProbe],
     done: &(dyn Fn(&Case) + Sync),
 ) -> Result<Vec<LiveReport>, BatchError> {
-    let hooks = Hooks::default();
+    let hooks = Hooks {
+        requests,
+        ..Hooks::default()
+    };
     let pinned = python.reference.is_some();
     let connector = VllmConnector {
         driver: DriverSettings {

@@ -58,3 +58,50 @@ fn bad_input_is_exit_2() {
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
     }
 }
+
+#[test]
+fn requests_parse_as_the_sweeps_and_scheduler_with_last_token_is_refused() {
+    for who in ["direct", "scheduler"] {
+        let o = kvgeom(&[
+            "matrix",
+            "--vllm-python",
+            "/bin/false",
+            "--prompts",
+            "17",
+            "--requests",
+            who,
+            "geometries/deepseek-mla.toml",
+        ]);
+        let all = text(&o);
+        assert_eq!(o.status.code(), Some(0), "--requests {who}: {all}");
+        assert!(all.contains("/bin/false: not run:"), "{all}");
+    }
+    let o = kvgeom(&[
+        "matrix",
+        "--vllm-python",
+        "/bin/false",
+        "--requests",
+        "scheduler",
+        "--alloc",
+        "with-last-token",
+        "geometries/deepseek-mla.toml",
+    ]);
+    let all = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{all}");
+    assert!(
+        all.contains("--requests scheduler --alloc with-last-token"),
+        "{all}"
+    );
+    assert!(
+        !all.contains("not run"),
+        "refused before any release runs: {all}"
+    );
+    let o = kvgeom(&[
+        "matrix",
+        "--vllm-python",
+        "/bin/false",
+        "--requests",
+        "nobody",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}
