@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod api_check_fields;
 mod driver_python_tests;
 mod live_sglang;
 mod live_vllm;
@@ -13,3 +14,4 @@ mod provenance;
 mod scheduler_requests;
 mod sglang_driver_tests;
 mod sglang_history;
+mod vllm_branch;
