@@ -23,7 +23,8 @@ Three kinds of entry:
 
 Every private name the driver touches on a vLLM object is in one of these
 tables; `tests/live/live_vllm.rs` scans the driver's files and fails when one
-is not.
+is not, and `tests/live/api_check_fields.rs` does the same for the request
+fields the driver passes.
 """
 
 import importlib
