@@ -46,12 +46,25 @@ store_install() {
     rm -f "${log}"
 }
 
+# The git checkout a source tree is (top folder, HEAD, whether tracked files
+# differ from it), as JSON for the venv's .kvgeom-source, which
+# vllm-driver/provenance.py reports: the installed package is a copy in
+# site-packages, no longer inside the tree. Nothing for a tree without git.
+source_record() {
+    local dir="$1" top commit dirty=false
+    top="$(git -C "${dir}" rev-parse --show-toplevel 2>/dev/null)" || return 0
+    commit="$(git -C "${dir}" rev-parse HEAD 2>/dev/null)" || return 0
+    [[ -n "$(git -C "${dir}" status --porcelain --untracked-files=no 2>/dev/null)" ]] && dirty=true
+    "${PYTHON}" -c 'import json, sys; print(json.dumps({"path": sys.argv[1], "commit": sys.argv[2], "dirty": sys.argv[3] == "true"}))' \
+        "${top}" "${commit}" "${dirty}"
+}
+
 # A fingerprint of a source tree: its git commit and changes, else the size
 # and time of every file (build outputs excluded).
 tree_fingerprint() {
     local dir="$1"
     if git -C "${dir}" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-        echo "git=$(git -C "${dir}" rev-parse HEAD 2>/dev/null || echo none) changes=$(git -C "${dir}" status --porcelain 2>/dev/null | cksum | cut -d' ' -f1)"
+        echo "git=$(git -C "${dir}" rev-parse HEAD 2>/dev/null || echo none) describe=$(git -C "${dir}" describe --tags --always 2>/dev/null || echo none) changes=$({ git -C "${dir}" status --porcelain; git -C "${dir}" diff HEAD; } 2>/dev/null | cksum | cut -d' ' -f1)"
     else
         echo "files=$(cd "${dir}" && find . -path ./build -prune -o -name '*.egg-info' -prune -o -type f -printf '%P %s %T@\n' | sort | cksum | cut -d' ' -f1)"
     fi
@@ -63,6 +76,29 @@ make_venv() {
         "${PYTHON}" -m venv "${VENV}" || bad "${PYTHON} -m venv ${VENV} failed"
     fi
     other_pip --version >/dev/null 2>&1 || bad "pip does not run in ${VENV}; remove it and retry"
+}
+
+# --torch-from: hard-links the donor's torch into the new venv (once; a
+# venv that imports torch already is left as it is). Sets `linked` to how
+# torch got there, or leaves it empty when hard links are impossible. $1: the
+# pin that would be installed otherwise, for the notes.
+linked=""
+torch_from_donor() {
+    "${TORCH_FROM}/bin/python" -c 'import importlib.metadata as m, sys; m.version("torch"); assert sys.version_info[:2] == tuple(int(x) for x in sys.argv[1].split("."))' \
+        "$("${VENV}/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" 2>/dev/null ||
+        bad "--torch-from ${TORCH_FROM}: no torch there for this venv's Python"
+    if "${VENV}/bin/python" -c 'import torch' 2>/dev/null; then
+        [[ -n "${linked}" ]] || linked="already there"
+        return 0
+    fi
+    # shellcheck source=scripts/link-torch.sh
+    source "${ROOT}/scripts/link-torch.sh"
+    note "hard-linking torch and its dependencies from ${TORCH_FROM} (the tree or wheel pins $1)"
+    if link_torch "${TORCH_FROM}"; then
+        linked="hard-linked from ${TORCH_FROM}"
+    else
+        note "could not hard-link from ${TORCH_FROM}; installing $1"
+    fi
 }
 
 install_other() {
@@ -104,9 +140,9 @@ install_other() {
         return 0
     fi
 
-    rm -f "${STAMP}"
+    rm -f "${STAMP}" "${VENV}/.kvgeom-source"
     mkdir -p "${WHEEL_STORE}"
-    local wheels log wheel
+    local wheels log wheel record=""
     wheels="$(mktemp -d)"
     log="$(mktemp)"
     # shellcheck disable=SC2064
@@ -136,11 +172,21 @@ install_other() {
         [[ -n "${torch_pin}" ]] || torch_pin="$({ grep -h -o -E '^torch *== *[0-9][0-9a-z.+]*' "${OTHER_SOURCE}"/requirements/cuda.txt "${OTHER_SOURCE}"/requirements/build.txt 2>/dev/null || true; } | head -n 1 | tr -d ' ')"
         [[ -n "${torch_pin}" ]] || bad "--source ${OTHER_SOURCE}: no torch==X pin in pyproject.toml or requirements/{cuda,build}.txt; not a vLLM source tree"
         make_venv
-        note "installing ${torch_pin} and the build tools (the tree's setup.py imports torch)"
-        store_install --deps "${torch_pin}"
-        store_install --deps "setuptools>=77.0.3,<81" "setuptools-scm>=8" wheel packaging jinja2 cmake ninja
+        # With --torch-from the donor's torch is linked before the build, so
+        # the tree's pin is never installed (its setup.py only imports torch).
+        if [[ -n "${TORCH_FROM}" ]]; then torch_from_donor "${torch_pin}"; fi
+        if [[ -z "${linked}" ]]; then
+            note "installing ${torch_pin} (the tree's setup.py imports torch)"
+            store_install --deps "${torch_pin}"
+        fi
+        note "installing the build tools"
+        store_install --deps "setuptools>=77.0.3,<81" "setuptools-scm>=8" setuptools-rust wheel packaging jinja2 cmake ninja
         note "building ${OTHER_SOURCE} Python-only (VLLM_TARGET_DEVICE=empty)"
-        if ! VLLM_TARGET_DEVICE=empty other_pip wheel --no-build-isolation --no-deps -w "${wheels}" "${OTHER_SOURCE}" >"${log}" 2>&1; then
+        record="$(source_record "${OTHER_SOURCE}")"
+        # CARGO names no program: the optional Rust frontend of newer trees
+        # (vllm-rs, a server binary the driver never runs) is skipped, not
+        # compiled.
+        if ! VLLM_TARGET_DEVICE=empty CARGO=/nonexistent/cargo other_pip wheel --no-build-isolation --no-deps -w "${wheels}" "${OTHER_SOURCE}" >"${log}" 2>&1; then
             echo "install-vllm: error: ${OTHER_SOURCE} does not build (VLLM_TARGET_DEVICE=empty pip wheel --no-build-isolation --no-deps):" >&2
             log_tail "${log}" 12 >&2
             exit 2
@@ -159,25 +205,9 @@ install_other() {
     mapfile -t deps < <(sed -n 's/^dep //p' <<<"${plan}")
     mapfile -t nodeps < <(sed -n 's/^nodeps //p' <<<"${plan}")
 
-    local t0 linked=""
+    local t0
     t0=$(date +%s)
-    if [[ -n "${TORCH_FROM}" ]]; then
-        "${TORCH_FROM}/bin/python" -c 'import importlib.metadata as m, sys; m.version("torch"); assert sys.version_info[:2] == tuple(int(x) for x in sys.argv[1].split("."))' \
-            "$("${VENV}/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" 2>/dev/null ||
-            bad "--torch-from ${TORCH_FROM}: no torch there for this venv's Python"
-        if "${VENV}/bin/python" -c 'import torch' 2>/dev/null; then
-            linked="already there"
-        else
-            # shellcheck source=scripts/link-torch.sh
-            source "${ROOT}/scripts/link-torch.sh"
-            note "hard-linking torch and its dependencies from ${TORCH_FROM} (the wheel pins ${torch_req})"
-            if link_torch "${TORCH_FROM}"; then
-                linked="hard-linked from ${TORCH_FROM}"
-            else
-                note "could not hard-link from ${TORCH_FROM}; installing ${torch_req}"
-            fi
-        fi
-    fi
+    if [[ -n "${TORCH_FROM}" ]]; then torch_from_donor "${torch_req}"; fi
     if [[ -z "${linked}" ]]; then
         note "installing ${torch_req} (through ${WHEEL_STORE}: a pin installed before is not downloaded again)"
         store_install --deps "${torch_req}"
@@ -229,6 +259,9 @@ install_other() {
         echo "${versions%% vllm==*} ${linked} (the wheel pins ${torch_req})" >"${VENV}/.kvgeom-torch"
     elif [[ -z "${linked}" ]]; then
         echo "${versions%% vllm==*}" >"${VENV}/.kvgeom-torch"
+    fi
+    if [[ "${kind}" == source && -n "${record}" ]]; then
+        echo "${record}" >"${VENV}/.kvgeom-source"
     fi
     echo "${stamp_text}" >"${STAMP}"
     note "installed ${versions} in ${VENV} ($(du -sh "${VENV}" | cut -f1), $(elapsed))"

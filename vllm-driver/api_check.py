@@ -13,6 +13,9 @@ Three kinds of entry:
   replaces (most of them private, set in `__init__`), looked up on the
   class (a method, a property) or else found as `self.<name>` in the
   source of the class or one of its bases; nothing is built.
+- `FIELDS`: fields of vLLM's request metadata that the driver passes by
+  keyword when it builds a request itself (`--requests direct`), looked up
+  among the class's dataclass fields or constructor parameters.
 - each entry's `need`: `"all"` (every case), `"pull"` or `"push"` (only
   when the batch has a case of that mode), or `"optional"` (the driver
   checks for it where it uses it and does without: `optional()` says what
@@ -20,7 +23,8 @@ Three kinds of entry:
 
 Every private name the driver touches on a vLLM object is in one of these
 tables; `tests/live/live_vllm.rs` scans the driver's files and fails when one
-is not.
+is not, and `tests/live/api_check_fields.rs` does the same for the request
+fields the driver passes.
 """
 
 import importlib
@@ -171,6 +175,26 @@ ATTRS += [
     (CONN, "NixlPullConnector", "connector_worker", "scheduler-run-pull", "the worker inside the connector"),
     (CONN, "NixlPushConnector", "connector_worker", "scheduler-run-push", "the worker inside the connector"),
 ]
+# (module, class, field, need, what the driver passes) for the request
+# metadata the direct path builds (live_case.py pull, push_case.py push).
+META = f"{NIXL}.metadata"
+FIELDS = []
+for _mode in ("pull", "push"):
+    FIELDS += [
+        (META, "ReqMeta", "local_block_ids", _mode, "decode's blocks to fill"),
+        (META, "ReqMeta", "local_physical_block_ids", _mode, "decode's kernel blocks"),
+        (META, "ReqMeta", "tp_size", _mode, "prefill's TP size"),
+        (META, "ReqMeta", "local_num_computed_blocks", _mode, "decode's prefix hit per group"),
+        (META, "ReqMeta", "remote", _mode, "the request's remote side"),
+        (META, "RemoteMeta", "block_ids", _mode, "prefill's blocks"),
+        (META, "RemoteMeta", "host", _mode, "prefill's side channel"),
+        (META, "RemoteMeta", "port", _mode, "prefill's side channel"),
+        (META, "RemoteMeta", "engine_id", _mode, "prefill's engine"),
+        (META, "RemoteMeta", "request_id", _mode, "prefill's request"),
+        (META, "RemoteMeta", "num_tokens", _mode, "the transferred tokens"),
+    ]
+FIELDS.append((META, "ReqMeta", "awaiting_kvs", "push", "decode waits for prefill's push"))
+
 # The worker geometry a pull case's v1 trace records (trace_v1.GEOMETRY_ATTRS,
 # read with a default: an absent one is recorded as null).
 for _name in ("engine_id", "tp_rank", "world_size", "dcp_size", "pcp_size", "pp_size", "use_mla",
@@ -223,6 +247,21 @@ def _has_attr(cls, name):
     return hasattr(cls, name) or _source_sets(cls, name)
 
 
+def _fields(cls):
+    """The names a request-metadata class takes: its dataclass fields, a
+    msgspec struct's fields, or else its constructor's parameters."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(cls):
+        return {f.name for f in dataclasses.fields(cls)}
+    if hasattr(cls, "__struct_fields__"):
+        return set(cls.__struct_fields__)
+    try:
+        return set(inspect.signature(cls).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
 def _needed(need, modes):
     return need == "all" or need in modes
 
@@ -267,6 +306,17 @@ def _absent(modes, wanted):
             continue  # the module or the class itself is reported above
         if not _has_attr(cls, attr):
             out.append(f"{module_name}.{cls_name}.{attr} ({purpose})")
+    for module_name, cls_name, field, need, purpose in FIELDS:
+        if not wanted(need):
+            continue
+        m = module(module_name)
+        cls = None if isinstance(m, Exception) else getattr(m, cls_name, None)
+        if cls is None:
+            continue  # reported above
+        if field not in _fields(cls):
+            line = f"{module_name}.{cls_name}.{field} (a field: {purpose})"
+            if line not in out:
+                out.append(line)
     for i, item in enumerate(out):
         if item in broken:
             e = modules[item]

@@ -3,7 +3,10 @@ version, the files of the installed package that differ from the hashes its
 dist-info RECORD lists (a release edited in place, or a branch copied over
 it), and, when the package is a git checkout's working tree (an editable or
 source install), that checkout's path, HEAD commit and whether it has local
-changes.
+changes. A venv that `scripts/install-vllm.sh --source` built from a git
+checkout holds a copy of the tree's package, not the tree: the checkout as
+it was at the build (path, commit, dirty) is read from the venv's
+`.kvgeom-source`, which the install script writes.
 
 `python provenance.py` prints one JSON object:
 `{"version": V, "modified_files": [...], "unhashed": N, "source": null |
@@ -74,6 +77,23 @@ def source_tree(package_dir):
     return {"path": top, "commit": commit, "dirty": bool(status)}
 
 
+def built_from(prefix=None):
+    """The checkout `install-vllm.sh --source` built this venv's vLLM from,
+    as recorded at the build (`<venv>/.kvgeom-source`), or None."""
+    path = os.path.join(prefix or sys.prefix, ".kvgeom-source")
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    tree, commit, dirty = record.get("path"), record.get("commit"), record.get("dirty")
+    if not isinstance(tree, str) or not isinstance(commit, str) or not isinstance(dirty, bool):
+        return None
+    return {"path": tree, "commit": commit, "dirty": dirty}
+
+
 def provenance():
     dist = importlib.metadata.distribution("vllm")
     spec = importlib.util.find_spec("vllm")
@@ -85,7 +105,7 @@ def provenance():
         "version": importlib.metadata.version("vllm"),
         "modified_files": modified,
         "unhashed": unhashed,
-        "source": source_tree(package_dir),
+        "source": source_tree(package_dir) or built_from(),
     }
 
 

@@ -82,3 +82,16 @@ def test_a_package_in_an_ignored_folder_of_a_repository_is_no_checkout(tmp_path)
     (tmp_path / ".gitignore").write_text("venv/\n")
     _install(tmp_path / "venv", FILES)
     assert _provenance(tmp_path / "venv")["source"] is None
+
+
+def test_a_venv_built_from_a_checkout_names_the_checkout_it_recorded(tmp_path):
+    sys.path.insert(0, HERE)
+    import provenance
+
+    record = {"path": "/src/vllm", "commit": "c" * 40, "dirty": True}
+    assert provenance.built_from(str(tmp_path)) is None
+    (tmp_path / ".kvgeom-source").write_text(json.dumps(record))
+    assert provenance.built_from(str(tmp_path)) == record
+    for broken in ("not json", "[]", json.dumps({**record, "dirty": "yes"})):
+        (tmp_path / ".kvgeom-source").write_text(broken)
+        assert provenance.built_from(str(tmp_path)) is None

@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod api_check_fields;
 mod driver_python_tests;
 mod live_sglang;
 mod live_vllm;
@@ -15,3 +16,4 @@ mod sglang_driver_tests;
 mod sglang_gdn_history;
 mod sglang_history;
 mod sglang_traces;
+mod vllm_branch;
