@@ -13,3 +13,4 @@ mod provenance;
 mod scheduler_requests;
 mod sglang_driver_tests;
 mod sglang_history;
+mod sglang_real_nixl;
