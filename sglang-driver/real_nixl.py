@@ -87,6 +87,11 @@ def load():
         except importlib.metadata.PackageNotFoundError:
             continue
     LOADED.update(api=api, bindings=bindings, version=version, package=sys.modules["nixl"])
+    # What was served as `nixl` before (the stand-in, in a process that
+    # runs both) is served again; install() serves NIXL's.
+    for name in ("nixl", "nixl._api", "nixl._bindings"):
+        sys.modules.pop(name, None)
+    sys.modules.update(saved)
     return LOADED
 
 
