@@ -29,6 +29,7 @@ imports NIXL, starts two agents and moves bytes both ways; prints `real
 NIXL version X` (exit 0) or `real NIXL: why; what to install` (exit 4).
 """
 
+import gc
 import importlib
 import importlib.metadata
 import os
@@ -426,6 +427,19 @@ class RecordingAgent:
         for descs in self.registered:
             _quiet(self.agent.deregister_memory, descs)
         self.registered = []
+        # NIXL ends the agent (its UCX workers and threads) when the last
+        # reference goes; SGLang's manager keeps this wrapper.
+        self.agent = _Closed(self.name)
+
+
+class _Closed:
+    """An agent after its case: any call says so."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __getattr__(self, method):
+        raise RuntimeError(f"NIXL agent {self.name} was closed at the end of its case ({method})")
 
 
 def _quiet(fn, *args):
@@ -453,6 +467,7 @@ def close_all():
     """Close every agent of the case (after the case's threads were told to end)."""
     while AGENTS:
         AGENTS.pop().close()
+    gc.collect()
 
 
 def surface():
