@@ -54,16 +54,17 @@ class DriverError(Exception):
     """The driver cannot build this case."""
 
 
-def load():
-    """Import SGLang once per process, with the NIXL stand-in in place and
-    SGLang's transport names pointed at the in-process hub."""
+def load(nixl=fake_nixl):
+    """Import SGLang once per process, with `nixl` (the stand-in, or
+    real_nixl's recording agents) serving NIXL and SGLang's transport names
+    pointed at the in-process hub."""
     if S:
         return S
     # SGLang's own override of its local-IP detection: every address it binds
     # or advertises is loopback.
     os.environ["SGLANG_HOST_IP"] = inproc.LOOPBACK
     os.environ.pop("HOST_IP", None)
-    fake_nixl.install()
+    nixl.install()
     import torch
 
     t0 = time.time()

@@ -8,7 +8,10 @@ everything the driver drives (api_check.py; exit 3 naming every missing
 piece), runs every case in this process and writes each case's result.json
 (and its regions' final bytes) into the case's folder. Exit 0 when every
 case has a result, whatever its status; 2 for a batch the driver cannot
-read; 4 for `"nixl": "real"` (not supported yet).
+read; 4 for `"nixl": "real"` where real NIXL does not load or start.
+
+`"nixl"`: `"stand-in"` (fake_nixl.py, the default) or `"real"` (real NIXL
+agents over host memory, UCX on loopback: real_nixl.py).
 """
 
 import json
@@ -41,9 +44,10 @@ def main(argv):
     if batch.get("format") != BATCH_FORMAT:
         say(f"batch.json: format {batch.get('format')!r}, expected {BATCH_FORMAT!r}")
         return 2
-    if batch.get("nixl", "stand-in") != "stand-in":
-        say(f"nixl {batch.get('nixl')!r}: only the stand-in is supported for SGLang so far")
-        return 4
+    choice = batch.get("nixl", "stand-in")
+    if choice not in ("stand-in", "real"):
+        say(f"batch.json: nixl {choice!r}, expected 'stand-in' or 'real'")
+        return 2
     warnings.filterwarnings("ignore")
     import logging
 
@@ -52,9 +56,19 @@ def main(argv):
     import api_check
     import fake_nixl
 
-    saved = fake_nixl.install()
-    gone = api_check.missing(stand_in=fake_nixl)
-    fake_nixl.uninstall(saved)
+    nixl, what, version = fake_nixl, "the NIXL stand-in", None
+    if choice == "real":
+        import real_nixl
+
+        try:
+            version = real_nixl.load()["version"]
+        except real_nixl.NixlUnavailable as e:
+            print(f"real NIXL: {e}; {real_nixl.INSTALL_HINT}", file=sys.stderr)
+            return real_nixl.UNAVAILABLE_STATUS
+        nixl, what = real_nixl, f"real NIXL {version} (UCX, host memory)"
+    saved = nixl.install()
+    gone = api_check.missing(stand_in=nixl.surface() if nixl is not fake_nixl else fake_nixl)
+    nixl.uninstall(saved)
     sg, tv = api_check.version()
     if gone:
         say(f"this SGLang ({sg} (torch {tv})) lacks what the driver needs:")
@@ -63,8 +77,8 @@ def main(argv):
         return 3
     import case
 
-    case.load()
-    say(f"SGLang {sg} (torch {tv}) imported in {time.time() - t0:.1f} s; the NIXL stand-in moves the bytes")
+    case.load(nixl)
+    say(f"SGLang {sg} (torch {tv}) imported in {time.time() - t0:.1f} s; {what} moves the bytes")
     timeout = float(batch.get("case_timeout_s", 20))
     statuses = {}
     for spec in batch.get("cases", []):
@@ -73,6 +87,9 @@ def main(argv):
         spec["dir"] = d if os.path.isabs(d) else os.path.join(batch_dir, d)
         os.makedirs(spec["dir"], exist_ok=True)
         result = case.run_case(spec, timeout_s=timeout)
+        if nixl is not fake_nixl:
+            result.update(nixl="real", nixl_version=version)
+            nixl.close_all()
         with open(os.path.join(spec["dir"], "result.json"), "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1, default=str)
         statuses[spec["id"]] = result["status"]

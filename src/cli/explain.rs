@@ -20,7 +20,7 @@ use crate::under_test::run_case_detailed;
     )),
     mut_arg("connector", |a| a.help("Which connector runs: kvgeom's, or vLLM's own from the venv")),
     mut_arg("vllm_python", |a| a.help("The Python interpreter with vLLM (see `sweep --vllm-python`)")),
-    mut_arg("nixl", |a| a.help("With --connector vllm: what moves the bytes (see `sweep --nixl`)")),
+    mut_arg("nixl", |a| a.help("With --connector vllm or sglang: what moves the bytes (see `sweep --nixl`)")),
 )]
 pub struct ExplainArgs {
     pub geometry: PathBuf,

@@ -32,9 +32,10 @@ pub struct RunArgs {
     /// (default: KVGEOM_SGLANG_PYTHON, else .sglang-venv/bin/python).
     #[arg(long, value_name = "PATH")]
     pub sglang_python: Option<PathBuf>,
-    /// With --connector vllm: what moves the bytes, the driver's NIXL
-    /// stand-in (default), real NIXL agents over host memory (needs the
-    /// nixl package: scripts/install-vllm.sh --nixl), or auto.
+    /// With --connector vllm or sglang: what moves the bytes, the driver's
+    /// NIXL stand-in (default), real NIXL agents over host memory (needs the
+    /// nixl package: scripts/install-vllm.sh --nixl, install-sglang.sh
+    /// --nixl), or auto.
     #[arg(long, value_enum, value_name = "KIND")]
     pub nixl: Option<NixlArg>,
     /// With --connector vllm: who makes each request, vLLM's own scheduler

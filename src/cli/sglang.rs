@@ -22,11 +22,6 @@ fn refused(args: &SweepArgs) -> Option<String> {
     if let Some(p) = &args.run.variant.policy {
         return Some(format!("--policy {p}: {other}"));
     }
-    if args.run.nixl.is_some() {
-        return Some(format!(
-            "--nixl {other} (the SGLang driver runs its NIXL stand-in only)"
-        ));
-    }
     if let Some(p) = &args.run.vllm_python {
         return Some(format!("--vllm-python {}: {other}", p.display()));
     }
@@ -86,7 +81,6 @@ pub(crate) fn sglang_explain(args: super::ExplainArgs) -> u8 {
     let refused = [
         (args.run.variant.defect.is_some(), "--defect"),
         (args.run.variant.policy.is_some(), "--policy"),
-        (args.run.nixl.is_some(), "--nixl"),
         (args.run.vllm_python.is_some(), "--vllm-python"),
         (
             args.run.transport == TransportKind::Nixl,
@@ -133,12 +127,9 @@ pub(crate) fn sglang_explain(args: super::ExplainArgs) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
-    let python = match crate::sglang::python::find(args.run.sglang_python.as_deref()) {
+    let python = match sglang_python(&args.run) {
         Ok(p) => p,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return EXIT_BAD_INPUT;
-        }
+        Err(code) => return code,
     };
     // An unwritable --record-trace is refused before the case runs.
     if let Some(path) = &args.record_trace {
@@ -295,14 +286,15 @@ pub(crate) fn sglang_sweep(args: SweepArgs) -> u8 {
             return EXIT_BAD_INPUT;
         }
     }
-    let python = match crate::sglang::python::find(args.run.sglang_python.as_deref()) {
+    let python = match sglang_python(&args.run) {
         Ok(p) => p,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return EXIT_BAD_INPUT;
-        }
+        Err(code) => return code,
     };
-    let options = format!("{:?} connector sglang", args.random);
+    let mut options = format!("{:?} connector sglang", args.random);
+    if let Some(version) = python.nixl.version() {
+        // Shards over real NIXL and over the stand-in never merge.
+        options.push_str(&format!(" nixl real {version}"));
+    }
     let (cases, shard) = super::shard_cases(all_cases, shard_of, &sources, &opts, &options);
     let started = std::time::Instant::now();
     let target = args.record_traces.clone().map(TraceTarget::Folder);
@@ -315,9 +307,10 @@ pub(crate) fn sglang_sweep(args: SweepArgs) -> u8 {
     };
     let code = code_under_test(&judged);
     eprintln!(
-        "{} ({}), NIXL stand-in: {} cases in {:.1} s",
+        "{} ({}), {}: {} cases in {:.1} s",
         code.describe(),
         python.python.display(),
+        python.nixl,
         judged.len(),
         started.elapsed().as_secs_f64()
     );
@@ -326,7 +319,7 @@ pub(crate) fn sglang_sweep(args: SweepArgs) -> u8 {
     let shard = shard.as_ref().map(|(s, p)| (s, p.as_slice()));
     let text = match args.format {
         Format::Table => table(&judged),
-        Format::Json => json(&judged, shard, &code),
+        Format::Json => json(&judged, shard, &code, &python.nixl),
         Format::Junit => sweep_report::junit(&reports, shard, &code),
     };
     match &args.out {
@@ -348,6 +341,54 @@ pub(crate) fn sglang_sweep(args: SweepArgs) -> u8 {
         }
         None if reports.iter().all(CaseReport::passed) => EXIT_OK,
         None => EXIT_FAILED,
+    }
+}
+
+/// The interpreter with SGLang and `--nixl` resolved for it (the driver's
+/// probe, `sglang-driver/real_nixl.py --probe`); `Err` is the exit status
+/// after the error was printed.
+fn sglang_python(
+    run: &super::run_args::RunArgs,
+) -> Result<crate::sglang::python::SglangPython, u8> {
+    let mut python = crate::sglang::python::find(run.sglang_python.as_deref()).map_err(|e| {
+        eprintln!("error: {e}");
+        EXIT_BAD_INPUT
+    })?;
+    let driver_dir = python
+        .driver
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
+    let choice = run.nixl.unwrap_or_default().choice();
+    let resolved =
+        crate::live::nixl::resolve(&python.python, &driver_dir, choice).map_err(|e| {
+            eprintln!(
+            "error: --nixl real: {}: {}; install NIXL's Python package into that interpreter with \
+             `scripts/install-sglang.sh --nixl` (nixl==1.5.1 and nixl-cu13==1.5.1)",
+            e.python.display(),
+            e.message
+        );
+            EXIT_BAD_INPUT
+        })?;
+    if let Some(why) = &resolved.note {
+        eprintln!("note: --nixl auto: real NIXL does not run here ({why}); the driver's stand-in moves the bytes");
+    }
+    python.nixl = resolved.run;
+    Ok(python)
+}
+
+/// `nixl` (and `nixl_version` for real NIXL) on the report and each case,
+/// as the vLLM driver's reports name them.
+fn name_nixl(doc: &mut serde_json::Value, nixl: &crate::live::NixlRun) {
+    let put = |v: &mut serde_json::Value| {
+        v["nixl"] = nixl.as_str().into();
+        if let Some(version) = nixl.version() {
+            v["nixl_version"] = version.into();
+        }
+    };
+    put(doc);
+    if let Some(cases) = doc.get_mut("cases").and_then(|c| c.as_array_mut()) {
+        cases.iter_mut().filter(|c| c.is_object()).for_each(put);
     }
 }
 
@@ -384,12 +425,14 @@ fn json(
     judged: &[SglangCase],
     shard: Option<(&crate::sweep::shard::Shard, &[usize])>,
     code: &CodeUnderTest,
+    nixl: &crate::live::NixlRun,
 ) -> String {
     let reports: Vec<CaseReport> = judged.iter().map(|j| j.report.clone()).collect();
     let text = sweep_report::json(&reports, shard, code);
     let Ok(mut doc) = serde_json::from_str::<serde_json::Value>(&text) else {
         return text;
     };
+    name_nixl(&mut doc, nixl);
     if let Some(cases) = doc.get_mut("cases").and_then(|c| c.as_array_mut()) {
         for (case, j) in cases.iter_mut().zip(judged) {
             if let Some(obj) = case.as_object_mut() {

@@ -224,14 +224,15 @@ pub fn write_case(dir: &Path, p: &Prepared) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Write `batch.json` of `specs`.
+/// Write `batch.json` of `specs`, run over `nixl`.
 pub fn write_batch(
     dir: &Path,
     specs: Vec<serde_json::Value>,
     case_timeout_s: u64,
+    nixl: &crate::live::NixlRun,
 ) -> std::io::Result<()> {
     let batch = json!({"format": BATCH_FORMAT, "case_timeout_s": case_timeout_s,
-        "nixl": "stand-in", "cases": specs});
+        "nixl": nixl.as_str(), "cases": specs});
     std::fs::write(dir.join("batch.json"), serde_json::to_vec_pretty(&batch)?)
 }
 

@@ -38,6 +38,8 @@ pub struct SglangPython {
     pub python: PathBuf,
     /// `sglang-driver/driver.py`.
     pub driver: PathBuf,
+    /// What moves the bytes (`--nixl`; the stand-in unless resolved otherwise).
+    pub nixl: crate::live::NixlRun,
 }
 
 /// The interpreter to use, or why there is none.
@@ -58,5 +60,9 @@ pub fn find(flag: Option<&Path>) -> Result<SglangPython, PythonError> {
     if !driver.is_file() {
         return Err(PythonError::NoDriver { driver });
     }
-    Ok(SglangPython { python, driver })
+    Ok(SglangPython {
+        python,
+        driver,
+        nixl: crate::live::NixlRun::StandIn,
+    })
 }

@@ -160,7 +160,7 @@ fn run_in(
     let mut finished = None;
     if !specs.is_empty() {
         let n = specs.len() as u64;
-        batch::write_batch(dir, specs, CASE_TIMEOUT_S).map_err(write)?;
+        batch::write_batch(dir, specs, CASE_TIMEOUT_S, &python.nixl).map_err(write)?;
         let mut cmd = Command::new(&python.python);
         cmd.arg(&python.driver).arg(dir);
         let limit = Duration::from_secs(180 + n * (CASE_TIMEOUT_S + 5));

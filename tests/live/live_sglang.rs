@@ -221,7 +221,6 @@ fn options_of_other_connectors_and_pull_are_refused_and_vllm_files_skipped() {
         (vec!["--alloc", "mainline"], "--alloc"),
         (vec!["--policy", "vllm-0.33.0"], "--policy vllm-0.33.0"),
         (vec!["--vllm-python", "/x"], "--vllm-python /x"),
-        (vec!["--nixl", "real"], "--nixl"),
         (vec!["--memory", "vram"], "--memory vram"),
     ] {
         let mut all = vec!["sweep", "--connector", "sglang", file];

@@ -15,5 +15,6 @@ mod scheduler_requests;
 mod sglang_driver_tests;
 mod sglang_gdn_history;
 mod sglang_history;
+mod sglang_real_nixl;
 mod sglang_traces;
 mod vllm_branch;
