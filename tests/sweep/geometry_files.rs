@@ -183,6 +183,7 @@ fn shipped_geometries_load_in_name_order() {
             "gqa-v-head-size-p1-d2",
             "hybrid-gdn-p1-d2",
             "hybrid-gdn-p2-d1",
+            "hybrid-gdn-p8-d1",
             "hybrid-kda-mla-p1-d2",
             "hybrid-kda-mla-p2-d1",
             "hybrid-mamba2-1group-p1-d2",
