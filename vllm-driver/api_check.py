@@ -164,6 +164,11 @@ ATTRS = [
     (PUSH, "NixlPushConnectorWorker", "_push_finished_blocks", "push", "naming what a hung push holds"),
     (PUSH, "NixlPushConnectorWorker", "_pending_d_registrations", "push", "naming what a hung push holds"),
     (PUSH, "NixlPushConnectorWorker", "consumer_notification_counts_by_req", "push", "naming what a hung push holds"),
+    (PUSH, "NixlPushConnectorWorker", "_send_heartbeats", "optional",
+     "a step's heartbeats held until its push registrations reached the writer thread (patched; a release "
+     "without heartbeats has nothing to order)"),
+    (PUSH, "NixlPushConnectorWorker", "_nixl_handshake", "optional",
+     "test_push_ordering.py delays it to force the other order of the two handshakes"),
 ]
 ATTRS += [
     ("vllm.v1.core.sched.scheduler", "Scheduler", "connector", "scheduler-place", "the scheduler's connector"),
