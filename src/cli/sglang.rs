@@ -8,10 +8,12 @@ use crate::geometry::{Mode, Stack};
 use crate::report::sweep_report::{self, Format};
 use crate::scenario::{CaseReport, MemoryKind, TransportKind};
 use crate::scheduler::DecodeAllocation;
-use crate::sglang::run::{run_sweep_recording, SglangCase, TraceTarget};
+use crate::sglang::connector::{judge_record, run_sweep_recording, SglangConnector};
+use crate::sglang::run::{SglangCase, TraceTarget};
 use crate::sweep::plan::{self, SourcedGeometry};
 use crate::sweep::shard::parse_shard;
 use crate::under_test::expectations::Expectations;
+use crate::under_test::ConnectorUnderTest;
 use crate::under_test::{judge_sweep, CodeUnderTest};
 
 fn refused(args: &SweepArgs) -> Option<String> {
@@ -120,10 +122,16 @@ pub(crate) fn sglang_explain(args: super::ExplainArgs) -> u8 {
         seed: args.seed,
         variant: crate::variant::Variant::KVGEOM,
     };
-    let prepared = match crate::sglang::batch::prepare(&case, 0) {
-        Ok(p) => p,
-        Err(e) => {
+    let cases = std::slice::from_ref(&case);
+    let placed = crate::sglang::connector::place(cases);
+    let prepared = match placed.first() {
+        Some(Ok(p)) => p.clone(),
+        Some(Err(e)) => {
             eprintln!("error: {}: {e}", args.geometry.display());
+            return EXIT_BAD_INPUT;
+        }
+        None => {
+            eprintln!("error: the SGLang connector placed no case");
             return EXIT_BAD_INPUT;
         }
     };
@@ -138,7 +146,11 @@ pub(crate) fn sglang_explain(args: super::ExplainArgs) -> u8 {
         }
     }
     let target = args.record_trace.clone().map(TraceTarget::File);
-    let judged = match run_sweep_recording(std::slice::from_ref(&case), &python, target.as_ref()) {
+    let connector = SglangConnector {
+        python: &python,
+        traces: target.as_ref(),
+    };
+    let judged = match connector.run(cases, placed, &judge_record) {
         Ok(j) => j,
         Err(e) => {
             eprintln!("error: {e}");

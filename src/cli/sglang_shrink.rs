@@ -4,8 +4,8 @@
 //! failure run by SGLang's own transfer in one driver batch.
 
 use crate::scenario::CaseReport;
+use crate::sglang::connector::run_sweep;
 use crate::sglang::python::SglangPython;
-use crate::sglang::run::run_sweep;
 
 /// At most this many failures are shrunk (one per geometry and outcome).
 const SHRUNK_AT_MOST: usize = 5;

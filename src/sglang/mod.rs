@@ -3,10 +3,13 @@
 //! prepares and expects ([`images`]), the driver's batch and results
 //! ([`batch`], [`result`]), the oracles over a run ([`oracles`]; written
 //! here because kvgeom's vLLM layout model does not describe SGLang's
-//! pools), the sweep ([`run`]) and its cases recorded as traces
-//! ([`trace_file`]). docs/sglang.md describes it for users.
+//! pools), SGLang as a connector under test ([`connector`]: place, run the
+//! driver's batch, hand each record to the judge), the judging of a run
+//! ([`run`]) and its cases recorded as traces ([`trace_file`]).
+//! docs/sglang.md describes it for users.
 
 pub mod batch;
+pub mod connector;
 pub mod error;
 pub mod final_memory;
 pub mod images;

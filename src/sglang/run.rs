@@ -1,28 +1,24 @@
-//! A sweep on SGLang's own transfer: every case prepared (pools, pages,
-//! initial memory), one driver process for the whole batch (SGLang's import
-//! takes ~10 s; a case well under 0.1 s), then each case judged from its
-//! `result.json` and final memory. Driver statuses: `done` is judged by
-//! [`super::oracles`]; `rejected` is SGLang's refusal (held to the
-//! geometry's `expect_rejection`); `crashed` and `hung` are those outcomes;
-//! `error` (the driver could not build the case) is the case's error. A NIXL
+//! Judging a case SGLang's own transfer ran: its driver result and final
+//! memory (the batch's files, handed over by connector.rs, or a recorded
+//! trace) checked against kvgeom's model of SGLang's pools, then the
+//! oracles. Driver statuses: `done` is judged by [`super::oracles`];
+//! `rejected` is SGLang's refusal (held to the geometry's
+//! `expect_rejection`); `crashed` and `hung` are those outcomes; `error`
+//! (the driver could not build the case) is the case's error. A NIXL
 //! refusal (containment: a descriptor outside registered memory) makes the
 //! case crashed, naming the refusal and the SGLang function that asked.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Duration;
+use std::path::PathBuf;
 
 use super::batch::{self, Prepared};
-use super::error::{JudgeError, ModelError};
-use super::final_memory::{CaseFolder, FinalMemory, ImageKind};
+use super::error::JudgeError;
+use super::final_memory::{FinalMemory, ImageKind};
 use super::images::Placement;
 use super::layout::EnginePools;
 use super::oracles::{self, Images, Observed};
-use super::python::SglangPython;
-use super::result::{DriverResult, Region, RESULT_FORMAT};
+use super::result::{DriverResult, Region};
 use super::state::{self, StateImages, StatePools};
 use crate::layout::Side;
-use crate::live::process::{run_bounded, scratch_for};
 use crate::scenario::{Case, CaseReport, Stats};
 use crate::under_test::judge::expected_outcome;
 use crate::under_test::RunOutcome;
@@ -78,7 +74,8 @@ pub enum TraceTarget {
 }
 
 impl TraceTarget {
-    fn path_of(&self, case: &Case) -> PathBuf {
+    /// Where the trace of `case` goes.
+    pub fn path_of(&self, case: &Case) -> PathBuf {
         match self {
             TraceTarget::Folder(dir) => {
                 dir.join(format!("{}.gz", crate::live::trace_file_name(case)))
@@ -106,137 +103,6 @@ pub struct SglangCase {
     pub layout_checked: u32,
 }
 
-/// Run and judge `cases` with `python`; the judged cases in order.
-pub fn run_sweep(cases: &[Case], python: &SglangPython) -> Result<Vec<SglangCase>, BatchError> {
-    run_sweep_recording(cases, python, None)
-}
-
-/// [`run_sweep`], writing each case the driver ran as a trace to `traces`.
-pub fn run_sweep_recording(
-    cases: &[Case],
-    python: &SglangPython,
-    traces: Option<&TraceTarget>,
-) -> Result<Vec<SglangCase>, BatchError> {
-    if let Some(TraceTarget::Folder(to)) = traces {
-        std::fs::create_dir_all(to).map_err(|source| BatchError::Write {
-            dir: to.clone(),
-            source,
-        })?;
-    }
-    let dir = scratch_for("sglang-batch");
-    let result = run_in(&dir, cases, python, traces);
-    if std::env::var_os("KVGEOM_KEEP_SGLANG_BATCH").is_none() {
-        let _ = std::fs::remove_dir_all(&dir);
-    } else {
-        eprintln!("note: the SGLang batch is kept in {}", dir.display());
-    }
-    result
-}
-
-fn run_in(
-    dir: &Path,
-    cases: &[Case],
-    python: &SglangPython,
-    traces: Option<&TraceTarget>,
-) -> Result<Vec<SglangCase>, BatchError> {
-    let write = |source| BatchError::Write {
-        dir: dir.to_path_buf(),
-        source,
-    };
-    std::fs::create_dir_all(dir).map_err(write)?;
-    let mut prepared: Vec<Result<Prepared, ModelError>> = Vec::with_capacity(cases.len());
-    let mut specs = Vec::new();
-    for (i, case) in cases.iter().enumerate() {
-        let p = batch::prepare(case, i).and_then(|p| batch::case_spec(&p).map(|s| (p, s)));
-        match p {
-            Ok((p, spec)) => {
-                batch::write_case(dir, &p).map_err(write)?;
-                specs.push(spec);
-                prepared.push(Ok(p));
-            }
-            Err(e) => prepared.push(Err(e)),
-        }
-    }
-    let mut finished = None;
-    if !specs.is_empty() {
-        let n = specs.len() as u64;
-        batch::write_batch(dir, specs, CASE_TIMEOUT_S, &python.nixl).map_err(write)?;
-        let mut cmd = Command::new(&python.python);
-        cmd.arg(&python.driver).arg(dir);
-        let limit = Duration::from_secs(180 + n * (CASE_TIMEOUT_S + 5));
-        let f = run_bounded(cmd, &dir.join("driver-output"), limit)?;
-        let who = python.python.display().to_string();
-        match f.status {
-            Some(3) => {
-                let missing: Vec<&str> =
-                    f.stderr.lines().filter(|l| l.starts_with("  - ")).collect();
-                return Err(BatchError::ApiDrift {
-                    python: who,
-                    missing: missing.join("\n"),
-                });
-            }
-            Some(0) | None => {}
-            Some(status) => {
-                let wrote_results = prepared
-                    .iter()
-                    .flatten()
-                    .any(|p| dir.join(&p.id).join("result.json").is_file());
-                if !wrote_results {
-                    let last = f
-                        .stderr
-                        .lines()
-                        .rev()
-                        .find(|l| !l.trim().is_empty())
-                        .unwrap_or("(nothing on stderr)")
-                        .trim()
-                        .to_string();
-                    return Err(BatchError::Driver {
-                        python: who,
-                        status,
-                        last,
-                    });
-                }
-            }
-        }
-        finished = Some(f);
-    }
-    let killed = finished.as_ref().is_some_and(|f| f.timed_out());
-    let mut judged = Vec::with_capacity(cases.len());
-    for (case, p) in cases.iter().zip(prepared) {
-        judged.push(match p {
-            Ok(p) => {
-                let case_dir = dir.join(&p.id);
-                if let Some(target) = traces {
-                    record(case, &p, &case_dir, target)?;
-                }
-                judge_case(case, &p, &case_dir, killed)
-            }
-            Err(e) => not_run(case, format!("kvgeom cannot model this SGLang case: {e}")),
-        });
-    }
-    Ok(judged)
-}
-
-/// Write the trace of a case the driver ran (one that left no
-/// `result.json` has none).
-fn record(
-    case: &Case,
-    p: &Prepared,
-    case_dir: &Path,
-    target: &TraceTarget,
-) -> Result<(), BatchError> {
-    use super::trace_file::{trace_of, write, SglangTraceError};
-    if !case_dir.join("result.json").is_file() {
-        return Ok(());
-    }
-    let path = target.path_of(case);
-    let trace = trace_of(case, p, case_dir).map_err(|kind| SglangTraceError {
-        path: path.clone(),
-        kind,
-    })?;
-    Ok(write(&trace, &path)?)
-}
-
 fn report(case: &Case, outcome: RunOutcome, stats: Stats, judged: oracles::Judged) -> CaseReport {
     let outcome = expected_outcome(
         &case.geometry,
@@ -253,13 +119,14 @@ fn report(case: &Case, outcome: RunOutcome, stats: Stats, judged: oracles::Judge
 }
 
 fn not_run(case: &Case, message: String) -> SglangCase {
+    not_judged(case, RunOutcome::NotRun { message })
+}
+
+/// A case that ended without a driver result to judge (`outcome` says how),
+/// as the sweep reports it.
+pub fn not_judged(case: &Case, outcome: RunOutcome) -> SglangCase {
     SglangCase {
-        report: report(
-            case,
-            RunOutcome::NotRun { message },
-            Stats::default(),
-            oracles::Judged::default(),
-        ),
+        report: report(case, outcome, Stats::default(), oracles::Judged::default()),
         redundant_write_bytes: 0,
         redundant_writes: 0,
         versions: None,
@@ -366,51 +233,6 @@ fn read_images(mem: &dyn FinalMemory, pools: &EnginePools) -> Result<Images, Jud
                 .collect()
         })
         .collect()
-}
-
-fn judge_case(case: &Case, p: &Prepared, dir: &Path, killed: bool) -> SglangCase {
-    let path = dir.join("result.json");
-    let text =
-        match std::fs::read(&path) {
-            Ok(t) => t,
-            Err(_) if killed => return SglangCase {
-                report: report(
-                    case,
-                    RunOutcome::Hung {
-                        message:
-                            "the SGLang driver was stopped at its time limit before this case ended"
-                                .into(),
-                    },
-                    Stats::default(),
-                    oracles::Judged::default(),
-                ),
-                redundant_write_bytes: 0,
-                redundant_writes: 0,
-                versions: None,
-                layout_checked: 0,
-            },
-            Err(e) => {
-                return not_run(
-                    case,
-                    format!("the SGLang driver wrote no {}: {e}", path.display()),
-                )
-            }
-        };
-    let r: DriverResult = match serde_json::from_slice(&text) {
-        Ok(r) => r,
-        Err(e) => return not_run(case, format!("{}: {e}", path.display())),
-    };
-    if r.format != RESULT_FORMAT {
-        return not_run(
-            case,
-            format!(
-                "{}: format {:?}, expected {RESULT_FORMAT}",
-                path.display(),
-                r.format
-            ),
-        );
-    }
-    judge_result(case, p, &r, &CaseFolder(dir))
 }
 
 /// Judge the driver's result `r` of `case` (prepared as `p`), its final
@@ -600,7 +422,7 @@ pub fn judge_trace(t: &super::trace_file::SglangTrace) -> SglangCase {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sglang::result::Refusal;
+    use crate::sglang::result::{Refusal, RESULT_FORMAT};
 
     fn result(status: &str, side: Option<&str>, message: &str) -> DriverResult {
         DriverResult {

@@ -56,6 +56,8 @@ impl KvgeomConnector {
 
 impl ConnectorUnderTest for KvgeomConnector {
     type Error = std::convert::Infallible;
+    type Placement = Placed;
+    type Record = RunRecord;
 
     fn place(&self, cases: &[Case]) -> Vec<Placed> {
         cases.par_iter().map(shape_and_place).collect()

@@ -103,6 +103,8 @@ fn traced_placement(rc: &RecordedCase) -> Placement {
 
 impl ConnectorUnderTest for ReplayConnector {
     type Error = RecordedError;
+    type Placement = Placed;
+    type Record = RunRecord;
 
     /// The traced blocks (a case not among the traces: the harness's error).
     fn place(&self, cases: &[Case]) -> Vec<Placed> {

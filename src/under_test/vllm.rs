@@ -126,6 +126,8 @@ pub struct VllmConnector<'a> {
 
 impl ConnectorUnderTest for VllmConnector<'_> {
     type Error = BatchError;
+    type Placement = Placed;
+    type Record = RunRecord;
 
     /// The driver sends vLLM's workers the request kvgeom's scenario
     /// places, so the placement is kvgeom's.

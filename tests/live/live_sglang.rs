@@ -52,7 +52,7 @@ fn kvgeoms_model_of_sglangs_pools_matches_every_rank_of_every_file() {
     };
     let cases = plan::grid(&sources, &opts);
     assert_eq!(cases.len(), sources.len());
-    let judged = kvgeom::sglang::run::run_sweep(&cases, &python).expect("the driver runs");
+    let judged = kvgeom::sglang::connector::run_sweep(&cases, &python).expect("the driver runs");
     // Hybrid files: kvgeom's model of the state tensors (shape, slice
     // metadata, conv sub-blocks) agreed with SGLang's on every rank, or the
     // case would be an error below.
