@@ -282,3 +282,7 @@ fn record_trace(
     })?;
     Ok(write(&trace, &path)?)
 }
+
+#[cfg(test)]
+#[path = "connector_tests.rs"]
+mod tests;
