@@ -24,7 +24,8 @@
 //!   ([`under_test::ConnectorUnderTest`]: place, run by batch, one
 //!   [`under_test::RunRecord`] per case) and one judge; kvgeom's connector
 //!   ([`under_test::run_case`] on a [`scenario::Case`]), vLLM's, and a
-//!   recorded trace replayed. [`scenario`]: kvgeom's run of one placed
+//!   recorded trace replayed; SGLang's implements the same trait with its
+//!   own placement and record ([`sglang::connector`]). [`scenario`]: kvgeom's run of one placed
 //!   case; [`sweep`]: many cases (`sweep::plan` enumerates
 //!   them, `sweep::execute` runs them, `sweep::mutants` runs them per
 //!   defect, `under_test::expectations` compares a run with an expectation file).

@@ -107,7 +107,10 @@ fn a_case_without_a_readable_result_is_not_run_naming_why() {
                   printf '{\"format\": \"other/1\", \"status\": \"done\"}' > \"$1/$d/result.json\"\n";
     let judged = run_with(script, &[case(5), case(9)]).expect("runs");
     assert_eq!(judged.len(), 2);
-    assert!(!judged[0].1 && judged[0].2.contains("\"other/1\""), "{judged:?}");
+    assert!(
+        !judged[0].1 && judged[0].2.contains("\"other/1\""),
+        "{judged:?}"
+    );
     assert!(judged[1].2.contains("wrote no"), "{judged:?}");
     assert!(judged[1].2.contains("result.json"), "{judged:?}");
 }
