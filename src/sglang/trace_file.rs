@@ -238,21 +238,9 @@ pub fn trace_of(case: &Case, p: &Prepared, case_dir: &Path) -> Result<Value, Sgl
 
 /// Write `trace` at `path`, gzipped when the name ends in `.gz`.
 pub fn write(trace: &Value, path: &Path) -> Result<(), SglangTraceError> {
-    use std::io::Write;
     let text = trace.to_string();
-    let write = || -> std::io::Result<()> {
-        let file = std::fs::File::create(path)?;
-        if path.extension().is_some_and(|e| e == "gz") {
-            let mut gz = flate2::write::GzEncoder::new(file, flate2::Compression::default());
-            gz.write_all(text.as_bytes())?;
-            gz.finish()?.sync_all()
-        } else {
-            let mut file = file;
-            file.write_all(text.as_bytes())?;
-            file.sync_all()
-        }
-    };
-    write().map_err(|e| SglangTraceError::new(path, e))
+    crate::trace::text_file::write_trace_text(path, &text)
+        .map_err(|e| SglangTraceError::new(path, e))
 }
 
 #[derive(Deserialize)]

@@ -30,6 +30,7 @@ pub(crate) mod reader;
 pub(crate) mod registration;
 pub(crate) mod reissue;
 pub(crate) mod replay;
+pub(crate) mod text_file;
 pub(crate) mod v1_counts;
 pub(crate) mod v1_fields;
 

@@ -195,23 +195,12 @@ pub fn write_trace(
     code: &CodeUnderTest,
     path: &Path,
 ) -> Result<(), TraceWriteError> {
-    use std::io::Write;
     let text = trace_of(run, code, path)?.to_string();
-    let write = || -> std::io::Result<()> {
-        let file = std::fs::File::create(path)?;
-        if path.extension().is_some_and(|e| e == "gz") {
-            let mut gz = flate2::write::GzEncoder::new(file, flate2::Compression::default());
-            gz.write_all(text.as_bytes())?;
-            gz.finish()?.sync_all()
-        } else {
-            let mut file = file;
-            file.write_all(text.as_bytes())?;
-            file.sync_all()
+    crate::trace::text_file::write_trace_text(path, &text).map_err(|source| {
+        TraceWriteError::Write {
+            path: path.to_path_buf(),
+            source,
         }
-    };
-    write().map_err(|source| TraceWriteError::Write {
-        path: path.to_path_buf(),
-        source,
     })
 }
 
