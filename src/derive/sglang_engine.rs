@@ -151,6 +151,12 @@ pub fn derive_sglang_engine(model: &SglangModel, tp: u64) -> Result<SglangEngine
     if tp == 0 {
         return Err(DeriveError::ZeroOption { option: "--tp" });
     }
+    if tp > u64::from(crate::limits::MAX_TP_SIZE) {
+        return Err(DeriveError::Unsupported(format!(
+            "attention TP {tp} is above kvgeom's limit of {} ranks per engine",
+            crate::limits::MAX_TP_SIZE
+        )));
+    }
     let attention = match model.attention {
         SglangAttention::Full {
             total_kv_heads,

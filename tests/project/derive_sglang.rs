@@ -278,7 +278,15 @@ fn run(args: &[&str]) -> (i32, String) {
 
 #[test]
 fn families_and_options_sglang_does_not_take_are_refused_by_name() {
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 9] = [
+        (
+            &[
+                "tests/fixtures/models/deepseek-v3.json",
+                "--tp",
+                "99999999999",
+            ],
+            "above kvgeom's limit of 1024 ranks per engine",
+        ),
         (
             &["tests/fixtures/models/llama-3.1-8b-test.json", "--tp", "3"],
             "the KV head count 8 is not divisible by the attention TP 3",
