@@ -37,19 +37,37 @@ fn vllm_0_33_0_fails_exactly_where_the_findings_say() {
 
 #[test]
 fn every_expected_failure_cites_an_existing_finding() {
-    // vLLM 0.33.0's, and 0.31.0's (written from `kvgeom matrix`'s run).
-    let older = Expectations::load(&root().join("expected/vllm-0.31.0.toml")).unwrap();
-    for e in expectations().failures.iter().chain(&older.failures) {
-        let page = e.finding.split('#').next().unwrap();
-        let path = root().join("docs/findings").join(page);
-        assert!(path.is_file(), "{}: no {}", e.geometry, path.display());
-        let text = std::fs::read_to_string(&path).unwrap();
-        assert!(
-            text.contains(&e.geometry),
-            "{} does not mention geometry {}",
-            path.display(),
-            e.geometry
-        );
+    // Every expectations file of expected/ (vLLM's and SGLang's releases):
+    // each entry's page exists and names the geometry it explains.
+    let mut files: Vec<_> = std::fs::read_dir(root().join("expected"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 2, "{files:?}");
+    for file in &files {
+        let loaded = Expectations::load(file).unwrap();
+        assert!(!loaded.failures.is_empty(), "{}", file.display());
+        for e in &loaded.failures {
+            let page = e.finding.split('#').next().unwrap();
+            let path = root().join("docs/findings").join(page);
+            assert!(
+                path.is_file(),
+                "{} {}: no {}",
+                file.display(),
+                e.geometry,
+                path.display()
+            );
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(
+                text.contains(&e.geometry),
+                "{} ({}) does not mention geometry {}",
+                path.display(),
+                file.display(),
+                e.geometry
+            );
+        }
     }
 }
 
