@@ -90,6 +90,12 @@ pub struct DefectInfo {
 /// the project root; docs/compatibility.md has its command).
 pub const MATRIX_FIXTURE: &str = "tests/fixtures/matrix/vllm-0.30.0-0.33.0.json";
 
+/// The committed `kvgeom matrix` report of the same releases over the
+/// real-scale pairs of `geometries/models/` at their boundary prompts:
+/// where it calls a defect `has` or `lacks`, `in_vllm` must agree (fewer
+/// defects are exposed there; docs/compatibility.md has its command).
+pub const MODELS_MATRIX_FIXTURE: &str = "tests/fixtures/matrix/vllm-0.30.0-0.33.0-models.json";
+
 /// Every known defect, in the order `kvgeom defects` lists them.
 pub static DEFECTS: [DefectInfo; 17] = [
     DefectInfo {
@@ -423,6 +429,52 @@ mod tests {
                 assert!(
                     ran.iter().any(|r| r == v),
                     "{}: vLLM {v} is not in the matrix",
+                    info.name
+                );
+            }
+        }
+    }
+
+    /// The models matrix never contradicts the table: each `has` is a
+    /// release `in_vllm` names, each `lacks` one it does not, and it ran
+    /// every release the table names.
+    #[test]
+    fn in_vllm_agrees_with_the_models_matrix() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(MODELS_MATRIX_FIXTURE);
+        let text = std::fs::read_to_string(&path).expect("the committed models matrix report");
+        let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(doc["schema"], "kvgeom-matrix/1");
+        let mut ran = Vec::new();
+        let mut decided = 0;
+        for release in doc["releases"].as_array().expect("releases") {
+            assert_eq!(release["status"], "ran", "{}", release["python"]);
+            let version = release["version"].as_str().expect("version");
+            ran.push(version.to_string());
+            let rows = release["defects"].as_array().expect("defects");
+            assert_eq!(rows.len(), DEFECTS.len(), "vLLM {version}");
+            for (row, info) in rows.iter().zip(&DEFECTS) {
+                assert_eq!(row["defect"], info.name);
+                let verdict = row["verdict"].as_str().expect("verdict");
+                let expected = match verdict {
+                    "has" => true,
+                    "lacks" => false,
+                    _ => continue,
+                };
+                decided += 1;
+                assert_eq!(
+                    info.in_vllm.contains(&version),
+                    expected,
+                    "{} in vLLM {version}: the models matrix says {verdict}",
+                    info.name
+                );
+            }
+        }
+        assert!(decided > 0, "the models matrix decided no defect");
+        for info in &DEFECTS {
+            for v in info.in_vllm {
+                assert!(
+                    ran.iter().any(|r| r == v),
+                    "{}: vLLM {v} not run",
                     info.name
                 );
             }
