@@ -393,92 +393,81 @@ mod tests {
         assert_eq!(policy_with(&[]), Policy::default());
     }
 
+    /// Every (release, defect row, table row) of a committed matrix
+    /// report, after checking its schema, that every release ran and that
+    /// its rows follow the table's order; and every table release is in it.
+    fn matrix_rows(fixture: &str) -> Vec<(String, serde_json::Value, &'static DefectInfo)> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(fixture);
+        let text = std::fs::read_to_string(&path).expect("a committed matrix report");
+        let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(doc["schema"], "kvgeom-matrix/1");
+        let mut out = Vec::new();
+        let mut ran = Vec::new();
+        for release in doc["releases"].as_array().expect("releases") {
+            assert_eq!(release["status"], "ran", "{}", release["python"]);
+            let version = release["version"].as_str().expect("version");
+            ran.push(version.to_string());
+            let rows = release["defects"].as_array().expect("defects");
+            assert_eq!(rows.len(), DEFECTS.len(), "vLLM {version}");
+            for (row, info) in rows.iter().zip(&DEFECTS) {
+                assert_eq!(row["defect"], info.name);
+                out.push((version.to_string(), row.clone(), info));
+            }
+        }
+        for info in &DEFECTS {
+            for v in info.in_vllm {
+                assert!(
+                    ran.iter().any(|r| r == v),
+                    "{}: vLLM {v} is not in {fixture}",
+                    info.name
+                );
+            }
+        }
+        out
+    }
+
     /// Each row's `in_vllm` names exactly the releases of the committed
     /// matrix whose verdict on it is `has`, and only releases the matrix ran.
     #[test]
     fn in_vllm_equals_the_committed_matrix() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(MATRIX_FIXTURE);
-        let text = std::fs::read_to_string(&path).expect("the committed matrix report");
-        let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
-        assert_eq!(doc["schema"], "kvgeom-matrix/1");
-        let mut ran = Vec::new();
-        for release in doc["releases"].as_array().expect("releases") {
-            assert_eq!(release["status"], "ran", "{}", release["python"]);
-            let version = release["version"].as_str().expect("version");
-            ran.push(version.to_string());
-            let rows = release["defects"].as_array().expect("defects");
-            assert_eq!(rows.len(), DEFECTS.len(), "vLLM {version}");
-            for (row, info) in rows.iter().zip(&DEFECTS) {
-                assert_eq!(row["defect"], info.name);
-                let has = row["verdict"] == "has";
-                assert_eq!(
-                    info.in_vllm.contains(&version),
-                    has,
-                    "{} in vLLM {version}: the matrix says {} ({} with, {} without, {} neither of {} exposing cases)",
-                    info.name,
-                    row["verdict"],
-                    row["with"],
-                    row["without"],
-                    row["neither"],
-                    row["exposed"]
-                );
-            }
-        }
-        for info in &DEFECTS {
-            for v in info.in_vllm {
-                assert!(
-                    ran.iter().any(|r| r == v),
-                    "{}: vLLM {v} is not in the matrix",
-                    info.name
-                );
-            }
+        for (version, row, info) in matrix_rows(MATRIX_FIXTURE) {
+            let has = row["verdict"] == "has";
+            assert_eq!(
+                info.in_vllm.contains(&version.as_str()),
+                has,
+                "{} in vLLM {version}: the matrix says {} ({} with, {} without, {} neither of {} exposing cases)",
+                info.name,
+                row["verdict"],
+                row["with"],
+                row["without"],
+                row["neither"],
+                row["exposed"]
+            );
         }
     }
 
     /// The models matrix never contradicts the table: each `has` is a
-    /// release `in_vllm` names, each `lacks` one it does not, and it ran
-    /// every release the table names.
+    /// release `in_vllm` names, each `lacks` one it does not (`undetermined`
+    /// and `not exposed` say nothing).
     #[test]
     fn in_vllm_agrees_with_the_models_matrix() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(MODELS_MATRIX_FIXTURE);
-        let text = std::fs::read_to_string(&path).expect("the committed models matrix report");
-        let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
-        assert_eq!(doc["schema"], "kvgeom-matrix/1");
-        let mut ran = Vec::new();
         let mut decided = 0;
-        for release in doc["releases"].as_array().expect("releases") {
-            assert_eq!(release["status"], "ran", "{}", release["python"]);
-            let version = release["version"].as_str().expect("version");
-            ran.push(version.to_string());
-            let rows = release["defects"].as_array().expect("defects");
-            assert_eq!(rows.len(), DEFECTS.len(), "vLLM {version}");
-            for (row, info) in rows.iter().zip(&DEFECTS) {
-                assert_eq!(row["defect"], info.name);
-                let verdict = row["verdict"].as_str().expect("verdict");
-                let expected = match verdict {
-                    "has" => true,
-                    "lacks" => false,
-                    _ => continue,
-                };
-                decided += 1;
-                assert_eq!(
-                    info.in_vllm.contains(&version),
-                    expected,
-                    "{} in vLLM {version}: the models matrix says {verdict}",
-                    info.name
-                );
-            }
+        for (version, row, info) in matrix_rows(MODELS_MATRIX_FIXTURE) {
+            let verdict = row["verdict"].as_str().expect("verdict");
+            let has = match verdict {
+                "has" => true,
+                "lacks" => false,
+                _ => continue,
+            };
+            decided += 1;
+            assert_eq!(
+                info.in_vllm.contains(&version.as_str()),
+                has,
+                "{} in vLLM {version}: the models matrix says {verdict}",
+                info.name
+            );
         }
         assert!(decided > 0, "the models matrix decided no defect");
-        for info in &DEFECTS {
-            for v in info.in_vllm {
-                assert!(
-                    ran.iter().any(|r| r == v),
-                    "{}: vLLM {v} not run",
-                    info.name
-                );
-            }
-        }
     }
 
     #[test]
