@@ -65,6 +65,7 @@ pub(crate) mod cli;
 pub mod connector;
 pub mod defects;
 pub mod derive;
+pub mod driver;
 #[cfg(feature = "arbitrary")]
 pub mod generate;
 pub mod geometry;
@@ -103,10 +104,8 @@ pub mod internals {
         pub use crate::connector::conv_split::*;
         pub use crate::connector::policy::ConvSplit;
     }
-    /// The live driver's NIXL choice resolved and its result file, for the
-    /// live tests.
+    /// The live driver's result file, for the live tests.
     pub mod live {
-        pub use crate::live::nixl::resolve;
         pub use crate::live::protocol::CaseResult;
     }
     pub use crate::report::layout_tables::layout_tables;

@@ -104,11 +104,11 @@ pub enum NixlArg {
 }
 
 impl NixlArg {
-    pub(crate) fn choice(self) -> crate::live::NixlChoice {
+    pub(crate) fn choice(self) -> crate::driver::NixlChoice {
         match self {
-            NixlArg::StandIn => crate::live::NixlChoice::StandIn,
-            NixlArg::Real => crate::live::NixlChoice::Real,
-            NixlArg::Auto => crate::live::NixlChoice::Auto,
+            NixlArg::StandIn => crate::driver::NixlChoice::StandIn,
+            NixlArg::Real => crate::driver::NixlChoice::Real,
+            NixlArg::Auto => crate::driver::NixlChoice::Auto,
         }
     }
 }

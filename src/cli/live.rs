@@ -26,8 +26,9 @@ fn driver_python(
         EXIT_BAD_INPUT
     })?;
     python.reference = CodeUnderTest::installed_vllm(&python).reference_policy();
-    let driver_dir = live::python::project_root().join("vllm-driver");
-    let resolved = live::nixl::resolve(
+    let driver_dir = crate::driver::project_root().join("vllm-driver");
+    let resolved = crate::driver::resolve(
+        &live::VLLM_DRIVER,
         &python.python,
         &driver_dir,
         nixl.unwrap_or_default().choice(),
@@ -173,7 +174,7 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
     let expect_path = args.expect.clone().or_else(|| {
         under_test
             .expectations()
-            .map(|file| live::python::project_root().join(file))
+            .map(|file| crate::driver::project_root().join(file))
     });
     if under_test.release().is_none() {
         match &args.expect {
@@ -348,8 +349,8 @@ fn show_replays(
         eprintln!("- {}: {}", case_label(r), r.outcome.describe());
         // A replay runs what moved the bytes here.
         let nixl = match python.nixl {
-            live::NixlRun::Real { .. } => " --nixl real",
-            live::NixlRun::StandIn => "",
+            crate::driver::NixlRun::Real { .. } => " --nixl real",
+            crate::driver::NixlRun::StandIn => "",
         };
         // ... with the interpreter that ran it, unless it is the project's venv.
         let interpreter = match python.source {
@@ -526,7 +527,7 @@ fn case_label(r: &CaseReport) -> String {
     )
 }
 
-fn table(live: &[LiveReport], nixl: &live::NixlRun) -> String {
+fn table(live: &[LiveReport], nixl: &crate::driver::NixlRun) -> String {
     let reports: Vec<CaseReport> = live.iter().map(|l| l.report.clone()).collect();
     let mut text = sweep_report::table(&reports);
     text.push_str(&format!("connector: vllm; bytes moved by {nixl}\n"));
@@ -596,7 +597,7 @@ pub(super) fn compared_variant(reference: Option<crate::connector::NamedPolicy>)
 pub(super) fn json(
     live: &[LiveReport],
     shard: Option<(&Shard, &[usize])>,
-    nixl: &live::NixlRun,
+    nixl: &crate::driver::NixlRun,
     code: &CodeUnderTest,
 ) -> String {
     let reports: Vec<CaseReport> = live.iter().map(|l| l.report.clone()).collect();
@@ -643,7 +644,7 @@ fn save_trace(
     file: &std::path::Path,
 ) -> std::io::Result<()> {
     use std::io::Read;
-    let gz = std::fs::read(dir.join(format!("{}.gz", live::trace_file_name(case))))?;
+    let gz = std::fs::read(dir.join(format!("{}.gz", crate::driver::trace_file_name(case))))?;
     if file.to_string_lossy().ends_with(".gz") {
         return std::fs::write(file, gz);
     }

@@ -536,7 +536,7 @@ fn expectations_file(code: &CodeUnderTest) -> Option<PathBuf> {
     if code.source.is_some() || !code.modified_files.is_empty() {
         return None;
     }
-    let file = live::python::project_root()
+    let file = crate::driver::project_root()
         .join("expected")
         .join(format!("vllm-{}.toml", code.version));
     file.is_file().then_some(file)
@@ -556,7 +556,7 @@ fn build(geometries: &[String], modes: &[Mode], columns: &[Column]) -> Result<Bu
         let Ok(ran) = &column.run else {
             // A release that cannot run cannot equal its expectations.
             let has_file = column.version.as_ref().is_some_and(|v| {
-                live::python::project_root()
+                crate::driver::project_root()
                     .join("expected")
                     .join(format!("vllm-{v}.toml"))
                     .is_file()
@@ -813,7 +813,7 @@ fn to_json(built: &Built, columns: &[Column], geometries: &[String], seconds: f6
 
 /// A path inside the project as the project names it.
 fn relative(path: &Path) -> String {
-    let root = live::python::project_root();
+    let root = crate::driver::project_root();
     path.strip_prefix(&root)
         .unwrap_or(path)
         .display()

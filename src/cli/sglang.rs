@@ -372,16 +372,16 @@ fn sglang_python(
         .map(std::path::Path::to_path_buf)
         .unwrap_or_default();
     let choice = run.nixl.unwrap_or_default().choice();
-    let resolved =
-        crate::live::nixl::resolve(&python.python, &driver_dir, choice).map_err(|e| {
-            eprintln!(
-            "error: --nixl real: {}: {}; install NIXL's Python package into that interpreter with \
-             `scripts/install-sglang.sh --nixl` (nixl==1.5.1 and nixl-cu13==1.5.1)",
-            e.python.display(),
-            e.message
-        );
-            EXIT_BAD_INPUT
-        })?;
+    let resolved = crate::driver::resolve(
+        &crate::sglang::python::SGLANG_DRIVER,
+        &python.python,
+        &driver_dir,
+        choice,
+    )
+    .map_err(|e| {
+        eprintln!("error: {e}");
+        EXIT_BAD_INPUT
+    })?;
     if let Some(why) = &resolved.note {
         eprintln!("note: --nixl auto: real NIXL does not run here ({why}); the driver's stand-in moves the bytes");
     }
@@ -391,7 +391,7 @@ fn sglang_python(
 
 /// `nixl` (and `nixl_version` for real NIXL) on the report and each case,
 /// as the vLLM driver's reports name them.
-fn name_nixl(doc: &mut serde_json::Value, nixl: &crate::live::NixlRun) {
+fn name_nixl(doc: &mut serde_json::Value, nixl: &crate::driver::NixlRun) {
     let put = |v: &mut serde_json::Value| {
         v["nixl"] = nixl.as_str().into();
         if let Some(version) = nixl.version() {
@@ -416,7 +416,7 @@ fn code_under_test(judged: &[SglangCase]) -> CodeUnderTest {
 /// `expected/sglang-VERSION.toml` of the project, when it exists.
 fn default_expectations(code: &CodeUnderTest) -> Option<Expectations> {
     let file = format!("expected/sglang-{}.toml", code.version);
-    let path = crate::live::python::project_root().join(&file);
+    let path = crate::driver::project_root().join(&file);
     if !path.is_file() {
         return None;
     }
@@ -437,7 +437,7 @@ fn json(
     judged: &[SglangCase],
     shard: Option<(&crate::sweep::shard::Shard, &[usize])>,
     code: &CodeUnderTest,
-    nixl: &crate::live::NixlRun,
+    nixl: &crate::driver::NixlRun,
 ) -> String {
     let reports: Vec<CaseReport> = judged.iter().map(|j| j.report.clone()).collect();
     let text = sweep_report::json(&reports, shard, code);

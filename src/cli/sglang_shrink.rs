@@ -31,7 +31,7 @@ fn distinct_failures(reports: &[CaseReport]) -> Vec<&CaseReport> {
 /// The replay of `case` on the interpreter that ran it (the flag is left
 /// out for the project's venv).
 fn replay(case: &crate::scenario::Case, python: &SglangPython) -> String {
-    let default = crate::live::python::project_root()
+    let default = crate::driver::project_root()
         .join(".sglang-venv")
         .join("bin")
         .join("python");

@@ -1,7 +1,6 @@
 //! The entry point of the live mode: a batch of cases in a fresh scratch
 //! folder, run by the driver processes ([`super::chunks`]).
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::scenario::{Case, Placed};
@@ -11,31 +10,6 @@ use super::chunks::{run_chunks, BatchContext};
 use super::error::BatchError;
 use super::python::Interpreter;
 use super::run::{remove_unless_kept, Hooks, JudgeDriverCase};
-
-/// A fresh scratch folder for one batch, created here. Process ids are
-/// reused (pid_max may be 32768): a folder of that name may be left over,
-/// kept (`KVGEOM_KEEP_LIVE`), or still written by a driver whose kvgeom
-/// was killed, so an existing one is never taken.
-fn scratch_dir() -> PathBuf {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let name = || {
-        std::env::temp_dir().join(format!(
-            "kvgeom-live-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ))
-    };
-    let mut dir = name();
-    for _ in 0..10_000 {
-        match std::fs::create_dir(&dir) {
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => dir = name(),
-            // Created, or an error the batch reports when it creates its chunks.
-            _ => break,
-        }
-    }
-    dir
-}
 
 /// How the driver processes of a batch run.
 #[derive(Clone, Copy)]
@@ -68,7 +42,7 @@ pub fn run_in_scratch<T: Send>(
     settings: DriverSettings<'_>,
     judge: &JudgeDriverCase<'_, T>,
 ) -> Result<Vec<T>, BatchError> {
-    let dir = scratch_dir();
+    let dir = crate::driver::fresh_scratch("live");
     // The place phase first: the requests vLLM's scheduler makes replace
     // the given placement of their cases.
     let placed_by_scheduler = match super::place::place_batch(
@@ -111,32 +85,4 @@ pub fn run_in_scratch<T: Send>(
     let result = run_chunks(&batch, placed, settings.drivers);
     remove_unless_kept(&dir);
     result
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_scratch_folder_is_created_fresh_never_one_that_exists() {
-        let first = super::scratch_dir();
-        assert!(first.is_dir(), "{}", first.display());
-        // The next names, as a driver of an earlier process with the same
-        // id might have left (or still be filling) them.
-        let name = first.file_name().unwrap().to_str().unwrap().to_string();
-        let (stem, n) = name.rsplit_once('-').unwrap();
-        let n: u64 = n.parse().unwrap();
-        let taken: Vec<std::path::PathBuf> = (1..=2)
-            .map(|k| first.with_file_name(format!("{stem}-{}", n + k)))
-            .collect();
-        for t in &taken {
-            std::fs::create_dir_all(t).unwrap();
-            std::fs::write(t.join("result.json"), b"{}").unwrap();
-        }
-        let next = super::scratch_dir();
-        let fresh = std::fs::read_dir(&next).map(|d| d.count());
-        for d in taken.iter().chain([&first, &next]) {
-            let _ = std::fs::remove_dir_all(d);
-        }
-        assert!(!taken.contains(&next), "{}", next.display());
-        assert_eq!(fresh.unwrap(), 0, "{}", next.display());
-    }
 }

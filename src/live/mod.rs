@@ -7,10 +7,9 @@ pub(crate) mod batch;
 pub(crate) mod blocks;
 pub(crate) mod chunks;
 pub(crate) mod error;
-pub(crate) mod nixl;
+pub(crate) mod limits;
 pub(crate) mod place;
 pub(crate) mod post_process_calls;
-pub(crate) mod process;
 pub(crate) mod protocol;
 pub(crate) mod python;
 pub(crate) mod run;
@@ -21,12 +20,9 @@ pub use batch::{run_in_scratch, DriverSettings};
 pub use blocks::{BlockCheck, BlocksComparison, EngineBlocks, PairBlocks};
 pub use chunks::{default_drivers, CHUNK_MEMORY_BYTES, MAX_DEFAULT_DRIVERS};
 pub use error::BatchError;
-pub use nixl::{NixlChoice, NixlRun, NixlUnavailable};
 pub use place::{
     RequestPath, Requests, SchedulerComparison, SchedulerInfo, SchedulerPlaced, NOT_REACHABLE,
 };
-pub use process::ProcessError;
-pub use python::{find, Checkout, FindError, Interpreter, Provenance, INSTALL_SCRIPT};
+pub use python::{find, Checkout, FindError, Interpreter, Provenance, INSTALL_SCRIPT, VLLM_DRIVER};
 pub use run::{DriverCase, Hooks, JudgeDriverCase, Prepared, CASE_LIMIT};
 pub use shrink::live_replay_command;
-pub use traces::{trace_file_name, TRACE_MEMORY_LIMIT};

@@ -6,7 +6,6 @@
 //! with kvgeom's own model of the scheduler (`src/scheduler.rs`).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -17,9 +16,9 @@ use crate::scenario::{Case, Outcome, Placed, Placement};
 use crate::scheduler::{request_shape, DecodeAllocation, RequestShape};
 
 use super::error::BatchError;
-use super::process::run_bounded;
-use super::process::IMPORT_LIMIT;
+use super::limits::{CASE_LIMIT, IMPORT_LIMIT};
 use super::python::{driver_script, Interpreter};
+use crate::driver::{run_driver, DriverError};
 
 /// The `format` of a case's `place.json`.
 pub const PLACE_FORMAT: &str = "kvgeom-vllm-place/1";
@@ -174,7 +173,7 @@ pub(crate) fn place_batch(
     })?;
     let batch = PlaceBatch {
         format: super::protocol::BATCH_FORMAT,
-        case_timeout_s: super::process::CASE_LIMIT.as_secs_f64(),
+        case_timeout_s: CASE_LIMIT.as_secs_f64(),
         cases: chosen
             .iter()
             .map(|&i| {
@@ -199,41 +198,13 @@ pub(crate) fn place_batch(
         path: batch_file,
         source,
     })?;
-    let script = driver_script();
-    if !script.is_file() {
-        return Err(BatchError::DriverMissing { script });
-    }
-    let mut cmd = Command::new(&python.python);
-    cmd.arg(&script).arg("--place").arg(dir);
     let limit = IMPORT_LIMIT + Duration::from_secs(1) * (chosen.len() as u32 + 10);
-    let done = run_bounded(cmd, &dir.join("driver"), limit)?;
-    if done.status != Some(0) && !done.timed_out() {
-        if let Some(message) = super::error::memory_failure(&done.stderr) {
-            return Err(BatchError::DriverOutOfMemory {
-                python: python.python.clone(),
-                message,
-                limit: super::error::address_space_limit(),
-            });
-        }
-    }
-    if done.status == Some(3) {
-        return Err(BatchError::MissingApi {
-            python: python.python.clone(),
-            vllm_version: python.vllm_version.clone(),
-            missing: done
-                .stderr
-                .lines()
-                .filter_map(|l| l.trim_start().strip_prefix("- "))
-                .map(str::to_string)
-                .collect(),
-        });
-    }
-    if done.status != Some(0) {
-        return Err(BatchError::DriverFailed {
-            python: python.python.clone(),
-            status: done.status,
-            stderr_tail: done.stderr_tail(15),
-        });
+    let run = python.driver_run();
+    let args = ["--place".as_ref(), dir.as_os_str()];
+    let done = run_driver(&run, &driver_script(), &args, &dir.join("driver"), limit)?;
+    if done.timed_out() {
+        // Every case's placement is needed before the run phase.
+        return Err(DriverError::failed(&run, &done).into());
     }
     let mut out = vec![None; cases.len()];
     for i in chosen {

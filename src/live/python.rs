@@ -6,11 +6,20 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use super::process::{run_bounded, ProcessError};
 use crate::connector::NamedPolicy;
+use crate::driver::{
+    address_space_limit, memory_failure, project_root, run_bounded, scratch_for, DriverKind,
+    DriverRun, NixlRun, ProcessError,
+};
 
 /// The script that installs the project's venv.
 pub const INSTALL_SCRIPT: &str = "scripts/install-vllm.sh";
+/// vLLM's driver, as the shared driver room names it.
+pub static VLLM_DRIVER: DriverKind = DriverKind {
+    stack: "vLLM",
+    nixl_install_hint: "install the nixl wheels into the driver's interpreter with \
+         `scripts/install-vllm.sh --nixl` (pinned nixl==1.5.1 and nixl-cu13==1.5.1)",
+};
 /// The environment variable naming another interpreter.
 pub const PYTHON_ENV: &str = "KVGEOM_VLLM_PYTHON";
 /// The project-local venv, relative to the project root.
@@ -139,14 +148,25 @@ pub struct Interpreter {
     /// `vllm`'s installed version (package metadata; vLLM is not imported).
     pub vllm_version: String,
     /// What moves the driver's bytes: the stand-in unless the caller
-    /// resolved `--nixl` to real NIXL ([`super::nixl::resolve`]).
-    pub nixl: super::nixl::NixlRun,
+    /// resolved `--nixl` to real NIXL ([`crate::driver::resolve`]).
+    pub nixl: NixlRun,
     /// The kvgeom policy that models the installed release: `None` unless
     /// the caller found it in the release table (`under_test::Release`);
     /// with `None` every plan comparison is information only.
     pub reference: Option<NamedPolicy>,
     /// Where the installed vLLM came from.
     pub provenance: Provenance,
+}
+
+impl Interpreter {
+    /// The driver this interpreter runs, as the shared room's errors name it.
+    pub fn driver_run(&self) -> DriverRun {
+        DriverRun {
+            kind: &VLLM_DRIVER,
+            python: self.python.clone(),
+            version: Some(self.vllm_version.clone()),
+        }
+    }
 }
 
 /// Where an interpreter's vLLM came from, as `vllm-driver/provenance.py`
@@ -178,16 +198,6 @@ struct Probed {
     version: String,
     #[serde(flatten)]
     provenance: Provenance,
-}
-
-/// The project root: the current directory when it holds the driver,
-/// else the source tree kvgeom was built from.
-pub fn project_root() -> PathBuf {
-    let cwd = PathBuf::from(".");
-    if cwd.join("vllm-driver").join("driver.py").is_file() {
-        return cwd;
-    }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// The driver script.
@@ -223,7 +233,7 @@ pub fn find(flag: Option<&Path>, pinned: &str) -> Result<Interpreter, FindError>
     }
     let mut cmd = Command::new(&python);
     cmd.arg(project_root().join("vllm-driver").join("provenance.py"));
-    let scratch = super::process::scratch_for("vllm-probe");
+    let scratch = scratch_for("vllm-probe");
     let done = run_bounded(cmd, &scratch, PROBE_LIMIT);
     let _ = std::fs::remove_dir_all(&scratch);
     let done = match done {
@@ -237,11 +247,11 @@ pub fn find(flag: Option<&Path>, pinned: &str) -> Result<Interpreter, FindError>
         });
     }
     if done.status != Some(0) {
-        if let Some(message) = super::error::memory_failure(&done.stderr) {
+        if let Some(message) = memory_failure(&done.stderr) {
             return Err(FindError::OutOfMemory {
                 candidate,
                 message,
-                limit: super::error::address_space_limit(),
+                limit: address_space_limit(),
             });
         }
         return Err(FindError::NoVllm {
@@ -273,7 +283,7 @@ pub fn find(flag: Option<&Path>, pinned: &str) -> Result<Interpreter, FindError>
         python,
         source,
         vllm_version,
-        nixl: super::nixl::NixlRun::StandIn,
+        nixl: NixlRun::StandIn,
         reference: None,
         provenance,
     })

@@ -4,7 +4,6 @@
 //! holds its final memory (`under_test::vllm` judges it).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use crate::layout::{CaseLayout, RequestBlocks, Side};
@@ -17,17 +16,13 @@ use crate::scheduler::RequestShape;
 
 use super::blocks::{self, BlockCheck, BlocksComparison, EngineBlocks, PairBlocks};
 use super::error::BatchError;
-use super::process::run_bounded;
 use super::protocol::{
     memory_file, Batch, CaseResult, CaseSpec, SideSpec, BATCH_FORMAT, RESULT_FORMAT,
 };
 use super::python::{driver_script, Interpreter};
 
-pub use super::process::{CASE_LIMIT, IMPORT_LIMIT};
-
-/// The driver's exit status when the installed vLLM lacks a class or method
-/// it needs (`vllm-driver/api_check.py`); it names each on stderr.
-const MISSING_API_STATUS: i32 = 3;
+pub use super::limits::{CASE_LIMIT, IMPORT_LIMIT};
+use crate::driver::{run_driver, TRACE_MEMORY_LIMIT};
 
 /// Why a case's `result.json` is unusable.
 #[derive(Debug, thiserror::Error)]
@@ -230,9 +225,7 @@ pub struct Hooks {
 
 /// Remove a scratch folder, unless `KVGEOM_KEEP_LIVE` asks to keep it.
 pub(super) fn remove_unless_kept(dir: &Path) {
-    if std::env::var_os("KVGEOM_KEEP_LIVE").is_none() {
-        let _ = std::fs::remove_dir_all(dir);
-    }
+    crate::driver::remove_unless_kept(dir, "KVGEOM_KEEP_LIVE");
 }
 
 /// One case of a chunk the driver ran, handed to the judge while the
@@ -346,7 +339,7 @@ pub(super) fn run_chunk<T>(
             .map(|(i, c)| c.spec(format!("b{i}")))
             .collect(),
         nixl: python.nixl.as_str(),
-        trace_memory_limit: record_traces.map(|_| super::traces::TRACE_MEMORY_LIMIT),
+        trace_memory_limit: record_traces.map(|_| TRACE_MEMORY_LIMIT),
     };
     let text = serde_json::to_string(&batch).map_err(BatchError::Encode)?;
     let batch_file = dir.join("batch.json");
@@ -354,55 +347,15 @@ pub(super) fn run_chunk<T>(
         path: batch_file,
         source,
     })?;
-    let script = driver_script();
-    if !script.is_file() {
-        return Err(BatchError::DriverMissing { script });
-    }
-    let mut cmd = Command::new(&python.python);
-    cmd.arg(&script).arg(dir);
     let limit = IMPORT_LIMIT + case_limit * (batch.cases.len() as u32 + 1);
-    let done = run_bounded(cmd, &dir.join("driver"), limit)?;
-    if done.status != Some(0) && !done.timed_out() {
-        if let Some(message) = super::error::memory_failure(&done.stderr) {
-            return Err(BatchError::DriverOutOfMemory {
-                python: python.python.clone(),
-                message,
-                limit: super::error::address_space_limit(),
-            });
-        }
-    }
-    if done.status == Some(MISSING_API_STATUS) {
-        return Err(BatchError::MissingApi {
-            python: python.python.clone(),
-            vllm_version: python.vllm_version.clone(),
-            missing: done
-                .stderr
-                .lines()
-                .filter_map(|l| l.trim_start().strip_prefix("- "))
-                .map(str::to_string)
-                .collect(),
-        });
-    }
-    if done.status == Some(super::nixl::UNAVAILABLE_STATUS) {
-        return Err(BatchError::NixlUnavailable {
-            python: python.python.clone(),
-            message: done
-                .stderr
-                .lines()
-                .rev()
-                .find_map(|l| l.strip_prefix("driver: real NIXL: "))
-                .map(|l| l.split("; install the nixl wheels").next().unwrap_or(l))
-                .unwrap_or("the driver's probe failed")
-                .to_string(),
-        });
-    }
-    if done.status != Some(0) && !done.timed_out() {
-        return Err(BatchError::DriverFailed {
-            python: python.python.clone(),
-            status: done.status,
-            stderr_tail: done.stderr_tail(15),
-        });
-    }
+    let run = python.driver_run();
+    let done = run_driver(
+        &run,
+        &driver_script(),
+        &[dir.as_os_str()],
+        &dir.join("driver"),
+        limit,
+    )?;
     let killed = done.timed_out();
     if let Some(to) = record_traces {
         let case_dirs: Vec<Option<&str>> = prepared

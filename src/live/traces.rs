@@ -8,32 +8,7 @@ use std::path::Path;
 use crate::scenario::Case;
 
 use super::error::BatchError;
-
-/// A recorded trace embeds the memory images of a case whose initial
-/// memory (every region of every rank) holds at most this many bytes.
-pub const TRACE_MEMORY_LIMIT: u64 = 1 << 20;
-
-/// The name a saved trace gets: geometry, mode, prompt, prefix hit,
-/// allocation and seed.
-pub fn trace_file_name(case: &Case) -> String {
-    format!(
-        "{}-{}-n{}-hit{}-{}-s{}.trace.json",
-        case.geometry_name(),
-        case.mode,
-        case.prompt_len,
-        case.prefix_hit,
-        case.allocation.as_str(),
-        case.seed
-    )
-}
-
-/// The name decode rank `rank`'s v1 trace of a case gets: the v2 name's
-/// stem, the rank, `.jsonl`.
-pub fn v1_trace_file_name(case: &Case, rank: u32) -> String {
-    let v2 = trace_file_name(case);
-    let stem = v2.strip_suffix(".trace.json").unwrap_or(&v2);
-    format!("{stem}-d{rank}.jsonl")
-}
+use crate::driver::{trace_file_name, v1_trace_file_name};
 
 /// Copy each case's `trace.json` (the driver writes one per case it ran,
 /// in its folder `case_dirs[i]` of the batch folder `dir`) into `to`,

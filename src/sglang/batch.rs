@@ -229,7 +229,7 @@ pub fn write_batch(
     dir: &Path,
     specs: Vec<serde_json::Value>,
     case_timeout_s: u64,
-    nixl: &crate::live::NixlRun,
+    nixl: &crate::driver::NixlRun,
 ) -> std::io::Result<()> {
     let batch = json!({"format": BATCH_FORMAT, "case_timeout_s": case_timeout_s,
         "nixl": nixl.as_str(), "cases": specs});

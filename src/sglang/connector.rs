@@ -13,7 +13,6 @@
 //! `RunRecord`.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use super::batch::{self, Prepared};
@@ -22,7 +21,7 @@ use super::final_memory::CaseFolder;
 use super::python::SglangPython;
 use super::result::{DriverResult, RESULT_FORMAT};
 use super::run::{judge_result, not_judged, BatchError, SglangCase, TraceTarget, CASE_TIMEOUT_S};
-use crate::live::process::{run_bounded, scratch_for};
+use crate::driver::{fresh_scratch, remove_unless_kept, run_driver};
 use crate::scenario::Case;
 use crate::under_test::{ConnectorUnderTest, RunOutcome};
 
@@ -122,11 +121,9 @@ impl ConnectorUnderTest for SglangConnector<'_> {
                 source,
             })?;
         }
-        let dir = scratch_for("sglang-batch");
+        let dir = fresh_scratch("sglang-batch");
         let result = self.run_in(&dir, cases, placed, judge);
-        if std::env::var_os("KVGEOM_KEEP_SGLANG_BATCH").is_none() {
-            let _ = std::fs::remove_dir_all(&dir);
-        } else {
+        if remove_unless_kept(&dir, "KVGEOM_KEEP_SGLANG_BATCH") {
             eprintln!("note: the SGLang batch is kept in {}", dir.display());
         }
         result
@@ -163,44 +160,21 @@ impl SglangConnector<'_> {
         if !specs.is_empty() {
             let n = specs.len() as u64;
             batch::write_batch(dir, specs, CASE_TIMEOUT_S, &python.nixl).map_err(write)?;
-            let mut cmd = Command::new(&python.python);
-            cmd.arg(&python.driver).arg(dir);
             let limit = Duration::from_secs(180 + n * (CASE_TIMEOUT_S + 5));
-            let f = run_bounded(cmd, &dir.join("driver-output"), limit)?;
-            let who = python.python.display().to_string();
-            match f.status {
-                Some(3) => {
-                    let missing: Vec<&str> =
-                        f.stderr.lines().filter(|l| l.starts_with("  - ")).collect();
-                    return Err(BatchError::ApiDrift {
-                        python: who,
-                        missing: missing.join("\n"),
-                    });
-                }
-                Some(0) | None => {}
-                Some(status) => {
-                    let wrote_results = prepared
-                        .iter()
-                        .flatten()
-                        .any(|p| dir.join(&p.id).join("result.json").is_file());
-                    if !wrote_results {
-                        let last = f
-                            .stderr
-                            .lines()
-                            .rev()
-                            .find(|l| !l.trim().is_empty())
-                            .unwrap_or("(nothing on stderr)")
-                            .trim()
-                            .to_string();
-                        return Err(BatchError::Driver {
-                            python: who,
-                            status,
-                            last,
-                        });
-                    }
-                }
+            let run = python.driver_run();
+            let scratch = dir.join("driver-output");
+            match run_driver(&run, &python.driver, &[dir.as_os_str()], &scratch, limit) {
+                Ok(f) => killed = f.timed_out(),
+                // A driver that failed after some cases wrote their results:
+                // those are judged, the others have none.
+                Err(e)
+                    if e.ended_with_a_status()
+                        && prepared
+                            .iter()
+                            .flatten()
+                            .any(|p| dir.join(&p.id).join("result.json").is_file()) => {}
+                Err(e) => return Err(e.into()),
             }
-            killed = f.timed_out();
         }
         let mut judged = Vec::with_capacity(cases.len());
         for (case, p) in cases.iter().zip(prepared) {

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::*;
-use crate::live::NixlRun;
+use crate::driver::{scratch_for, DriverError, NixlRun};
 
 fn case(prompt_len: u32) -> Case {
     let g = crate::geometry::parse_geometry(
@@ -122,15 +122,19 @@ fn the_drivers_failures_are_the_batchs_errors() {
         &[case(5)],
     );
     match drift {
-        Err(BatchError::ApiDrift { missing, .. }) => {
-            assert_eq!(missing, "  - sglang.srt.disaggregation.nixl.conn")
+        Err(BatchError::Driver(DriverError::ApiDrift { missing, .. })) => {
+            assert_eq!(missing, ["sglang.srt.disaggregation.nixl.conn"])
         }
         other => panic!("{other:?}"),
     }
     match run_with("echo 'no module named sglang' >&2; exit 1\n", &[case(5)]) {
-        Err(BatchError::Driver { status, last, .. }) => {
-            assert_eq!(status, 1);
-            assert_eq!(last, "no module named sglang");
+        Err(BatchError::Driver(DriverError::Failed {
+            status,
+            stderr_tail,
+            ..
+        })) => {
+            assert_eq!(status, Some(1));
+            assert_eq!(stderr_tail, "no module named sglang");
         }
         other => panic!("{other:?}"),
     }

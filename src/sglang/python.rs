@@ -4,8 +4,17 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::driver::{project_root, DriverKind, DriverRun, NixlRun};
+
 /// The environment variable naming the interpreter.
 pub const ENV: &str = "KVGEOM_SGLANG_PYTHON";
+
+/// SGLang's driver, as the shared driver room names it.
+pub static SGLANG_DRIVER: DriverKind = DriverKind {
+    stack: "SGLang",
+    nixl_install_hint: "install NIXL's Python package into that interpreter with \
+         `scripts/install-sglang.sh --nixl` (nixl==1.5.1 and nixl-cu13==1.5.1)",
+};
 
 /// Why there is no interpreter to run SGLang's transfer.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -39,12 +48,24 @@ pub struct SglangPython {
     /// `sglang-driver/driver.py`.
     pub driver: PathBuf,
     /// What moves the bytes (`--nixl`; the stand-in unless resolved otherwise).
-    pub nixl: crate::live::NixlRun,
+    pub nixl: NixlRun,
+}
+
+impl SglangPython {
+    /// The driver this interpreter runs, as the shared room's errors name
+    /// it (SGLang's version is read by the driver, not before).
+    pub fn driver_run(&self) -> DriverRun {
+        DriverRun {
+            kind: &SGLANG_DRIVER,
+            python: self.python.clone(),
+            version: None,
+        }
+    }
 }
 
 /// The interpreter to use, or why there is none.
 pub fn find(flag: Option<&Path>) -> Result<SglangPython, PythonError> {
-    let root = crate::live::python::project_root();
+    let root = project_root();
     let (python, from) = match (flag, std::env::var_os(ENV)) {
         (Some(p), _) => (p.to_path_buf(), "--sglang-python".to_string()),
         (None, Some(p)) if !p.is_empty() => (PathBuf::from(p), ENV.to_string()),
@@ -63,6 +84,6 @@ pub fn find(flag: Option<&Path>) -> Result<SglangPython, PythonError> {
     Ok(SglangPython {
         python,
         driver,
-        nixl: crate::live::NixlRun::StandIn,
+        nixl: NixlRun::StandIn,
     })
 }

@@ -37,27 +37,12 @@ pub enum BatchError {
         /// Why.
         source: std::io::Error,
     },
-    /// The interpreter could not be started or waited for.
-    #[error("{0}")]
-    Process(#[from] crate::live::process::ProcessError),
-    /// The installed SGLang lacks what the driver drives (driver exit 3).
-    #[error("the SGLang at {python} cannot be driven (its API differs from what sglang-driver/ drives):\n{missing}")]
-    ApiDrift {
-        /// The interpreter.
-        python: String,
-        /// The driver's lines naming each missing piece.
-        missing: String,
-    },
-    /// The driver failed before any case (a broken interpreter, no SGLang).
-    #[error("the SGLang driver failed under {python} (exit {status}): {last}")]
-    Driver {
-        /// The interpreter.
-        python: String,
-        /// Its exit status.
-        status: i32,
-        /// The last line it wrote on stderr.
-        last: String,
-    },
+    /// The driver could not run the batch: missing, not started, short of
+    /// memory, an SGLang whose API differs from what `sglang-driver/`
+    /// drives, real NIXL unavailable, or a failure before any case wrote
+    /// its result (a broken interpreter, no SGLang).
+    #[error(transparent)]
+    Driver(#[from] crate::driver::DriverError),
     /// A case's trace could not be written.
     #[error("{0}")]
     Trace(#[from] super::trace_file::SglangTraceError),
@@ -78,7 +63,7 @@ impl TraceTarget {
     pub fn path_of(&self, case: &Case) -> PathBuf {
         match self {
             TraceTarget::Folder(dir) => {
-                dir.join(format!("{}.gz", crate::live::trace_file_name(case)))
+                dir.join(format!("{}.gz", crate::driver::trace_file_name(case)))
             }
             TraceTarget::File(path) => path.clone(),
         }

@@ -274,7 +274,7 @@ mod tests {
             python: "python".into(),
             source: crate::live::python::Source::Flag,
             vllm_version: "0.33.0".into(),
-            nixl: crate::live::NixlRun::StandIn,
+            nixl: crate::driver::NixlRun::StandIn,
             reference: None,
             provenance,
         };

@@ -12,10 +12,10 @@ use serde_json::{json, Value};
 
 use super::connector_log::ConnectorLog;
 use super::CodeUnderTest;
+use crate::driver::TRACE_MEMORY_LIMIT;
 use crate::layout::Side;
 use crate::live::protocol::{CaseResult, RESULT_FORMAT};
 use crate::live::run::spec_without_memory;
-use crate::live::TRACE_MEMORY_LIMIT;
 use crate::oracle::{BeforeImage, RankMemory};
 use crate::pattern::InitialFill;
 use crate::scenario::{shape_and_place, CaseRun, Outcome};
@@ -163,7 +163,7 @@ pub fn trace_of(
     path: &Path,
 ) -> Result<Value, TraceWriteError> {
     let case = &run.report.case;
-    let id = crate::live::trace_file_name(case);
+    let id = crate::driver::trace_file_name(case);
     let placed = match (&run.shape, &run.placement) {
         (Some(shape), Some(placement)) => Ok((shape.clone(), placement.clone())),
         _ => shape_and_place(case),
@@ -211,10 +211,10 @@ mod tests {
     use serde_json::Value;
 
     use super::{result_of, trace_of};
+    use crate::driver::TRACE_MEMORY_LIMIT;
     use crate::geometry::{load_geometry, Mode};
     use crate::layout::Side;
     use crate::live::run::{prepare, side_index};
-    use crate::live::TRACE_MEMORY_LIMIT;
     use crate::scenario::{Case, RunOptions};
     use crate::scheduler::DecodeAllocation;
     use crate::trace::base64;
@@ -260,7 +260,8 @@ mod tests {
                 std::path::Path::new("t.trace.json"),
             )
             .expect("written");
-            let prepared = prepare(&case, &crate::live::trace_file_name(&case)).expect("prepared");
+            let prepared =
+                prepare(&case, &crate::driver::trace_file_name(&case)).expect("prepared");
             let mut spec = serde_json::to_value(&prepared.spec).expect("spec");
             spec.as_object_mut().expect("object").remove("dir");
             assert_eq!(trace["case"], spec, "{label}");

@@ -483,7 +483,7 @@ pub fn run_sweep(
 }
 
 /// [`run_sweep`], saving each case's v2 trace (docs/trace-format.md) into
-/// `record_traces` when given, named by [`crate::live::trace_file_name`].
+/// `record_traces` when given, named by [`crate::driver::trace_file_name`].
 pub fn run_sweep_recording(
     cases: &[Case],
     checks: &[BlockCheck],

@@ -1271,15 +1271,22 @@ fn real_nixl_gives_the_stand_ins_verdicts_plans_and_memory() {
         return;
     };
     let driver = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("vllm-driver");
-    let real =
-        match kvgeom::internals::live::resolve(&python.python, &driver, live::NixlChoice::Real) {
-            Ok(r) => r.run,
-            Err(why) => {
-                skip(test, format_args!("no real NIXL ({why})"));
-                return;
-            }
-        };
-    assert!(matches!(real, live::NixlRun::Real { .. }), "{real:?}");
+    let real = match kvgeom::driver::resolve(
+        &live::VLLM_DRIVER,
+        &python.python,
+        &driver,
+        kvgeom::driver::NixlChoice::Real,
+    ) {
+        Ok(r) => r.run,
+        Err(why) => {
+            skip(test, format_args!("no real NIXL ({why})"));
+            return;
+        }
+    };
+    assert!(
+        matches!(real, kvgeom::driver::NixlRun::Real { .. }),
+        "{real:?}"
+    );
     let mut all = Vec::new();
     for mode in [Mode::Pull, Mode::Push] {
         all.extend(cases_in("deepseek-mla.toml", &[17, 65], mode));

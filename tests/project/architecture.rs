@@ -113,6 +113,13 @@ const LAYERS: &[Row] = &[
          (so above `scenario`); below `live`: a trace is judged without the live driver",
     ),
     row(
+        "driver",
+        8,
+        "the room every stack's Python driver shares (bounded runs, the ending classified, \
+         scratch folders, NIXL choice, trace names): cases and memory limits from `scenario`, \
+         below `live` and `sglang`, which drive vLLM's and SGLang's code through it",
+    ),
+    row(
         "live",
         9,
         "vLLM's Python connector driven over `scenario`'s prepared memory (above \

@@ -1,20 +1,15 @@
-//! Which NIXL moves the bytes of the vLLM driver's cases: the driver's
-//! stand-in (`vllm-driver/fake_nixl.py`, everywhere) or real NIXL agents
-//! over host memory (`vllm-driver/real_nixl.py`, where the `nixl` Python
-//! package loads in the driver's interpreter).
+//! Which NIXL moves the bytes of a driver's cases, for every stack: the
+//! driver's stand-in (`fake_nixl.py`, everywhere) or real NIXL agents over
+//! host memory (the driver's `real_nixl.py`, where the `nixl` Python
+//! package loads in the driver's interpreter), probed once per command.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use super::exit::DriverKind;
 use super::process::{run_bounded, ProcessError};
 
-/// The driver's exit status (and its probe's) when real NIXL was asked
-/// for and cannot run.
-pub const UNAVAILABLE_STATUS: i32 = 4;
-/// What `--nixl real` needs installed in the driver's interpreter.
-pub const INSTALL_HINT: &str = "install the nixl wheels into the driver's interpreter with \
-     `scripts/install-vllm.sh --nixl` (pinned nixl==1.5.1 and nixl-cu13==1.5.1)";
 /// The probe's answer on stdout, before the version (`real_nixl.py`).
 const VERSION_PREFIX: &str = "real NIXL version ";
 /// How long the probe (import NIXL, two agents, a READ and a WRITE) may take.
@@ -74,8 +69,10 @@ impl std::fmt::Display for NixlRun {
 
 /// Why real NIXL cannot run in the driver's interpreter.
 #[derive(Debug, thiserror::Error)]
-#[error("--nixl real: {}: {message}; {INSTALL_HINT}", python.display())]
+#[error("--nixl real: {}: {message}; {}", python.display(), driver.nixl_install_hint)]
 pub struct NixlUnavailable {
+    /// The driver whose interpreter was probed.
+    pub driver: &'static DriverKind,
     /// The driver's interpreter.
     pub python: PathBuf,
     /// What the probe said.
@@ -91,11 +88,12 @@ pub struct Resolved {
     pub note: Option<String>,
 }
 
-/// Resolve `choice` for the interpreter `python`: `real` and `auto` run the
-/// driver's probe (`DRIVER_DIR/real_nixl.py --probe`: import NIXL, create
-/// two agents, move bytes with a READ and a WRITE and deliver their
+/// Resolve `choice` for `driver`'s interpreter `python`: `real` and `auto`
+/// run the driver's probe (`DRIVER_DIR/real_nixl.py --probe`: import NIXL,
+/// create two agents, move bytes with a READ and a WRITE and deliver their
 /// notifications).
 pub fn resolve(
+    driver: &'static DriverKind,
     python: &Path,
     driver_dir: &Path,
     choice: NixlChoice,
@@ -116,6 +114,7 @@ pub fn resolve(
             note: Some(e.to_string()),
         }),
         Err(e) => Err(NixlUnavailable {
+            driver,
             python: python.to_path_buf(),
             message: e.to_string(),
         }),
@@ -147,7 +146,7 @@ fn probe(python: &Path, driver_dir: &Path) -> Result<String, ProbeError> {
     let mut cmd = Command::new(python);
     // -B: the probe leaves no __pycache__ in the project, as the driver does not.
     cmd.arg("-B").arg(&script).arg("--probe");
-    let scratch = super::process::scratch_for("nixl-probe");
+    let scratch = super::scratch::scratch_for("nixl-probe");
     let done = run_bounded(cmd, &scratch, PROBE_LIMIT);
     let _ = std::fs::remove_dir_all(&scratch);
     let done = done?;
@@ -190,9 +189,14 @@ fn probe(python: &Path, driver_dir: &Path) -> Result<String, ProbeError> {
 mod tests {
     use super::*;
 
+    static TEST_DRIVER: DriverKind = DriverKind {
+        stack: "Stack",
+        nixl_install_hint: "install the nixl wheels with `install.sh --nixl`",
+    };
+
     fn resolve(python: &str, choice: NixlChoice) -> Result<Resolved, NixlUnavailable> {
         let driver = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("vllm-driver");
-        super::resolve(Path::new(python), &driver, choice)
+        super::resolve(&TEST_DRIVER, Path::new(python), &driver, choice)
     }
 
     #[test]
@@ -210,7 +214,10 @@ mod tests {
             text.starts_with("--nixl real: /nonexistent/python: cannot start"),
             "{text}"
         );
-        assert!(text.contains("scripts/install-vllm.sh --nixl"), "{text}");
+        assert!(
+            text.ends_with("; install the nixl wheels with `install.sh --nixl`"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -1,15 +1,10 @@
-//! Running the driver's interpreter with a time-out: output goes to files,
+//! Running a driver's interpreter with a time-out: output goes to files,
 //! the child is polled and killed at the deadline, never waited out.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// Time the driver may take to import vLLM before its first case.
-pub const IMPORT_LIMIT: Duration = Duration::from_secs(240);
-/// Default time-out of one case inside the driver.
-pub const CASE_LIMIT: Duration = Duration::from_secs(10);
 
 /// Why a bounded child process could not be run.
 #[derive(Debug, thiserror::Error)]
@@ -65,19 +60,6 @@ impl Finished {
         let all: Vec<&str> = self.stderr.lines().collect();
         all[all.len().saturating_sub(lines)..].join("\n")
     }
-}
-
-/// A scratch folder for one bounded run named `what`, unique to the call:
-/// runs of one process in parallel (tests, or probes from several threads)
-/// never share the files their output is captured in.
-pub fn scratch_for(what: &str) -> std::path::PathBuf {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    std::env::temp_dir().join(format!(
-        "kvgeom-{what}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ))
 }
 
 /// Run `cmd` with stdout and stderr captured in `scratch`, killing it after `limit`.
