@@ -22,10 +22,13 @@
 //!   wrapper. [`memory`] holds the host and CUDA arenas they move bytes in.
 //! - [`under_test`]: the connector under test, one interface
 //!   ([`under_test::ConnectorUnderTest`]: place, run by batch, one
-//!   [`under_test::RunRecord`] per case) and one judge; kvgeom's connector
-//!   ([`under_test::run_case`] on a [`scenario::Case`]), vLLM's, and a
-//!   recorded trace replayed; SGLang's implements the same trait with its
-//!   own placement and record ([`sglang::connector`]). [`scenario`]: kvgeom's run of one placed
+//!   [`under_test::RunRecord`] per case), one neutral record and one judge,
+//!   knowing no driver protocol; kvgeom's connector
+//!   ([`under_test::run_case`] on a [`scenario::Case`]). vLLM's is
+//!   [`live::VllmConnector`], a recorded trace replayed
+//!   [`trace::run_trace::ReplayConnector`]; SGLang's implements the same
+//!   trait with its own placement and record ([`sglang::connector`]);
+//!   [`driver`] is what their Python drivers share. [`scenario`]: kvgeom's run of one placed
 //!   case; [`sweep`]: many cases (`sweep::plan` enumerates
 //!   them, `sweep::execute` runs them, `sweep::mutants` runs them per
 //!   defect, `under_test::expectations` compares a run with an expectation file).

@@ -141,7 +141,7 @@ pub(crate) fn kvgeom_explain(args: ExplainArgs) -> u8 {
     out!("{}", explain_text(&run));
     if let Some(path) = &args.record_trace {
         let code = crate::under_test::CodeUnderTest::kvgeom(case.variant);
-        if let Err(e) = crate::under_test::write_trace(&run, &code, path) {
+        if let Err(e) = crate::trace::write_trace(&run, &code, path) {
             eprintln!("error: --record-trace: {e}");
             return EXIT_BAD_INPUT;
         }

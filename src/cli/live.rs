@@ -5,14 +5,14 @@ use super::run_args::RequestsArg;
 use super::{default_paths, ExplainArgs, NixlArg, SweepArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::geometry::Mode;
 use crate::live;
+use crate::live::LiveReport;
 use crate::report::sweep_report::{self, Format};
 use crate::scenario::{shell_word, CaseReport, MemoryKind, TransportKind};
 use crate::sweep::plan;
 use crate::sweep::shard::{parse_shard, Shard};
 use crate::under_test::expectations::Expectations;
-use crate::under_test::vllm::{self, LiveReport};
 use crate::under_test::PlanComparison;
-use crate::under_test::{judge_sweep, CodeUnderTest, ConnectorLog, Release};
+use crate::under_test::{judge_sweep, CodeUnderTest, Release};
 use crate::variant::Variant;
 
 /// The interpreter with vLLM and `--nixl` resolved for it; `Err` is the
@@ -25,7 +25,7 @@ fn driver_python(
         eprintln!("error: {e}");
         EXIT_BAD_INPUT
     })?;
-    python.reference = CodeUnderTest::installed_vllm(&python).reference_policy();
+    python.reference = python.code_under_test().reference_policy();
     let driver_dir = crate::driver::project_root().join("vllm-driver");
     let resolved = crate::driver::resolve(
         &live::VLLM_DRIVER,
@@ -163,7 +163,7 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
         Ok(p) => p,
         Err(code) => return code,
     };
-    let under_test = CodeUnderTest::installed_vllm(&python);
+    let under_test = python.code_under_test();
     let all_cases: Vec<crate::scenario::Case> = all_cases
         .into_iter()
         .map(|case| crate::scenario::Case {
@@ -213,7 +213,7 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
     let (cases, shard) = super::shard_cases(all_cases, shard_of, &sources, &opts, &options);
     let checks = block_checks(&sources, &cases);
     let started = std::time::Instant::now();
-    let live = match vllm::run_sweep_requests(
+    let live = match live::run_sweep_requests(
         &cases,
         &checks,
         &python,
@@ -324,7 +324,7 @@ fn show_replays(
     }
     let minimal = if shrink {
         match crate::sweep::batch_shrink::shrink_batched(&failures, |cases| {
-            let tried = vllm::run_sweep_requests(
+            let tried = live::run_sweep_requests(
                 cases,
                 &[],
                 python,
@@ -728,7 +728,7 @@ pub fn live_explain(args: ExplainArgs) -> u8 {
         requests,
         ..live::Hooks::default()
     };
-    let ran = vllm::run_batch_checked(
+    let ran = live::run_batch_checked(
         std::slice::from_ref(&case),
         &checks,
         &python,
@@ -757,7 +757,7 @@ pub fn live_explain(args: ExplainArgs) -> u8 {
     let mut out = format!(
         "{} ({} via {}, {})\noutcome: {}\nplan vs kvgeom --policy vllm-0.33.0: {}\n",
         case_label(&live.report),
-        CodeUnderTest::installed_vllm(&python).describe(),
+        python.code_under_test().describe(),
         python.python.display(),
         python.nixl,
         live.report.outcome.describe(),
@@ -793,7 +793,7 @@ pub fn live_explain(args: ExplainArgs) -> u8 {
             blocks_line(b)
         ));
     }
-    let log = live.result.as_ref().map(ConnectorLog::of_driver);
+    let log = live.result.as_ref().map(live::connector_log);
     out.push_str(&super::run_lines::run_lines(
         log.as_ref(),
         live.oracle_input.as_ref(),

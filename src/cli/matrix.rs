@@ -16,10 +16,10 @@ use super::{AllocArg, ModeArg, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::defects::Defect;
 use crate::geometry::Mode;
 use crate::live;
+use crate::live::{DefectProbe, LiveReport, ProbeSeen};
 use crate::scenario::{Case, CaseReport, Outcome, Stats};
 use crate::sweep::plan;
 use crate::under_test::expectations::Expectations;
-use crate::under_test::vllm::{self, DefectProbe, LiveReport, ProbeSeen};
 use crate::under_test::{CodeUnderTest, Release};
 
 /// The JSON report's schema.
@@ -297,7 +297,7 @@ fn run_release(
             }
         }
     };
-    let code = CodeUnderTest::installed_vllm(&interpreter);
+    let code = interpreter.code_under_test();
     interpreter.reference = code.reference_policy();
     let column = |run| Column {
         python: python.to_path_buf(),
@@ -340,7 +340,7 @@ fn run_release(
             }
         }
     };
-    let live = match vllm::run_sweep_probed(
+    let live = match live::run_sweep_probed(
         &cases,
         &checks,
         &interpreter,

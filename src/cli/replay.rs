@@ -1,6 +1,6 @@
 //! `kvgeom sweep --connector replay TRACE...` and `kvgeom explain
 //! --connector replay TRACE`: recorded v2 traces replayed as a connector
-//! under test (`under_test::replay`), judged by the one judge.
+//! under test (`trace::run_trace`), judged by the one judge.
 
 use std::path::PathBuf;
 
@@ -8,9 +8,9 @@ use super::{ExplainArgs, SweepArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::report::sweep_report::{self, Format};
 use crate::scenario::{CaseReport, MemoryKind, TransportKind};
 use crate::sweep::shard::{self, Shard};
+use crate::trace::run_trace::ReplayConnector;
 use crate::trace::{is_v1_name, trace_inputs};
 use crate::under_test::expectations::Expectations;
-use crate::under_test::replay::ReplayConnector;
 use crate::under_test::{judge, judge_sweep, CodeUnderTest, ConnectorUnderTest, RunRecord};
 
 /// Why an option of a run does not apply to a replayed trace, which names

@@ -318,7 +318,7 @@ fn run_recorded(
         let run = crate::under_test::run_case_detailed(case, opts);
         let path = dir.join(format!("{}.gz", crate::driver::trace_file_name(case)));
         let code = CodeUnderTest::kvgeom(case.variant);
-        if let Err(e) = crate::under_test::write_trace(&run, &code, &path) {
+        if let Err(e) = crate::trace::write_trace(&run, &code, &path) {
             let mut first = failed.lock().unwrap_or_else(|p| p.into_inner());
             first.get_or_insert(e);
         }

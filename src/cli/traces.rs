@@ -10,12 +10,12 @@ use serde::Serialize;
 use super::{VariantArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::sglang::trace_file::{is_sglang_trace, read_json, SglangTrace};
 use crate::trace::check::{check_case, skipped_names, SkippedCheck};
+use crate::trace::run_trace::{
+    check_recorded, diff_recorded, explain_recorded, RecordedCase, RecordedCheck,
+};
 use crate::trace::{
     diff_against_connector, explain_difference, is_v1_name, registration_is_modelled, trace_inputs,
     TraceCase,
-};
-use crate::under_test::replay::{
-    check_recorded, diff_recorded, explain_recorded, RecordedCase, RecordedCheck,
 };
 use crate::under_test::Release;
 use crate::variant::Variant;
@@ -190,7 +190,7 @@ enum LoadError {
     #[error(transparent)]
     V1(#[from] crate::trace::TraceError),
     #[error(transparent)]
-    V2(#[from] crate::under_test::replay::RecordedError),
+    V2(#[from] crate::trace::run_trace::RecordedError),
     #[error(transparent)]
     Sglang(#[from] crate::sglang::trace_file::SglangTraceError),
 }

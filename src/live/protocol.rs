@@ -11,6 +11,9 @@ use serde::{Deserialize, Serialize};
 use crate::geometry::Geometry;
 use crate::scenario::HandshakeRecord;
 use crate::scheduler::DecodeAllocation;
+pub use crate::under_test::connector_log::{
+    DlistRecord, PostProcessCall, RegionZeroCall, XferRecord,
+};
 
 /// The `format` of `batch.json`.
 pub const BATCH_FORMAT: &str = "kvgeom-vllm-batch/1";
@@ -170,73 +173,6 @@ pub struct CaseResult {
     /// from results of drivers before it: direct).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_path: Option<String>,
-}
-
-/// A prepared descriptor list, rows expanded to `(addr, len, dev)`.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
-pub struct DlistRecord {
-    /// The agent that prepared the list.
-    pub agent: String,
-    /// The list's handle, as the transfers name it.
-    pub handle: u64,
-    /// `local`, or the remote agent's name.
-    pub target: String,
-    /// The NIXL memory type the list was prepared with (`DRAM` or `VRAM`).
-    pub mem: String,
-    /// One `(address, length in bytes, device)` per descriptor.
-    pub rows: Vec<(u64, u64, u32)>,
-}
-
-/// One transfer vLLM made.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
-pub struct XferRecord {
-    /// The agent that posted the transfer.
-    pub agent: String,
-    /// `READ` or `WRITE`.
-    pub op: String,
-    /// Handle of the local list.
-    pub local: u64,
-    /// Desc ids into the local list; position k pairs with `remote_ids[k]`.
-    pub local_ids: Vec<u32>,
-    /// Handle of the remote list.
-    pub remote: u64,
-    /// Desc ids into the remote list.
-    pub remote_ids: Vec<u32>,
-    /// Whether the transfer was posted (not only created).
-    pub posted: bool,
-}
-
-/// One call of vLLM's `post_process_device_kv_on_receive` on a decode rank.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct PostProcessCall {
-    /// The decode agent.
-    pub agent: String,
-    /// Local kernel block / remote kernel block.
-    pub block_size_ratio: u32,
-    /// Per request and attention group: `(group, local kernel block ids,
-    /// remote-sized sub-blocks the transfer covered)`.
-    pub block_ids_list: Vec<(u32, Vec<u32>, u64)>,
-    /// Whether vLLM asked for the block-size or layout conversion.
-    pub convert: bool,
-    /// The byte ranges the call set to zero, `(addr, len)` in the agent's
-    /// regions; `None` when not measured (regions above the driver's limit,
-    /// or a call that raised; absent from drivers before it).
-    #[serde(default)]
-    pub zeroed: Option<Vec<(u64, u64)>>,
-}
-
-/// One call of vLLM's `_zero_region_blocks` on a decode rank.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct RegionZeroCall {
-    /// The decode agent.
-    pub agent: String,
-    /// Per region, the kernel blocks cleared.
-    pub region_block_ids: Vec<Vec<u32>>,
-    /// The byte ranges the call set to zero, as in [`PostProcessCall`].
-    #[serde(default)]
-    pub zeroed: Option<Vec<(u64, u64)>>,
 }
 
 /// How a case's request reaches vLLM's workers (`request_path` of the

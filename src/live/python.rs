@@ -11,6 +11,7 @@ use crate::driver::{
     address_space_limit, memory_failure, project_root, run_bounded, scratch_for, DriverKind,
     DriverRun, NixlRun, ProcessError,
 };
+use crate::under_test::{CodeUnderTest, SourceTree};
 
 /// The script that installs the project's venv.
 pub const INSTALL_SCRIPT: &str = "scripts/install-vllm.sh";
@@ -159,6 +160,23 @@ pub struct Interpreter {
 }
 
 impl Interpreter {
+    /// vLLM's connector as this interpreter has it installed: its version,
+    /// and the files that differ from the release's or the checkout it is.
+    /// Only an unmodified install of a release in the table is that release.
+    pub fn code_under_test(&self) -> CodeUnderTest {
+        let mut code = CodeUnderTest::vllm(&self.vllm_version);
+        code.modified_files = self.provenance.modified_files.clone();
+        code.source = self.provenance.source.as_ref().map(|c| SourceTree {
+            path: c.path.clone(),
+            commit: c.commit.clone(),
+            dirty: c.dirty,
+        });
+        if code.release().is_none() {
+            code.policy = None;
+        }
+        code
+    }
+
     /// The driver this interpreter runs, as the shared room's errors name it.
     pub fn driver_run(&self) -> DriverRun {
         DriverRun {
@@ -292,6 +310,55 @@ pub fn find(flag: Option<&Path>, pinned: &str) -> Result<Interpreter, FindError>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn installed(provenance: Provenance) -> CodeUnderTest {
+        let python = Interpreter {
+            python: "python".into(),
+            source: Source::Flag,
+            vllm_version: "0.33.0".into(),
+            nixl: crate::driver::NixlRun::StandIn,
+            reference: None,
+            provenance,
+        };
+        python.code_under_test()
+    }
+
+    #[test]
+    fn a_modified_install_or_a_checkout_of_a_release_is_not_that_release() {
+        let plain = installed(Provenance::default());
+        assert_eq!(plain, CodeUnderTest::vllm("0.33.0"));
+        assert_eq!(plain.describe(), "vLLM 0.33.0");
+        let modified = installed(Provenance {
+            modified_files: vec!["vllm/a.py".into(), "vllm/b.py (deleted)".into()],
+            source: None,
+        });
+        assert_eq!(modified.describe(), "vLLM 0.33.0, modified: 2 files");
+        assert!(modified.release().is_none());
+        assert_eq!(
+            (modified.policy.as_deref(), modified.expectations()),
+            (None, None)
+        );
+        let json = serde_json::to_value(installed(Provenance {
+            modified_files: vec!["vllm/a.py".into()],
+            source: None,
+        }))
+        .expect("JSON");
+        assert_eq!(json["modified_files"], serde_json::json!(["vllm/a.py"]));
+        let tree = installed(Provenance {
+            modified_files: Vec::new(),
+            source: Some(Checkout {
+                path: "/src/vllm".into(),
+                commit: "0123456789abcdef0123".into(),
+                dirty: true,
+            }),
+        });
+        assert_eq!(
+            tree.describe(),
+            "vLLM 0.33.0 from /src/vllm at 0123456789ab, with local changes"
+        );
+        assert_eq!(tree.reference_policy(), None);
+        assert!(tree.source.as_ref().is_some_and(|t| t.dirty));
+    }
 
     #[test]
     fn a_missing_interpreter_is_named_as_it_was_given_with_the_install_hint() {

@@ -1,7 +1,7 @@
 //! Live cases: kvgeom prepares each case's memory exactly as its own
 //! scenario does, the driver runs vLLM's connector on it, and each case's
 //! driver output goes to the caller's judge while the driver's folder still
-//! holds its final memory (`under_test::vllm` judges it).
+//! holds its final memory (`live::connector` turns it into a run record for the judge).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

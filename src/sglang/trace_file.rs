@@ -22,7 +22,8 @@ use crate::limits::{read_capped, MAX_INPUT_BYTES, MAX_PROMPT_LEN};
 use crate::scenario::Case;
 use crate::scheduler::DecodeAllocation;
 use crate::trace::base64;
-use crate::under_test::{CodeUnderTest, ConnectorKind, TRACE_FORMAT_V3};
+use crate::trace::TRACE_FORMAT_V3;
+use crate::under_test::{CodeUnderTest, ConnectorKind};
 use crate::variant::Variant;
 
 /// The most memory (both engines' KV regions and state tensors) a traced

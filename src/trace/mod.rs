@@ -1,6 +1,8 @@
 //! vLLM NIXL geometry traces. Version 2 (`kvgeom-vllm-trace/2`, one case of
-//! the live driver per file) is a serialised run record, read and judged as
-//! a connector under test (`under_test::replay`). Version 1
+//! the live driver per file) and version 3 (`kvgeom-trace/3`, what ran
+//! named too) are serialised run records, read and judged as a connector
+//! under test ([`run_trace`]); kvgeom's own run of a case is written as
+//! one by [`write_trace`]. Version 1
 //! (`vllm-nixl-geometry-trace/1`): reading them
 //! into typed events ([`read_trace`], [`TraceEvent`]; [`format`](mod@format)
 //! documents every event and field), extracting one case
@@ -30,7 +32,9 @@ pub(crate) mod reader;
 pub(crate) mod registration;
 pub(crate) mod reissue;
 pub(crate) mod replay;
+pub mod run_trace;
 pub(crate) mod text_file;
+pub(crate) mod trace_writer;
 pub(crate) mod v1_counts;
 pub(crate) mod v1_fields;
 
@@ -48,3 +52,4 @@ pub use reader::{decompress, parse_trace, read_trace, TraceFile, TraceLine};
 pub use registration::{registration_is_modelled, NotTheTracedModel};
 pub use reissue::{reissue, ReissueError, Relocation};
 pub use replay::{diff_against_connector, replay, Replay, ReplayError};
+pub use trace_writer::{write_trace, TraceWriteError, TRACE_FORMAT_V3};

@@ -111,23 +111,6 @@ impl CodeUnderTest {
         }
     }
 
-    /// vLLM's connector as `python` has it installed: its version, and
-    /// the files that differ from the release's or the checkout it is. Only
-    /// an unmodified install of a release in the table is that release.
-    pub fn installed_vllm(python: &crate::live::Interpreter) -> CodeUnderTest {
-        let mut code = CodeUnderTest::vllm(&python.vllm_version);
-        code.modified_files = python.provenance.modified_files.clone();
-        code.source = python.provenance.source.as_ref().map(|c| SourceTree {
-            path: c.path.clone(),
-            commit: c.commit.clone(),
-            dirty: c.dirty,
-        });
-        if code.release().is_none() {
-            code.policy = None;
-        }
-        code
-    }
-
     /// The code as a person reads it: `vLLM 0.33.0`, then `, modified: N
     /// files` or ` from PATH at COMMIT` (`, with local changes`) when it is
     /// not the release as published.
@@ -267,56 +250,6 @@ mod tests {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         assert!(root.join(release.expectations).is_file());
         assert!(root.join(release.api.checker).is_file());
-    }
-
-    fn installed(provenance: crate::live::python::Provenance) -> CodeUnderTest {
-        let python = crate::live::Interpreter {
-            python: "python".into(),
-            source: crate::live::python::Source::Flag,
-            vllm_version: "0.33.0".into(),
-            nixl: crate::driver::NixlRun::StandIn,
-            reference: None,
-            provenance,
-        };
-        CodeUnderTest::installed_vllm(&python)
-    }
-
-    #[test]
-    fn a_modified_install_or_a_checkout_of_a_release_is_not_that_release() {
-        use crate::live::python::{Checkout, Provenance};
-        let plain = installed(Provenance::default());
-        assert_eq!(plain, CodeUnderTest::vllm("0.33.0"));
-        assert_eq!(plain.describe(), "vLLM 0.33.0");
-        let modified = installed(Provenance {
-            modified_files: vec!["vllm/a.py".into(), "vllm/b.py (deleted)".into()],
-            source: None,
-        });
-        assert_eq!(modified.describe(), "vLLM 0.33.0, modified: 2 files");
-        assert!(modified.release().is_none());
-        assert_eq!(
-            (modified.policy.as_deref(), modified.expectations()),
-            (None, None)
-        );
-        let json = serde_json::to_value(installed(Provenance {
-            modified_files: vec!["vllm/a.py".into()],
-            source: None,
-        }))
-        .expect("JSON");
-        assert_eq!(json["modified_files"], serde_json::json!(["vllm/a.py"]));
-        let tree = installed(Provenance {
-            modified_files: Vec::new(),
-            source: Some(Checkout {
-                path: "/src/vllm".into(),
-                commit: "0123456789abcdef0123".into(),
-                dirty: true,
-            }),
-        });
-        assert_eq!(
-            tree.describe(),
-            "vLLM 0.33.0 from /src/vllm at 0123456789ab, with local changes"
-        );
-        assert_eq!(tree.reference_policy(), None);
-        assert!(tree.source.as_ref().is_some_and(|t| t.dirty));
     }
 
     #[test]

@@ -2,15 +2,16 @@
 //! connector-neutral form: the regions each rank registered, every
 //! descriptor list (role, memory type, rows), every transfer, the receive
 //! post-process calls and every handshake. kvgeom's connector writes it
-//! from its recording transport; vLLM's driver and a recorded trace report
-//! it as they ran. The trace writer serialises it; `explain` and the
+//! from its recording transport; each driver's connector converts its own
+//! report into it (vLLM's in `live`, a recorded trace's in `trace`). The trace writer serialises it; `explain` and the
 //! tests read it the same way for every connector.
 
 use std::collections::BTreeMap;
 
+use serde::{Deserialize, Serialize};
+
 use crate::connector::post_process::{asks_for_conversion, zeroed_ranges};
 use crate::layout::Side;
-use crate::live::protocol::{CaseResult, DlistRecord, PostProcessCall, RegionZeroCall, XferRecord};
 use crate::nixl::recording::Event;
 use crate::nixl::{AgentId, DlistTarget, MemKind, XferHandle, XferOp};
 use crate::scenario::{CaseRun, HandshakeRecord};
@@ -34,19 +35,76 @@ pub struct ConnectorLog {
     pub handshakes: Vec<HandshakeRecord>,
 }
 
-impl ConnectorLog {
-    /// A driver's report (vLLM's live driver, or a recorded trace of it).
-    pub fn of_driver(result: &CaseResult) -> Self {
-        ConnectorLog {
-            regions: result.regions.clone(),
-            dlists: result.dlists.clone(),
-            xfers: result.xfers.clone(),
-            post_process_calls: result.post_process_calls.clone(),
-            region_zero_calls: result.region_zero_calls.clone(),
-            handshakes: result.handshakes.clone(),
-        }
-    }
+/// A prepared descriptor list, rows expanded to `(addr, len, dev)`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+pub struct DlistRecord {
+    /// The agent that prepared the list.
+    pub agent: String,
+    /// The list's handle, as the transfers name it.
+    pub handle: u64,
+    /// `local`, or the remote agent's name.
+    pub target: String,
+    /// The NIXL memory type the list was prepared with (`DRAM` or `VRAM`).
+    pub mem: String,
+    /// One `(address, length in bytes, device)` per descriptor.
+    pub rows: Vec<(u64, u64, u32)>,
+}
 
+/// One transfer the connector made.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+pub struct XferRecord {
+    /// The agent that posted the transfer.
+    pub agent: String,
+    /// `READ` or `WRITE`.
+    pub op: String,
+    /// Handle of the local list.
+    pub local: u64,
+    /// Desc ids into the local list; position k pairs with `remote_ids[k]`.
+    pub local_ids: Vec<u32>,
+    /// Handle of the remote list.
+    pub remote: u64,
+    /// Desc ids into the remote list.
+    pub remote_ids: Vec<u32>,
+    /// Whether the transfer was posted (not only created).
+    pub posted: bool,
+}
+
+/// One call of the receive post-process on a decode rank (vLLM's
+/// `post_process_device_kv_on_receive`).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostProcessCall {
+    /// The decode agent.
+    pub agent: String,
+    /// Local kernel block / remote kernel block.
+    pub block_size_ratio: u32,
+    /// Per request and attention group: `(group, local kernel block ids,
+    /// remote-sized sub-blocks the transfer covered)`.
+    pub block_ids_list: Vec<(u32, Vec<u32>, u64)>,
+    /// Whether the call asked for the block-size or layout conversion.
+    pub convert: bool,
+    /// The byte ranges the call set to zero, `(addr, len)` in the agent's
+    /// regions; `None` when not measured (regions above the driver's limit,
+    /// or a call that raised; absent from older drivers).
+    #[serde(default)]
+    pub zeroed: Option<Vec<(u64, u64)>>,
+}
+
+/// One region-mapped zeroing call on a decode rank (vLLM's
+/// `_zero_region_blocks`).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegionZeroCall {
+    /// The decode agent.
+    pub agent: String,
+    /// Per region, the kernel blocks cleared.
+    pub region_block_ids: Vec<Vec<u32>>,
+    /// The byte ranges the call set to zero, as in [`PostProcessCall`].
+    #[serde(default)]
+    pub zeroed: Option<Vec<(u64, u64)>>,
+}
+
+impl ConnectorLog {
     /// kvgeom's run: each agent's regions and every list and transfer the
     /// recording transport logged, its handshakes, and one receive
     /// post-process call per decode rank that planned any group.

@@ -7,12 +7,12 @@
 use serde::Serialize;
 
 use super::code::{CodeUnderTest, ConnectorKind};
+use super::connector_log::ConnectorLog;
 use super::expectations::Expectations;
+use super::post_process_calls::{first_call_difference, logged_calls, CallKey};
 use super::record::RunRecord;
 use crate::geometry::{Geometry, Mode};
 use crate::layout::{CaseLayout, Side};
-use crate::live::post_process_calls::{first_call_difference, vllm_calls, CallKey};
-use crate::live::protocol::CaseResult;
 use crate::nixl::DescRow;
 use crate::oracle::{self, OracleInput, Violation};
 use crate::scenario::{CaseReport, Outcome, Stats};
@@ -219,17 +219,17 @@ fn stop_kind(outcome: &Outcome) -> &'static str {
 }
 
 /// `plan`, unequal from the first difference of the post-process calls
-/// when the pairs were equal (both runs moved bytes): the driver's in
-/// `result`, the reference's `calls`.
+/// when the pairs were equal (both runs moved bytes): the driver's in its
+/// `log`, the reference's `calls`.
 pub(crate) fn with_post_process(
     plan: PlanComparison,
-    result: &CaseResult,
+    log: &ConnectorLog,
     calls: &[CallKey],
 ) -> PlanComparison {
     if !plan.equal {
         return plan;
     }
-    match first_call_difference(result, calls, &vllm_calls(result)) {
+    match first_call_difference(log, calls, &logged_calls(log)) {
         Some(d) => PlanComparison {
             equal: false,
             first_difference: Some(d),

@@ -48,7 +48,6 @@ impl KvgeomConnector {
             memory_bytes: estimate(case).peak_bytes,
             log: RunLog::Nothing,
             uncompared: None,
-            blocks: None,
         };
         (record, run)
     }

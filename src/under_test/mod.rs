@@ -11,21 +11,17 @@
 
 mod code;
 pub mod connector_log;
-pub(crate) mod driver;
 pub mod expectations;
 pub mod judge;
 pub mod kvgeom;
+pub(crate) mod post_process_calls;
 pub mod record;
-pub mod replay;
-pub mod trace_writer;
-pub mod vllm;
 
 pub use code::*;
 pub use connector_log::ConnectorLog;
 pub use judge::{judge, judge_sweep, PlanComparison, SweepVerdict};
 pub use kvgeom::{run_case, run_case_detailed, KvgeomConnector};
 pub use record::{RunLog, RunOutcome, RunRecord};
-pub use trace_writer::{write_trace, TraceWriteError, TRACE_FORMAT_V3};
 
 use crate::scenario::Case;
 pub use crate::scenario::Placed;

@@ -3,8 +3,6 @@
 
 use super::connector_log::ConnectorLog;
 use crate::layout::Side;
-use crate::live::protocol::CaseResult;
-use crate::live::BlocksComparison;
 use crate::oracle::OracleInput;
 use crate::scenario::{Case, CaseRun, Outcome};
 
@@ -80,28 +78,6 @@ impl RunOutcome {
             Outcome::NotReachable { reason } => RunOutcome::NotReachable { reason },
         }
     }
-
-    /// A driver's `status`, `side` and `message` (`done`, `rejected`,
-    /// `crashed`, `hung`; anything else: the driver could not run the case).
-    pub fn from_driver(status: &str, side: Option<&str>, message: Option<&str>) -> Self {
-        let message = message.unwrap_or_default().to_string();
-        let side = match side {
-            Some("prefill") => Side::Prefill,
-            _ => Side::Decode,
-        };
-        match status {
-            "done" => RunOutcome::Completed,
-            "rejected" => RunOutcome::Refused {
-                side,
-                reason: message,
-            },
-            "crashed" => RunOutcome::Crashed { side, message },
-            "hung" => RunOutcome::Hung { message },
-            _ => RunOutcome::NotRun {
-                message: format!("vLLM driver: {message}"),
-            },
-        }
-    }
 }
 
 /// The connector's own log of the run: where the regions each rank
@@ -111,9 +87,9 @@ pub enum RunLog {
     /// kvgeom's connector: the recording transport (registrations, lists,
     /// transfers), the planned transfers and the post-process per rank.
     Kvgeom(Box<CaseRun>),
-    /// A driver's report of the connector it ran (vLLM's live driver, or a
-    /// recorded v2 trace of it).
-    Driver(Box<CaseResult>),
+    /// What a driver reported of the connector it ran (vLLM's live driver,
+    /// or a recorded trace of it), converted by that connector's module.
+    Driver(Box<ConnectorLog>),
     /// The connector never ran the case.
     Nothing,
 }
@@ -143,10 +119,6 @@ pub struct RunRecord {
     /// Why this run's plan cannot be compared with another's: the harness
     /// could not use what the connector did (`None`: it can).
     pub uncompared: Option<String>,
-    /// For a connector that derives the geometry's blocks itself (vLLM's
-    /// driver, for a geometry that names its model config): its blocks
-    /// against the geometry's.
-    pub blocks: Option<BlocksComparison>,
 }
 
 impl RunRecord {
@@ -162,7 +134,6 @@ impl RunRecord {
             memory_bytes: 0,
             log: RunLog::Nothing,
             uncompared: Some(why),
-            blocks: None,
         }
     }
 
@@ -172,15 +143,15 @@ impl RunRecord {
     pub fn connector_log(&self) -> Option<ConnectorLog> {
         match &self.log {
             RunLog::Kvgeom(run) => Some(ConnectorLog::of_kvgeom(run)),
-            RunLog::Driver(result) => Some(ConnectorLog::of_driver(result)),
+            RunLog::Driver(log) => Some((**log).clone()),
             RunLog::Nothing => None,
         }
     }
 
-    /// The driver's report, when a driver ran the case.
-    pub fn driver_result(&self) -> Option<&CaseResult> {
+    /// The driver's log, when a driver ran the case.
+    pub fn driver_log(&self) -> Option<&ConnectorLog> {
         match &self.log {
-            RunLog::Driver(r) => Some(r),
+            RunLog::Driver(log) => Some(log),
             _ => None,
         }
     }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use kvgeom::connector::NamedPolicy;
 use kvgeom::geometry::Mode;
 use kvgeom::layout::Side;
+use kvgeom::live::LiveReport;
 use kvgeom::live::{self, Interpreter};
 use kvgeom::oracle;
 use kvgeom::scenario::{Case, Outcome, RunOptions};
@@ -19,7 +20,6 @@ use kvgeom::scheduler::DecodeAllocation;
 use kvgeom::sweep::plan;
 use kvgeom::under_test::expectations::Expectations;
 use kvgeom::under_test::run_case;
-use kvgeom::under_test::vllm::{self, LiveReport};
 use kvgeom::under_test::{CodeUnderTest, Release};
 use kvgeom::variant::Variant;
 
@@ -134,7 +134,7 @@ fn vllm_agrees_with_the_reproduction_on_a_handful_of_cases() {
     all.extend(cases("mla-decode-logical-larger.toml", &[3]));
     all.extend(cases("gqa-prefill-logical-larger.toml", &[5]));
     assert!(all.len() >= 6);
-    let live = vllm::run_batch(&all, &python, Duration::from_secs(30)).expect("driver runs");
+    let live = live::run_batch(&all, &python, Duration::from_secs(30)).expect("driver runs");
     assert_eq!(live.len(), all.len());
     let mut moved = 0;
     for (case, l) in all.iter().zip(&live) {
@@ -181,10 +181,10 @@ fn vllm_agrees_with_the_reproduction_on_a_handful_of_cases() {
 /// the case's own placement), and the bytes pass every oracle.
 #[test]
 fn vllm_runs_the_placement_it_is_given() {
+    use kvgeom::live::VllmConnector;
     use kvgeom::live::{DriverSettings, Hooks};
     use kvgeom::scenario::shape_and_place;
     use kvgeom::under_test::judge::plan_keys;
-    use kvgeom::under_test::vllm::VllmConnector;
     use kvgeom::under_test::{judge, run_case_detailed, ConnectorUnderTest};
 
     let Some(python) = interpreter("vllm_runs_the_placement_it_is_given") else {
@@ -217,9 +217,9 @@ fn vllm_runs_the_placement_it_is_given() {
             std::slice::from_ref(&case),
             vec![shape_and_place(&elsewhere)],
             &|record| {
-                let input = record.observed.as_ref().expect("vLLM completed");
+                let input = record.run.observed.as_ref().expect("vLLM completed");
                 let blocks = input.case.blocks().clone();
-                (blocks, plan_keys(input), judge(&record))
+                (blocks, plan_keys(input), judge(&record.run))
             },
         )
         .expect("driver runs");
@@ -266,7 +266,7 @@ fn hybrids_on_vllm_agree_with_the_reproduction() {
     ];
     let unbuildable = all.len();
     all.extend(unbuildable_kda_cases());
-    let live = vllm::run_batch(&all, &python, Duration::from_secs(30)).expect("driver runs");
+    let live = live::run_batch(&all, &python, Duration::from_secs(30)).expect("driver runs");
     assert_eq!(live.len(), all.len());
     let mut failed_as_known = 0;
     for (case, l) in all.iter().zip(&live).take(unbuildable) {
@@ -397,9 +397,9 @@ fn only_the_bytes_reveal_a_skipped_receive_post_process() {
     // tensors the mamba state shares; skipping it shows in their bytes too.
     all.extend(cases("g1-mla-kda-ppl3-vs-2.toml", &[5]));
     all.extend(cases("nemotron-h-gqa-mamba2-hnd.toml", &[9]));
-    let healthy = vllm::run_batch(&all, &python, Duration::from_secs(30)).expect("driver runs");
+    let healthy = live::run_batch(&all, &python, Duration::from_secs(30)).expect("driver runs");
     let faulty =
-        vllm::run_batch_with(&all, &python, Duration::from_secs(30), true).expect("driver runs");
+        live::run_batch_with(&all, &python, Duration::from_secs(30), true).expect("driver runs");
     for (ok, bad) in healthy.iter().zip(&faulty) {
         let label = format!(
             "{} N={}",
@@ -746,7 +746,7 @@ fn vllm_push_agrees_with_the_reproduction_and_the_expectations() {
     all.extend(push("gqa-prefill-logical-larger.toml", &[5]));
     all.extend(push("mla-decode-logical-larger.toml", &[3, 13]));
     all.extend(push("g1-mla-kda-ppl3-vs-2.toml", &[29]));
-    let live = vllm::run_batch(&all, &python, Duration::from_secs(30)).expect("driver runs");
+    let live = live::run_batch(&all, &python, Duration::from_secs(30)).expect("driver runs");
     assert_eq!(live.len(), all.len());
     let expected = expectations();
     let (mut pinned, mut moved) = (0, 0);
@@ -900,7 +900,7 @@ fn a_blocked_push_case_is_hung_and_does_not_poison_the_batch() {
         ..live::Hooks::default()
     };
     let live =
-        vllm::run_batch_hooked(&all, &python, Duration::from_secs(4), &hooks).expect("driver runs");
+        live::run_batch_hooked(&all, &python, Duration::from_secs(4), &hooks).expect("driver runs");
     assert_eq!(live.len(), all.len());
     let text = live[0].report.outcome.describe();
     assert!(
@@ -929,7 +929,7 @@ fn vllm_lists_state_only_in_the_slots_holding_a_mamba_layer() {
     let mut all = cases_in(file, &[9], Mode::Pull);
     all.extend(cases_in(file, &[9], Mode::Push));
     assert_eq!(all[0].geometry.model.state_slot_count(), 3);
-    let live = vllm::run_batch(&all, &python, Duration::from_secs(30)).expect("driver runs");
+    let live = live::run_batch(&all, &python, Duration::from_secs(30)).expect("driver runs");
     for (case, l) in all.iter().zip(&live) {
         let label = label(case);
         assert!(l.plan.equal, "{label}: {:?}", l.plan.first_difference);
@@ -1293,12 +1293,12 @@ fn real_nixl_gives_the_stand_ins_verdicts_plans_and_memory() {
         all.extend(cases_in("g1-mla-kda-ppl3-vs-2.toml", &[17, 33], mode));
     }
     let limit = Duration::from_secs(30);
-    let stand_in = vllm::run_batch(&all, &python, limit).expect("driver runs (stand-in)");
+    let stand_in = live::run_batch(&all, &python, limit).expect("driver runs (stand-in)");
     let real_python = Interpreter {
         nixl: real,
         ..python.clone()
     };
-    let real_live = vllm::run_batch(&all, &real_python, limit).expect("driver runs (real NIXL)");
+    let real_live = live::run_batch(&all, &real_python, limit).expect("driver runs (real NIXL)");
     assert_eq!((stand_in.len(), real_live.len()), (all.len(), all.len()));
     let expected = expectations();
     let mut vram_lists = 0;

@@ -59,7 +59,7 @@ fn a_vllm_with_a_file_unlike_its_record_is_reported_modified_and_is_no_release()
         };
         let python = python_with_site(&dir, &site, &python3.to_string_lossy());
         let found = live::find(Some(&python), pinned).expect("the probe reads the package");
-        let code = CodeUnderTest::installed_vllm(&found);
+        let code = found.code_under_test();
         if modified {
             assert_eq!(found.provenance.modified_files, ["vllm/worker.py"]);
             assert_eq!(code.describe(), format!("vLLM {pinned}, modified: 1 file"));

@@ -14,7 +14,6 @@ use kvgeom::live::{self, Interpreter, RequestPath, Requests};
 use kvgeom::scenario::Case;
 use kvgeom::scheduler::DecodeAllocation;
 use kvgeom::sweep::plan;
-use kvgeom::under_test::vllm;
 use kvgeom::under_test::{CodeUnderTest, Release};
 use kvgeom::variant::Variant;
 
@@ -105,7 +104,7 @@ fn scheduler_requests_pass_name_their_path_and_count_unreachable_apart() {
         case(file, 40, 8, DecodeAllocation::Mainline),
         case(file, 40, 16, DecodeAllocation::WithLastToken),
     ];
-    let live = vllm::run_sweep_requests(
+    let live = live::run_sweep_requests(
         &cases,
         &[],
         &python,

@@ -107,10 +107,12 @@ const LAYERS: &[Row] = &[
         "one case end to end: `oracle`, `variant`, `scheduler`, the connector",
     ),
     row(
-        "trace",
+        "under_test",
         8,
-        "vLLM traces replayed through the connector and compared with `scenario`'s run \
-         (so above `scenario`); below `live`: a trace is judged without the live driver",
+        "the connector-under-test interface, the neutral run record, the one judge and the \
+         expectations, over `scenario` (kvgeom's own connector); it knows no driver protocol: \
+         `live`, `trace` and `sglang` rank above it and convert their drivers' logs into its \
+         record",
     ),
     row(
         "driver",
@@ -122,14 +124,15 @@ const LAYERS: &[Row] = &[
     row(
         "live",
         9,
-        "vLLM's Python connector driven over `scenario`'s prepared memory (above \
-         `scenario` and `trace`), below the sweeps that run it",
+        "vLLM's Python connector driven over `scenario`'s prepared memory through `driver`, as \
+         a connector under test whose driver results it converts into `under_test`'s record",
     ),
     row(
-        "under_test",
+        "trace",
         10,
-        "the connector-under-test interface: kvgeom's (`scenario`), vLLM's (`live`) and \
-         a replayed trace (`trace`) behind one run and one judge, below what runs them",
+        "vLLM traces replayed through the connector and compared with `scenario`'s run; \
+         recorded v2/v3 run traces read as a connector under test, their driver results \
+         converted with `live`'s reading (so above `live`)",
     ),
     row(
         "sweep",
@@ -950,19 +953,28 @@ fn an_import_within_one_rank_is_caught() {
 }
 
 #[test]
-fn the_imports_once_pending_are_caught_again() {
-    // `trace` → `live` and `live` → `sweep` were allowed while the
-    // connector-under-test interface replaced them; no allowance is left.
+fn under_test_importing_a_driver_protocol_is_caught() {
+    // `under_test` is the interface, the neutral record and the judge: each
+    // connector converts its own driver's log into the record in its own
+    // module, so `under_test` imports none of them (nor the driver room).
     assert!(PENDING.is_empty(), "{PENDING:?}");
     let problems = planted(&[
-        ("src/trace/recorded.rs", "use crate::live::run::prepare;\n"),
-        ("src/trace/mod.rs", "pub(crate) mod recorded;\n"),
+        (
+            "src/under_test/record.rs",
+            "use crate::live::protocol::CaseResult;\nuse crate::sglang::result::DriverResult;\n\
+             use crate::trace::run_trace::RecordedCase;\nuse crate::driver::DriverRun;\n",
+        ),
+        ("src/under_test/mod.rs", "pub mod record;\n"),
     ]);
+    let rule =
+        "an import must point to a strictly lower rank (tests/project/architecture.rs LAYERS)";
     assert_eq!(
         problems,
         [
-            "src/trace/recorded.rs:1: `trace` (rank 8) imports `live` (rank 9): \
-          an import must point to a strictly lower rank (tests/project/architecture.rs LAYERS)"
+            format!("src/under_test/record.rs:1: `under_test` (rank 8) imports `live` (rank 9): {rule}"),
+            format!("src/under_test/record.rs:2: `under_test` (rank 8) imports `sglang` (rank 11): {rule}"),
+            format!("src/under_test/record.rs:3: `under_test` (rank 8) imports `trace` (rank 10): {rule}"),
+            format!("src/under_test/record.rs:4: `under_test` (rank 8) imports `driver` (rank 8): {rule}"),
         ]
     );
     assert!(stale_pending(&[]).is_empty());

@@ -1406,7 +1406,7 @@ fn at<'a>(v: &'a mut Value, path: &[String]) -> &'a mut Value {
 
 /// [`hostile_values_never_panic`] on one fixture, its memory images left out.
 fn hostile_values_of(base: &str) {
-    use kvgeom::under_test::replay::{check_recorded, diff_recorded, RecordedCase};
+    use kvgeom::trace::run_trace::{check_recorded, diff_recorded, RecordedCase};
     use kvgeom::variant::Variant;
 
     let mut trace = load(base);
@@ -1544,10 +1544,10 @@ fn all_fixtures() -> Vec<PathBuf> {
     paths
 }
 
-/// The reports of the replay connector (`under_test::replay`) on `paths`,
+/// The reports of the replay connector (`trace::run_trace`) on `paths`,
 /// each record judged by the one judge.
 fn replayed(paths: &[PathBuf]) -> Vec<kvgeom::scenario::CaseReport> {
-    use kvgeom::under_test::replay::ReplayConnector;
+    use kvgeom::trace::run_trace::ReplayConnector;
     use kvgeom::under_test::{judge, ConnectorUnderTest};
     let connector = ReplayConnector::open(paths).expect("the traces read");
     let cases = connector.cases();
@@ -1563,7 +1563,7 @@ fn replayed(paths: &[PathBuf]) -> Vec<kvgeom::scenario::CaseReport> {
 #[test]
 fn a_replayed_trace_is_judged_as_check_trace_judges_it() {
     use kvgeom::scenario::Outcome;
-    use kvgeom::under_test::replay::{check_recorded, RecordedCase, RecordedCheck};
+    use kvgeom::trace::run_trace::{check_recorded, RecordedCase, RecordedCheck};
     let paths = all_fixtures();
     assert_eq!(paths.len(), 16, "the v2 fixtures");
     let reports = replayed(&paths);

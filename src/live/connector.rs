@@ -8,25 +8,25 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::driver::resolve_pairs;
-use super::judge::{
-    compare_plans, judge, not_run, plan_keys, plan_of, with_post_process, PlanComparison,
-};
-use super::kvgeom::run_placed_detailed;
-use super::record::{RunLog, RunOutcome, RunRecord};
-use super::{ConnectorUnderTest, Placed};
-use crate::connector::NamedPolicy;
-use crate::layout::Side;
-use crate::live::post_process_calls::{kvgeom_calls, CallKey};
-use crate::live::protocol::CaseResult;
-use crate::live::run::{read_final_memory, read_result};
-use crate::live::{
+use super::driver_log::{connector_log, run_outcome};
+use super::pairs::resolve_pairs;
+use super::protocol::CaseResult;
+use super::run::{read_final_memory, read_result};
+use super::{
     run_in_scratch, BatchError, BlockCheck, BlocksComparison, DriverCase, DriverSettings, Hooks,
     Interpreter, Prepared, RequestPath, Requests, SchedulerComparison,
 };
+use crate::connector::NamedPolicy;
+use crate::layout::Side;
 use crate::oracle::{MemoryImages, OracleInput};
 use crate::scenario::shape_and_place;
 use crate::scenario::{Case, CaseReport, RunOptions};
+use crate::under_test::judge::{
+    compare_plans, judge, not_run, plan_keys, plan_of, with_post_process, Plan, PlanComparison,
+};
+use crate::under_test::kvgeom::run_placed_detailed;
+use crate::under_test::post_process_calls::{kvgeom_calls, CallKey};
+use crate::under_test::{ConnectorUnderTest, Placed, Release, RunLog, RunOutcome, RunRecord};
 use crate::variant::Variant;
 
 /// One live case: its report (judged on vLLM's final memory) and the plan comparison.
@@ -117,6 +117,18 @@ enum Retention {
     Verdicts,
 }
 
+/// What one case's run through vLLM's connector left: the neutral run
+/// record the one judge reads, and what only vLLM's driver reports.
+pub struct VllmRecord {
+    /// The run record (its log converted from the driver's result).
+    pub run: RunRecord,
+    /// The driver's result, when it wrote one.
+    pub result: Option<CaseResult>,
+    /// vLLM's blocks against the geometry's, for a geometry that names its
+    /// model config.
+    pub blocks: Option<BlocksComparison>,
+}
+
 /// vLLM's Python connector, run by driver processes.
 pub struct VllmConnector<'a> {
     /// How the driver processes run (the interpreter, the block checks,
@@ -127,7 +139,7 @@ pub struct VllmConnector<'a> {
 impl ConnectorUnderTest for VllmConnector<'_> {
     type Error = BatchError;
     type Placement = Placed;
-    type Record = RunRecord;
+    type Record = VllmRecord;
 
     /// The driver sends vLLM's workers the request kvgeom's scenario
     /// places, so the placement is kvgeom's.
@@ -142,7 +154,7 @@ impl ConnectorUnderTest for VllmConnector<'_> {
         &self,
         cases: &[Case],
         placed: Vec<Placed>,
-        judge: &(dyn Fn(RunRecord) -> T + Sync),
+        judge: &(dyn Fn(VllmRecord) -> T + Sync),
     ) -> Result<Vec<T>, BatchError> {
         run_in_scratch(cases, placed, self.driver, &|dc: DriverCase<'_>| {
             judge(driver_record(dc))
@@ -151,17 +163,17 @@ impl ConnectorUnderTest for VllmConnector<'_> {
 }
 
 /// A driver case as a run record.
-fn driver_record(dc: DriverCase<'_>) -> RunRecord {
+fn driver_record(dc: DriverCase<'_>) -> VllmRecord {
     let case = dc.case;
     let blocks = dc.blocks;
+    let not_run = |outcome| VllmRecord {
+        run: RunRecord::not_run(case, outcome),
+        result: None,
+        blocks: blocks.clone(),
+    };
     let p = match dc.prepared {
         Ok(p) => p,
-        Err(outcome) => {
-            return RunRecord {
-                blocks,
-                ..RunRecord::not_run(case, RunOutcome::from_outcome(outcome))
-            }
-        }
+        Err(outcome) => return not_run(RunOutcome::from_outcome(outcome)),
     };
     let result = match read_result(&dc.case_dir, dc.nixl) {
         Ok(r) => r,
@@ -177,17 +189,10 @@ fn driver_record(dc: DriverCase<'_>) -> RunRecord {
                     message: format!("the vLLM driver left no result: {e}"),
                 }
             };
-            return RunRecord {
-                blocks,
-                ..RunRecord::not_run(case, outcome)
-            };
+            return not_run(outcome);
         }
     };
-    let outcome = RunOutcome::from_driver(
-        &result.status,
-        result.side.as_deref(),
-        result.message.as_deref(),
-    );
+    let outcome = run_outcome(&result);
     let observed = match &outcome {
         RunOutcome::Completed => observed(&dc.case_dir, case, p, &result),
         RunOutcome::NotRun { message } => Err((outcome.clone(), message.clone())),
@@ -197,7 +202,7 @@ fn driver_record(dc: DriverCase<'_>) -> RunRecord {
         Ok(observed) => (outcome, observed, None),
         Err((outcome, why)) => (outcome, None, Some(why)),
     };
-    RunRecord {
+    let run = RunRecord {
         case: case.clone(),
         outcome,
         observed,
@@ -205,8 +210,12 @@ fn driver_record(dc: DriverCase<'_>) -> RunRecord {
         zeroed_bytes: 0,
         // vLLM owns the tensors: kvgeom's estimate of its own run does not apply.
         memory_bytes: 0,
-        log: RunLog::Driver(Box::new(result)),
+        log: RunLog::Driver(Box::new(connector_log(&result))),
         uncompared,
+    };
+    VllmRecord {
+        run,
+        result: Some(result),
         blocks,
     }
 }
@@ -252,7 +261,7 @@ fn observed(
 
 /// kvgeom's run of a case: its plan and post-process calls.
 struct Reference {
-    plan: super::judge::Plan,
+    plan: Plan,
     calls: Vec<CallKey>,
 }
 
@@ -300,8 +309,8 @@ impl Reference {
             None => Err(judged.clone()),
         };
         let compared = compare_plans(&self.plan, &plan);
-        match (record.driver_result(), plan.is_ok()) {
-            (Some(result), true) => with_post_process(compared, result, &self.calls),
+        match (record.driver_log(), plan.is_ok()) {
+            (Some(log), true) => with_post_process(compared, log, &self.calls),
             _ => compared,
         }
     }
@@ -312,7 +321,7 @@ impl Reference {
 fn reference_policy(case: &Case) -> NamedPolicy {
     match case.variant {
         Variant::Policy(policy) => policy,
-        Variant::Defect(_) => super::Release::pinned().policy,
+        Variant::Defect(_) => Release::pinned().policy,
     }
 }
 
@@ -363,11 +372,7 @@ fn probe_case(
 /// the same: the same exception type, or vLLM's words (after the type)
 /// among kvgeom's. Two stops alike in kind only are no evidence of the
 /// same decision.
-fn same_exception(
-    reference: &super::judge::Plan,
-    record: &RunRecord,
-    judged: &crate::scenario::Outcome,
-) -> bool {
+fn same_exception(reference: &Plan, record: &RunRecord, judged: &crate::scenario::Outcome) -> bool {
     if record.observed.is_some() {
         return true;
     }
@@ -411,12 +416,17 @@ fn same_stop_words(k: &str, v: &str) -> bool {
 /// kvgeom's under the reference policy (and, for a vLLM kvgeom does not
 /// model, under kvgeom's own), and the defect probes asked for.
 fn judge_driver_case(
-    mut record: RunRecord,
+    record: VllmRecord,
     pinned: bool,
     retention: Retention,
     probes: &[DefectProbe],
     placed: Option<&Placed>,
 ) -> LiveReport {
+    let VllmRecord {
+        run: mut record,
+        result,
+        blocks,
+    } = record;
     let probed = probe_case(&record, probes, placed);
     let report = judge(&record);
     let case = &record.case;
@@ -428,18 +438,12 @@ fn judge_driver_case(
         None => Reference::of(case, reference_policy(case), placed)
             .compare(&record, &record.outcome.to_outcome()),
     };
-    let ran = record.driver_result().is_some();
+    let ran = record.driver_log().is_some();
     let plan_kvgeom = (!pinned && ran).then(|| {
         Reference::of(case, NamedPolicy::Kvgeom, placed).compare(&record, &report.outcome)
     });
     let (result, oracle_input) = match retention {
-        Retention::Everything => {
-            let result = match std::mem::replace(&mut record.log, RunLog::Nothing) {
-                RunLog::Driver(result) => Some(*result),
-                _ => None,
-            };
-            (result, record.observed.take())
-        }
+        Retention::Everything => (result, record.observed.take()),
         Retention::Verdicts => (None, None),
     };
     LiveReport {
@@ -447,7 +451,7 @@ fn judge_driver_case(
         plan,
         result,
         oracle_input,
-        blocks: record.blocks,
+        blocks,
         plan_kvgeom,
         probes: probed,
         request_path: RequestPath::Direct,
@@ -457,7 +461,7 @@ fn judge_driver_case(
 }
 
 /// Run every case through vLLM's connector, in driver batches of at most
-/// [`CHUNK_MEMORY_BYTES`](crate::live::CHUNK_MEMORY_BYTES) of initial
+/// [`CHUNK_MEMORY_BYTES`](super::CHUNK_MEMORY_BYTES) of initial
 /// memory, keeping each case's driver result and oracle input. `Err` when
 /// the driver cannot run at all (the caller exits 2).
 pub fn run_batch(
@@ -529,7 +533,7 @@ pub fn run_sweep_probed(
         driver: DriverSettings {
             python,
             checks,
-            case_limit: crate::live::CASE_LIMIT,
+            case_limit: super::CASE_LIMIT,
             hooks: &hooks,
             drivers,
         },

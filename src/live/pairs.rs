@@ -5,10 +5,9 @@
 
 use std::collections::HashMap;
 
+use super::protocol::{CaseResult, DlistRecord};
+use super::run::{side_index, Prepared};
 use crate::layout::Side;
-use crate::live::protocol::{CaseResult, DlistRecord};
-use crate::live::run::side_index;
-use crate::live::Prepared;
 use crate::nixl::recording::ResolvedPair;
 use crate::nixl::{AgentId, DescRow, XferOp};
 

@@ -3,9 +3,9 @@
 //! memory type and rows as (agent, region, offset, length).
 
 use super::recorded::RecordedCase;
+use crate::live::pairs::relocate;
 use crate::nixl::recording::Event;
 use crate::nixl::{DescRow, DlistTarget, MemKind};
-use crate::under_test::driver::relocate;
 use crate::under_test::judge::place_of;
 
 /// One prepared list, independent of addresses and handles: whose memory

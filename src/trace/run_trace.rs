@@ -23,13 +23,13 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
-use super::driver::resolve_pairs;
-use super::record::{RunLog, RunOutcome, RunRecord};
-use super::{ConnectorUnderTest, Placed};
 use crate::layout::Side;
+use crate::live::pairs::resolve_pairs;
+use crate::live::{connector_log, run_outcome};
 use crate::oracle::{MemoryImages, OracleInput};
 use crate::scenario::{Case, Placement};
 use crate::scheduler::request_shape;
+use crate::under_test::{ConnectorUnderTest, Placed, RunLog, RunOutcome, RunRecord};
 use recorded_judge::id_findings;
 
 /// Recorded v2 traces, each one case, replayed as a connector.
@@ -37,7 +37,7 @@ pub struct ReplayConnector {
     /// Each trace's file and the case it names, in the order given.
     traces: Vec<(PathBuf, Case, Placement)>,
     /// What ran in each trace, without repeats.
-    codes: Vec<super::CodeUnderTest>,
+    codes: Vec<crate::under_test::CodeUnderTest>,
 }
 
 impl ReplayConnector {
@@ -68,14 +68,14 @@ impl ReplayConnector {
     /// What ran: the code the traces record, when they all record one
     /// (replaying traces of several at once names none of them: `version`
     /// lists every version, sorted).
-    pub fn code_under_test(&self) -> super::CodeUnderTest {
+    pub fn code_under_test(&self) -> crate::under_test::CodeUnderTest {
         if let [one] = self.codes.as_slice() {
             return one.clone();
         }
         let versions: std::collections::BTreeSet<&str> =
             self.codes.iter().map(|c| c.version.as_str()).collect();
         let version = versions.into_iter().collect::<Vec<_>>().join(", ");
-        super::CodeUnderTest::vllm(&version)
+        crate::under_test::CodeUnderTest::vllm(&version)
     }
 
     /// The file of each case, in order.
@@ -166,14 +166,10 @@ pub fn run_record(rc: RecordedCase) -> RunRecord {
         let message = format!("{}: vLLM's {first}", rc.path.display());
         return RunRecord::not_run(&case, RunOutcome::NotRun { message });
     }
-    let outcome = RunOutcome::from_driver(
-        &rc.result.status,
-        rc.result.side.as_deref(),
-        rc.result.message.as_deref(),
-    );
+    let outcome = run_outcome(&rc.result);
     if outcome != RunOutcome::Completed {
         return RunRecord {
-            log: RunLog::Driver(Box::new(rc.result)),
+            log: RunLog::Driver(Box::new(connector_log(&rc.result))),
             uncompared: None,
             ..RunRecord::not_run(&case, outcome)
         };
@@ -219,8 +215,7 @@ pub fn run_record(rc: RecordedCase) -> RunRecord {
         bytes_observed,
         zeroed_bytes: 0,
         memory_bytes: 0,
-        log: RunLog::Driver(Box::new(result)),
+        log: RunLog::Driver(Box::new(connector_log(&result))),
         uncompared: None,
-        blocks: None,
     }
 }

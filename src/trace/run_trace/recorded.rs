@@ -20,8 +20,8 @@ use crate::live::run::{prepare, side_index, Prepared};
 use crate::scenario::memory_estimate::process_budget;
 use crate::scenario::{estimate_memory, Case};
 use crate::trace::base64;
+use crate::trace::TRACE_FORMAT_V3;
 use crate::trace::{decompress, TraceError};
-use crate::under_test::trace_writer::TRACE_FORMAT_V3;
 use crate::under_test::{CodeUnderTest, ConnectorKind, RELEASES};
 use crate::variant::Variant;
 

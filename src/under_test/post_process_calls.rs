@@ -1,13 +1,14 @@
-//! The receive post-process calls vLLM made in a driver's result (a live
-//! case or a v2 trace) and those of kvgeom's run of the case, compared
-//! independent of addresses: per decode agent, each call's block-size ratio, per attention group the local kernel blocks and
+//! The receive post-process calls a connector's log records (vLLM's live
+//! driver, a recorded trace) and those of kvgeom's run of the case,
+//! compared independent of addresses: per decode agent, each call's
+//! block-size ratio, per attention group the local kernel blocks and
 //! the remote-sized sub-blocks covered, whether it asks for the conversion,
 //! and (when the trace measured them) the byte ranges it zeroed, by region
 //! and offset.
 
 use std::fmt;
 
-use super::protocol::CaseResult;
+use super::connector_log::ConnectorLog;
 use crate::connector::post_process::{asks_for_conversion, zeroed_ranges};
 use crate::layout::Side;
 use crate::scenario::CaseRun;
@@ -67,8 +68,8 @@ fn total(ranges: &[Range]) -> u64 {
 }
 
 /// `addr` as (region, offset) among the agent's traced regions.
-fn place(result: &CaseResult, agent: &str, addr: u64, len: u64) -> Range {
-    let regions = result.regions.get(agent).map(Vec::as_slice).unwrap_or(&[]);
+fn place(log: &ConnectorLog, agent: &str, addr: u64, len: u64) -> Range {
+    let regions = log.regions.get(agent).map(Vec::as_slice).unwrap_or(&[]);
     for (i, &(base, bytes)) in regions.iter().enumerate() {
         if addr >= base && addr - base < bytes {
             return (Some(i), addr - base, len);
@@ -77,9 +78,9 @@ fn place(result: &CaseResult, agent: &str, addr: u64, len: u64) -> Range {
     (None, addr, len)
 }
 
-/// vLLM's post-process calls in a driver's result, in the order of their agents.
-pub(crate) fn vllm_calls(result: &CaseResult) -> Vec<CallKey> {
-    let mut out: Vec<CallKey> = result
+/// The post-process calls a connector's log records, in the order of their agents.
+pub(crate) fn logged_calls(log: &ConnectorLog) -> Vec<CallKey> {
+    let mut out: Vec<CallKey> = log
         .post_process_calls
         .iter()
         .map(|c| CallKey {
@@ -91,7 +92,7 @@ pub(crate) fn vllm_calls(result: &CaseResult) -> Vec<CallKey> {
                 merged(
                     ranges
                         .iter()
-                        .map(|&(addr, len)| place(result, &c.agent, addr, len))
+                        .map(|&(addr, len)| place(log, &c.agent, addr, len))
                         .collect(),
                 )
             }),
@@ -137,15 +138,15 @@ pub(crate) fn kvgeom_calls(run: &CaseRun, is_mla: bool) -> Vec<CallKey> {
 }
 
 /// The first difference of kvgeom's post-process calls (`ours`) and
-/// vLLM's (`theirs`, from `result`). Zeroed ranges are compared where the
-/// driver measured them. A region-mapped zeroing in the result is a
+/// the connector's (`theirs`, from its `log`). Zeroed ranges are compared where the
+/// driver measured them. A region-mapped zeroing in the log is a
 /// difference: kvgeom's connector never takes that path.
 pub(crate) fn first_call_difference(
-    result: &CaseResult,
+    log: &ConnectorLog,
     ours: &[CallKey],
     theirs: &[CallKey],
 ) -> Option<String> {
-    if let Some(call) = result.region_zero_calls.first() {
+    if let Some(call) = log.region_zero_calls.first() {
         return Some(format!(
             "post-process: vLLM zeroed region-mapped blocks on {} (its path for P and D \
              cache-group layouts that differ), which kvgeom's connector does not take",

@@ -8,13 +8,16 @@
 use super::recorded::{RecordedCase, RecordedError, RecordedErrorKind};
 use super::recorded_lists::{first_list_difference, rebuilt_lists, traced_lists, ListKey};
 use crate::layout::Side;
-use crate::live::post_process_calls::{first_call_difference, kvgeom_calls, vllm_calls, CallKey};
+use crate::live::connector_log;
+use crate::live::pairs::resolve_pairs;
 use crate::oracle::{self, MemoryImages, OracleInput, Violation};
 use crate::scenario::{Case, Outcome, RunOptions};
 use crate::trace::{smallest_explaining_set, Explanation};
-use crate::under_test::driver::resolve_pairs;
 use crate::under_test::judge::expected_outcome as judge;
 use crate::under_test::judge::{compare_plans, plan_keys};
+use crate::under_test::post_process_calls::{
+    first_call_difference, kvgeom_calls, logged_calls, CallKey,
+};
 use crate::under_test::run_case_detailed;
 use crate::variant::Variant;
 
@@ -255,7 +258,7 @@ fn traced_keys(rc: &RecordedCase) -> Result<RunKeys, RecordedError> {
     Ok(RunKeys {
         plan: traced_plan(rc)?,
         lists: traced_lists(rc),
-        calls: vllm_calls(&rc.result),
+        calls: logged_calls(&connector_log(&rc.result)),
     })
 }
 
@@ -301,7 +304,9 @@ fn first_difference(rc: &RecordedCase, kvgeom: &RunKeys, vllm: &RunKeys) -> Opti
         .first_difference
         .or_else(|| {
             both_moved
-                .then(|| first_call_difference(&rc.result, &kvgeom.calls, &vllm.calls))
+                .then(|| {
+                    first_call_difference(&connector_log(&rc.result), &kvgeom.calls, &vllm.calls)
+                })
                 .flatten()
         })
 }

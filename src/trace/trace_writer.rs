@@ -10,8 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use super::connector_log::ConnectorLog;
-use super::CodeUnderTest;
+use super::base64;
 use crate::driver::TRACE_MEMORY_LIMIT;
 use crate::layout::Side;
 use crate::live::protocol::{CaseResult, RESULT_FORMAT};
@@ -19,7 +18,7 @@ use crate::live::run::spec_without_memory;
 use crate::oracle::{BeforeImage, RankMemory};
 use crate::pattern::InitialFill;
 use crate::scenario::{shape_and_place, CaseRun, Outcome};
-use crate::trace::base64;
+use crate::under_test::{CodeUnderTest, ConnectorLog};
 
 /// The `format` of a trace that records its code under test.
 pub const TRACE_FORMAT_V3: &str = "kvgeom-trace/3";
