@@ -346,7 +346,7 @@ fn show_replays(
     };
     eprintln!("\nminimal replays:");
     for (r, m) in failures.iter().zip(&minimal) {
-        eprintln!("- {}: {}", case_label(r), r.outcome.describe());
+        eprintln!("- {}: {}", r.case.label(), r.outcome.describe());
         // A replay runs what moved the bytes here.
         let nixl = match python.nixl {
             crate::driver::NixlRun::Real { .. } => " --nixl real",
@@ -413,7 +413,7 @@ fn judge(
         for (l, p) in unequal.iter().take(10) {
             eprintln!(
                 "- {}: {}",
-                case_label(&l.report),
+                l.report.case.label(),
                 p.first_difference.as_deref().unwrap_or("")
             );
         }
@@ -436,7 +436,7 @@ fn judge(
         );
         for l in model_differs.iter().take(10) {
             let m = l.scheduler_model.as_ref().map(|m| m.differences.join("; "));
-            eprintln!("- {}: {}", case_label(&l.report), m.unwrap_or_default());
+            eprintln!("- {}: {}", l.report.case.label(), m.unwrap_or_default());
         }
     }
     let differing = block_differences(live);
@@ -458,7 +458,7 @@ fn judge(
                 failed = true;
                 eprintln!("\n{} of {} cases failed", bad.len(), reports.len());
                 for r in bad.iter().take(10) {
-                    eprintln!("- {}: {}", case_label(r), r.outcome.describe());
+                    eprintln!("- {}: {}", r.case.label(), r.outcome.describe());
                 }
             }
         }
@@ -514,17 +514,6 @@ fn model_config_of(checks: &[live::BlockCheck]) -> String {
     checks
         .first()
         .map_or_else(String::new, |c| c.source.hf_config.display().to_string())
-}
-
-fn case_label(r: &CaseReport) -> String {
-    format!(
-        "{} N={} h={} {} {}",
-        r.case.geometry_name(),
-        r.case.prompt_len,
-        r.case.prefix_hit,
-        r.case.mode,
-        r.case.allocation.as_str()
-    )
 }
 
 fn table(live: &[LiveReport], nixl: &crate::driver::NixlRun) -> String {
@@ -756,7 +745,7 @@ pub fn live_explain(args: ExplainArgs) -> u8 {
     };
     let mut out = format!(
         "{} ({} via {}, {})\noutcome: {}\nplan vs kvgeom --policy vllm-0.33.0: {}\n",
-        case_label(&live.report),
+        live.report.case.label(),
         python.code_under_test().describe(),
         python.python.display(),
         python.nixl,

@@ -677,17 +677,6 @@ fn count(reports: &[CaseReport]) -> Cell {
     cell
 }
 
-fn case_label(case: &Case) -> String {
-    format!(
-        "{} N={} h={} {} {}",
-        case.geometry_name(),
-        case.prompt_len,
-        case.prefix_hit,
-        case.mode,
-        case.allocation.as_str()
-    )
-}
-
 /// Each defect's probe in one release: on the cases that expose it (kvgeom's
 /// plans with and without its decision differ), how often vLLM's plan
 /// equals each.
@@ -708,7 +697,7 @@ fn defect_rows(ran: &Ran) -> Vec<DefectRow> {
             for (i, probes) in ran.probes.iter().enumerate() {
                 for (_, seen) in probes.iter().filter(|(x, _)| *x == d) {
                     row.exposed += 1;
-                    let label = || Some(case_label(&ran.reports[i].case));
+                    let label = || Some(ran.reports[i].case.label());
                     match seen {
                         ProbeSeen::With => {
                             row.with += 1;

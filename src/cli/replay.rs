@@ -316,12 +316,8 @@ pub fn replay_explain(args: ExplainArgs) -> u8 {
     let explained = connector.run(&cases, placed, &|record: RunRecord| {
         let report = judge(&record);
         let mut out = format!(
-            "{} N={} h={} {} {} (replayed from {})\noutcome: {}\n",
-            report.case.geometry_name(),
-            report.case.prompt_len,
-            report.case.prefix_hit,
-            report.case.mode,
-            report.case.allocation.as_str(),
+            "{} (replayed from {})\noutcome: {}\n",
+            report.case.label(),
             args.geometry.display(),
             report.outcome.describe()
         );

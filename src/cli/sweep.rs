@@ -281,15 +281,7 @@ pub(crate) fn kvgeom_sweep(args: SweepArgs) -> u8 {
         } else {
             r.case.clone()
         };
-        eprintln!(
-            "- {} N={} h={} {} {}: {}",
-            r.case.geometry_name(),
-            r.case.prompt_len,
-            r.case.prefix_hit,
-            r.case.mode,
-            r.case.allocation.as_str(),
-            r.outcome.describe()
-        );
+        eprintln!("- {}: {}", r.case.label(), r.outcome.describe());
         for v in r.violations.iter().take(3) {
             eprintln!("    {v}");
         }

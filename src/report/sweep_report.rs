@@ -163,13 +163,7 @@ pub fn junit(
             });
             JunitCase {
                 suite: c.geometry_name().to_string(),
-                name: format!(
-                    "N={} h={} {} {}",
-                    c.prompt_len,
-                    c.prefix_hit,
-                    c.mode,
-                    c.allocation.as_str()
-                ),
+                name: c.label_in_geometry(),
                 failure,
             }
         })

@@ -60,6 +60,24 @@ impl Case {
         &self.geometry.name
     }
 
+    /// The case as every report, message and expectations file names it:
+    /// `GEOMETRY N=PROMPT h=HIT MODE ALLOCATION`.
+    pub fn label(&self) -> String {
+        format!("{} {}", self.geometry_name(), self.label_in_geometry())
+    }
+
+    /// [`label`](Self::label) without the geometry, for a list already
+    /// grouped by geometry (a JUnit suite): `N=PROMPT h=HIT MODE ALLOCATION`.
+    pub fn label_in_geometry(&self) -> String {
+        format!(
+            "N={} h={} {} {}",
+            self.prompt_len,
+            self.prefix_hit,
+            self.mode,
+            self.allocation.as_str()
+        )
+    }
+
     /// The command that replays this case on its own.
     pub fn replay_command(&self) -> String {
         let target = self.file.as_ref().map_or_else(
@@ -253,7 +271,24 @@ impl CaseReport {
 
 #[cfg(test)]
 mod tests {
-    use super::shell_word;
+    use super::{shell_word, Case};
+
+    #[test]
+    fn a_case_is_labelled_the_same_everywhere() {
+        let case = Case {
+            geometry: std::sync::Arc::new(crate::geometry::fixtures::g1()),
+            file: None,
+            prompt_len: 13,
+            prefix_hit: 4,
+            mode: crate::geometry::Mode::Push,
+            allocation: crate::scheduler::DecodeAllocation::Mainline,
+            seed: 7,
+            variant: crate::variant::Variant::KVGEOM,
+        };
+        let name = case.geometry_name().to_string();
+        assert_eq!(case.label(), format!("{name} N=13 h=4 push mainline"));
+        assert_eq!(case.label_in_geometry(), "N=13 h=4 push mainline");
+    }
 
     #[test]
     fn a_word_a_shell_would_split_or_expand_is_quoted() {

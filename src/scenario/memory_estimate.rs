@@ -153,13 +153,9 @@ impl MemoryEstimate {
             what.push_str(&format!(", and {} {purpose}", human_bytes(bytes)));
         }
         format!(
-            "{} N={} h={} {} {}: needs about {} ({what}), more than {}; run a shorter prompt, \
+            "{}: needs about {} ({what}), more than {}; run a shorter prompt, \
              fewer layer slots or a smaller pool (num_logical_blocks), or raise {}",
-            case.geometry_name(),
-            case.prompt_len,
-            case.prefix_hit,
-            case.mode,
-            case.allocation.as_str(),
+            case.label(),
             human_bytes(need),
             budget.describe(),
             budget.raise_hint(),

@@ -244,7 +244,7 @@ impl Expectations {
             let covering: Vec<usize> = (0..self.failures.len())
                 .filter(|&i| self.failures[i].covers(&r.case))
                 .collect();
-            let label = case_label(&r.case);
+            let label = r.case.label();
             // A case vLLM's scheduler cannot make ran nowhere: neither an
             // unlisted failure nor a disagreement with its entry.
             if r.outcome.not_reachable() {
@@ -293,18 +293,6 @@ impl Expectations {
             })
             .collect()
     }
-}
-
-/// A case as the expectations name it.
-fn case_label(case: &Case) -> String {
-    format!(
-        "{} N={} h={} {} {}",
-        case.geometry_name(),
-        case.prompt_len,
-        case.prefix_hit,
-        case.mode,
-        case.allocation.as_str()
-    )
 }
 
 impl ExpectedFailure {
