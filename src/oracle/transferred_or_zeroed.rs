@@ -71,23 +71,28 @@ pub fn check(input: &OracleInput) -> Vec<Violation> {
     out
 }
 
-/// Every region of a rank as its initial fill left it.
+/// Every region of a rank as its initial fill left it. Each image is
+/// allocated fallibly: memory the system refuses is a violation saying the
+/// check could not run (kvgeom's own memory, not the connector's bytes),
+/// never an abort.
 fn initial_images(
     input: &OracleInput,
     layout: &EngineLayout,
     fill: &InitialFill,
 ) -> Result<Vec<ArenaBytes>, Box<Violation>> {
+    let fail = |message: String| {
+        Box::new(Violation::new(NAME, message).on(Some(layout.side()), Some(layout.tp_rank())))
+    };
     (0..layout.num_regions())
         .map(|region| {
-            let mut image = vec![0u8; layout.region_len() as usize];
+            let mut image = ArenaBytes::zeroed(layout.region_len()).map_err(|e| {
+                fail(format!(
+                    "cannot hold the initial image of region {region} to check it: {e}"
+                ))
+            })?;
             fill.fill_region(&input.case, region, &mut image)
-                .map(|()| image.into())
-                .map_err(|e| {
-                    Box::new(
-                        Violation::new(NAME, format!("cannot recompute the initial fill: {e}"))
-                            .on(Some(layout.side()), Some(layout.tp_rank())),
-                    )
-                })
+                .map(|()| image)
+                .map_err(|e| fail(format!("cannot recompute the initial fill: {e}")))
         })
         .collect()
 }
