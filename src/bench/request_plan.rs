@@ -161,7 +161,7 @@ pub enum PlanCause {
     },
     /// The plan's descriptor rows need more memory than the budget.
     #[error(transparent)]
-    OverBudget(#[from] OverBudget),
+    OverBudget(Box<OverBudget>),
     /// A transfer names an agent that is no engine rank.
     #[error("unexpected agent {name:?}")]
     UnexpectedAgent {
@@ -298,7 +298,7 @@ pub fn plan_request_within(
             rows.saturating_mul(ROW_BYTES),
             "use a larger kernel block, fewer layer slots or a smaller pool (num_logical_blocks)",
         )
-        .map_err(|e| fail(e.into()))?;
+        .map_err(|e| fail(PlanCause::OverBudget(Box::new(e))))?;
     let mut xfers = Vec::new();
     for x in posted {
         let rank_of = |name: Option<&str>| match name.and_then(Side::parse_agent_name) {

@@ -4,7 +4,7 @@
 //! docs/geometry-format.md ("SGLang geometries") describes it for users;
 //! `crate::sglang::state` models the tensors per rank.
 
-use std::fmt::{self, Write as _};
+use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
@@ -345,26 +345,11 @@ impl SglangState {
         serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
     }
 
-    /// Write `[model.state]`.
+    /// Write `[model.state]`: the fields in their declared order, those
+    /// of other kinds left out (the same serialisation as [`to_json`](Self::to_json)).
     pub fn write_toml(&self, out: &mut String) -> fmt::Result {
-        writeln!(out, "\n[model.state]\nkind = \"{}\"", self.kind.name())?;
-        let layers: Vec<String> = self.layers.iter().map(u32::to_string).collect();
-        writeln!(out, "layers = [{}]", layers.join(", "))?;
-        writeln!(out, "conv_kernel = {}", self.conv_kernel)?;
-        for (name, v) in [
-            ("n_groups", self.n_groups),
-            ("ssm_state_size", self.ssm_state_size),
-            ("num_heads", self.num_heads),
-            ("head_dim", self.head_dim),
-            ("num_k_heads", self.num_k_heads),
-            ("head_k_dim", self.head_k_dim),
-            ("num_v_heads", self.num_v_heads),
-            ("head_v_dim", self.head_v_dim),
-        ] {
-            if let Some(v) = v {
-                writeln!(out, "{name} = {v}")?;
-            }
-        }
+        out.push_str("\n[model.state]\n");
+        out.push_str(&toml::to_string(self).map_err(|_| fmt::Error)?);
         Ok(())
     }
 }
