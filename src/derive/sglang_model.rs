@@ -44,52 +44,12 @@ pub enum SglangAttention {
     },
 }
 
-/// The linear-attention mixer whose per-request state SGLang's `MambaPool`
-/// keeps, with its dimensions over all ranks.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SglangMixer {
-    /// Mamba2 (Nemotron-H, Falcon-H1, Granite-4.0-H): conv rows `x | B | C`,
-    /// groups replicated when the attention TP does not divide them.
-    Mamba2 {
-        /// `x`'s channels.
-        intermediate_size: u64,
-        /// B/C groups before replication.
-        n_groups: u64,
-        /// SSM heads.
-        num_heads: u64,
-        /// Channels per SSM head.
-        head_dim: u64,
-        /// SSM state per head channel.
-        state_size: u64,
-    },
-    /// Gated DeltaNet (Qwen3-Next): conv rows `q | k | v`, each sharded on
-    /// its own.
-    Gdn {
-        /// Key (and query) heads.
-        num_k_heads: u64,
-        /// Channels per key head.
-        head_k_dim: u64,
-        /// Value heads.
-        num_v_heads: u64,
-        /// Channels per value head.
-        head_v_dim: u64,
-    },
-    /// Kimi Delta Attention (Kimi-Linear): conv `[K-1, q | k | v]`.
-    Kda {
-        /// Heads.
-        num_heads: u64,
-        /// Channels per head.
-        head_dim: u64,
-    },
-}
-
 /// The linear layers' state over all ranks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SglangLinear {
-    /// The mixer and its dimensions.
-    pub mixer: SglangMixer,
-    /// The causal conv's kernel width `K` (the conv state keeps `K - 1` steps).
-    pub conv_kernel: u64,
+    /// The mixer and its dimensions, as both stacks read them (never
+    /// Mamba1: SGLang runs no Mamba1 family).
+    pub mixer: MambaArch,
     /// The temporal state's dtype name when the config sets
     /// `mamba_ssm_dtype` (families whose config SGLang reads it from).
     pub temporal_dtype: &'static str,
@@ -178,74 +138,20 @@ impl SglangModel {
     }
 }
 
-/// The state's mixer as SGLang's `MambaPool` takes it, and its temporal
-/// dtype: `mamba_ssm_dtype` for the families whose config SGLang reads it
+/// The state as SGLang's `MambaPool` takes it: the mixer and its temporal
+/// dtype, `mamba_ssm_dtype` for the families whose config SGLang reads it
 /// from (float32 when unset), float32 for the others.
 fn linear_state(
     config: &HfConfig,
     family: Family,
-    mamba: MambaArch,
+    mixer: MambaArch,
 ) -> Result<SglangLinear, DeriveError> {
-    let (mixer, conv_kernel) = match mamba {
-        MambaArch::Mamba2 {
-            intermediate_size,
-            n_groups,
-            num_heads,
-            head_dim,
-            state_size,
-            conv_kernel,
-        } => (
-            SglangMixer::Mamba2 {
-                intermediate_size,
-                n_groups,
-                num_heads,
-                head_dim,
-                state_size,
-            },
-            conv_kernel,
-        ),
-        MambaArch::Gdn {
-            num_k_heads,
-            num_v_heads,
-            head_k_dim,
-            head_v_dim,
-            conv_kernel,
-        } => (
-            SglangMixer::Gdn {
-                num_k_heads,
-                head_k_dim,
-                num_v_heads,
-                head_v_dim,
-            },
-            conv_kernel,
-        ),
-        MambaArch::Kda {
-            num_heads,
-            head_dim,
-            conv_kernel,
-        } => (
-            SglangMixer::Kda {
-                num_heads,
-                head_dim,
-            },
-            conv_kernel,
-        ),
-        MambaArch::Mamba1 { .. } => {
-            return Err(DeriveError::NotInSglang {
-                source_name: config.source.clone(),
-                model_type: config.model_type.clone(),
-                models: family.models(),
-                supported: sglang_supported_list(),
-            })
-        }
-    };
     let temporal_dtype = match family {
         Family::KimiLinear | Family::GraniteMoeHybrid => "float32",
         _ => temporal_dtype(config)?,
     };
     Ok(SglangLinear {
         mixer,
-        conv_kernel,
         temporal_dtype,
     })
 }

@@ -11,8 +11,9 @@
 //! path.
 
 use super::error::DeriveError;
+use super::families::MambaArch;
 use super::sglang_engine::{derive_sglang_engine, SglangEngine};
-use super::sglang_model::{SglangAttention, SglangLinear, SglangMixer, SglangModel};
+use super::sglang_model::{SglangAttention, SglangLinear, SglangModel};
 use crate::geometry::sglang_state::{SglangState, StateKind};
 use crate::geometry::{
     parse_geometry, to_toml_named_by_path, AttentionSpec, EngineGeometry, ExpectedRejection,
@@ -116,7 +117,7 @@ fn state_of(
     let mut state = SglangState {
         kind: StateKind::Mamba2,
         layers,
-        conv_kernel: n(linear.conv_kernel, "conv_kernel")?,
+        conv_kernel: n(linear.mixer.conv_kernel(), "conv_kernel")?,
         n_groups: None,
         ssm_state_size: None,
         num_heads: None,
@@ -126,29 +127,39 @@ fn state_of(
         num_v_heads: None,
         head_v_dim: None,
     };
+    // SGLang's files state x's channels as heads x head_dim.
+    if let MambaArch::Mamba2 {
+        intermediate_size: channels,
+        num_heads: heads,
+        head_dim: dim,
+        ..
+    } = linear.mixer
+    {
+        if channels != heads * dim {
+            return Err(unsupported(format!(
+                "the Mamba2 channels {channels} are not heads x head_dim ({heads} x {dim}); SGLang geometry files state that case only"
+            )));
+        }
+    }
     match linear.mixer {
-        SglangMixer::Mamba2 {
-            intermediate_size,
+        MambaArch::Mamba2 {
             n_groups,
+            state_size,
             num_heads,
             head_dim,
-            state_size,
+            ..
         } => {
-            if intermediate_size != num_heads * head_dim {
-                return Err(unsupported(format!(
-                    "the Mamba2 channels {intermediate_size} are not heads x head_dim ({num_heads} x {head_dim}); SGLang geometry files state that case only"
-                )));
-            }
             state.n_groups = Some(n(n_groups, "n_groups")?);
             state.ssm_state_size = Some(n(state_size, "ssm_state_size")?);
             state.num_heads = Some(n(num_heads, "num_heads")?);
             state.head_dim = Some(n(head_dim, "head_dim")?);
         }
-        SglangMixer::Gdn {
-            num_k_heads,
-            head_k_dim,
-            num_v_heads,
+        MambaArch::Gdn {
             head_v_dim,
+            num_v_heads,
+            head_k_dim,
+            num_k_heads,
+            ..
         } => {
             state.kind = StateKind::Gdn;
             state.num_k_heads = Some(n(num_k_heads, "num_k_heads")?);
@@ -156,13 +167,19 @@ fn state_of(
             state.num_v_heads = Some(n(num_v_heads, "num_v_heads")?);
             state.head_v_dim = Some(n(head_v_dim, "head_v_dim")?);
         }
-        SglangMixer::Kda {
+        MambaArch::Kda {
             num_heads,
             head_dim,
+            ..
         } => {
             state.kind = StateKind::Kda;
             state.num_heads = Some(n(num_heads, "num_heads")?);
             state.head_dim = Some(n(head_dim, "head_dim")?);
+        }
+        MambaArch::Mamba1 { .. } => {
+            return Err(unsupported(
+                "a Mamba1 state: SGLang geometry files state Mamba2, GDN and KDA".into(),
+            ))
         }
     }
     Ok(state)

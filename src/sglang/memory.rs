@@ -10,7 +10,7 @@
 use super::batch::{prepare, Prepared};
 use super::layout::EnginePools;
 use super::state::{StatePools, CONV_BYTES, TEMPORAL_BYTES};
-use crate::scenario::memory_estimate::{Budget, MemoryEstimate};
+use crate::scenario::memory_estimate::{Budget, EngineShare, MemoryEstimate};
 use crate::scenario::Case;
 
 /// Copies of every rank's pools a case holds at once: kvgeom's initial
@@ -79,22 +79,17 @@ pub fn estimate(p: &Prepared) -> MemoryEstimate {
             .as_ref()
             .map_or(0, |s| state_rank_bytes(if i == 0 { &s.0 } else { &s.1 }))
     };
-    let prefill_rank = kv_rank_bytes(&p.prefill) + state(0);
-    let decode_rank = kv_rank_bytes(&p.decode) + state(1);
-    let every =
-        prefill_rank * u128::from(p.prefill.attn_tp) + decode_rank * u128::from(p.decode.attn_tp);
-    let fit = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
-    MemoryEstimate {
-        prefill_rank_bytes: fit(prefill_rank),
-        decode_rank_bytes: fit(decode_rank),
-        prefill_ranks: p.prefill.attn_tp,
-        decode_ranks: p.decode.attn_tp,
-        prefill_pool: p.prefill.num_pages,
-        decode_pool: p.decode.num_pages,
-        arena_bytes: fit(every),
-        peak_bytes: fit(every),
-        every_rank_bytes: fit(every),
-    }
+    let share = |pools: &EnginePools, state: u128| EngineShare {
+        rank_bytes: kv_rank_bytes(pools) + state,
+        ranks: pools.attn_tp,
+        pool: pools.num_pages,
+    };
+    // Every rank is the driver's: all of them are touched.
+    MemoryEstimate::of_ranks(
+        share(&p.prefill, state(0)),
+        share(&p.decode, state(1)),
+        p.prefill.attn_tp,
+    )
 }
 
 /// A case that does not fit the budget.
