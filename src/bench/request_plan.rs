@@ -11,13 +11,14 @@
 //! worth, as vLLM prepares them): those bytes are counted and held to the
 //! memory budget before any row is written.
 
-use crate::connector::{ConnectorError, HandshakeError, Policy, ReadRequest};
+use crate::connector::{ConnectorError, HandshakeError, Policy};
 use crate::geometry::{Geometry, Mode};
 use crate::layout::{RequestBlocks, Side};
 use crate::nixl::{DescRow, DryRun, Recording};
 use crate::scenario::engines::{register_side, unbacked_ranks, Engines};
 use crate::scenario::memory_estimate::{process_budget, Budget, OverBudget};
 use crate::scenario::placement::{place, PlacementError};
+use crate::scenario::run::read_request;
 use crate::scenario::Outcome;
 use crate::scheduler::{request_shape, DecodeAllocation};
 
@@ -256,15 +257,7 @@ pub fn plan_request_within(
                 .add_remote_agent(&mut nixl, &meta, target, p_tp)
                 .map_err(connector)?;
         }
-        let req = ReadRequest {
-            request_id: "req-d".into(),
-            local_block_ids: blocks.decode_transfer.clone(),
-            remote_engine_id: Side::Prefill.as_str().into(),
-            remote_request_id: "req-p".into(),
-            remote_block_ids: blocks.prefill.clone(),
-            remote_tp_size: p_tp,
-            local_num_computed_blocks: Vec::new(),
-        };
+        let req = read_request(&blocks, p_tp, Vec::new());
         engines.decode[d]
             .worker
             .start_read(&mut nixl, &req)

@@ -12,7 +12,6 @@ use serde::Deserialize;
 use super::error::{Rule, Violation};
 use super::model::AttentionSpec;
 use super::pair::{ExpectedRejection, Geometry};
-use super::validate::MAX_PROMPTS;
 
 /// `expect_rejection`: one text for both modes, or a table naming the modes
 /// (`{ pull = "...", push = "..." }`) in which the pair must be refused.
@@ -102,15 +101,7 @@ pub(super) fn expand_prompts(entries: &[PromptEntry]) -> Result<Vec<u32>, Violat
         let start = u32::try_from(start).map_err(|_| too_long(start))?;
         let end = u32::try_from(end).map_err(|_| too_long(end))?;
         count += u64::from(end - start) + 1;
-        if count > MAX_PROMPTS {
-            return Err(Violation::new(
-                "prompts",
-                Rule::TooManyPrompts {
-                    count,
-                    limit: MAX_PROMPTS,
-                },
-            ));
-        }
+        super::validate::prompt_count_within(count)?;
         spans.push((i, start, end));
     }
     let mut seen = HashSet::new();
