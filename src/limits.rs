@@ -18,6 +18,12 @@ pub const MAX_PROMPTS: u64 = 100_000;
 /// included), in bytes.
 pub const MAX_PAGE_BYTES: u64 = 1 << 30;
 
+/// Most conv channels of one linear-attention layer of an SGLang hybrid
+/// model (`[model.state]`: Mamba2 `x | B | C`, GDN and KDA `q | k | v`),
+/// before TP splits them. One slot's conv or temporal state of one layer
+/// is also at most [`MAX_PAGE_BYTES`], as vLLM's padded page holding it is.
+pub const MAX_STATE_CHANNELS: u64 = 1 << 20;
+
 /// Most layer slots (registered regions per rank) of a model.
 pub const MAX_LAYER_SLOTS: u32 = 4_096;
 

@@ -103,7 +103,7 @@ pub fn request_shape(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::geometry::{AttentionSpec, EngineGeometry, MambaKind, MambaSpec, ModelSpec};
+    use crate::geometry::{EngineGeometry, ModelSpec};
 
     fn hybrid(d_block: u32, p_block: u32) -> Geometry {
         let engine = |tp, logical| EngineGeometry::new(tp, 4, logical);
@@ -111,21 +111,8 @@ mod tests {
             name: "t".into(),
             description: String::new(),
             model: ModelSpec {
-                attention: Some(AttentionSpec::Mla {
-                    head_size: 6,
-                    dtype_bytes: 2,
-                }),
-                mamba: Some(MambaSpec {
-                    kind: MambaKind::Kda,
-                    conv_dims: vec![2, 2, 4],
-                    conv_rows: 3,
-                    conv_dtype_bytes: 2,
-                    ssm_state_bytes: 64,
-                    n_groups: None,
-                }),
                 groups: vec![GroupKind::Attention, GroupKind::Mamba],
-                layer_slots: 2,
-                state_slots: None,
+                ..crate::geometry::fixtures::mla_kda([2, 2, 4], 64)
             },
             prefill: engine(2, p_block),
             decode: engine(1, d_block),

@@ -6,14 +6,19 @@
 //!
 //! Planning registers host arenas that are never touched (their zeroed
 //! pages are never faulted in) with the [`DryRun`] transport, so even a
-//! geometry with gigabytes of KV memory plans in milliseconds.
+//! geometry with gigabytes of KV memory plans in milliseconds. The plan
+//! itself holds one row per descriptor of every posted list (a whole pool's
+//! worth, as vLLM prepares them): those bytes are counted and held to the
+//! memory budget before any row is written.
 
-use crate::connector::{ConnectorError, HandshakeError, Policy, ReadRequest};
+use crate::connector::{ConnectorError, HandshakeError, Policy};
 use crate::geometry::{Geometry, Mode};
 use crate::layout::{RequestBlocks, Side};
 use crate::nixl::{DescRow, DryRun, Recording};
 use crate::scenario::engines::{register_side, unbacked_ranks, Engines};
+use crate::scenario::memory_estimate::{process_budget, Budget, OverBudget};
 use crate::scenario::placement::{place, PlacementError};
+use crate::scenario::run::read_request;
 use crate::scenario::Outcome;
 use crate::scheduler::{request_shape, DecodeAllocation};
 
@@ -76,6 +81,17 @@ impl RequestPlan {
             .sum()
     }
 
+    /// Bytes the plan's rows hold (and as much again while a replay turns
+    /// them into descriptor lists).
+    pub fn held_bytes(&self) -> u64 {
+        let rows: u64 = self
+            .xfers
+            .iter()
+            .map(|x| (x.local.len() + x.remote.len()) as u64)
+            .sum();
+        rows.saturating_mul(ROW_BYTES)
+    }
+
     /// Descriptor pairs one replay moves.
     pub fn pairs(&self) -> u64 {
         self.xfers.iter().map(|x| x.local_ids.len() as u64).sum()
@@ -102,6 +118,10 @@ impl RequestPlan {
         ranks
     }
 }
+
+/// Bytes one planned descriptor takes: its row in the plan, and its row in
+/// the descriptor list a replay builds from it.
+const ROW_BYTES: u64 = (std::mem::size_of::<Row>() + std::mem::size_of::<DescRow>()) as u64;
 
 /// Why a request cannot be planned: the geometry, the prompt length and
 /// the typed cause.
@@ -140,6 +160,9 @@ pub enum PlanCause {
         /// Its length in bytes.
         len: u64,
     },
+    /// The plan's descriptor rows need more memory than the budget.
+    #[error(transparent)]
+    OverBudget(Box<OverBudget>),
     /// A transfer names an agent that is no engine rank.
     #[error("unexpected agent {name:?}")]
     UnexpectedAgent {
@@ -149,8 +172,20 @@ pub enum PlanCause {
 }
 
 /// Plan the pull of one `prompt_len`-token request (no prefix hit, block
-/// placement from seed 0) through the connector.
+/// placement from seed 0) through the connector, within this process's
+/// budget ([`process_budget`]).
 pub fn plan_request(geometry: &Geometry, prompt_len: u32) -> Result<RequestPlan, PlanError> {
+    plan_request_within(geometry, prompt_len, &process_budget())
+}
+
+/// [`plan_request`] within `budget`: the rows of the posted lists are
+/// counted first, and a plan whose rows do not fit is
+/// [`PlanCause::OverBudget`], before any is written.
+pub fn plan_request_within(
+    geometry: &Geometry,
+    prompt_len: u32,
+    budget: &Budget,
+) -> Result<RequestPlan, PlanError> {
     let fail = |cause: PlanCause| PlanError {
         geometry: geometry.name.clone(),
         prompt_len,
@@ -222,15 +257,7 @@ pub fn plan_request(geometry: &Geometry, prompt_len: u32) -> Result<RequestPlan,
                 .add_remote_agent(&mut nixl, &meta, target, p_tp)
                 .map_err(connector)?;
         }
-        let req = ReadRequest {
-            request_id: "req-d".into(),
-            local_block_ids: blocks.decode_transfer.clone(),
-            remote_engine_id: Side::Prefill.as_str().into(),
-            remote_request_id: "req-p".into(),
-            remote_block_ids: blocks.prefill.clone(),
-            remote_tp_size: p_tp,
-            local_num_computed_blocks: Vec::new(),
-        };
+        let req = read_request(&blocks, p_tp, Vec::new());
         engines.decode[d]
             .worker
             .start_read(&mut nixl, &req)
@@ -253,8 +280,20 @@ pub fn plan_request(geometry: &Geometry, prompt_len: u32) -> Result<RequestPlan,
                 })
             })
     };
+    let posted: Vec<_> = nixl.xfers().into_iter().filter(|x| x.posted).collect();
+    let rows = posted.iter().fold(0u64, |a, x| {
+        a.saturating_add(x.local_list.len())
+            .saturating_add(x.remote_list.len())
+    });
+    budget
+        .check(
+            &format!("its {rows} descriptor rows"),
+            rows.saturating_mul(ROW_BYTES),
+            "use a larger kernel block, fewer layer slots or a smaller pool (num_logical_blocks)",
+        )
+        .map_err(|e| fail(PlanCause::OverBudget(Box::new(e))))?;
     let mut xfers = Vec::new();
-    for x in nixl.xfers().into_iter().filter(|x| x.posted) {
+    for x in posted {
         let rank_of = |name: Option<&str>| match name.and_then(Side::parse_agent_name) {
             Some((_, rank)) => Ok(rank),
             None => Err(fail(PlanCause::UnexpectedAgent {

@@ -292,7 +292,8 @@ pub fn vram_plan(config: &VramBenchConfig) -> Result<RequestPlan, VramBenchError
 /// (on device memory, the copies only); the in-process paths: every KV
 /// buffer of both sides and a copy of each destination buffer to verify
 /// it; `nixl-peer`: decode's buffers and their copies (prefill's are the
-/// peer process's).
+/// peer process's). The plan's own rows ([`RequestPlan::held_bytes`]) are
+/// held throughout, on top.
 pub fn host_bytes(config: &VramBenchConfig, plan: &RequestPlan) -> u64 {
     let host = config.memory == MemoryKind::Host;
     let wants = |p: &str| wants(config, p);
@@ -323,7 +324,7 @@ pub fn host_bytes(config: &VramBenchConfig, plan: &RequestPlan) -> u64 {
         let decode = side_bytes(Side::Decode);
         peak = peak.max(own(decode).saturating_add(decode));
     }
-    peak
+    peak.saturating_add(plan.held_bytes())
 }
 
 /// [`vram_bench`] of a request already planned ([`vram_plan`]).

@@ -470,7 +470,9 @@ fn run_sglang(args: &DeriveArgs) -> Result<(), DeriveError> {
             check_file_options(args)?;
             let prompts = match args.prompts.as_deref() {
                 None | Some("boundaries") => None,
-                Some(list) => Some(prompt_entries(list)),
+                Some(list) => Some(parse_prompt_list(list).map_err(|e| {
+                    DeriveError::Unsupported(format!("--prompts {e}, or `boundaries`"))
+                })?),
             };
             let model = load_sglang_model(&args.config)?;
             let pair = derive_sglang_pair(

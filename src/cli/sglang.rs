@@ -135,6 +135,9 @@ pub(crate) fn sglang_explain(args: super::ExplainArgs) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
+    if let Err(code) = sglang_cases_fit(cases, &args.run) {
+        return code;
+    }
     let python = match sglang_python(&args.run) {
         Ok(p) => p,
         Err(code) => return code,
@@ -291,6 +294,9 @@ pub(crate) fn sglang_sweep(args: SweepArgs) -> u8 {
         Some(n) => plan::random(&sources, n, args.seed, &opts),
         None => plan::grid(&sources, &opts),
     };
+    if let Err(code) = sglang_cases_fit(&all_cases, &args.run) {
+        return code;
+    }
     // A trace folder that cannot be made is refused before SGLang runs.
     if let Some(dir) = &args.record_traces {
         if let Err(e) = std::fs::create_dir_all(dir) {
@@ -354,6 +360,20 @@ pub(crate) fn sglang_sweep(args: SweepArgs) -> u8 {
         None if reports.iter().all(CaseReport::passed) => EXIT_OK,
         None => EXIT_FAILED,
     }
+}
+
+/// Every case fits `--max-memory` (and an address-space limit) as SGLang
+/// holds it ([`crate::sglang::memory`]), or the first that does not is
+/// refused with exit 2, before any interpreter starts.
+fn sglang_cases_fit(
+    cases: &[crate::scenario::Case],
+    run: &super::run_args::RunArgs,
+) -> Result<(), u8> {
+    let budget = super::max_memory_option(run.max_memory.as_deref())?;
+    crate::sglang::memory::cases_fit(cases, &budget).map_err(|why| {
+        eprintln!("error: {why}");
+        EXIT_BAD_INPUT
+    })
 }
 
 /// The interpreter with SGLang and `--nixl` resolved for it (the driver's

@@ -224,6 +224,16 @@ pub enum MambaArch {
 }
 
 impl MambaArch {
+    /// The conv kernel width `K` (the conv state keeps `K - 1` rows).
+    pub fn conv_kernel(&self) -> u64 {
+        match *self {
+            MambaArch::Mamba1 { conv_kernel, .. }
+            | MambaArch::Mamba2 { conv_kernel, .. }
+            | MambaArch::Gdn { conv_kernel, .. }
+            | MambaArch::Kda { conv_kernel, .. } => conv_kernel,
+        }
+    }
+
     /// The kind's name in derive reports: `mamba1`, `mamba2`, `gdn` or `kda`.
     pub fn kind_name(&self) -> &'static str {
         match self {

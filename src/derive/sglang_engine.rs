@@ -6,7 +6,8 @@
 use serde::Serialize;
 
 use super::error::DeriveError;
-use super::sglang_model::{SglangAttention, SglangMixer, SglangModel};
+use super::families::MambaArch;
+use super::sglang_model::{SglangAttention, SglangModel};
 
 /// One rank's attention KV cache.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -179,15 +180,16 @@ pub fn derive_sglang_engine(model: &SglangModel, tp: u64) -> Result<SglangEngine
     let state = match &model.linear {
         None => None,
         Some(linear) => {
-            let k = linear.conv_kernel - 1;
+            let k = linear.mixer.conv_kernel() - 1;
             let temporal_dtype = linear.temporal_dtype;
             let (kind, conv, temporal) = match linear.mixer {
-                SglangMixer::Mamba2 {
-                    intermediate_size,
-                    n_groups,
-                    num_heads,
-                    head_dim,
+                MambaArch::Mamba2 {
                     state_size,
+                    head_dim,
+                    num_heads,
+                    n_groups,
+                    intermediate_size,
+                    ..
                 } => {
                     let (c, t) = mamba2_layout(
                         tp,
@@ -203,11 +205,12 @@ pub fn derive_sglang_engine(model: &SglangModel, tp: u64) -> Result<SglangEngine
                         t.to_vec(),
                     )
                 }
-                SglangMixer::Gdn {
+                MambaArch::Gdn {
                     num_k_heads,
                     head_k_dim,
                     num_v_heads,
                     head_v_dim,
+                    ..
                 } => {
                     let key = num_k_heads * head_k_dim;
                     let value = num_v_heads * head_v_dim;
@@ -217,9 +220,10 @@ pub fn derive_sglang_engine(model: &SglangModel, tp: u64) -> Result<SglangEngine
                     conv.conv_shard_groups = Some(vec![key, key, value]);
                     ("gdn", conv, t.to_vec())
                 }
-                SglangMixer::Kda {
+                MambaArch::Kda {
                     num_heads,
                     head_dim,
+                    ..
                 } => {
                     let proj = num_heads * head_dim;
                     let per_rank = share(proj, tp, "the KDA projection channels")?;
@@ -236,10 +240,15 @@ pub fn derive_sglang_engine(model: &SglangModel, tp: u64) -> Result<SglangEngine
                     let heads = share(num_heads, tp, "the KDA heads")?;
                     ("kda", conv, vec![heads, head_dim, head_dim])
                 }
+                MambaArch::Mamba1 { .. } => {
+                    return Err(DeriveError::Unsupported(
+                        "a Mamba1 state: SGLang 0.5.23 runs no Mamba1 model".into(),
+                    ))
+                }
             };
             Some(SglangRankState {
                 kind,
-                conv_kernel: linear.conv_kernel,
+                conv_kernel: linear.mixer.conv_kernel(),
                 tensors: vec![conv, sliced_first("temporal", temporal, temporal_dtype)],
             })
         }

@@ -1,11 +1,13 @@
 //! What a model's HF config says under SGLang 0.5.23's rules (`kvgeom derive
 //! --stack sglang`): which layers hold attention KV and which a linear
 //! state, the attention heads, and the state's dimensions. SGLang's config
-//! classes read the same fields as vLLM's; what differs is that SGLang keeps
-//! layer ids (its pools are indexed by them) and runs fewer families.
+//! classes read the same fields as vLLM's, so the shapes come from the one
+//! reader of both stacks (`families::ModelArch::from_config`); what differs
+//! is read here: SGLang keeps layer ids (its pools are indexed by them), V's
+//! head size and the temporal state's dtype, and runs fewer families.
 
 use super::error::DeriveError;
-use super::families::Family;
+use super::families::{AttentionArch, Family, MambaArch, ModelArch};
 use super::hf_config::HfConfig;
 
 /// The families SGLang 0.5.23 has a model for.
@@ -42,52 +44,12 @@ pub enum SglangAttention {
     },
 }
 
-/// The linear-attention mixer whose per-request state SGLang's `MambaPool`
-/// keeps, with its dimensions over all ranks.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SglangMixer {
-    /// Mamba2 (Nemotron-H, Falcon-H1, Granite-4.0-H): conv rows `x | B | C`,
-    /// groups replicated when the attention TP does not divide them.
-    Mamba2 {
-        /// `x`'s channels.
-        intermediate_size: u64,
-        /// B/C groups before replication.
-        n_groups: u64,
-        /// SSM heads.
-        num_heads: u64,
-        /// Channels per SSM head.
-        head_dim: u64,
-        /// SSM state per head channel.
-        state_size: u64,
-    },
-    /// Gated DeltaNet (Qwen3-Next): conv rows `q | k | v`, each sharded on
-    /// its own.
-    Gdn {
-        /// Key (and query) heads.
-        num_k_heads: u64,
-        /// Channels per key head.
-        head_k_dim: u64,
-        /// Value heads.
-        num_v_heads: u64,
-        /// Channels per value head.
-        head_v_dim: u64,
-    },
-    /// Kimi Delta Attention (Kimi-Linear): conv `[K-1, q | k | v]`.
-    Kda {
-        /// Heads.
-        num_heads: u64,
-        /// Channels per head.
-        head_dim: u64,
-    },
-}
-
 /// The linear layers' state over all ranks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SglangLinear {
-    /// The mixer and its dimensions.
-    pub mixer: SglangMixer,
-    /// The causal conv's kernel width `K` (the conv state keeps `K - 1` steps).
-    pub conv_kernel: u64,
+    /// The mixer and its dimensions, as both stacks read them (never
+    /// Mamba1: SGLang runs no Mamba1 family).
+    pub mixer: MambaArch,
     /// The temporal state's dtype name when the config sets
     /// `mamba_ssm_dtype` (families whose config SGLang reads it from).
     pub temporal_dtype: &'static str,
@@ -120,10 +82,10 @@ pub fn sglang_supported_list() -> Vec<&'static str> {
         .collect()
 }
 
-const WHY_STATE: &str = "the linear-attention state";
-
 impl SglangModel {
-    /// Read a config of a family SGLang runs.
+    /// Read a config of a family SGLang runs: the shapes through the one
+    /// reader of both stacks ([`ModelArch::from_config`]), then what only
+    /// SGLang keeps (the layer ids, V's head size, the temporal dtype).
     pub fn from_config(config: &HfConfig) -> Result<SglangModel, DeriveError> {
         let family = Family::from_model_type(&config.model_type).ok_or_else(|| {
             DeriveError::UnknownModelType {
@@ -140,73 +102,58 @@ impl SglangModel {
                 supported: sglang_supported_list(),
             });
         }
-        let dtype_bytes = match config.opt_str("torch_dtype")?.or(config.opt_str("dtype")?) {
-            Some("float16") | Some("bfloat16") | Some("float32") | None => 2,
-            Some(_) => {
-                return Err(config.bad(
-                    "torch_dtype",
-                    "bfloat16, float16 or float32",
-                    config
-                        .value("torch_dtype")
-                        .unwrap_or(&serde_json::Value::Null),
-                ))
-            }
-        };
-        let layers = |c: &HfConfig| c.positive("num_hidden_layers", "the layer count");
-        let model = match family {
-            Family::Llama => SglangModel {
-                family,
-                dtype_bytes,
-                attention: full(config, None)?,
-                attention_layers: (0..layers(config)?).collect(),
-                linear_layers: vec![],
-                linear: None,
+        let arch = ModelArch::from_config(config)?;
+        let attention = match arch.attention {
+            AttentionArch::Full {
+                total_kv_heads,
+                head_size,
+                ..
+            } => SglangAttention::Full {
+                total_kv_heads,
+                head_dim: head_size,
+                v_head_dim: config.opt_positive("v_head_dim")?.unwrap_or(head_size),
             },
-            Family::DeepseekV3 => SglangModel {
-                family,
-                dtype_bytes,
-                attention: mla(config)?,
-                attention_layers: (0..layers(config)?).collect(),
-                linear_layers: vec![],
-                linear: None,
+            AttentionArch::Mla {
+                kv_lora_rank,
+                qk_rope_head_dim,
+                ..
+            } => SglangAttention::Mla {
+                kv_lora_rank,
+                qk_rope_head_dim,
             },
-            Family::Qwen3Next => qwen3_next(config, dtype_bytes)?,
-            Family::NemotronH => nemotron_h(config, dtype_bytes)?,
-            Family::KimiLinear => kimi_linear(config, dtype_bytes)?,
-            Family::FalconH1 => falcon_h1(config, dtype_bytes)?,
-            Family::GraniteMoeHybrid => granite(config, dtype_bytes)?,
-            Family::Jamba | Family::Zamba2 => unreachable!("refused above"),
         };
-        Ok(model)
+        let (attention_layers, linear_layers) = layer_ids(config, family)?;
+        let linear = match arch.mamba {
+            None => None,
+            Some(mamba) => Some(linear_state(config, family, mamba)?),
+        };
+        Ok(SglangModel {
+            family,
+            dtype_bytes: arch.dtype.bytes(),
+            attention,
+            attention_layers,
+            linear_layers,
+            linear,
+        })
     }
 }
 
-fn full(config: &HfConfig, head_dim: Option<u64>) -> Result<SglangAttention, DeriveError> {
-    let heads = config.positive("num_attention_heads", "the attention head count")?;
-    let head_dim = match head_dim.or(config.opt_positive("head_dim")?) {
-        Some(h) => h,
-        None => config.positive("hidden_size", "the head size")? / heads,
+/// The state as SGLang's `MambaPool` takes it: the mixer and its temporal
+/// dtype, `mamba_ssm_dtype` for the families whose config SGLang reads it
+/// from (float32 when unset), float32 for the others.
+fn linear_state(
+    config: &HfConfig,
+    family: Family,
+    mixer: MambaArch,
+) -> Result<SglangLinear, DeriveError> {
+    let temporal_dtype = match family {
+        Family::KimiLinear | Family::GraniteMoeHybrid => "float32",
+        _ => temporal_dtype(config)?,
     };
-    Ok(SglangAttention::Full {
-        total_kv_heads: config.opt_positive("num_key_value_heads")?.unwrap_or(heads),
-        head_dim,
-        v_head_dim: config.opt_positive("v_head_dim")?.unwrap_or(head_dim),
+    Ok(SglangLinear {
+        mixer,
+        temporal_dtype,
     })
-}
-
-fn mla(config: &HfConfig) -> Result<SglangAttention, DeriveError> {
-    Ok(SglangAttention::Mla {
-        kv_lora_rank: config.positive("kv_lora_rank", "the MLA latent width")?,
-        qk_rope_head_dim: config.positive("qk_rope_head_dim", "the MLA latent width")?,
-    })
-}
-
-fn kernel(config: &HfConfig, field: &str) -> Result<u64, DeriveError> {
-    let k = config.positive(field, "the conv state steps (kernel - 1)")?;
-    if k < 2 {
-        return Err(config.bad(field, "at least 2", &serde_json::json!(k)));
-    }
-    Ok(k)
 }
 
 /// SGLang reads `mamba_ssm_dtype` for Mamba2 and GDN configs (float32 when unset).
@@ -238,176 +185,73 @@ fn split_ids(kinds: &[Option<bool>]) -> (Vec<u64>, Vec<u64>) {
     (ids(true), ids(false))
 }
 
-fn qwen3_next(config: &HfConfig, dtype_bytes: u64) -> Result<SglangModel, DeriveError> {
-    let layers = config.positive("num_hidden_layers", "the layer count")?;
-    let kinds: Vec<Option<bool>> = match config.opt_str_list("layer_types")? {
-        Some(types) => types.iter().map(|t| Some(t == "full_attention")).collect(),
-        None => {
-            let interval = config.opt_positive("full_attention_interval")?.unwrap_or(4);
-            (0..layers).map(|i| Some((i + 1) % interval == 0)).collect()
+/// The layer ids of each kind (SGLang's pools are indexed by them):
+/// (attention ids, linear ids); a layer may be in both (Falcon-H1).
+fn layer_ids(config: &HfConfig, family: Family) -> Result<(Vec<u64>, Vec<u64>), DeriveError> {
+    let layers = || config.positive("num_hidden_layers", "the layer count");
+    let kinds: Vec<Option<bool>> = match family {
+        Family::Llama | Family::DeepseekV3 => return Ok(((0..layers()?).collect(), vec![])),
+        Family::FalconH1 => {
+            let all: Vec<u64> = (0..layers()?).collect();
+            return Ok((all.clone(), all));
         }
-    };
-    let (attention_layers, linear_layers) = split_ids(&kinds);
-    Ok(SglangModel {
-        family: Family::Qwen3Next,
-        dtype_bytes,
-        attention: full(config, None)?,
-        attention_layers,
-        linear_layers,
-        linear: Some(SglangLinear {
-            mixer: SglangMixer::Gdn {
-                num_k_heads: config.positive("linear_num_key_heads", WHY_STATE)?,
-                head_k_dim: config.positive("linear_key_head_dim", WHY_STATE)?,
-                num_v_heads: config.positive("linear_num_value_heads", WHY_STATE)?,
-                head_v_dim: config.positive("linear_value_head_dim", WHY_STATE)?,
-            },
-            conv_kernel: kernel(config, "linear_conv_kernel_dim")?,
-            temporal_dtype: temporal_dtype(config)?,
-        }),
-    })
-}
-
-fn nemotron_h(config: &HfConfig, dtype_bytes: u64) -> Result<SglangModel, DeriveError> {
-    let kinds: Vec<Option<bool>> = match config.opt_str("hybrid_override_pattern")? {
-        Some(pattern) => pattern
-            .chars()
-            .map(|c| match c {
-                '*' => Some(true),
-                'M' => Some(false),
+        Family::Qwen3Next => match config.opt_str_list("layer_types")? {
+            Some(types) => types.iter().map(|t| Some(t == "full_attention")).collect(),
+            None => {
+                let interval = config.opt_positive("full_attention_interval")?.unwrap_or(4);
+                (0..layers()?)
+                    .map(|i| Some((i + 1) % interval == 0))
+                    .collect()
+            }
+        },
+        Family::NemotronH => match config.opt_str("hybrid_override_pattern")? {
+            Some(pattern) => pattern
+                .chars()
+                .map(|c| match c {
+                    '*' => Some(true),
+                    'M' => Some(false),
+                    _ => None,
+                })
+                .collect(),
+            None => {
+                return Err(DeriveError::MissingField {
+                    source_name: config.source.clone(),
+                    model_type: config.model_type.clone(),
+                    field: "hybrid_override_pattern".into(),
+                    why: "which layers are mamba and which attention",
+                })
+            }
+        },
+        // Kimi-Linear's `kda_layers` count layers from 1: layer id `i` is
+        // KDA when `i + 1` is listed, and every other layer is MLA.
+        Family::KimiLinear => {
+            let kda = config
+                .sub_config("linear_attn_config", "the KDA layers and state")?
+                .opt_index_list("kda_layers")?
+                .unwrap_or_default();
+            (0..layers()?)
+                .map(|i| Some(!kda.contains(&(i + 1))))
+                .collect()
+        }
+        // Granite-4.0-H: every layer is mamba when `layer_types` is unset.
+        Family::GraniteMoeHybrid => config
+            .opt_str_list("layer_types")?
+            .unwrap_or_else(|| vec!["mamba".to_string(); layers().unwrap_or(0) as usize])
+            .iter()
+            .map(|t| match t.as_str() {
+                "attention" | "full_attention" => Some(true),
+                "mamba" => Some(false),
                 _ => None,
             })
             .collect(),
-        None => {
-            return Err(DeriveError::MissingField {
+        Family::Jamba | Family::Zamba2 => {
+            return Err(DeriveError::NotInSglang {
                 source_name: config.source.clone(),
                 model_type: config.model_type.clone(),
-                field: "hybrid_override_pattern".into(),
-                why: "which layers are mamba and which attention",
+                models: family.models(),
+                supported: sglang_supported_list(),
             })
         }
     };
-    let (attention_layers, linear_layers) = split_ids(&kinds);
-    let heads = config.positive("mamba_num_heads", WHY_STATE)?;
-    let head_dim = config.positive("mamba_head_dim", WHY_STATE)?;
-    let attention_head_dim = match config.opt_positive("head_dim")? {
-        Some(h) => Some(h),
-        None => config.opt_positive("attention_head_dim")?,
-    };
-    Ok(SglangModel {
-        family: Family::NemotronH,
-        dtype_bytes,
-        attention: full(config, attention_head_dim)?,
-        attention_layers,
-        linear_layers,
-        linear: Some(SglangLinear {
-            mixer: SglangMixer::Mamba2 {
-                intermediate_size: heads * head_dim,
-                n_groups: config.positive("n_groups", WHY_STATE)?,
-                num_heads: heads,
-                head_dim,
-                state_size: config.positive("ssm_state_size", WHY_STATE)?,
-            },
-            conv_kernel: kernel(config, "conv_kernel")?,
-            temporal_dtype: temporal_dtype(config)?,
-        }),
-    })
-}
-
-/// Kimi-Linear's `kda_layers` count layers from 1: layer id `i` is KDA
-/// when `i + 1` is listed, and every other layer is MLA.
-fn kimi_linear(config: &HfConfig, dtype_bytes: u64) -> Result<SglangModel, DeriveError> {
-    let layers = config.positive("num_hidden_layers", "the layer count")?;
-    let linear = config.sub_config("linear_attn_config", WHY_STATE)?;
-    let kda = linear.opt_index_list("kda_layers")?.unwrap_or_default();
-    let kinds: Vec<Option<bool>> = (0..layers).map(|i| Some(!kda.contains(&(i + 1)))).collect();
-    let (attention_layers, linear_layers) = split_ids(&kinds);
-    Ok(SglangModel {
-        family: Family::KimiLinear,
-        dtype_bytes,
-        attention: mla(config)?,
-        attention_layers,
-        linear_layers,
-        linear: Some(SglangLinear {
-            mixer: SglangMixer::Kda {
-                num_heads: linear.positive("num_heads", WHY_STATE)?,
-                head_dim: linear.positive("head_dim", WHY_STATE)?,
-            },
-            conv_kernel: kernel(&linear, "short_conv_kernel_size")?,
-            temporal_dtype: "float32",
-        }),
-    })
-}
-
-/// Falcon-H1: attention and Mamba2 in every layer.
-fn falcon_h1(config: &HfConfig, dtype_bytes: u64) -> Result<SglangModel, DeriveError> {
-    let layers = config.positive("num_hidden_layers", "the layer count")?;
-    let intermediate = match config.opt_positive("mamba_d_ssm")? {
-        Some(d) => d,
-        None => {
-            let expand = config.opt_number("mamba_expand")?.unwrap_or(2.0);
-            (expand * config.positive("hidden_size", "the Mamba2 channels")? as f64) as u64
-        }
-    };
-    Ok(SglangModel {
-        family: Family::FalconH1,
-        dtype_bytes,
-        attention: full(config, None)?,
-        attention_layers: (0..layers).collect(),
-        linear_layers: (0..layers).collect(),
-        linear: Some(SglangLinear {
-            mixer: SglangMixer::Mamba2 {
-                intermediate_size: intermediate,
-                n_groups: config.positive("mamba_n_groups", WHY_STATE)?,
-                num_heads: config.positive("mamba_n_heads", WHY_STATE)?,
-                head_dim: config.positive("mamba_d_head", WHY_STATE)?,
-                state_size: config.positive("mamba_d_state", WHY_STATE)?,
-            },
-            conv_kernel: kernel(config, "mamba_d_conv")?,
-            temporal_dtype: temporal_dtype(config)?,
-        }),
-    })
-}
-
-/// Granite-4.0-H: the config class's defaults apply to fields the file
-/// leaves out; SGLang keeps the default state dtypes for it.
-fn granite(config: &HfConfig, dtype_bytes: u64) -> Result<SglangModel, DeriveError> {
-    let hidden = config.positive("hidden_size", "the Mamba2 channels")?;
-    let intermediate = config.opt_positive("mamba_expand")?.unwrap_or(2) * hidden;
-    let heads = config.opt_positive("mamba_n_heads")?.unwrap_or(128);
-    let head_dim = match config.value("mamba_d_head") {
-        None => intermediate / heads,
-        Some(serde_json::Value::String(s)) if s == "auto" => intermediate / heads,
-        Some(_) => config.positive("mamba_d_head", WHY_STATE)?,
-    };
-    let layers = config.positive("num_hidden_layers", "the layer count")?;
-    let types = config
-        .opt_str_list("layer_types")?
-        .unwrap_or_else(|| vec!["mamba".to_string(); layers as usize]);
-    let kinds: Vec<Option<bool>> = types
-        .iter()
-        .map(|t| match t.as_str() {
-            "attention" | "full_attention" => Some(true),
-            "mamba" => Some(false),
-            _ => None,
-        })
-        .collect();
-    let (attention_layers, linear_layers) = split_ids(&kinds);
-    Ok(SglangModel {
-        family: Family::GraniteMoeHybrid,
-        dtype_bytes,
-        attention: full(config, None)?,
-        attention_layers,
-        linear_layers,
-        linear: Some(SglangLinear {
-            mixer: SglangMixer::Mamba2 {
-                intermediate_size: intermediate,
-                n_groups: config.opt_positive("mamba_n_groups")?.unwrap_or(1),
-                num_heads: heads,
-                head_dim,
-                state_size: config.opt_positive("mamba_d_state")?.unwrap_or(256),
-            },
-            conv_kernel: config.opt_positive("mamba_d_conv")?.unwrap_or(4),
-            temporal_dtype: "float32",
-        }),
-    })
+    Ok(split_ids(&kinds))
 }

@@ -14,7 +14,8 @@ use serde::Deserialize;
 use super::engine::EngineGeometry;
 use super::error::{mamba_kind_name, GeometryError, Violation};
 use super::file_fields::{
-    attention_spec, expand_prompts, list, write_header, AttentionKind, PromptEntry, RejectionFile,
+    attention_spec, expand_prompts, list, write_attention, write_header, AttentionKind,
+    PromptEntry, RejectionFile,
 };
 use super::model::{AttentionSpec, GroupKind, KvLayout, MambaKind, MambaSpec, ModelSpec};
 use super::pair::Geometry;
@@ -61,7 +62,15 @@ struct StackOnly {
 pub fn to_toml(geometry: &Geometry) -> String {
     let mut out = String::new();
     // Writing into a String cannot fail.
-    let _ = write_toml(&mut out, geometry);
+    let _ = write_toml(&mut out, geometry, true);
+    out
+}
+
+/// [`to_toml`] without the `name` line, for a file named by its path (an
+/// SGLang pair `kvgeom derive` writes).
+pub fn to_toml_named_by_path(geometry: &Geometry) -> String {
+    let mut out = String::new();
+    let _ = write_toml(&mut out, geometry, false);
     out
 }
 
@@ -239,11 +248,11 @@ fn group_name(kind: GroupKind) -> &'static str {
     }
 }
 
-fn write_toml(out: &mut String, g: &Geometry) -> fmt::Result {
+fn write_toml(out: &mut String, g: &Geometry, named: bool) -> fmt::Result {
     if g.stack == Stack::Sglang {
-        return write_sglang_toml(out, g);
+        return write_sglang_toml(out, g, named);
     }
-    write_header(out, g)?;
+    write_header(out, g, named)?;
     write_model_and_engines(out, g)
 }
 
@@ -259,25 +268,7 @@ fn write_model_and_engines(out: &mut String, g: &Geometry) -> fmt::Result {
         "groups = {}",
         list(model.groups.iter().map(|k| group_name(*k)))
     )?;
-    match &model.attention {
-        Some(AttentionSpec::Mla {
-            head_size,
-            dtype_bytes,
-        }) => {
-            writeln!(out, "\n[model.attention]\nkind = \"mla\"")?;
-            writeln!(out, "head_size = {head_size}\ndtype_bytes = {dtype_bytes}")?;
-        }
-        Some(AttentionSpec::Full {
-            total_kv_heads,
-            head_size,
-            dtype_bytes,
-        }) => {
-            writeln!(out, "\n[model.attention]\nkind = \"full\"")?;
-            writeln!(out, "total_kv_heads = {total_kv_heads}")?;
-            writeln!(out, "head_size = {head_size}\ndtype_bytes = {dtype_bytes}")?;
-        }
-        None => {}
-    }
+    write_attention(out, model.attention.as_ref(), None)?;
     if let Some(m) = &model.mamba {
         writeln!(out, "\n[model.mamba]")?;
         writeln!(out, "kind = \"{}\"", mamba_kind_name(m.kind))?;

@@ -12,7 +12,6 @@ use serde::Deserialize;
 use super::error::{Rule, Violation};
 use super::model::AttentionSpec;
 use super::pair::{ExpectedRejection, Geometry};
-use super::validate::MAX_PROMPTS;
 
 /// `expect_rejection`: one text for both modes, or a table naming the modes
 /// (`{ pull = "...", push = "..." }`) in which the pair must be refused.
@@ -102,15 +101,7 @@ pub(super) fn expand_prompts(entries: &[PromptEntry]) -> Result<Vec<u32>, Violat
         let start = u32::try_from(start).map_err(|_| too_long(start))?;
         let end = u32::try_from(end).map_err(|_| too_long(end))?;
         count += u64::from(end - start) + 1;
-        if count > MAX_PROMPTS {
-            return Err(Violation::new(
-                "prompts",
-                Rule::TooManyPrompts {
-                    count,
-                    limit: MAX_PROMPTS,
-                },
-            ));
-        }
+        super::validate::prompt_count_within(count)?;
         spans.push((i, start, end));
     }
     let mut seen = HashSet::new();
@@ -162,10 +153,12 @@ pub(super) fn list<T: ToString>(items: impl IntoIterator<Item = T>) -> String {
     let items: Vec<String> = items.into_iter().map(|x| x.to_string()).collect();
     format!("[{}]", items.join(", "))
 }
-/// The fields every stack's file starts with: name, description, prompts
-/// and the expected refusal.
-pub(super) fn write_header(out: &mut String, g: &Geometry) -> fmt::Result {
-    writeln!(out, "name = {}", quoted(&g.name))?;
+/// The fields every stack's file starts with: name (unless the file is
+/// `named` by its path), description, prompts and the expected refusal.
+pub(super) fn write_header(out: &mut String, g: &Geometry, named: bool) -> fmt::Result {
+    if named {
+        writeln!(out, "name = {}", quoted(&g.name))?;
+    }
     writeln!(out, "description = {}", quoted(&g.description))?;
     if let Some(prompts) = &g.prompts {
         writeln!(out, "prompts = {}", list(compress_prompts(prompts)))?;
@@ -214,5 +207,37 @@ pub(super) fn attention_spec(
             dtype_bytes,
         }),
         (AttentionKind::Full, None) => Err(Violation::new(HEADS, Rule::MissingKvHeads)),
+    }
+}
+
+/// `[model.attention]` of either stack's file; `v_head_size` is SGLang's
+/// V head size where it differs from K's.
+pub(super) fn write_attention(
+    out: &mut String,
+    attention: Option<&AttentionSpec>,
+    v_head_size: Option<u32>,
+) -> fmt::Result {
+    match attention {
+        Some(AttentionSpec::Mla {
+            head_size,
+            dtype_bytes,
+        }) => {
+            writeln!(out, "\n[model.attention]\nkind = \"mla\"")?;
+            writeln!(out, "head_size = {head_size}\ndtype_bytes = {dtype_bytes}")
+        }
+        Some(AttentionSpec::Full {
+            total_kv_heads,
+            head_size,
+            dtype_bytes,
+        }) => {
+            writeln!(out, "\n[model.attention]\nkind = \"full\"")?;
+            writeln!(out, "total_kv_heads = {total_kv_heads}")?;
+            writeln!(out, "head_size = {head_size}")?;
+            if let Some(v) = v_head_size {
+                writeln!(out, "v_head_size = {v}")?;
+            }
+            writeln!(out, "dtype_bytes = {dtype_bytes}")
+        }
+        None => Ok(()),
     }
 }

@@ -32,6 +32,16 @@ pub fn load_geometry_with(
     parse(&path.display().to_string(), &text)
 }
 
+/// The geometry files `path` names: itself, or for a folder the `*.toml`
+/// files under it ([`toml_files_in`]).
+pub fn geometry_files(path: &Path) -> Result<Vec<PathBuf>, GeometryError> {
+    if path.is_dir() {
+        toml_files_in(path)
+    } else {
+        Ok(vec![path.to_path_buf()])
+    }
+}
+
 /// Load files and folders in the order given; a folder contributes the
 /// `*.toml` files under it ([`toml_files_in`]). Fails on the first bad file,
 /// on a folder without geometry files, and when two files define the same
@@ -40,12 +50,7 @@ pub fn load_geometries(paths: &[PathBuf]) -> Result<Vec<Geometry>, GeometryError
     let mut geometries = Vec::new();
     let mut first_source: HashMap<String, String> = HashMap::new();
     for path in paths {
-        let files = if path.is_dir() {
-            toml_files_in(path)?
-        } else {
-            vec![path.clone()]
-        };
-        for file in files {
+        for file in geometry_files(path)? {
             let geometry = load_geometry(&file)?;
             let source = file.display().to_string();
             if let Some(first) = first_source.get(&geometry.name) {

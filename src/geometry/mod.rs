@@ -18,8 +18,8 @@ pub(crate) mod validate;
 
 pub use engine::{block_size_ratio, tp_ratio, EngineGeometry};
 pub use error::{Engine, GeometryError, Rule, Violation};
-pub use file::{parse_geometry, to_toml};
-pub use load::{load_geometries, load_geometry, load_geometry_with, toml_files_in};
+pub use file::{parse_geometry, to_toml, to_toml_named_by_path};
+pub use load::{geometry_files, load_geometries, load_geometry, load_geometry_with, toml_files_in};
 pub use model::{AttentionSpec, GroupKind, KvLayout, MambaKind, MambaSpec, ModelSpec, SubRegion};
 pub use pair::{ExpectedRejection, Geometry, Mode, PairRatios};
 pub use stack::{SglangSpec, Stack};

@@ -205,34 +205,16 @@ pub(super) fn renamed(mut v: Violation, geometry: &Geometry) -> Violation {
 
 /// Write an SGLang geometry in its file format (what `to_toml` writes for
 /// `stack = "sglang"`).
-pub(super) fn write_sglang_toml(out: &mut String, g: &Geometry) -> fmt::Result {
+pub(super) fn write_sglang_toml(out: &mut String, g: &Geometry, named: bool) -> fmt::Result {
     writeln!(out, "stack = \"sglang\"")?;
-    super::file_fields::write_header(out, g)?;
+    super::file_fields::write_header(out, g, named)?;
     writeln!(out, "\n[model]\nlayers = {}", g.model.layer_slots)?;
     let spec = g.sglang.as_ref();
-    match &g.model.attention {
-        Some(AttentionSpec::Mla {
-            head_size,
-            dtype_bytes,
-        }) => {
-            writeln!(out, "\n[model.attention]\nkind = \"mla\"")?;
-            writeln!(out, "head_size = {head_size}\ndtype_bytes = {dtype_bytes}")?;
-        }
-        Some(AttentionSpec::Full {
-            total_kv_heads,
-            head_size,
-            dtype_bytes,
-        }) => {
-            writeln!(out, "\n[model.attention]\nkind = \"full\"")?;
-            writeln!(out, "total_kv_heads = {total_kv_heads}")?;
-            writeln!(out, "head_size = {head_size}")?;
-            if let Some(v) = spec.and_then(|s| s.v_head_size) {
-                writeln!(out, "v_head_size = {v}")?;
-            }
-            writeln!(out, "dtype_bytes = {dtype_bytes}")?;
-        }
-        None => {}
-    }
+    super::file_fields::write_attention(
+        out,
+        g.model.attention.as_ref(),
+        spec.and_then(|s| s.v_head_size),
+    )?;
     if let Some(st) = spec.and_then(|s| s.state.as_ref()) {
         st.write_toml(out)?;
     }

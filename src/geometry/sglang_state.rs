@@ -4,7 +4,7 @@
 //! docs/geometry-format.md ("SGLang geometries") describes it for users;
 //! `crate::sglang::state` models the tensors per rank.
 
-use std::fmt::{self, Write as _};
+use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
@@ -142,6 +142,17 @@ pub enum StateError {
         /// Its attention TP.
         tp: u32,
     },
+    /// The state of one layer is larger than kvgeom runs (the limit of
+    /// `src/limits.rs`).
+    #[error("{what} is {found}, more than the limit of {limit}; real models stay far below it")]
+    TooLarge {
+        /// What is measured, and from which fields.
+        what: String,
+        /// Its value.
+        found: u128,
+        /// The limit.
+        limit: u64,
+    },
     /// KDA key heads or key head dim is zero.
     #[error("model.state: key heads and head_k_dim must be positive")]
     KeyHeads,
@@ -260,6 +271,72 @@ impl SglangState {
                 }
             }
         }
+        self.check_size()
+    }
+
+    /// One layer's conv channels (before TP) and one slot's conv and
+    /// temporal bytes of one layer, each within `src/limits.rs`: checked in
+    /// 128 bits, so no field, however large, overflows on its way there.
+    fn check_size(&self) -> Result<(), StateError> {
+        let f = |v: Option<u32>| u128::from(v.unwrap_or(0));
+        let (heads, hd) = (f(self.num_heads), f(self.head_dim));
+        let (channels, temporal, conv_fields, temporal_fields) = match self.kind {
+            StateKind::Mamba2 => {
+                let st = f(self.ssm_state_size);
+                (
+                    heads * hd + 2 * f(self.n_groups) * st,
+                    heads * hd * st,
+                    "num_heads x head_dim + 2 x n_groups x ssm_state_size",
+                    "num_heads x head_dim x ssm_state_size",
+                )
+            }
+            StateKind::Gdn => {
+                let (v, hk) = (f(self.num_v_heads) * f(self.head_v_dim), f(self.head_k_dim));
+                (
+                    2 * f(self.num_k_heads) * hk + v,
+                    v * hk,
+                    "2 x num_k_heads x head_k_dim + num_v_heads x head_v_dim",
+                    "num_v_heads x head_v_dim x head_k_dim",
+                )
+            }
+            StateKind::Kda => {
+                let k = self.num_k_heads.map_or(heads, u128::from)
+                    * self.head_k_dim.map_or(hd, u128::from);
+                (
+                    heads * hd + 2 * k,
+                    heads * hd * hd,
+                    "num_heads x head_dim + 2 x num_k_heads x head_k_dim",
+                    "num_heads x head_dim x head_dim",
+                )
+            }
+        };
+        let window = u128::from(self.conv_kernel - 1);
+        let page = crate::limits::MAX_PAGE_BYTES;
+        for (what, found, limit) in [
+            (
+                format!("one layer's conv channels ({conv_fields})"),
+                channels,
+                crate::limits::MAX_STATE_CHANNELS,
+            ),
+            (
+                format!("one slot's conv state of one layer in bytes ((conv_kernel - 1) x {conv_fields} x 2)"),
+                channels * window * 2,
+                page,
+            ),
+            (
+                format!("one slot's temporal state of one layer in bytes ({temporal_fields} x 4)"),
+                temporal * 4,
+                page,
+            ),
+        ] {
+            if found > u128::from(limit) {
+                return Err(StateError::TooLarge {
+                    what,
+                    found,
+                    limit,
+                });
+            }
+        }
         Ok(())
     }
 
@@ -268,26 +345,11 @@ impl SglangState {
         serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
     }
 
-    /// Write `[model.state]`.
+    /// Write `[model.state]`: the fields in their declared order, those
+    /// of other kinds left out (the same serialisation as [`to_json`](Self::to_json)).
     pub fn write_toml(&self, out: &mut String) -> fmt::Result {
-        writeln!(out, "\n[model.state]\nkind = \"{}\"", self.kind.name())?;
-        let layers: Vec<String> = self.layers.iter().map(u32::to_string).collect();
-        writeln!(out, "layers = [{}]", layers.join(", "))?;
-        writeln!(out, "conv_kernel = {}", self.conv_kernel)?;
-        for (name, v) in [
-            ("n_groups", self.n_groups),
-            ("ssm_state_size", self.ssm_state_size),
-            ("num_heads", self.num_heads),
-            ("head_dim", self.head_dim),
-            ("num_k_heads", self.num_k_heads),
-            ("head_k_dim", self.head_k_dim),
-            ("num_v_heads", self.num_v_heads),
-            ("head_v_dim", self.head_v_dim),
-        ] {
-            if let Some(v) = v {
-                writeln!(out, "{name} = {v}")?;
-            }
-        }
+        out.push_str("\n[model.state]\n");
+        out.push_str(&toml::to_string(self).map_err(|_| fmt::Error)?);
         Ok(())
     }
 }

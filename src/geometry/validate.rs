@@ -393,11 +393,8 @@ fn saturate(value: u128) -> u64 {
     u64::try_from(value).unwrap_or(u64::MAX)
 }
 
-fn check_prompts(prompts: &[u32]) -> Result<(), Violation> {
-    if prompts.is_empty() {
-        return Err(Violation::new("prompts", Rule::NoPrompts));
-    }
-    let count = prompts.len() as u64;
+/// `count` prompt lengths are within [`MAX_PROMPTS`].
+pub(super) fn prompt_count_within(count: u64) -> Result<(), Violation> {
     if count > MAX_PROMPTS {
         return Err(Violation::new(
             "prompts",
@@ -407,6 +404,14 @@ fn check_prompts(prompts: &[u32]) -> Result<(), Violation> {
             },
         ));
     }
+    Ok(())
+}
+
+fn check_prompts(prompts: &[u32]) -> Result<(), Violation> {
+    if prompts.is_empty() {
+        return Err(Violation::new("prompts", Rule::NoPrompts));
+    }
+    prompt_count_within(prompts.len() as u64)?;
     let mut seen = HashSet::with_capacity(prompts.len());
     for (i, &length) in prompts.iter().enumerate() {
         bounded(

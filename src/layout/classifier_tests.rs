@@ -3,8 +3,7 @@
 //! edges of blocks and regions.
 
 use crate::geometry::{
-    AttentionSpec, EngineGeometry, Geometry, GroupKind, KvLayout, MambaKind, MambaSpec, Mode,
-    ModelSpec,
+    AttentionSpec, EngineGeometry, Geometry, GroupKind, KvLayout, Mode, ModelSpec,
 };
 use crate::nixl::DescRow;
 
@@ -22,14 +21,9 @@ pub(crate) fn gqa(total_kv_heads: u32, mamba: bool) -> ModelSpec {
             head_size: 2,
             dtype_bytes: 2,
         }),
-        mamba: mamba.then(|| MambaSpec {
-            kind: MambaKind::Kda,
-            conv_dims: vec![2, 2, 4],
-            conv_rows: 3,
-            conv_dtype_bytes: 2,
-            ssm_state_bytes: 64,
-            n_groups: None,
-        }),
+        mamba: mamba
+            .then(|| crate::geometry::fixtures::mla_kda([2, 2, 4], 64).mamba)
+            .flatten(),
         groups: if mamba {
             vec![GroupKind::Attention, GroupKind::Mamba]
         } else {

@@ -49,7 +49,7 @@ impl ArenaBytes {
     /// back to the heap where the mapping is refused). An allocation the
     /// operating system refuses (an address-space limit, no memory left) is
     /// an error, never an abort.
-    fn zeroed(len: u64) -> Result<Self, AllocError> {
+    pub fn zeroed(len: u64) -> Result<Self, AllocError> {
         let refused = || AllocError { bytes: len };
         let size = usize::try_from(len).map_err(|_| refused())?;
         if len >= MAPPED_ARENA_BYTES {

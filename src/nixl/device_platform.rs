@@ -7,7 +7,7 @@
 
 use super::{
     AgentId, DescList, DlistHandle, DlistTarget, MemKind, MemRegion, Nixl, NixlResult, XferHandle,
-    XferOp, XferState,
+    XferSpec, XferState,
 };
 
 /// A transport whose VRAM lists are host memory.
@@ -53,25 +53,8 @@ impl<T: Nixl> Nixl for HostAsDevice<T> {
     ) -> NixlResult<DlistHandle> {
         self.inner.prepare_dlist(agent, target, MemKind::Dram, list)
     }
-    fn make_xfer(
-        &mut self,
-        agent: AgentId,
-        op: XferOp,
-        local: DlistHandle,
-        local_ids: &[u32],
-        remote: DlistHandle,
-        remote_ids: &[u32],
-        notification: Option<&[u8]>,
-    ) -> NixlResult<XferHandle> {
-        self.inner.make_xfer(
-            agent,
-            op,
-            local,
-            local_ids,
-            remote,
-            remote_ids,
-            notification,
-        )
+    fn make_xfer_spec(&mut self, agent: AgentId, xfer: XferSpec<'_>) -> NixlResult<XferHandle> {
+        self.inner.make_xfer_spec(agent, xfer)
     }
     fn post_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState> {
         self.inner.post_xfer(agent, xfer)

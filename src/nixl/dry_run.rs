@@ -7,7 +7,7 @@ use super::checks::{check_xfer_ranges, check_xfer_sides};
 use super::handle_table::HandleTable;
 use super::{
     AgentId, DescList, DlistHandle, DlistTarget, MemKind, MemRegion, Nixl, NixlError, NixlResult,
-    XferHandle, XferOp, XferState,
+    XferHandle, XferSpec, XferState,
 };
 
 #[derive(Debug, Default)]
@@ -93,20 +93,11 @@ impl Nixl for DryRun {
         Ok(self.agents.get_mut(agent)?.handles.add_dlist(prepared))
     }
 
-    fn make_xfer(
-        &mut self,
-        agent: AgentId,
-        _op: XferOp,
-        local: DlistHandle,
-        local_ids: &[u32],
-        remote: DlistHandle,
-        remote_ids: &[u32],
-        _notification: Option<&[u8]>,
-    ) -> NixlResult<XferHandle> {
+    fn make_xfer_spec(&mut self, agent: AgentId, xfer: XferSpec<'_>) -> NixlResult<XferHandle> {
         let handles = &mut self.agents.get_mut(agent)?.handles;
-        let (l, r) = handles.dlist_pair(local, remote)?;
-        check_xfer_sides(&l.target, local_ids, &r.target, remote_ids)?;
-        check_xfer_ranges(l.rows, local_ids, r.rows, remote_ids)?;
+        let (l, r) = handles.dlist_pair(xfer.local, xfer.remote)?;
+        check_xfer_sides(&l.target, xfer.local_ids, &r.target, xfer.remote_ids)?;
+        check_xfer_ranges(l.rows, xfer.local_ids, r.rows, xfer.remote_ids)?;
         Ok(handles.add_xfer(false))
     }
 

@@ -33,7 +33,7 @@ use super::handle_table::HandleTable;
 use super::loopback_device::{no_device_memory, DeviceCopy, DeviceSpace};
 use super::{
     AgentId, DescList, DescRow, DlistHandle, DlistTarget, MemKind, MemRegion, Nixl, NixlError,
-    NixlResult, XferHandle, XferOp, XferState,
+    NixlResult, XferHandle, XferOp, XferSpec, XferState,
 };
 use crate::memory::{ArenaBytes, HostArena};
 
@@ -499,19 +499,10 @@ impl Nixl for Loopback {
         Ok(self.agents.get_mut(agent)?.handles.add_dlist(prepared))
     }
 
-    fn make_xfer(
-        &mut self,
-        agent: AgentId,
-        op: XferOp,
-        local: DlistHandle,
-        local_ids: &[u32],
-        remote: DlistHandle,
-        remote_ids: &[u32],
-        notification: Option<&[u8]>,
-    ) -> NixlResult<XferHandle> {
+    fn make_xfer_spec(&mut self, agent: AgentId, xfer: XferSpec<'_>) -> NixlResult<XferHandle> {
         let a = self.agents.get(agent)?;
-        let (l, r) = a.handles.dlist_pair(local, remote)?;
-        check_xfer_sides(&l.target, local_ids, &r.target, remote_ids)?;
+        let (l, r) = a.handles.dlist_pair(xfer.local, xfer.remote)?;
+        check_xfer_sides(&l.target, xfer.local_ids, &r.target, xfer.remote_ids)?;
         let remote_name = match &r.target {
             DlistTarget::Remote(name) => name.clone(),
             DlistTarget::Local => a.name.clone(),
@@ -519,7 +510,7 @@ impl Nixl for Loopback {
         if a.epoch_of(&remote_name) != Some(r.epoch) {
             return Err(stale_remote(&remote_name));
         }
-        check_xfer_ranges(l.list.len(), local_ids, r.list.len(), remote_ids)?;
+        check_xfer_ranges(l.list.len(), xfer.local_ids, r.list.len(), xfer.remote_ids)?;
         if l.mem != r.mem {
             return Err(NixlError::Unsupported(format!(
                 "the loopback transport does not move bytes between a {:?} and a {:?} list",
@@ -529,7 +520,7 @@ impl Nixl for Loopback {
 
         let mut copies = Vec::new();
         let mut device_copies = Vec::new();
-        for (pair, (&li, &ri)) in local_ids.iter().zip(remote_ids).enumerate() {
+        for (pair, (&li, &ri)) in xfer.local_ids.iter().zip(xfer.remote_ids).enumerate() {
             let (Some(lrow), Some(rrow)) = (l.list.get(li.into()), r.list.get(ri.into())) else {
                 return Err(NixlError::InvalidParam(format!(
                     "pair {pair}: id {li} or {ri} out of range"
@@ -556,7 +547,7 @@ impl Nixl for Loopback {
                     .device
                     .resolve(rrow.dev, rrow.addr, rrow.len)
                     .ok_or_else(|| unplaced(rrow))?;
-                let (src, dst) = match op {
+                let (src, dst) = match xfer.op {
                     XferOp::Write => (lp, rp),
                     XferOp::Read => (rp, lp),
                 };
@@ -582,7 +573,7 @@ impl Nixl for Loopback {
             }
             let len = usize::try_from(lrow.len)
                 .map_err(|_| NixlError::InvalidParam(format!("pair {pair} is too long")))?;
-            let (src, dst) = match op {
+            let (src, dst) = match xfer.op {
                 XferOp::Write => (lp, rp),
                 XferOp::Read => (rp, lp),
             };
@@ -591,7 +582,7 @@ impl Nixl for Loopback {
         let xfer = Xfer {
             remote: remote_name,
             epoch: r.epoch,
-            notification: notification.map(<[u8]>::to_vec),
+            notification: xfer.notification.map(<[u8]>::to_vec),
             copies,
             device_copies,
             posted: false,

@@ -42,6 +42,25 @@ pub struct DlistHandle(pub u64);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct XferHandle(pub u64);
 
+/// One transfer to prepare: pair `local_ids[i]` of the prepared list
+/// `local` with `remote_ids[i]` of `remote`, moving bytes as `op` says,
+/// with an optional notification for the peer on completion.
+#[derive(Clone, Copy, Debug)]
+pub struct XferSpec<'a> {
+    /// READ or WRITE.
+    pub op: XferOp,
+    /// The initiator's prepared list.
+    pub local: DlistHandle,
+    /// Rows of `local`, one per pair.
+    pub local_ids: &'a [u32],
+    /// The prepared list of the other side.
+    pub remote: DlistHandle,
+    /// Rows of `remote`, one per pair.
+    pub remote_ids: &'a [u32],
+    /// The message the peer receives when the transfer completes.
+    pub notification: Option<&'a [u8]>,
+}
+
 /// Transfer direction from the initiator's view: READ pulls remote -> local,
 /// WRITE pushes local -> remote.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -130,7 +149,11 @@ pub trait Nixl {
         mem: MemKind,
         list: &DescList,
     ) -> NixlResult<DlistHandle>;
-    /// Pair `local_ids[i]` with `remote_ids[i]` into one prepared transfer.
+    /// Pair `xfer.local_ids[i]` with `xfer.remote_ids[i]` into one
+    /// prepared transfer (what each transport implements).
+    fn make_xfer_spec(&mut self, agent: AgentId, xfer: XferSpec<'_>) -> NixlResult<XferHandle>;
+    /// [`make_xfer_spec`](Self::make_xfer_spec) argument by argument, in
+    /// NIXL's `make_xfer_req` order.
     #[allow(clippy::too_many_arguments)]
     fn make_xfer(
         &mut self,
@@ -141,7 +164,19 @@ pub trait Nixl {
         remote: DlistHandle,
         remote_ids: &[u32],
         notification: Option<&[u8]>,
-    ) -> NixlResult<XferHandle>;
+    ) -> NixlResult<XferHandle> {
+        self.make_xfer_spec(
+            agent,
+            XferSpec {
+                op,
+                local,
+                local_ids,
+                remote,
+                remote_ids,
+                notification,
+            },
+        )
+    }
     /// Start a prepared transfer; its notification, if any, reaches the
     /// peer when it completes.
     fn post_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState>;
@@ -189,25 +224,8 @@ impl<T: Nixl + ?Sized> Nixl for Box<T> {
     ) -> NixlResult<DlistHandle> {
         (**self).prepare_dlist(agent, target, mem, list)
     }
-    fn make_xfer(
-        &mut self,
-        agent: AgentId,
-        op: XferOp,
-        local: DlistHandle,
-        local_ids: &[u32],
-        remote: DlistHandle,
-        remote_ids: &[u32],
-        notification: Option<&[u8]>,
-    ) -> NixlResult<XferHandle> {
-        (**self).make_xfer(
-            agent,
-            op,
-            local,
-            local_ids,
-            remote,
-            remote_ids,
-            notification,
-        )
+    fn make_xfer_spec(&mut self, agent: AgentId, xfer: XferSpec<'_>) -> NixlResult<XferHandle> {
+        (**self).make_xfer_spec(agent, xfer)
     }
     fn post_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState> {
         (**self).post_xfer(agent, xfer)

@@ -31,7 +31,7 @@ use super::handle_table::HandleTable;
 use super::ucx_hints;
 use super::{
     AgentId, DescList, DlistHandle, DlistTarget, MemKind, MemRegion, Nixl, NixlAgentOptions,
-    NixlError, NixlResult, XferHandle, XferOp, XferState,
+    NixlError, NixlResult, XferHandle, XferOp, XferSpec, XferState,
 };
 use crate::memory::HostArena;
 
@@ -440,21 +440,12 @@ impl Nixl for RealNixl {
         Ok(self.agents.get_mut(agent)?.handles.add_dlist(handle))
     }
 
-    fn make_xfer(
-        &mut self,
-        agent: AgentId,
-        op: XferOp,
-        local: DlistHandle,
-        local_ids: &[u32],
-        remote: DlistHandle,
-        remote_ids: &[u32],
-        notification: Option<&[u8]>,
-    ) -> NixlResult<XferHandle> {
+    fn make_xfer_spec(&mut self, agent: AgentId, xfer: XferSpec<'_>) -> NixlResult<XferHandle> {
         let a = self.agents.get(agent)?;
-        let (l, r) = a.handles.dlist_pair(local, remote)?;
-        let lids = to_i32_ids(local_ids, "local")?;
-        let rids = to_i32_ids(remote_ids, "remote")?;
-        let args = match notification {
+        let (l, r) = a.handles.dlist_pair(xfer.local, xfer.remote)?;
+        let lids = to_i32_ids(xfer.local_ids, "local")?;
+        let rids = to_i32_ids(xfer.remote_ids, "remote")?;
+        let args = match xfer.notification {
             Some(message) => {
                 let mut args = sys::OptArgs::new().map_err(a.err("creating transfer options"))?;
                 args.set_has_notification(true)
@@ -464,7 +455,7 @@ impl Nixl for RealNixl {
             }
             None => None,
         };
-        let sys_op = match op {
+        let sys_op = match xfer.op {
             XferOp::Read => sys::XferOp::Read,
             XferOp::Write => sys::XferOp::Write,
         };
@@ -473,7 +464,7 @@ impl Nixl for RealNixl {
             .make_xfer_req(sys_op, l, &lids, r, &rids, args.as_ref())
             .map_err(a.err(&format!(
                 "making a {} of {} local / {} remote ids",
-                op.as_str(),
+                xfer.op.as_str(),
                 lids.len(),
                 rids.len()
             )))?;

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::{
     AgentId, DescList, DescRow, DlistHandle, DlistTarget, MemKind, MemRegion, Nixl, NixlResult,
-    XferHandle, XferOp, XferState,
+    XferHandle, XferOp, XferSpec, XferState,
 };
 
 /// One recorded call.
@@ -316,34 +316,17 @@ impl<T: Nixl> Nixl for Recording<T> {
         Ok(handle)
     }
 
-    fn make_xfer(
-        &mut self,
-        agent: AgentId,
-        op: XferOp,
-        local: DlistHandle,
-        local_ids: &[u32],
-        remote: DlistHandle,
-        remote_ids: &[u32],
-        notification: Option<&[u8]>,
-    ) -> NixlResult<XferHandle> {
-        let handle = self.inner.make_xfer(
-            agent,
-            op,
-            local,
-            local_ids,
-            remote,
-            remote_ids,
-            notification,
-        )?;
+    fn make_xfer_spec(&mut self, agent: AgentId, xfer: XferSpec<'_>) -> NixlResult<XferHandle> {
+        let handle = self.inner.make_xfer_spec(agent, xfer)?;
         self.events.push(Event::Xfer {
             agent,
             handle,
-            op,
-            local,
-            local_ids: local_ids.to_vec(),
-            remote,
-            remote_ids: remote_ids.to_vec(),
-            notification: notification.map(<[u8]>::to_vec),
+            op: xfer.op,
+            local: xfer.local,
+            local_ids: xfer.local_ids.to_vec(),
+            remote: xfer.remote,
+            remote_ids: xfer.remote_ids.to_vec(),
+            notification: xfer.notification.map(<[u8]>::to_vec),
         });
         Ok(handle)
     }

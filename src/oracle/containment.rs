@@ -99,7 +99,7 @@ fn source(pair: &OraclePair) -> Option<Violation> {
 mod tests {
     use super::*;
     use crate::layout::{CaseLayout, RequestBlocks};
-    use crate::oracle::test_case::{prefill_bases, run, Fault, DECODE_BASES};
+    use crate::oracle::test_case::{only_violation, prefill_bases, run, Fault, DECODE_BASES};
     use crate::oracle::PairRef;
 
     #[test]
@@ -109,13 +109,8 @@ mod tests {
 
     #[test]
     fn a_destination_moved_into_a_neighbour_block_is_caught() {
-        let v = check(&run(Fault::ShiftDestination));
-        assert_eq!(v.len(), 1, "{v:#?}");
-        let v = &v[0];
-        assert_eq!(
-            (v.side, v.rank, v.region, v.local_block),
-            (Some(Side::Decode), Some(0), Some(0), Some(2))
-        );
+        let (v, at) = only_violation(check, Fault::ShiftDestination);
+        assert_eq!(at, (Some(Side::Decode), Some(0), Some(0), Some(2)));
         assert_eq!((v.byte_range.clone(), v.bytes), (Some(576..624), 48));
         assert_eq!(v.pairs, [PairRef { xfer: 0, pair: 0 }]);
         assert_eq!(
@@ -130,13 +125,8 @@ mod tests {
 
     #[test]
     fn a_read_of_a_prefill_block_the_request_does_not_own_is_caught() {
-        let v = check(&run(Fault::ReadWrongPrefillBlock));
-        assert_eq!(v.len(), 1, "{v:#?}");
-        let v = &v[0];
-        assert_eq!(
-            (v.side, v.rank, v.region, v.local_block),
-            (Some(Side::Prefill), Some(0), Some(0), Some(3))
-        );
+        let (v, at) = only_violation(check, Fault::ReadWrongPrefillBlock);
+        assert_eq!(at, (Some(Side::Prefill), Some(0), Some(0), Some(3)));
         assert_eq!((v.byte_range.clone(), v.bytes), (Some(288..336), 48));
         assert_eq!(v.pairs, [PairRef { xfer: 0, pair: 2 }]);
         assert_eq!(

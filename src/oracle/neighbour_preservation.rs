@@ -95,7 +95,7 @@ fn compare(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::oracle::test_case::{run, Fault};
+    use crate::oracle::test_case::{only_violation, run, Fault};
     use crate::pattern::foreign_byte;
 
     #[test]
@@ -105,13 +105,8 @@ mod tests {
 
     #[test]
     fn a_changed_neighbour_byte_is_caught() {
-        let v = check(&run(Fault::WriteNeighbourByte));
-        assert_eq!(v.len(), 1, "{v:#?}");
-        let v = &v[0];
-        assert_eq!(
-            (v.side, v.rank, v.region, v.local_block),
-            (Some(Side::Decode), Some(0), Some(0), Some(2))
-        );
+        let (v, at) = only_violation(check, Fault::WriteNeighbourByte);
+        assert_eq!(at, (Some(Side::Decode), Some(0), Some(0), Some(2)));
         assert_eq!((v.byte_range.clone(), v.bytes), (Some(581..582), 1));
         let before = foreign_byte(Side::Decode, 0, 0, 581);
         assert_eq!(v.expected, Some(format!("{before:#04x}")));

@@ -79,7 +79,7 @@ pub fn check(input: &OracleInput) -> Vec<Violation> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::oracle::test_case::{run, Fault};
+    use crate::oracle::test_case::{only_violation, run, Fault};
     use crate::oracle::PairRef;
 
     #[test]
@@ -89,13 +89,8 @@ mod tests {
 
     #[test]
     fn a_pair_issued_twice_is_a_double_write() {
-        let v = check(&run(Fault::DoubleWrite));
-        assert_eq!(v.len(), 1, "{v:#?}");
-        let v = &v[0];
-        assert_eq!(
-            (v.side, v.rank, v.region, v.local_block),
-            (Some(Side::Decode), Some(0), Some(0), Some(1))
-        );
+        let (v, at) = only_violation(check, Fault::DoubleWrite);
+        assert_eq!(at, (Some(Side::Decode), Some(0), Some(0), Some(1)));
         assert_eq!((v.byte_range.clone(), v.bytes), (Some(336..384), 48));
         assert_eq!(
             v.pairs,

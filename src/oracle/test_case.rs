@@ -12,9 +12,7 @@
 //! [6, 7, 8, 9, 10, 11, 18, 19] (clipped to prefill's 8 kernel ids
 //! [4, 5, 8, 9, 12, 13, 16, 17]); the post-process zeroes kernel ids 10, 11.
 
-use crate::geometry::{
-    AttentionSpec, EngineGeometry, Geometry, GroupKind, MambaKind, MambaSpec, Mode, ModelSpec,
-};
+use crate::geometry::{EngineGeometry, Geometry, Mode, ModelSpec};
 use crate::layout::{CaseLayout, RequestBlocks, Side};
 use crate::nixl::{DescList, DescRow, DlistTarget, DryRun, MemKind, Nixl, Recording, XferOp};
 use crate::pattern::{fill_decode_rank, fill_prefill_rank, DecodeFill};
@@ -67,21 +65,8 @@ pub(crate) fn geometry() -> Geometry {
 
 fn geometry_with_state_slots(state_slots: Option<u32>) -> Geometry {
     let model = ModelSpec {
-        attention: Some(AttentionSpec::Mla {
-            head_size: 6,
-            dtype_bytes: 2,
-        }),
-        mamba: Some(MambaSpec {
-            kind: MambaKind::Kda,
-            conv_dims: vec![2, 2, 4],
-            conv_rows: 3,
-            conv_dtype_bytes: 2,
-            ssm_state_bytes: 64,
-            n_groups: None,
-        }),
-        groups: vec![GroupKind::Attention, GroupKind::Mamba, GroupKind::Mamba],
-        layer_slots: 2,
         state_slots,
+        ..crate::geometry::fixtures::mla_kda([2, 2, 4], 64)
     };
     let engine = |tp_size, kernel_block, logical_block, pool| EngineGeometry {
         num_logical_blocks: Some(pool),
@@ -290,6 +275,23 @@ fn run_case(case: CaseLayout, fault: Fault) -> OracleInput {
         );
     }
     input
+}
+
+/// Where a violation lies: (side, rank, region, local block).
+pub(crate) type Place = (Option<Side>, Option<u32>, Option<u32>, Option<u32>);
+
+/// The one violation `check` finds in the case `fault` breaks (the test
+/// fails naming them all otherwise), and where it lies: (side, rank,
+/// region, local block).
+pub(crate) fn only_violation(
+    check: fn(&OracleInput) -> Vec<super::violation::Violation>,
+    fault: Fault,
+) -> (super::violation::Violation, Place) {
+    let mut found = check(&run(fault));
+    assert_eq!(found.len(), 1, "{fault:?}: {found:#?}");
+    let v = found.remove(0);
+    let at = (v.side, v.rank, v.region, v.local_block);
+    (v, at)
 }
 
 #[cfg(test)]

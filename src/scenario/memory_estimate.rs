@@ -76,26 +76,56 @@ pub fn estimate(case: &Case) -> MemoryEstimate {
     };
     let prefill_rank = rank(prefill_pool, g.prefill.unified_page_bytes(&g.model));
     let decode_rank = rank(decode_pool, g.decode.unified_page_bytes(&g.model));
-    let prefill_ranks = touched_prefill_ranks(g, case.mode).len() as u32;
-    let arenas =
-        prefill_rank * u128::from(prefill_ranks) + decode_rank * u128::from(g.decode.tp_size);
-    let every =
-        prefill_rank * u128::from(g.prefill.tp_size) + decode_rank * u128::from(g.decode.tp_size);
-    let fit = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
-    MemoryEstimate {
-        prefill_rank_bytes: fit(prefill_rank),
-        decode_rank_bytes: fit(decode_rank),
-        prefill_ranks,
-        decode_ranks: g.decode.tp_size,
-        prefill_pool,
-        decode_pool,
-        arena_bytes: fit(arenas),
-        peak_bytes: fit(arenas),
-        every_rank_bytes: fit(every),
-    }
+    let touched = touched_prefill_ranks(g, case.mode).len() as u32;
+    MemoryEstimate::of_ranks(
+        EngineShare {
+            rank_bytes: prefill_rank,
+            ranks: g.prefill.tp_size,
+            pool: prefill_pool,
+        },
+        EngineShare {
+            rank_bytes: decode_rank,
+            ranks: g.decode.tp_size,
+            pool: decode_pool,
+        },
+        touched,
+    )
+}
+
+/// One engine's part of a case: the bytes of one rank, its ranks and its
+/// pool's blocks.
+#[derive(Clone, Copy, Debug)]
+pub struct EngineShare {
+    /// One rank's arenas, all layer slots (in 128 bits: an absurd case
+    /// saturates in the estimate instead of wrapping).
+    pub rank_bytes: u128,
+    /// The engine's ranks.
+    pub ranks: u32,
+    /// Blocks (or pages) of each rank's pool.
+    pub pool: u32,
 }
 
 impl MemoryEstimate {
+    /// The estimate of `prefill` and `decode`, of which `touched_prefill`
+    /// prefill ranks (and every decode rank) are touched; saturating.
+    pub fn of_ranks(prefill: EngineShare, decode: EngineShare, touched_prefill: u32) -> Self {
+        let fit = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
+        let decode_all = decode.rank_bytes * u128::from(decode.ranks);
+        let arenas = prefill.rank_bytes * u128::from(touched_prefill) + decode_all;
+        let every = prefill.rank_bytes * u128::from(prefill.ranks) + decode_all;
+        MemoryEstimate {
+            prefill_rank_bytes: fit(prefill.rank_bytes),
+            decode_rank_bytes: fit(decode.rank_bytes),
+            prefill_ranks: touched_prefill,
+            decode_ranks: decode.ranks,
+            prefill_pool: prefill.pool,
+            decode_pool: decode.pool,
+            arena_bytes: fit(arenas),
+            peak_bytes: fit(arenas),
+            every_rank_bytes: fit(every),
+        }
+    }
+
     /// The bytes the case maps: [`peak_bytes`](Self::peak_bytes), or
     /// [`every_rank_bytes`](Self::every_rank_bytes) where every rank needs
     /// real memory.

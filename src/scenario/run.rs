@@ -535,6 +535,20 @@ pub fn check_prefix_hit(
     Ok(())
 }
 
+/// Decode's READ of the request (`req-d`, from prefill's `req-p` on
+/// `prefill_tp` ranks), `computed` blocks per group already held.
+pub fn read_request(blocks: &RequestBlocks, prefill_tp: u32, computed: Vec<u32>) -> ReadRequest {
+    ReadRequest {
+        request_id: "req-d".into(),
+        local_block_ids: blocks.decode_transfer.clone(),
+        remote_engine_id: Side::Prefill.as_str().into(),
+        remote_request_id: "req-p".into(),
+        remote_block_ids: blocks.prefill.clone(),
+        remote_tp_size: prefill_tp,
+        local_num_computed_blocks: computed,
+    }
+}
+
 /// D's prefix-hit blocks per group: the request's blocks the transfer skips.
 pub fn computed_blocks(blocks: &RequestBlocks) -> Vec<u32> {
     blocks
@@ -634,15 +648,7 @@ fn pull(
 ) -> Result<(), Outcome> {
     let limit = completion_limit(patient)?;
     for (d, rank) in engines.decode.iter_mut().enumerate() {
-        let req = ReadRequest {
-            request_id: "req-d".into(),
-            local_block_ids: blocks.decode_transfer.clone(),
-            remote_engine_id: Side::Prefill.as_str().into(),
-            remote_request_id: "req-p".into(),
-            remote_block_ids: blocks.prefill.clone(),
-            remote_tp_size: geometry.prefill.tp_size,
-            local_num_computed_blocks: computed_blocks(blocks),
-        };
+        let req = read_request(blocks, geometry.prefill.tp_size, computed_blocks(blocks));
         let recv = rank
             .worker
             .start_read(nixl, &req)

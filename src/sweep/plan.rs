@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::derive::{load_geometry_file_with_source, ModelSource};
-use crate::geometry::{toml_files_in, Geometry, GeometryError, Mode};
+use crate::geometry::{geometry_files, Geometry, GeometryError, Mode};
 use crate::scenario::placement::SplitMix;
 use crate::scenario::Case;
 use crate::scheduler::DecodeAllocation;
@@ -30,12 +30,7 @@ pub struct SourcedGeometry {
 pub fn load_sources(paths: &[PathBuf]) -> Result<Vec<SourcedGeometry>, GeometryError> {
     let mut out = Vec::new();
     for path in paths {
-        let files = if path.is_dir() {
-            toml_files_in(path)?
-        } else {
-            vec![path.clone()]
-        };
-        for file in files {
+        for file in geometry_files(path)? {
             let (geometry, model) = load_geometry_file_with_source(&file)?;
             if let Some(first) = out
                 .iter()

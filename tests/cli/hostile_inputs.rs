@@ -753,6 +753,30 @@ fn every_allocating_command_keeps_within_an_address_space_limit() {
         &small,
         &[&bench, "more than --max-memory 100.0 MiB;"],
     );
+    // 512 MiB pages of one-token kernel blocks: planning the request alone
+    // holds 64 Mi descriptor rows (3 GiB); counted and refused before any
+    // row is written.
+    let rows = write(
+        &dir,
+        "rows.toml",
+        &std::fs::read_to_string(&ssm)
+            .unwrap()
+            .replace("layer_slots = 2", "layer_slots = 8")
+            .replace("head_size = 576", "head_size = 512")
+            .replace("kernel_block = 64", "kernel_block = 1")
+            .replace("logical_block = 262144", "logical_block = 524288"),
+    );
+    let mut planned = vram.to_vec();
+    planned[3] = rows.as_str();
+    refused_within(
+        THREE_GIB_KIB,
+        &planned,
+        &[
+            "cannot plan a 64-token request of rows: its 67109376 descriptor rows: needs about 3.0 GiB",
+            "address-space limit leaves",
+            "use a larger kernel block",
+        ],
+    );
     refused_within(
         THREE_GIB_KIB,
         &["bench", "transport", "--max-memory", "1G"],
@@ -912,4 +936,100 @@ fn a_closed_output_pipe_ends_the_command_without_a_panic() {
     assert!(first.contains("trace"), "{first}");
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(out.status.code(), Some(141), "{stderr}");
+}
+
+/// SGLang's `[model.state]` is bounded as vLLM's fields are, and an SGLang
+/// case's memory (the driver's pools included) goes through the estimate
+/// and the budget: enormous state tensors are exit 2 naming the fields or
+/// the case, for `sweep` and `explain`, under a 3 GiB address-space limit,
+/// before any interpreter is looked for.
+#[test]
+fn sglang_state_is_bounded_and_within_the_budget() {
+    let dir = scratch(module_path!(), "sglang-state");
+    let read = |name: &str| {
+        std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("geometries/sglang")
+                .join(name),
+        )
+        .unwrap()
+    };
+    let mamba2 = read("hybrid-mamba2-1group-p1-d2.toml");
+    let kda = read("hybrid-kda-mla-p1-d2.toml");
+    let huge_mamba2 = write(
+        &dir,
+        "huge-mamba2.toml",
+        &mamba2
+            .replace("conv_kernel = 4\n", "conv_kernel = 4000000\n")
+            .replace("ssm_state_size = 8\n", "ssm_state_size = 8000000\n")
+            .replace("head_dim = 4\n", "head_dim = 4000\n"),
+    );
+    let huge_kda = write(
+        &dir,
+        "huge-kda.toml",
+        &kda.replace("num_heads = 4\n", "num_heads = 4000000\n")
+            .replace("head_dim = 4\n", "head_dim = 4000\n"),
+    );
+    // Within every per-layer bound, but 5 slots x 3 layers of a 4-million
+    // step conv window on three ranks: tens of GiB.
+    let long_window = write(
+        &dir,
+        "long-window.toml",
+        &mamba2.replace("conv_kernel = 4\n", "conv_kernel = 4000000\n"),
+    );
+    for (file, needles) in [
+        (
+            &huge_mamba2,
+            vec![
+                "huge-mamba2.toml: model.state: one layer's conv channels \
+                 (num_heads x head_dim + 2 x n_groups x ssm_state_size) is 16032000, \
+                 more than the limit of 1048576",
+            ],
+        ),
+        (
+            &huge_kda,
+            vec![
+                "huge-kda.toml: model.state: one layer's conv channels \
+                 (num_heads x head_dim + 2 x num_k_heads x head_k_dim) is 48000000000, \
+                 more than the limit of 1048576",
+            ],
+        ),
+        (
+            &long_window,
+            vec![
+                "long-window N=5 h=0 push mainline: needs about 32.2 GiB",
+                "for SGLang's pools in the driver",
+                "address-space limit leaves (ulimit -v 3.0 GiB",
+            ],
+        ),
+    ] {
+        refused_within(
+            THREE_GIB_KIB,
+            &["sweep", "--connector", "sglang", file, "--prompts", "5"],
+            &needles,
+        );
+        refused_within(
+            THREE_GIB_KIB,
+            &["explain", "--connector", "sglang", file, "--prompt", "5"],
+            &needles,
+        );
+    }
+    // A smaller --max-memory is the budget, and named.
+    refused_within(
+        THREE_GIB_KIB,
+        &[
+            "explain",
+            "--connector",
+            "sglang",
+            &long_window,
+            "--prompt",
+            "5",
+            "--max-memory",
+            "1G",
+        ],
+        &[
+            "long-window N=5 h=0 push mainline: ",
+            "more than --max-memory 1.0 GiB;",
+        ],
+    );
 }

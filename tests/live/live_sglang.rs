@@ -9,19 +9,11 @@ use std::path::PathBuf;
 use kvgeom::scenario::Outcome;
 use kvgeom::sweep::plan;
 
-use crate::support::{json_report, kvgeom, kvgeom_with_env, root, skip};
+use crate::support::{json_report, kvgeom, kvgeom_with_env, root, skip, text};
 
 /// The interpreter with SGLang, as `kvgeom` finds it.
 fn sglang_python() -> Option<kvgeom::sglang::python::SglangPython> {
     kvgeom::sglang::python::find(None).ok()
-}
-
-fn text(o: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 #[test]

@@ -6,15 +6,7 @@
 //! 0.5.15.post1`) and the default `.sglang-venv`; says `skipped: <reason>`
 //! without them.
 
-use crate::support::{json_report, kvgeom, root, skip};
-
-fn text(o: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use crate::support::{json_report, kvgeom, root, skip, text};
 
 const BEFORE: &str = ".sglang-venvs/0.5.15.post1/bin/python";
 const AFTER: &str = ".sglang-venv/bin/python";

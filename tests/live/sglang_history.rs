@@ -4,15 +4,7 @@
 //! (`scripts/install-sglang.sh --version 0.5.16`) and the default
 //! `.sglang-venv` (0.5.23); says `skipped: <reason>` without them.
 
-use crate::support::{json_report, kvgeom, root, skip};
-
-fn text(o: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use crate::support::{json_report, kvgeom, root, skip, text};
 
 /// Every case of `file` on the interpreter `python` (relative to the
 /// checkout), as the sweep's JSON report.

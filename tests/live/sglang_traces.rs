@@ -7,15 +7,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::support::{kvgeom, scratch, skip};
-
-fn text(o: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use crate::support::{kvgeom, scratch, skip, text};
 
 /// (file name, verdict, message) of each file check-trace judged.
 fn check(path: &Path) -> (Option<i32>, Vec<(String, String, String)>) {

@@ -12,7 +12,7 @@ use kvgeom::sglang::run::judge_trace;
 use kvgeom::sglang::trace_file::SglangTrace;
 use serde_json::Value;
 
-use crate::support::{kvgeom, root, scratch};
+use crate::support::{kvgeom, root, scratch, text};
 
 const FIXTURES: &str = "tests/fixtures/sglang-0.5.23-traces";
 /// Passes (prefill TP4 ranks replicating the two heads: redundant writes).
@@ -24,14 +24,6 @@ const MAMBA2: &str = "hybrid-mamba2-xbc-p1-d2-push-n5-hit0-mainline-s0.trace.jso
 
 fn fixture(name: &str) -> PathBuf {
     root().join(FIXTURES).join(name)
-}
-
-fn text(o: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn json_of(path: &Path) -> Value {
