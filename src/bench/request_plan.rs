@@ -230,6 +230,7 @@ pub fn plan_request(geometry: &Geometry, prompt_len: u32) -> Result<RequestPlan,
             remote_block_ids: blocks.prefill.clone(),
             remote_tp_size: p_tp,
             local_num_computed_blocks: Vec::new(),
+            remote_num_tokens: None,
         };
         engines.decode[d]
             .worker

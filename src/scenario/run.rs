@@ -372,7 +372,21 @@ fn transfer(
         return outcome;
     }
     let moved = match mode {
-        Mode::Pull => pull(nixl, &mut engines, &blocks, geometry, run, patient),
+        Mode::Pull => {
+            // Prefill's computed tokens travel in the transfer parameters
+            // (`remote_num_tokens`): a decode scheduler loads nothing without
+            // them, so every scheduled read carries them.
+            let remote_num_tokens = geometry.transferred_tokens(case.prompt_len);
+            pull(
+                nixl,
+                &mut engines,
+                &blocks,
+                geometry,
+                remote_num_tokens,
+                run,
+                patient,
+            )
+        }
         Mode::Push => push(nixl, &mut engines, &blocks, geometry, run, patient),
     };
     if let Err(outcome) = moved {
@@ -629,6 +643,7 @@ fn pull(
     engines: &mut Engines,
     blocks: &RequestBlocks,
     geometry: &Geometry,
+    remote_num_tokens: u32,
     run: &mut CaseRun,
     patient: bool,
 ) -> Result<(), Outcome> {
@@ -642,6 +657,7 @@ fn pull(
             remote_block_ids: blocks.prefill.clone(),
             remote_tp_size: geometry.prefill.tp_size,
             local_num_computed_blocks: computed_blocks(blocks),
+            remote_num_tokens: Some(remote_num_tokens),
         };
         let recv = rank
             .worker
