@@ -10,7 +10,8 @@ Usage: scripts/expectations-from-report.py REPORT.json --release X
 REPORT.json: `kvgeom sweep --connector vllm --format json` or a release's
 report that `kvgeom matrix --out-dir DIR` keeps. RULES.toml names the
 finding of each entry: a list of [[rule]] tables with `finding` and any of
-`geometry`, `mode`, `outcome` (the first rule matching an entry wins; an
+`geometry`, `mode`, `outcome`, `oracles` (the exact set violated; the first
+rule matching an entry wins; an
 entry no rule matches is an error, exit 2). The result is a starting point
 to read: every entry is what the release did, not why.
 """
@@ -116,7 +117,9 @@ def main():
     for geometry, mode, alloc, cases, kind, oracles in entries:
         finding = None
         for r in rules:
-            if all(r.get(k) in (None, v) for k, v in (("geometry", geometry), ("mode", mode), ("outcome", kind))):
+            if all(r.get(k) in (None, v) for k, v in (("geometry", geometry), ("mode", mode), ("outcome", kind))) and (
+                "oracles" not in r or sorted(r["oracles"]) == sorted(oracles)
+            ):
                 finding = r["finding"]
                 break
         if finding is None:

@@ -8,8 +8,9 @@ use serde::Serialize;
 
 use crate::connector::policy::{
     Acceptance, ConvSplit, DecodePushHandshake, MambaExpansion, PaddedPageRegistration, Policy,
-    PrefixAlignment, PrefixCountTolerance, PushCompletionReport, PushRatioDirection,
-    ReceiveZeroing, RemoteIdExpansion, ReplicatedPageWriters, SplitListKey, SubBlockAddressing,
+    PrefixAlignment, PrefixCountTolerance, PushBlockSizes, PushCompletionReport,
+    PushRatioDirection, ReceiveZeroing, RemoteIdExpansion, ReplicatedPageWriters, SplitListKey,
+    SubBlockAddressing,
 };
 
 /// One real defect of vLLM's NIXL connector in the heterogeneous-geometry code.
@@ -59,6 +60,11 @@ pub enum Defect {
     /// vLLM 0.33.0 refuses padded kernel pages at registration when more
     /// than one layer slot shares the backing allocation.
     PaddedPagesRefusedWhenShared,
+    /// vLLM 0.34.0 pairs a pull across different block sizes from the last
+    /// token, right only when decode's list ends in that token's block.
+    LastTokenPairing,
+    /// vLLM 0.34.0's push refuses any P/D difference in block geometry.
+    PushIdenticalBlockSizesOnly,
 }
 
 /// One row of the defect table.
@@ -81,6 +87,11 @@ pub struct DefectInfo {
     /// checked against). `0.33.0`: the policy that models that release is
     /// exactly its defects.
     pub in_vllm: &'static [&'static str],
+    /// The vLLM releases that have it by a reading of their wheel's
+    /// connector (`vllm/distributed/kv_transfer/kv_connector/v1/nixl/`),
+    /// that no committed matrix report has run yet (0.34.0); the policy
+    /// that models each is exactly its defects of both lists.
+    pub read_in_vllm: &'static [&'static str],
     /// The decision it changes in `Policy::default()`.
     pub select: fn(&mut Policy),
 }
@@ -97,7 +108,7 @@ pub const MATRIX_FIXTURE: &str = "tests/fixtures/matrix/vllm-0.30.0-0.33.0.json"
 pub const MODELS_MATRIX_FIXTURE: &str = "tests/fixtures/matrix/vllm-0.30.0-0.33.0-models.json";
 
 /// Every known defect, in the order `kvgeom defects` lists them.
-pub static DEFECTS: [DefectInfo; 17] = [
+pub static DEFECTS: [DefectInfo; 19] = [
     DefectInfo {
         defect: Defect::StrictPrefixTolerance,
         name: "strict-prefix-tolerance",
@@ -105,6 +116,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         bug: "prefix-cache count check uses max(local ppl, remote ppl) as a strict bound",
         symptom: "legitimate transfers refused (AssertionError), e.g. 12- vs 8-token blocks at N=25",
         in_vllm: &[],
+        read_in_vllm: &[],
         select: |p| p.prefix_count_tolerance = PrefixCountTolerance::StrictMaxPpl,
     },
     DefectInfo {
@@ -114,6 +126,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         bug: "with equal kernel pages but different logical blocks, the clipped tail is never zeroed",
         symptom: "stale tail bytes surfacing as garbage mid-response",
         in_vllm: &[],
+        read_in_vllm: &[],
         select: |p| p.receive_zeroing = ReceiveZeroing::RatioOnly,
     },
     DefectInfo {
@@ -123,6 +136,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         bug: "older split zeroing: ratio tail path (non-MLA, last block only) plus a whole-kernel-block path for ppl mismatch",
         symptom: "stale kernel blocks when both regimes meet (11 of 16 mixed-regime lengths)",
         in_vllm: &[],
+        read_in_vllm: &[],
         select: |p| p.receive_zeroing = ReceiveZeroing::TwoPath,
     },
     DefectInfo {
@@ -132,6 +146,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         bug: "block ids for the post-process are computed but not passed on, so nothing is zeroed",
         symptom: "every clipped block keeps stale bytes",
         in_vllm: &[],
+        read_in_vllm: &[],
         select: |p| p.receive_zeroing = ReceiveZeroing::Skipped,
     },
     DefectInfo {
@@ -141,6 +156,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         bug: "sub-block addresses computed as index x stride / ratio, right only when stride equals length",
         symptom: "sub-blocks written outside the layer's page on interleaved layouts",
         in_vllm: &[],
+        read_in_vllm: &[],
         select: |p| p.sub_block_addressing = SubBlockAddressing::StrideOverRatio,
     },
     DefectInfo {
@@ -150,6 +166,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         bug: "remote logical ids expanded to kernel ids with the local ppl instead of the remote one",
         symptom: "reads from the wrong prefill blocks (Qwen3.5 4P2D bug class)",
         in_vllm: &[],
+        read_in_vllm: &[],
         select: |p| p.remote_id_expansion = RemoteIdExpansion::LocalPpl,
     },
     DefectInfo {
@@ -159,6 +176,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         bug: "mamba state descriptors and desc ids expanded by the block-size ratio like attention",
         symptom: "mamba state read from and written to wrong sub-regions",
         in_vllm: &[],
+        read_in_vllm: &[],
         select: |p| p.mamba_expansion = MambaExpansion::RatioExpanded,
     },
     DefectInfo {
@@ -168,6 +186,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         bug: "handshake accepts host-buffer mode with a block-size ratio",
         symptom: "host staging copies at the wrong granularity, corrupting KV",
         in_vllm: &[],
+        read_in_vllm: &[],
         select: |p| p.handshake.host_buffer_with_ratio = Acceptance::Accept,
     },
     DefectInfo {
@@ -177,6 +196,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         bug: "per-source split lists keyed by tp_ratio alone and built at local granularity",
         symptom: "multi-read transfers use descriptors of the wrong granularity",
         in_vllm: &[],
+        read_in_vllm: &[],
         select: |p| p.split_list_key = SplitListKey::RatioOnly,
     },
     DefectInfo {
@@ -186,6 +206,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         bug: "vLLM 0.33.0 push: D keeps an empty remote block list and fails on completion when ppl differs",
         symptom: "decode crashes with IndexError; request never finishes",
         in_vllm: &["0.30.0", "0.31.0", "0.32.0", "0.33.0"],
+        read_in_vllm: &["0.34.0"],
         select: |p| {
             p.push.decode_handshake = DecodePushHandshake::RecordOnly;
             p.push.completion_report = PushCompletionReport::RequestOnly;
@@ -198,6 +219,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         bug: "vLLM 0.33.0 push: P and D compute the block-size ratio in opposite directions",
         symptom: "assertion on one side, decode waits forever for a push that never comes",
         in_vllm: &["0.30.0", "0.31.0", "0.32.0", "0.33.0"],
+        read_in_vllm: &["0.34.0"],
         select: |p| {
             p.push.decode_handshake = DecodePushHandshake::RecordOnly;
             p.push.ratio_direction = PushRatioDirection::LocalOverRemote;
@@ -210,6 +232,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         bug: "vLLM 0.33.0 push with P_TP > D_TP: every prefill rank writes the replicated MLA pages",
         symptom: "the same decode bytes written by several concurrent WRITEs (NIXL does not detect it)",
         in_vllm: &["0.30.0", "0.31.0", "0.32.0", "0.33.0"],
+        read_in_vllm: &["0.34.0"],
         select: |p| p.push.replicated_pages = ReplicatedPageWriters::EveryHolder,
     },
     DefectInfo {
@@ -219,6 +242,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         bug: "vLLM 0.33.0's prefix alignment end-aligns P's list to D's, wrong when P's list does not end where D's does",
         symptom: "D receives the wrong tokens after a prefix hit with the last-token block, or with different logical blocks on a model without mamba (silent corruption); a longer D list is refused",
         in_vllm: &["0.30.0", "0.31.0", "0.32.0", "0.33.0"],
+        read_in_vllm: &[],
         select: |p| p.prefix_alignment = PrefixAlignment::EndTrim,
     },
     DefectInfo {
@@ -228,6 +252,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         bug: "vLLM 0.33.0's handshake accepts token-major (NHD) pages when a rank gathers heads from prefill ranks that replicate them",
         symptom: "each prefill page lands in a byte slot, not a head slot: tokens and heads scrambled",
         in_vllm: &["0.30.0", "0.31.0", "0.32.0", "0.33.0"],
+        read_in_vllm: &["0.34.0"],
         select: |p| p.handshake.gathered_replicated_heads_nhd = Acceptance::Accept,
     },
     DefectInfo {
@@ -237,6 +262,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         bug: "the receive post-process zeroes its stale blocks through an inclusive end: one kernel block past the request's last is zeroed too",
         symptom: "the block after the request's, which belongs to another request or the free pool, loses its KV (silent corruption of a co-resident request)",
         in_vllm: &[],
+        read_in_vllm: &[],
         select: |p| p.receive_zeroing = ReceiveZeroing::InclusiveEnd,
     },
     DefectInfo {
@@ -246,6 +272,7 @@ pub static DEFECTS: [DefectInfo; 17] = [
         bug: "vLLM 0.33.0 locates the peer's conv sub-projections by scaling its own widths by the TP ratio; Mamba2 B and C replicated beyond n_groups (one group) keep their width at every TP",
         symptom: "decode's B and C conv state receive half of B twice, the other projection or SSM bytes, with no error (Falcon-H1, Granite-4.0-H, Zamba2 at different TP sizes)",
         in_vllm: &["0.30.0", "0.31.0", "0.32.0", "0.33.0"],
+        read_in_vllm: &["0.34.0"],
         select: |p| p.conv_split = ConvSplit::LocalWidthsScaled,
     },
     DefectInfo {
@@ -255,13 +282,34 @@ pub static DEFECTS: [DefectInfo; 17] = [
         bug: "vLLM 0.33.0 registers a layer's view as whole runs of its blocks; a padded page (block stride larger than the page) in an allocation shared by several layer slots leaves a view whose bytes are not such runs, and registration asserts",
         symptom: "the engine fails at start (AssertionError: KV cache view cannot be partitioned into NIXL regions) for any padded kernel page layout with more than one layer slot",
         in_vllm: &["0.30.0", "0.31.0", "0.32.0", "0.33.0"],
+        read_in_vllm: &["0.34.0"],
         select: |p| p.padded_pages = PaddedPageRegistration::RefusedWhenShared,
+    },
+    DefectInfo {
+        defect: Defect::LastTokenPairing,
+        name: "last-token-pairing",
+        title: "vLLM 0.34.0 pairs block lists from the last token",
+        bug: "vLLM 0.34.0's pull across different kernel or logical block sizes drops each side's sub-blocks past prefill's token count and pairs the lists from their ends (equal block sizes still end-trim); right only when decode's list ends in the logical block of prefill's last token",
+        symptom: "a decode list one logical block longer (the recomputed last token's block) receives prefill's tokens in its later blocks and the head zeroing wipes its first ones; after a prefix hit with equal block sizes, the end-trim pairs the wrong tokens (silent corruption)",
+        in_vllm: &[],
+        read_in_vllm: &["0.34.0"],
+        select: |p| p.prefix_alignment = PrefixAlignment::LastTokenWhenSizesDiffer,
+    },
+    DefectInfo {
+        defect: Defect::PushIdenticalBlockSizesOnly,
+        name: "push-identical-block-sizes-only",
+        title: "vLLM 0.34.0 push refuses any P/D block-size difference",
+        bug: "vLLM 0.34.0's push worker refuses, at the handshake, any pair whose kernel block size or kernel blocks per logical block differ",
+        symptom: "push between engines of different block geometry (which pull serves) fails the handshake with NotImplementedError: NixlPushConnector requires identical P/D block sizes",
+        in_vllm: &[],
+        read_in_vllm: &["0.34.0"],
+        select: |p| p.push.block_sizes = PushBlockSizes::IdenticalOnly,
     },
 ];
 
 impl Defect {
     /// Every defect, in table order.
-    pub const ALL: [Defect; 17] = [
+    pub const ALL: [Defect; 19] = [
         Defect::StrictPrefixTolerance,
         Defect::NoClippedBlockZeroing,
         Defect::TwoPathZeroing,
@@ -279,6 +327,8 @@ impl Defect {
         Defect::ZeroingOnePastEnd,
         Defect::ConvOffsetsScaled,
         Defect::PaddedPagesRefusedWhenShared,
+        Defect::LastTokenPairing,
+        Defect::PushIdenticalBlockSizesOnly,
     ];
 
     /// This defect's row of the table.
@@ -317,9 +367,11 @@ impl Defect {
         self.info().symptom
     }
 
-    /// Whether vLLM `version` as released has it.
+    /// Whether vLLM `version` as released has it (by a committed matrix
+    /// run, or by a reading of a wheel no matrix has run yet).
     pub fn in_vllm(self, version: &str) -> bool {
-        self.info().in_vllm.contains(&version)
+        let info = self.info();
+        info.in_vllm.contains(&version) || info.read_in_vllm.contains(&version)
     }
 
     /// The defects of vLLM `version` as released, in table order (none for
@@ -379,18 +431,47 @@ mod tests {
 
     #[test]
     fn a_release_is_exactly_the_defects_the_table_names_for_it() {
-        for version in ["0.33.0", "0.32.0"] {
+        for version in ["0.34.0", "0.33.0", "0.32.0"] {
             let mut policy = Policy::default();
-            for row in DEFECTS.iter().filter(|row| row.in_vllm.contains(&version)) {
+            for row in DEFECTS
+                .iter()
+                .filter(|row| row.in_vllm.contains(&version) || row.read_in_vllm.contains(&version))
+            {
                 (row.select)(&mut policy);
             }
             assert_eq!(policy, policy_with(&Defect::of_vllm(version)));
         }
+        // Read from the 0.34.0 wheel: the conv split, the push protocol and
+        // the registration and NHD decisions are unchanged; the end-trim is
+        // replaced by pairing from the last token, and push refuses any
+        // difference in block geometry.
+        let newer = Defect::of_vllm("0.34.0");
+        for kept in [
+            Defect::ConvOffsetsScaled,
+            Defect::ReplicatedHeadsNhdAccepted,
+            Defect::PaddedPagesRefusedWhenShared,
+            Defect::PushReplicatedDoubleWrite,
+            Defect::LastTokenPairing,
+            Defect::PushIdenticalBlockSizesOnly,
+        ] {
+            assert!(newer.contains(&kept), "{kept}");
+        }
+        assert!(!newer.contains(&Defect::EndTrimAlignment));
+        assert!(!Defect::of_vllm("0.33.0").contains(&Defect::LastTokenPairing));
         // The releases before the pinned one have exactly its defects
         // (`kvgeom matrix`, MATRIX_FIXTURE).
         assert_eq!(Defect::of_vllm("0.32.0"), Defect::of_vllm("0.33.0"));
         assert!(Defect::of_vllm("0.29.0").is_empty());
         assert_eq!(policy_with(&[]), Policy::default());
+    }
+
+    /// Rows of defects first read from a wheel that no committed matrix
+    /// report has run (their releases are all in `read_in_vllm`).
+    fn newer_than_matrices(info: &DefectInfo) -> bool {
+        matches!(
+            info.defect,
+            Defect::LastTokenPairing | Defect::PushIdenticalBlockSizesOnly
+        )
     }
 
     /// Every (release, defect row, table row) of a committed matrix
@@ -408,8 +489,15 @@ mod tests {
             let version = release["version"].as_str().expect("version");
             ran.push(version.to_string());
             let rows = release["defects"].as_array().expect("defects");
-            assert_eq!(rows.len(), DEFECTS.len(), "vLLM {version}");
-            for (row, info) in rows.iter().zip(&DEFECTS) {
+            // The report's rows follow the table's order; rows added to the
+            // table after it was made (read from a newer wheel, with no
+            // matrix release naming them) are absent from it.
+            let made: Vec<&DefectInfo> = DEFECTS
+                .iter()
+                .filter(|info| !newer_than_matrices(info))
+                .collect();
+            assert_eq!(rows.len(), made.len(), "vLLM {version}");
+            for (row, info) in rows.iter().zip(made) {
                 assert_eq!(row["defect"], info.name);
                 out.push((version.to_string(), row.clone(), info));
             }

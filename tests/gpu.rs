@@ -181,6 +181,7 @@ mod checks {
                             group: 0,
                             block_ids: vec![4, 1, 2],
                             covered_sub_blocks: 0,
+                            first_covered_sub_block: 0,
                             ratio,
                             needs_block_ids: true,
                             ops: vec![
@@ -198,6 +199,7 @@ mod checks {
                             group: 2,
                             block_ids: vec![5],
                             covered_sub_blocks: 0,
+                            first_covered_sub_block: 0,
                             ratio,
                             needs_block_ids: false,
                             ops: vec![PostOp::ZeroTokens {

@@ -257,7 +257,7 @@ pub fn plan_request_within(
                 .add_remote_agent(&mut nixl, &meta, target, p_tp)
                 .map_err(connector)?;
         }
-        let req = read_request(&blocks, p_tp, Vec::new());
+        let req = read_request(&blocks, p_tp, Vec::new(), None);
         engines.decode[d]
             .worker
             .start_read(&mut nixl, &req)

@@ -216,6 +216,73 @@ pub fn align_from_first_token(
     Ok((decode, prefill))
 }
 
+/// Both lists paired from the transfer's last token, and per group the
+/// range of the initiator's sub-blocks the pairs cover.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LastTokenPairing {
+    /// The initiator's (decode's) ids per group: attention in units of the
+    /// peer's kernel block, mamba unchanged.
+    pub local: BlockIds,
+    /// The peer's (prefill's) kernel ids per group, mamba unchanged.
+    pub remote: BlockIds,
+    /// Per group, `start..end` of the initiator's sub-blocks the pairs
+    /// cover (positions in its sub-block list before any trimming).
+    pub covered: Vec<std::ops::Range<u64>>,
+}
+
+/// vLLM 0.34.0's pairing for a pull across different kernel or logical
+/// block sizes (`PrefixAlignment::LastTokenWhenSizesDiffer`). Per attention
+/// group: decode's kernel blocks become `ratio` sub-blocks each; both
+/// sides allocate whole logical blocks up to prefill's last token, so the
+/// sub-blocks past `sub_blocks` (prefill's token count in peer-kernel
+/// units) in each side's last logical block are dropped (`-sub_blocks mod
+/// per_logical`) and the lists are paired from their ends. Mamba groups
+/// pass through unpaired. Right only when decode's list ends in the
+/// logical block of prefill's last token: a decode list that goes one
+/// logical block further pairs prefill's tokens with later decode tokens.
+pub fn pair_from_last_token(
+    local_kernel: &[Vec<u32>],
+    remote_kernel: &[Vec<u32>],
+    groups: &[GroupKind],
+    ratio: u32,
+    local_ppl: u32,
+    remote_ppl: u32,
+    sub_blocks: u64,
+) -> LastTokenPairing {
+    let local_per_logical = u64::from(local_ppl * ratio);
+    let remote_per_logical = u64::from(remote_ppl);
+    let mut out = LastTokenPairing {
+        local: Vec::new(),
+        remote: Vec::new(),
+        covered: Vec::new(),
+    };
+    for (g, kind) in groups.iter().enumerate() {
+        let local = local_kernel.get(g).cloned().unwrap_or_default();
+        let remote = remote_kernel.get(g).cloned().unwrap_or_default();
+        if *kind == GroupKind::Mamba {
+            out.covered.push(0..local.len() as u64);
+            out.local.push(local);
+            out.remote.push(remote);
+            continue;
+        }
+        let mut local: Vec<u32> = local
+            .iter()
+            .flat_map(|&b| (0..ratio).map(move |q| b * ratio + q))
+            .collect();
+        let mut remote = remote;
+        let padding =
+            |per_logical: u64| ((per_logical - sub_blocks % per_logical) % per_logical) as usize;
+        local.truncate(local.len().saturating_sub(padding(local_per_logical)));
+        remote.truncate(remote.len().saturating_sub(padding(remote_per_logical)));
+        let n = local.len().min(remote.len());
+        out.covered
+            .push((local.len() - n) as u64..local.len() as u64);
+        out.local.push(local[local.len() - n..].to_vec());
+        out.remote.push(remote[remote.len() - n..].to_vec());
+    }
+    out
+}
+
 /// The last `n` entries. Python's `x[-0:]` would return the whole list;
 /// vLLM 0.33.0 has that edge, which only arises for an attention group with
 /// no decode blocks next to a non-empty one, and the length check after it
@@ -231,6 +298,51 @@ fn last(ids: &[u32], n: usize) -> Vec<u32> {
 mod tests {
     use super::*;
     use GroupKind::{Attention as A, Mamba as M};
+
+    #[test]
+    fn last_token_pairing_drops_padding_and_pairs_from_the_ends() {
+        // G1 at prompt 13 (12 tokens move): D 12/4 (ppl 3), P 8/4 (ppl 2).
+        // Mainline: D holds one logical block, P two; P's fourth kernel
+        // block is padding past token 11.
+        let p = pair_from_last_token(
+            &[vec![0, 1, 2], vec![5]],
+            &[vec![10, 11, 12, 13], vec![7]],
+            &[A, M],
+            1,
+            3,
+            2,
+            3,
+        );
+        assert_eq!(p.local, vec![vec![0, 1, 2], vec![5]]);
+        assert_eq!(p.remote, vec![vec![10, 11, 12], vec![7]]);
+        assert_eq!(p.covered, vec![0..3, 0..1]);
+        // With the last-token block D holds a second logical block: its
+        // tail pairs with P's tokens 0..12 and the head is left uncovered.
+        let p = pair_from_last_token(
+            &[(0..6).collect()],
+            &[vec![10, 11, 12, 13]],
+            &[A],
+            1,
+            3,
+            2,
+            3,
+        );
+        assert_eq!(p.local, vec![vec![3, 4, 5]]);
+        assert_eq!(p.remote, vec![vec![10, 11, 12]]);
+        assert_eq!(p.covered, vec![3..6]);
+        // A kernel ratio splits D's blocks into P-sized sub-blocks first:
+        // D 8/8 holds tokens 0..16 in two blocks, P 4/4 holds 10 tokens in
+        // three; D's fourth sub-block is past token 9.
+        let p = pair_from_last_token(&[vec![4, 5]], &[vec![20, 21, 22]], &[A], 2, 1, 1, 3);
+        assert_eq!(p.local, vec![vec![8, 9, 10]]);
+        assert_eq!(p.remote, vec![vec![20, 21, 22]]);
+        assert_eq!(p.covered, vec![0..3]);
+        // After a prefix hit D's list starts later: the ends still pair.
+        let p = pair_from_last_token(&[vec![5]], &[vec![20, 21, 22]], &[A], 2, 1, 1, 3);
+        assert_eq!(p.local, vec![vec![10]]);
+        assert_eq!(p.remote, vec![vec![22]]);
+        assert_eq!(p.covered, vec![0..1]);
+    }
 
     #[test]
     fn expands_attention_only() {

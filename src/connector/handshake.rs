@@ -3,7 +3,7 @@
 //! messages that say what is unsupported.
 
 use super::metadata::HandshakeMetadata;
-use super::policy::{Acceptance, Policy};
+use super::policy::{Acceptance, Policy, PushBlockSizes};
 use super::registration::Registration;
 use super::split_lists::SplitError;
 use crate::geometry::{KvLayout, ModelSpec};
@@ -165,6 +165,21 @@ pub enum HandshakeError {
     /// A pairing the connector does not implement, in words.
     #[error("{0}")]
     Unsupported(String),
+    #[error(
+        "NixlPushConnector requires identical P/D block sizes. Kernel block size and kernel \
+         blocks per logical block: local ({}, {}), remote engine {engine} ({}, {}).",
+        local.0, local.1, remote.0, remote.1
+    )]
+    /// A push pair whose block geometries differ, under a push protocol
+    /// that accepts identical ones only.
+    PushBlockSizes {
+        /// This engine's (kernel block size, kernel blocks per logical block).
+        local: (u32, u32),
+        /// The peer engine's id.
+        engine: String,
+        /// The peer's (kernel block size, kernel blocks per logical block).
+        remote: (u32, u32),
+    },
 }
 
 /// What the checks need to know about the local side.
@@ -204,6 +219,26 @@ pub fn tp_ratio(local: u32, remote: u32) -> Result<i32, HandshakeError> {
 pub fn kernel_ratio(local: u32, remote: u32) -> Result<u32, HandshakeError> {
     crate::geometry::block_size_ratio(local, remote)
         .ok_or(HandshakeError::BlockSizeNotDivisible { local, remote })
+}
+
+/// The push protocol's check of the peer's block geometry, run by either
+/// side of a push pair before anything else of the handshake
+/// ([`PushBlockSizes`]).
+pub fn check_push_block_sizes(
+    policy: &Policy,
+    reg: &Registration,
+    meta: &HandshakeMetadata,
+) -> Result<(), HandshakeError> {
+    let local = (reg.kernel_block, reg.ppl);
+    let remote = (meta.block_size, meta.physical_blocks_per_logical_kv_block);
+    if policy.push.block_sizes == PushBlockSizes::IdenticalOnly && local != remote {
+        return Err(HandshakeError::PushBlockSizes {
+            local,
+            engine: meta.engine_id.clone(),
+            remote,
+        });
+    }
+    Ok(())
 }
 
 /// `_validate_remote_agent_handshake`: the checks after the ratios are known,

@@ -7,7 +7,7 @@
 
 use super::block_mapping::{
     align_from_first_token, apply_prefix_caching, logical_to_kernel, map_for_block_size_ratio,
-    AlignError, BlockIds,
+    pair_from_last_token, AlignError, BlockIds,
 };
 use super::desc_ids::{compute_desc_ids, ListShape};
 use super::policy::{MambaExpansion, Policy, PrefixAlignment, RemoteIdExpansion};
@@ -53,6 +53,10 @@ pub struct TransferBlocks<'a> {
     /// Per group, the entries of prefill's list (in units of the smaller
     /// kernel) holding tokens decode already has: its prefix hit.
     pub prefix_skip: &'a [usize],
+    /// Prefill's transferred tokens in units of the peer's kernel block
+    /// (`ceil(remote_num_tokens / peer kernel)`), when the request carries
+    /// the count; only the last-token pairing reads it.
+    pub peer_sub_blocks: Option<u64>,
 }
 
 /// The descriptor ids of one planned transfer. Position k of the local
@@ -105,6 +109,11 @@ pub enum PlanError {
     NoLocalList,
     #[error("no descriptor list was prepared for remote agent {agent}")]
     NoRemoteList { agent: String },
+    #[error(
+        "Declining remote reads: different P/D block sizes require remote_num_tokens in \
+         kv_transfer_params (the proxy must forward it)"
+    )]
+    NoRemoteNumTokens,
 }
 
 /// The peer's logical ids as kernel ids (the policy picks which ppl),
@@ -146,10 +155,16 @@ pub fn plan_transfer(
 ) -> Result<PlannedTransfer, PlanError> {
     let groups = &geometry.groups;
     let ratio = geometry.ratio;
-    let end_trim = policy.prefix_alignment == PrefixAlignment::EndTrim;
+    let push = geometry.mode == Mode::Push;
+    let sizes_differ = ratio > 1 || geometry.initiator.ppl != geometry.peer.ppl;
+    let last_token = policy.prefix_alignment == PrefixAlignment::LastTokenWhenSizesDiffer;
+    if last_token && !push && sizes_differ {
+        return plan_from_last_token(geometry, blocks, policy);
+    }
+    // Equal block sizes and push end-trim under the last-token decision too.
+    let end_trim = policy.prefix_alignment == PrefixAlignment::EndTrim || last_token;
     let mut local = logical_to_kernel(blocks.initiator, groups, geometry.initiator.ppl);
     let mut remote = peer_kernel_ids(geometry, blocks.peer, policy);
-    let push = geometry.mode == Mode::Push;
     if ratio > 1 && (!push || end_trim) {
         // The initiator's pages as peer-sized sub-blocks, clipped to the peer's list.
         (local, remote) = map_for_block_size_ratio(&local, &remote, groups, ratio);
@@ -229,6 +244,62 @@ pub fn plan_transfer(
             }
         }
     }
+    transfer_ids(geometry, local, remote, policy)
+}
+
+/// A pull across different block sizes paired from the last token, then
+/// through the end-trim step as vLLM 0.34.0's `_read_blocks` runs it (a
+/// no-op for the paired attention lists; state slots pair there).
+fn plan_from_last_token(
+    geometry: &TransferGeometry,
+    blocks: TransferBlocks<'_>,
+    policy: &Policy,
+) -> Result<PlannedTransfer, PlanError> {
+    let groups = &geometry.groups;
+    let local = logical_to_kernel(blocks.initiator, groups, geometry.initiator.ppl);
+    if local.iter().all(Vec::is_empty) {
+        return Ok(PlannedTransfer::NotifyOnly {
+            local_block_ids: local,
+            remote_block_ids: peer_kernel_ids(geometry, blocks.peer, policy),
+        });
+    }
+    let sub_blocks = blocks.peer_sub_blocks.ok_or(PlanError::NoRemoteNumTokens)?;
+    let remote = peer_kernel_ids(geometry, blocks.peer, policy);
+    let paired = pair_from_last_token(
+        &local,
+        &remote,
+        groups,
+        geometry.ratio,
+        geometry.initiator.ppl,
+        geometry.peer.ppl,
+        sub_blocks,
+    );
+    if paired.local.iter().all(Vec::is_empty) {
+        return Ok(PlannedTransfer::NotifyOnly {
+            local_block_ids: paired.local,
+            remote_block_ids: paired.remote,
+        });
+    }
+    let (local, remote) = apply_prefix_caching(
+        &paired.local,
+        &paired.remote,
+        groups,
+        geometry.initiator.ppl,
+        geometry.peer.ppl,
+        policy.prefix_count_tolerance,
+    )?;
+    transfer_ids(geometry, local, remote, policy)
+}
+
+/// The descriptor ids of the aligned lists.
+fn transfer_ids(
+    geometry: &TransferGeometry,
+    local: BlockIds,
+    remote: BlockIds,
+    policy: &Policy,
+) -> Result<PlannedTransfer, PlanError> {
+    let groups = &geometry.groups;
+    let ratio = geometry.ratio;
     let shape = |side: &ListGeometry, ratio: Option<u32>| ListShape {
         num_regions: geometry.num_regions,
         num_kernel_blocks: side.num_kernel_blocks,

@@ -1,7 +1,8 @@
 //! The connector's decision points. Every behaviour of the connector that
 //! has had more than one answer in vLLM's history is one field here, named
 //! for the decision, not for a bug. `Policy::default()` is kvgeom's
-//! connector; [`Policy::vllm_0_33_0`] is vLLM 0.33.0 as released.
+//! connector; [`Policy::vllm_0_33_0`] and [`Policy::vllm_0_34_0`] are those
+//! vLLM releases as released.
 
 use serde::Serialize;
 
@@ -15,6 +16,16 @@ pub enum PrefixAlignment {
     /// Prefill's list is end-aligned to decode's (vLLM 0.33.0's
     /// `_apply_prefix_caching`): right only when both lists end together.
     EndTrim,
+    /// Pull across different kernel or logical block sizes pairs the lists
+    /// from the transfer's last token (vLLM 0.34.0's
+    /// `_pair_blocks_by_last_token`): each side's sub-blocks past the
+    /// prefill's token count (`remote_num_tokens`, which the request must
+    /// carry, else the read is declined) are dropped and the lists are
+    /// paired from their ends; the receive zeroing clears what lies outside
+    /// the covered range at both ends. Right only when decode's list ends in
+    /// the block of prefill's last token. Equal block sizes and push
+    /// end-trim as [`PrefixAlignment::EndTrim`].
+    LastTokenWhenSizesDiffer,
 }
 
 /// How the receive post-process zeroes what the transfer did not write.
@@ -194,6 +205,19 @@ pub enum ReplicatedPageWriters {
     EveryHolder,
 }
 
+/// Which block geometries a push handshake accepts between P and D.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PushBlockSizes {
+    /// Any pair the pull checks accept (kernel and logical blocks may differ).
+    #[default]
+    AsPull,
+    /// Kernel block size and kernel blocks per logical block must be equal
+    /// on both sides; any difference is refused at the handshake, on either
+    /// side that runs it (vLLM 0.34.0's push worker).
+    IdenticalOnly,
+}
+
 /// The push (P writes into D) protocol.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
 pub struct PushProtocol {
@@ -201,6 +225,7 @@ pub struct PushProtocol {
     pub completion_report: PushCompletionReport,
     pub ratio_direction: PushRatioDirection,
     pub replicated_pages: ReplicatedPageWriters,
+    pub block_sizes: PushBlockSizes,
 }
 
 impl PushProtocol {
@@ -210,6 +235,14 @@ impl PushProtocol {
         completion_report: PushCompletionReport::RequestOnly,
         ratio_direction: PushRatioDirection::LocalOverRemote,
         replicated_pages: ReplicatedPageWriters::EveryHolder,
+        block_sizes: PushBlockSizes::AsPull,
+    };
+
+    /// vLLM 0.34.0's push worker: 0.33.0's, behind a handshake that refuses
+    /// any difference in block geometry.
+    pub const VLLM_0_34_0: PushProtocol = PushProtocol {
+        block_sizes: PushBlockSizes::IdenticalOnly,
+        ..PushProtocol::VLLM_0_33_0
     };
 }
 
@@ -257,6 +290,22 @@ impl Policy {
             ..Policy::default()
         }
     }
+
+    /// vLLM 0.34.0 as released: 0.33.0 with pull across different block
+    /// sizes paired from the last token (and declined without the prefill's
+    /// token count), and push refusing any difference in block geometry at
+    /// the handshake. Its other changes (region pairing by the layers both
+    /// sides hold, regions keyed by base address and block length, DCP
+    /// rules) are no decision here: on every layout kvgeom registers, the
+    /// regions are distinct tensors holding the same layers on both sides,
+    /// and kvgeom models no DCP.
+    pub fn vllm_0_34_0() -> Policy {
+        Policy {
+            prefix_alignment: PrefixAlignment::LastTokenWhenSizesDiffer,
+            push: PushProtocol::VLLM_0_34_0,
+            ..Policy::vllm_0_33_0()
+        }
+    }
 }
 
 /// A policy with a name: the ones the command line offers.
@@ -269,17 +318,25 @@ pub enum NamedPolicy {
     /// vLLM 0.33.0 as released, its known bugs included.
     #[serde(rename = "vllm-0.33.0")]
     Vllm0330,
+    /// vLLM 0.34.0 as released, its known bugs included.
+    #[serde(rename = "vllm-0.34.0")]
+    Vllm0340,
 }
 
 impl NamedPolicy {
     /// Every named policy.
-    pub const ALL: [NamedPolicy; 2] = [NamedPolicy::Kvgeom, NamedPolicy::Vllm0330];
+    pub const ALL: [NamedPolicy; 3] = [
+        NamedPolicy::Kvgeom,
+        NamedPolicy::Vllm0330,
+        NamedPolicy::Vllm0340,
+    ];
 
     /// The name used on the command line and in reports.
     pub fn name(self) -> &'static str {
         match self {
             NamedPolicy::Kvgeom => "kvgeom",
             NamedPolicy::Vllm0330 => "vllm-0.33.0",
+            NamedPolicy::Vllm0340 => "vllm-0.34.0",
         }
     }
 
@@ -293,6 +350,7 @@ impl NamedPolicy {
         match self {
             NamedPolicy::Kvgeom => Policy::default(),
             NamedPolicy::Vllm0330 => Policy::vllm_0_33_0(),
+            NamedPolicy::Vllm0340 => Policy::vllm_0_34_0(),
         }
     }
 }
@@ -314,6 +372,7 @@ mod tests {
         }
         assert_eq!(NamedPolicy::from_name("vllm"), None);
         assert_ne!(Policy::vllm_0_33_0(), Policy::default());
+        assert_ne!(Policy::vllm_0_34_0(), Policy::vllm_0_33_0());
         assert_eq!(NamedPolicy::Kvgeom.policy(), Policy::default());
     }
 }

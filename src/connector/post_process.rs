@@ -1,7 +1,10 @@
 //! The receive post-process on D: for attention caches only, the block-size
 //! conversion when remote pages were smaller (head-major layouts), then the
 //! zeroing of everything the transfer did not write: the token tail of the
-//! last partially covered local block and every whole block after it.
+//! last partially covered local block and every whole block after it, and,
+//! when the transfer's pairs start past the list's head (pairing from the
+//! last token), the token head of the first covered block and every whole
+//! block before it.
 
 use serde::Serialize;
 
@@ -28,6 +31,13 @@ pub enum PostOp {
         /// First zeroed token, relative to the block.
         from_token: u32,
     },
+    /// Zero tokens `..to_token` of a kernel block (all heads).
+    ZeroTokensBefore {
+        /// Local kernel block id.
+        block: u32,
+        /// First token kept, relative to the block.
+        to_token: u32,
+    },
     /// Zero a whole kernel block.
     ZeroBlock {
         /// Local kernel block id.
@@ -42,8 +52,13 @@ pub struct GroupPostProcess {
     pub group: usize,
     /// The request's local kernel block ids of this group.
     pub block_ids: Vec<u32>,
-    /// Remote-granularity sub-blocks the transfer wrote.
+    /// Remote-granularity sub-blocks the transfer wrote: the end of the
+    /// covered range.
     pub covered_sub_blocks: u64,
+    /// The first covered sub-block (0 unless the pairs start past the
+    /// list's head, as pairing from the last token can).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub first_covered_sub_block: u64,
     /// Local kernel block / remote kernel block (1: no conversion).
     pub ratio: u32,
     /// Whether block ids had to be uploaded (conversion or stale blocks).
@@ -75,6 +90,14 @@ pub struct PostProcessInput<'a> {
     pub num_kernel_blocks: u64,
     /// Which stale and clipped bytes are zeroed.
     pub zeroing: ReceiveZeroing,
+    /// Per group, the range of remote-granularity sub-blocks the transfer
+    /// covered, when the planning recorded it (pairing from the last
+    /// token); `None` derives `0..min(local x ratio, remote count)`.
+    pub covered_ranges: Option<&'a [std::ops::Range<u64>]>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What vLLM 0.33.0's `get_transfer_results` + `post_process_device_kv_on_receive` do.
@@ -95,10 +118,23 @@ pub fn plan(input: &PostProcessInput<'_>) -> Vec<GroupPostProcess> {
         if *kind != GroupKind::Attention || ids.is_empty() {
             continue;
         }
-        let covered = (ids.len() as u64 * u64::from(r)).min(input.remote_counts[g] as u64);
+        let (first_covered, covered) = match input.covered_ranges {
+            Some(ranges) => {
+                let range = ranges.get(g).cloned().unwrap_or(0..0);
+                (range.start, range.end)
+            }
+            None => (
+                0,
+                (ids.len() as u64 * u64::from(r)).min(input.remote_counts[g] as u64),
+            ),
+        };
         let (covered_blocks, sub_in_last) = (covered / u64::from(r), covered % u64::from(r));
         let first_stale = (covered_blocks + u64::from(sub_in_last > 0)) as usize;
-        let has_stale = first_stale < ids.len();
+        let (head_blocks, sub_in_head) = (
+            (first_covered / u64::from(r)) as usize,
+            first_covered % u64::from(r),
+        );
+        let has_stale = head_blocks > 0 || first_stale < ids.len();
         let mut ops = Vec::new();
         if convert {
             ops.extend(
@@ -129,10 +165,17 @@ pub fn plan(input: &PostProcessInput<'_>) -> Vec<GroupPostProcess> {
             }
             ReceiveZeroing::Unified | ReceiveZeroing::RatioOnly | ReceiveZeroing::InclusiveEnd => {
                 tail(&mut ops);
+                if sub_in_head > 0 {
+                    ops.push(PostOp::ZeroTokensBefore {
+                        block: ids[head_blocks],
+                        to_token: sub_in_head as u32 * (input.kernel_block / r),
+                    });
+                }
                 if has_stale {
                     ops.extend(
-                        ids[first_stale..]
+                        ids[..head_blocks.min(ids.len())]
                             .iter()
+                            .chain(&ids[first_stale.min(ids.len())..])
                             .map(|&block| PostOp::ZeroBlock { block }),
                     );
                     let past_end = ids[ids.len() - 1] + 1;
@@ -148,6 +191,7 @@ pub fn plan(input: &PostProcessInput<'_>) -> Vec<GroupPostProcess> {
             group: g,
             block_ids: ids.clone(),
             covered_sub_blocks: covered,
+            first_covered_sub_block: first_covered,
             ratio: r,
             needs_block_ids: convert || has_stale,
             ops,
@@ -179,6 +223,11 @@ pub fn zeroed_ranges(
                 }
                 PostOp::ZeroTokens { block, from_token } => out.extend(
                     g.token_tail_ranges(block, u64::from(from_token))
+                        .into_iter()
+                        .map(|(offset, len)| (region, offset, len)),
+                ),
+                PostOp::ZeroTokensBefore { block, to_token } => out.extend(
+                    g.token_head_ranges(block, u64::from(to_token))
                         .into_iter()
                         .map(|(offset, len)| (region, offset, len)),
                 ),
@@ -246,6 +295,18 @@ impl PageGeometry {
                         (self.tokens - from) * c,
                     )
                 })
+                .collect(),
+        }
+    }
+
+    /// Byte ranges (offset from the region base) holding tokens `..to` of `block`.
+    pub fn token_head_ranges(&self, block: u32, to: u64) -> Vec<(u64, u64)> {
+        let start = u64::from(block) * self.block_stride;
+        let c = self.head_token_bytes;
+        match self.layout {
+            KvLayout::Nhd => vec![(start, to * self.heads * c)],
+            KvLayout::Hnd => (0..self.heads)
+                .map(|h| (start + h * self.tokens * c, to * c))
                 .collect(),
         }
     }
@@ -336,6 +397,11 @@ pub fn apply_bytes<M: KvMemory + ?Sized>(
                             memory.zero(region, offset, len);
                         }
                     }
+                    PostOp::ZeroTokensBefore { block, to_token } => {
+                        for (offset, len) in g.token_head_ranges(block, u64::from(to_token)) {
+                            memory.zero(region, offset, len);
+                        }
+                    }
                     PostOp::ZeroBlock { block } => {
                         memory.zero(region, u64::from(block) * g.block_stride, g.block_len);
                     }
@@ -368,6 +434,7 @@ mod tests {
             kernel_block: 8,
             num_kernel_blocks: 64,
             zeroing,
+            covered_ranges: None,
         }
     }
 
@@ -407,6 +474,53 @@ mod tests {
             from_token: 4
         }));
         assert!(ops.contains(&PostOp::ZeroBlock { block: 9 }));
+    }
+
+    #[test]
+    fn a_covered_range_past_the_head_zeroes_both_ends() {
+        // r = 2, 4 local kernel blocks (8 sub-blocks), sub-blocks 3..5 covered:
+        // block 10 whole, the head of block 11, the tail of block 12, block 13.
+        let ids = vec![vec![10, 11, 12, 13], vec![], vec![]];
+        let ranges = [3..5, 0..0, 0..0];
+        let mut inp = input(&ids, &[8, 0, 0], 2, true, ReceiveZeroing::Unified);
+        inp.covered_ranges = Some(&ranges);
+        let plans = plan(&inp);
+        assert_eq!(
+            (
+                plans[0].first_covered_sub_block,
+                plans[0].covered_sub_blocks
+            ),
+            (3, 5)
+        );
+        assert_eq!(
+            plans[0].ops,
+            vec![
+                PostOp::ZeroTokens {
+                    block: 12,
+                    from_token: 4
+                },
+                PostOp::ZeroTokensBefore {
+                    block: 11,
+                    to_token: 4
+                },
+                PostOp::ZeroBlock { block: 10 },
+                PostOp::ZeroBlock { block: 13 },
+            ]
+        );
+        let g = PageGeometry {
+            block_len: 16,
+            block_stride: 16,
+            tokens: 8,
+            heads: 2,
+            head_token_bytes: 1,
+            layout: KvLayout::Hnd,
+        };
+        assert_eq!(g.token_head_ranges(1, 4), vec![(16, 4), (24, 4)]);
+        let nhd = PageGeometry {
+            layout: KvLayout::Nhd,
+            ..g
+        };
+        assert_eq!(nhd.token_head_ranges(1, 4), vec![(16, 8)]);
     }
 
     #[test]

@@ -183,6 +183,15 @@ pub fn lower(plans: &[GroupPostProcess], geometries: &[PageGeometry]) -> DeviceP
                             });
                         }
                     }
+                    PostOp::ZeroTokensBefore { block, to_token } => {
+                        for (offset, len) in g.token_head_ranges(block, u64::from(to_token)) {
+                            program.push(DeviceOp::Zero {
+                                region,
+                                offset,
+                                len,
+                            });
+                        }
+                    }
                     PostOp::ZeroBlock { block } => program.push(DeviceOp::Zero {
                         region,
                         offset: u64::from(block) * g.block_stride,
@@ -274,6 +283,7 @@ mod tests {
             group: 0,
             block_ids: Vec::new(),
             covered_sub_blocks: 0,
+            first_covered_sub_block: 0,
             ratio: 1,
             needs_block_ids: true,
             ops,
@@ -343,6 +353,19 @@ mod tests {
                             block: 5,
                             from_token: 1,
                         }],
+                    );
+                    assert_same_as_apply(
+                        g,
+                        vec![
+                            PostOp::ZeroTokensBefore {
+                                block: 3,
+                                to_token: sub,
+                            },
+                            PostOp::ZeroTokensBefore {
+                                block: 0,
+                                to_token: 1,
+                            },
+                        ],
                     );
                 }
             }

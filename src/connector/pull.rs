@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::block_mapping::{logical_to_kernel, BlockIds};
+use super::block_mapping::{logical_to_kernel, pair_from_last_token, BlockIds};
 use super::planner::{peer_kernel_ids, plan_transfer, PlanError, PlannedTransfer, TransferBlocks};
 use super::policy::PrefixAlignment;
 use super::post_process::KvMemory;
@@ -31,6 +31,10 @@ pub struct ReadRequest {
     /// D's prefix-cache hit: logical blocks per group already computed
     /// locally (they precede `local_block_ids` in the request).
     pub local_num_computed_blocks: Vec<u32>,
+    /// The tokens prefill computed (`remote_num_tokens` of the transfer
+    /// parameters), when the request carries them: pairing from the last
+    /// token needs it and declines the read without it.
+    pub remote_num_tokens: Option<u32>,
 }
 
 /// One planned READ (or notification) towards one source rank.
@@ -99,6 +103,9 @@ pub struct Receiving {
     pub remote_kernel_ids: BlockIds,
     /// Remote-granularity entries skipped per group for D's prefix hit.
     pub prefix_skip: Vec<usize>,
+    /// Per group, the range of D's remote-sized sub-blocks the transfer
+    /// covers, when the lists were paired from the last token.
+    pub covered_sub_blocks: Option<Vec<std::ops::Range<u64>>>,
     /// One read (or notification) per source rank.
     pub reads: Vec<PlannedRead>,
 }
@@ -130,12 +137,16 @@ impl Worker {
             req.remote_request_id, engine.mapping.local_consumers
         );
         let sources = read_sources(&engine, req);
+        let peer_sub_blocks = req
+            .remote_num_tokens
+            .map(|n| u64::from(n).div_ceil(u64::from(engine.block_size)));
         let mut reads = Vec::new();
         for (position, source) in sources.iter().enumerate() {
             let blocks = TransferBlocks {
                 initiator: &source.local_block_ids,
                 peer: &source.remote_block_ids,
                 prefix_skip: &prefix_skip,
+                peer_sub_blocks,
             };
             let planned = plan_transfer(&geometry, blocks, &self.cfg.policy)?;
             let local_handle = self
@@ -154,11 +165,35 @@ impl Worker {
             self.release_unread_replicas(nixl, &engine, sources[0].rank, &notification)?;
         }
         let local_kernel = logical_to_kernel(&req.local_block_ids, &geometry.groups, self.reg.ppl);
+        let remote_kernel = peer_kernel_ids(&geometry, &req.remote_block_ids, &self.cfg.policy);
+        let sizes_differ = geometry.ratio > 1 || geometry.initiator.ppl != geometry.peer.ppl;
+        let covered_sub_blocks = match peer_sub_blocks {
+            Some(sub_blocks)
+                if sizes_differ
+                    && self.cfg.policy.prefix_alignment
+                        == PrefixAlignment::LastTokenWhenSizesDiffer =>
+            {
+                Some(
+                    pair_from_last_token(
+                        &local_kernel,
+                        &remote_kernel,
+                        &geometry.groups,
+                        geometry.ratio,
+                        geometry.initiator.ppl,
+                        geometry.peer.ppl,
+                        sub_blocks,
+                    )
+                    .covered,
+                )
+            }
+            _ => None,
+        };
         Ok(Receiving {
             request: req.clone(),
             local_kernel_ids: local_kernel,
-            remote_kernel_ids: peer_kernel_ids(&geometry, &req.remote_block_ids, &self.cfg.policy),
+            remote_kernel_ids: remote_kernel,
             prefix_skip,
+            covered_sub_blocks,
             reads,
         })
     }
@@ -270,8 +305,9 @@ impl Worker {
         let ratio = block_size_ratio(self.reg.kernel_block, engine.block_size)
             .ok_or(PlanError::RemoteKernelLarger)?;
         // What the transfer could write: P's list past D's prefix hit
-        // (vLLM 0.33.0 counts P's whole list).
-        let skip_hit = self.cfg.policy.prefix_alignment != PrefixAlignment::EndTrim;
+        // (vLLM 0.33.0 counts P's whole list; pairing from the last token
+        // records the covered range instead).
+        let skip_hit = self.cfg.policy.prefix_alignment == PrefixAlignment::FromFirstToken;
         let remote_counts: Vec<usize> = recv
             .remote_kernel_ids
             .iter()
@@ -296,6 +332,7 @@ impl Worker {
             kernel_block: self.reg.kernel_block,
             num_kernel_blocks: self.reg.num_kernel_blocks,
             zeroing: self.cfg.policy.receive_zeroing,
+            covered_ranges: recv.covered_sub_blocks.as_deref(),
         }))
     }
 

@@ -184,6 +184,7 @@ impl Worker {
                 initiator: &target.local_block_ids,
                 peer: &target.remote_block_ids,
                 prefix_skip: &prefix_skip,
+                peer_sub_blocks: None,
             };
             let ids = match plan_transfer(&geometry, blocks, &self.cfg.policy)? {
                 PlannedTransfer::NotifyOnly { .. } => {
@@ -414,6 +415,7 @@ impl Worker {
             kernel_block: self.reg.kernel_block,
             num_kernel_blocks: self.reg.num_kernel_blocks,
             zeroing: self.cfg.policy.receive_zeroing,
+            covered_ranges: None,
         }))
     }
 

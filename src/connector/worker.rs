@@ -366,6 +366,9 @@ impl Worker {
         {
             return Ok(r.agent_name.clone());
         }
+        if self.cfg.role.mode() == Mode::Push {
+            handshake::check_push_block_sizes(&self.cfg.policy, &self.reg, meta)?;
+        }
         let views = self.peer_views(meta, remote_tp)?;
         let agent_name = nixl.add_remote_agent(self.agent, &meta.agent_metadata)?;
         let peer = self.check_pair(views, remote_tp)?;
@@ -731,6 +734,7 @@ impl Worker {
         if self.cfg.policy.push.decode_handshake == DecodePushHandshake::Validated {
             return self.add_remote_agent(nixl, meta, remote_rank, remote_tp);
         }
+        handshake::check_push_block_sizes(&self.cfg.policy, &self.reg, meta)?;
         let agent_name = nixl.add_remote_agent(self.agent, &meta.agent_metadata)?;
         let model = &self.cfg.model;
         let peer = CheckedPeer {

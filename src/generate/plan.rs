@@ -210,6 +210,7 @@ impl PlanInput {
             initiator: &self.local.block_ids,
             peer: &self.remote.block_ids,
             prefix_skip: &skip,
+            peer_sub_blocks: None,
         };
         match plan_transfer(&self.geometry(), blocks, policy).ok()? {
             PlannedTransfer::Transfer(ids) => Some(ids),

@@ -372,7 +372,21 @@ fn transfer(
         return outcome;
     }
     let moved = match mode {
-        Mode::Pull => pull(nixl, &mut engines, &blocks, geometry, run, patient),
+        Mode::Pull => {
+            // Prefill's computed tokens travel in the transfer parameters
+            // (`remote_num_tokens`): a decode scheduler loads nothing without
+            // them, so every scheduled read carries them.
+            let remote_num_tokens = geometry.transferred_tokens(case.prompt_len);
+            pull(
+                nixl,
+                &mut engines,
+                &blocks,
+                geometry,
+                remote_num_tokens,
+                run,
+                patient,
+            )
+        }
         Mode::Push => push(nixl, &mut engines, &blocks, geometry, run, patient),
     };
     if let Err(outcome) = moved {
@@ -536,8 +550,14 @@ pub fn check_prefix_hit(
 }
 
 /// Decode's READ of the request (`req-d`, from prefill's `req-p` on
-/// `prefill_tp` ranks), `computed` blocks per group already held.
-pub fn read_request(blocks: &RequestBlocks, prefill_tp: u32, computed: Vec<u32>) -> ReadRequest {
+/// `prefill_tp` ranks), `computed` blocks per group already held,
+/// `remote_num_tokens` as the proxy forwards it (or none).
+pub fn read_request(
+    blocks: &RequestBlocks,
+    prefill_tp: u32,
+    computed: Vec<u32>,
+    remote_num_tokens: Option<u32>,
+) -> ReadRequest {
     ReadRequest {
         request_id: "req-d".into(),
         local_block_ids: blocks.decode_transfer.clone(),
@@ -546,6 +566,7 @@ pub fn read_request(blocks: &RequestBlocks, prefill_tp: u32, computed: Vec<u32>)
         remote_block_ids: blocks.prefill.clone(),
         remote_tp_size: prefill_tp,
         local_num_computed_blocks: computed,
+        remote_num_tokens,
     }
 }
 
@@ -643,12 +664,18 @@ fn pull(
     engines: &mut Engines,
     blocks: &RequestBlocks,
     geometry: &Geometry,
+    remote_num_tokens: u32,
     run: &mut CaseRun,
     patient: bool,
 ) -> Result<(), Outcome> {
     let limit = completion_limit(patient)?;
     for (d, rank) in engines.decode.iter_mut().enumerate() {
-        let req = read_request(blocks, geometry.prefill.tp_size, computed_blocks(blocks));
+        let req = read_request(
+            blocks,
+            geometry.prefill.tp_size,
+            computed_blocks(blocks),
+            Some(remote_num_tokens),
+        );
         let recv = rank
             .worker
             .start_read(nixl, &req)

@@ -249,6 +249,9 @@ pub fn replay(case: &TraceCase, policy: Policy) -> Result<Replay, ReplayError> {
             .iter()
             .map(|&n| u32::try_from(n).unwrap_or(u32::MAX))
             .collect(),
+        // Traces do not record the transfer parameters' token count: a
+        // policy that pairs from the last token declines such a read.
+        remote_num_tokens: None,
     };
     let (remote_kernel_ids, read_refused) = match worker.start_read(&mut nixl, &request) {
         Ok(receiving) => (

@@ -189,17 +189,30 @@ pub struct Release {
 
 /// Every release kvgeom models; the first is the one the project's venv
 /// pins (`scripts/install-vllm.sh`). vLLM 0.31.0 and 0.32.0 install and run,
-/// but have no row: nothing models their connector yet.
-pub static RELEASES: [Release; 1] = [Release {
-    connector: ConnectorKind::Vllm,
-    version: "0.33.0",
-    policy: NamedPolicy::Vllm0330,
-    expectations: "expected/vllm-0.33.0.toml",
-    api: ApiProfile {
-        name: "vllm-0.33.0",
-        checker: "vllm-driver/api_check.py",
+/// but have no row: nothing models their connector yet. vLLM 0.34.0 is
+/// driven with the same profile checker as 0.33.0.
+pub static RELEASES: [Release; 2] = [
+    Release {
+        connector: ConnectorKind::Vllm,
+        version: "0.33.0",
+        policy: NamedPolicy::Vllm0330,
+        expectations: "expected/vllm-0.33.0.toml",
+        api: ApiProfile {
+            name: "vllm-0.33.0",
+            checker: "vllm-driver/api_check.py",
+        },
     },
-}];
+    Release {
+        connector: ConnectorKind::Vllm,
+        version: "0.34.0",
+        policy: NamedPolicy::Vllm0340,
+        expectations: "expected/vllm-0.34.0.toml",
+        api: ApiProfile {
+            name: "vllm-0.34.0",
+            checker: "vllm-driver/api_check.py",
+        },
+    },
+];
 
 impl Release {
     /// The release the project's venv pins.

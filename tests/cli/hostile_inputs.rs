@@ -159,7 +159,7 @@ fn command_line_values_are_bounded() {
     );
     refused_with(
         &["sweep", G1, "--policy", "vllm"],
-        "--policy vllm: unknown policy; known: kvgeom, vllm-0.33.0",
+        "--policy vllm: unknown policy; known: kvgeom, vllm-0.33.0, vllm-0.34.0",
     );
     let run = capped(&["sweep", G1, "--defect", "no-such-bug"]);
     assert_eq!(run.code, Some(2), "{}", run.text);

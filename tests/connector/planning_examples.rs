@@ -3,7 +3,8 @@
 
 use kvgeom::connector::post_process::PostOp;
 use kvgeom::connector::{
-    HandshakeMetadata, KvTensor, Policy, ReadRequest, Receiving, Role, Worker, WorkerConfig,
+    HandshakeMetadata, KvTensor, NamedPolicy, Policy, ReadRequest, Receiving, Role, Worker,
+    WorkerConfig,
 };
 use kvgeom::defects::Defect;
 use kvgeom::geometry::{EngineGeometry, Mode, ModelSpec};
@@ -31,6 +32,19 @@ fn pair(
     p_pool: u32,
     defect: Option<Defect>,
 ) -> Pair {
+    let policy = defect.map_or_else(Policy::default, Defect::policy);
+    pair_with(model, d, d_pool, p, p_pool, policy)
+}
+
+/// [`pair`] with both engines under `policy`.
+fn pair_with(
+    model: &ModelSpec,
+    d: EngineGeometry,
+    d_pool: u32,
+    p: EngineGeometry,
+    p_pool: u32,
+    policy: Policy,
+) -> Pair {
     let mut nixl = Recording::new(DryRun::new());
     let cfg = |name: &str, e: &EngineGeometry, pool, rank, is_decode| WorkerConfig {
         engine_id: if is_decode { "decode" } else { "prefill" }.into(),
@@ -43,7 +57,7 @@ fn pair(
         mem: MemKind::Dram,
         platform_mem: MemKind::Dram,
         device: 0,
-        policy: defect.map_or_else(Policy::default, Defect::policy),
+        policy,
     };
     let d_page = d.unified_page_bytes(model) * u64::from(d_pool);
     let arenas: Vec<HostArena> = (0..2).map(|_| HostArena::new(d_page)).collect();
@@ -83,7 +97,20 @@ fn pair(
 }
 
 fn read(p: &mut Pair, local: Vec<Vec<u32>>, remote: Vec<Vec<u32>>, remote_tp: u32) -> Receiving {
-    let req = ReadRequest {
+    p.decode
+        .start_read(&mut p.nixl, &request(local, remote, remote_tp, None))
+        .unwrap()
+}
+
+/// The read request of the examples; `remote_num_tokens` as the transfer
+/// parameters would carry it.
+fn request(
+    local: Vec<Vec<u32>>,
+    remote: Vec<Vec<u32>>,
+    remote_tp: u32,
+    remote_num_tokens: Option<u32>,
+) -> ReadRequest {
+    ReadRequest {
         request_id: "req".into(),
         local_block_ids: local,
         remote_engine_id: "prefill".into(),
@@ -91,8 +118,8 @@ fn read(p: &mut Pair, local: Vec<Vec<u32>>, remote: Vec<Vec<u32>>, remote_tp: u3
         remote_block_ids: remote,
         remote_tp_size: remote_tp,
         local_num_computed_blocks: vec![0; 3],
-    };
-    p.decode.start_read(&mut p.nixl, &req).unwrap()
+        remote_num_tokens,
+    }
 }
 
 fn range(a: u32, b: u32) -> Vec<u32> {
@@ -162,15 +189,12 @@ fn twelve_vs_eight_token_blocks_at_n25() {
         10,
         Some(Defect::StrictPrefixTolerance),
     );
-    let req = ReadRequest {
-        request_id: "req".into(),
-        local_block_ids: vec![vec![2, 5, 6], vec![0], vec![8]],
-        remote_engine_id: "prefill".into(),
-        remote_request_id: "req-p".into(),
-        remote_block_ids: vec![vec![4, 7, 9], vec![1], vec![0]],
-        remote_tp_size: 2,
-        local_num_computed_blocks: vec![0; 3],
-    };
+    let req = request(
+        vec![vec![2, 5, 6], vec![0], vec![8]],
+        vec![vec![4, 7, 9], vec![1], vec![0]],
+        2,
+        None,
+    );
     let err = strict
         .decode
         .start_read(&mut strict.nixl, &req)
@@ -368,5 +392,69 @@ fn partial_tail_of_the_last_covered_block() {
             },
             PostOp::ZeroBlock { block: 8 }
         ]
+    );
+}
+
+/// vLLM 0.34.0's pull across different block sizes on G1 (D TP1 12/4, ppl
+/// 3 <- P TP2 8/4, ppl 2) at N = 13: prefill computed 12 tokens into its
+/// logical blocks [5, 2] (kernel 10, 11, 4 and the padding block 5).
+#[test]
+fn last_token_pairing_on_g1_at_n13() {
+    let model = mla_kda([2, 2, 4], 64);
+    let newer = NamedPolicy::from_name("vllm-0.34.0").unwrap().policy();
+    let remote = || vec![vec![5, 2], vec![4], vec![3]];
+    // Mainline: D holds one logical block; the padding kernel block 5 of
+    // prefill is dropped and the lists pair token for token.
+    let mut p = pair_with(&model, engine(1, 4, 12), 10, engine(2, 4, 8), 10, newer);
+    let req = request(vec![vec![0], vec![2], vec![6]], remote(), 2, Some(12));
+    let recv = p.decode.start_read(&mut p.nixl, &req).unwrap();
+    assert_eq!(recv.reads[0].local_block_ids[0], vec![0, 1, 2]);
+    assert_eq!(recv.reads[0].remote_block_ids[0], vec![10, 11, 4]);
+    assert_eq!(recv.covered_sub_blocks, Some(vec![0..3, 0..1, 0..1]));
+    assert!(p.decode.plan_receive_post_process(&recv).unwrap()[0]
+        .ops
+        .is_empty());
+    // With the last-token block D holds two logical blocks: prefill's tokens
+    // 0..12 go to D's blocks for tokens 12..24 and its first three kernel
+    // blocks are zeroed.
+    let mut p = pair_with(&model, engine(1, 4, 12), 10, engine(2, 4, 8), 10, newer);
+    let req = request(vec![vec![0, 1], vec![2], vec![6]], remote(), 2, Some(12));
+    let recv = p.decode.start_read(&mut p.nixl, &req).unwrap();
+    assert_eq!(recv.reads[0].local_block_ids[0], vec![3, 4, 5]);
+    assert_eq!(recv.reads[0].remote_block_ids[0], vec![10, 11, 4]);
+    let plans = p.decode.plan_receive_post_process(&recv).unwrap();
+    assert_eq!(
+        (
+            plans[0].first_covered_sub_block,
+            plans[0].covered_sub_blocks
+        ),
+        (3, 6)
+    );
+    assert_eq!(
+        plans[0].ops,
+        vec![
+            PostOp::ZeroBlock { block: 0 },
+            PostOp::ZeroBlock { block: 1 },
+            PostOp::ZeroBlock { block: 2 }
+        ]
+    );
+    // kvgeom pairs from the first token: D's tokens 0..12 get prefill's.
+    let mut own = pair(&model, engine(1, 4, 12), 10, engine(2, 4, 8), 10, None);
+    let recv = own
+        .decode
+        .start_read(
+            &mut own.nixl,
+            &request(vec![vec![0, 1], vec![2], vec![6]], remote(), 2, Some(12)),
+        )
+        .unwrap();
+    assert_eq!(recv.reads[0].local_block_ids[0], vec![0, 1, 2, 3]);
+    assert_eq!(recv.reads[0].remote_block_ids[0], vec![10, 11, 4, 5]);
+    // Without prefill's token count in the request, the read is declined.
+    let mut p = pair_with(&model, engine(1, 4, 12), 10, engine(2, 4, 8), 10, newer);
+    let req = request(vec![vec![0], vec![2], vec![6]], remote(), 2, None);
+    let err = p.decode.start_read(&mut p.nixl, &req).unwrap_err();
+    assert!(
+        err.to_string().contains("require remote_num_tokens"),
+        "{err}"
     );
 }

@@ -1174,7 +1174,15 @@ fn string_errors_are_found_in_every_spelling_and_only_there() {
 // table and the policy that models the release spell a release in code.
 
 /// Spellings of a release in identifiers (as `grep` finds them, comments included).
-const RELEASE_IDENTIFIERS: [&str; 4] = ["Vllm0330", "vllm_0_33_0", "VLLM_0_33_0", "PINNED_"];
+const RELEASE_IDENTIFIERS: [&str; 7] = [
+    "Vllm0330",
+    "vllm_0_33_0",
+    "VLLM_0_33_0",
+    "Vllm0340",
+    "vllm_0_34_0",
+    "VLLM_0_34_0",
+    "PINNED_",
+];
 
 /// The only files of `src/` that may write them: the release table and the
 /// policy that models the release.

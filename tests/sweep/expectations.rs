@@ -36,6 +36,38 @@ fn vllm_0_33_0_fails_exactly_where_the_findings_say() {
 }
 
 #[test]
+fn the_twin_of_vllm_0_34_0_fails_exactly_where_its_expectations_say() {
+    // `expected/vllm-0.34.0.toml` is `--policy vllm-0.34.0`'s own run (the
+    // twin's prediction until the driver runs 0.34.0): it must hold, and
+    // kvgeom's own connector must fail none of its cases.
+    let newer = NamedPolicy::from_name("vllm-0.34.0").unwrap();
+    let expected = Expectations::load(&root().join("expected/vllm-0.34.0.toml")).unwrap();
+    let cases = default_sweep::default_grid(Variant::Policy(newer));
+    let reports = execute::run_all(&cases, &RunOptions::default(), None);
+    let disagreements = expected.compare(&reports);
+    assert!(
+        disagreements.is_empty(),
+        "{} disagreements, first:\n{}",
+        disagreements.len(),
+        disagreements[..disagreements.len().min(10)].join("\n")
+    );
+    // The derived pairs run one sample prompt here: only their entries may
+    // cover none of it (`kvgeom sweep --policy vllm-0.34.0 --expect ...`
+    // runs their boundary prompts too).
+    let models: Vec<String> = std::fs::read_dir(root().join("geometries/models"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter_map(|path| Some(path.file_stem()?.to_str()?.to_string()))
+        .collect();
+    let stale: Vec<String> = expected
+        .unused(&reports)
+        .into_iter()
+        .filter(|entry| !models.iter().any(|m| entry.contains(&format!("({m} "))))
+        .collect();
+    assert_eq!(stale, Vec::<String>::new());
+}
+
+#[test]
 fn every_expected_failure_cites_an_existing_finding() {
     // Every expectations file of expected/ (vLLM's and SGLang's releases):
     // each entry's page exists and names the geometry it explains.
