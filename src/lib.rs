@@ -69,6 +69,7 @@ pub mod derive;
 pub mod generate;
 pub mod geometry;
 pub mod layout;
+pub mod lifecycle;
 pub mod limits;
 pub mod live;
 pub mod memory;

@@ -70,6 +70,7 @@ pub fn defects() -> u8 {
         outln!("{:<28} {}", d.name(), d.description());
         outln!("{:<28} symptom: {}", "", d.symptom());
     }
+    super::lifecycle::print_variants();
     EXIT_OK
 }
 

@@ -21,6 +21,14 @@
 //!   are not detected, as in NIXL. VRAM pairs move with device-to-device
 //!   copies (`loopback_device.rs`), waited for before the post returns;
 //!   a transfer mixing DRAM and VRAM lists is [`NixlError::Unsupported`].
+//!
+//! Deferred completion (off unless [`Loopback::defer_completion`] is called,
+//! which the lifecycle scenarios do): a post then copies nothing and returns
+//! [`XferState::InProgress`]; the caller lands the pairs one at a time, in
+//! any order, with [`Loopback::deliver_pair`], and the transfer is done (its
+//! notification delivered) when its last pair lands. Releasing a transfer
+//! with pairs still to land is [`NixlError::InvalidParam`], as real NIXL
+//! refuses to release a transfer in progress. Host memory only.
 
 use std::collections::HashMap;
 use std::sync::{RwLockReadGuard, RwLockWriteGuard};
@@ -61,6 +69,29 @@ pub struct Loopback {
     arenas: Vec<HostArena>,
     device: DeviceSpace,
     agents: AgentTable<Agent>,
+    /// `Some` once [`Loopback::defer_completion`] was called: the posted
+    /// transfers whose pairs have not all landed, in posting order.
+    deferred: Option<Vec<PendingXfer>>,
+}
+
+/// A posted transfer under deferred completion, with the pairs still to land.
+#[derive(Debug)]
+struct PendingXfer {
+    agent: AgentId,
+    xfer: XferHandle,
+    landed: Vec<bool>,
+}
+
+/// One pair of a posted transfer that has not landed yet
+/// ([`Loopback::pending_pairs`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PendingPair {
+    /// The agent that posted the transfer.
+    pub agent: AgentId,
+    /// The transfer.
+    pub xfer: XferHandle,
+    /// The pair's index in the transfer's id lists.
+    pub pair: usize,
 }
 
 #[derive(Debug, Default)]
@@ -173,6 +204,92 @@ impl Loopback {
                 .resolve(region.dev, region.addr, region.len)
                 .is_some(),
         }
+    }
+}
+
+impl Loopback {
+    /// From now on a posted transfer moves nothing until its pairs are
+    /// landed one by one with [`Loopback::deliver_pair`].
+    pub fn defer_completion(&mut self) {
+        self.deferred.get_or_insert_with(Vec::new);
+    }
+
+    /// Every pair posted and not landed yet, transfer by transfer in
+    /// posting order (empty unless completion is deferred).
+    pub fn pending_pairs(&self) -> Vec<PendingPair> {
+        let Some(pending) = &self.deferred else {
+            return Vec::new();
+        };
+        let mut pairs = Vec::new();
+        for p in pending {
+            for (pair, landed) in p.landed.iter().enumerate() {
+                if !landed {
+                    pairs.push(PendingPair {
+                        agent: p.agent,
+                        xfer: p.xfer,
+                        pair,
+                    });
+                }
+            }
+        }
+        pairs
+    }
+
+    /// Land one pair of a posted transfer (deferred completion): copy its
+    /// bytes; when it is the transfer's last, the transfer is done and its
+    /// notification reaches the peer. A pair that already landed is
+    /// [`NixlError::InvalidParam`].
+    pub fn deliver_pair(
+        &mut self,
+        agent: AgentId,
+        xfer: XferHandle,
+        pair: usize,
+    ) -> NixlResult<XferState> {
+        let pending = self.deferred.as_mut().ok_or_else(|| {
+            NixlError::InvalidParam("completion is not deferred on this transport".into())
+        })?;
+        let at = pending
+            .iter()
+            .position(|p| p.agent == agent && p.xfer == xfer)
+            .ok_or_else(|| NixlError::NotFound(format!("transfer {xfer:?} is not in progress")))?;
+        if pending[at].landed.get(pair) != Some(&false) {
+            return Err(NixlError::InvalidParam(format!(
+                "pair {pair} of transfer {xfer:?} has landed already or does not exist"
+            )));
+        }
+        let x = self.agents.get(agent)?.handles.xfer(xfer)?;
+        run_copies(&self.arenas, &x.copies[pair..=pair])?;
+        let p = &mut pending[at];
+        p.landed[pair] = true;
+        if p.landed.iter().any(|l| !l) {
+            return Ok(XferState::InProgress);
+        }
+        pending.remove(at);
+        let delivery = match &x.notification {
+            Some(message) => {
+                let a = self.agents.get(agent)?;
+                let target = self.agents.id_of(&x.remote).ok_or_else(|| {
+                    NixlError::NotFound(format!(
+                        "remote agent '{}' is not an agent of this transport",
+                        x.remote
+                    ))
+                })?;
+                Some((target, (a.name.clone(), message.clone())))
+            }
+            None => None,
+        };
+        if let Some((target, notification)) = delivery {
+            self.agents.get_mut(target)?.inbox.push(notification);
+        }
+        self.agents.get_mut(agent)?.handles.xfer_mut(xfer)?.posted = true;
+        Ok(XferState::Done)
+    }
+
+    /// Whether `xfer` has pairs still to land.
+    fn in_flight(&self, agent: AgentId, xfer: XferHandle) -> bool {
+        self.deferred
+            .as_ref()
+            .is_some_and(|d| d.iter().any(|p| p.agent == agent && p.xfer == xfer))
     }
 }
 
@@ -617,6 +734,26 @@ impl Nixl for Loopback {
             }
             None => None,
         };
+        if let Some(pending) = &mut self.deferred {
+            if !x.device_copies.is_empty() {
+                return Err(NixlError::Unsupported(
+                    "deferred completion moves host memory only".into(),
+                ));
+            }
+            if pending.iter().any(|p| p.agent == agent && p.xfer == xfer) {
+                return Err(NixlError::InvalidParam(format!(
+                    "transfer {xfer:?} is still in progress"
+                )));
+            }
+            if !x.copies.is_empty() {
+                pending.push(PendingXfer {
+                    agent,
+                    xfer,
+                    landed: vec![false; x.copies.len()],
+                });
+                return Ok(XferState::InProgress);
+            }
+        }
         run_copies(&self.arenas, &x.copies)?;
         self.device.run(&x.device_copies)?;
         if let Some((target, notification)) = delivery {
@@ -635,6 +772,11 @@ impl Nixl for Loopback {
     }
 
     fn release_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<()> {
+        if self.in_flight(agent, xfer) {
+            return Err(NixlError::InvalidParam(format!(
+                "transfer {xfer:?} is in progress: pairs are still to land"
+            )));
+        }
         self.agents.get_mut(agent)?.handles.remove_xfer(xfer)?;
         Ok(())
     }
