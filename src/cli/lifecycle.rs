@@ -13,6 +13,7 @@ use rayon::prelude::*;
 use super::{default_paths, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::lifecycle::sweep::{self, GeometryResult, SweepOptions, VariantResult};
 use crate::lifecycle::timeline;
+use crate::lifecycle::LifecycleError;
 use crate::lifecycle::{LifecycleDefect, LifecyclePolicy, LifecycleShape, LIFECYCLE_VARIANTS};
 use crate::sweep::plan;
 
@@ -83,7 +84,7 @@ fn variant(name: Option<&str>) -> Result<(Option<LifecycleDefect>, LifecyclePoli
 /// A geometry file loaded and its lifecycle shape, or why it has none.
 pub(crate) struct Loaded {
     pub file: Option<PathBuf>,
-    pub shape: Result<LifecycleShape, String>,
+    pub shape: Result<LifecycleShape, LifecycleError>,
 }
 
 pub(crate) fn load_shapes(paths: &[PathBuf]) -> Result<Vec<Loaded>, u8> {
@@ -95,7 +96,7 @@ pub(crate) fn load_shapes(paths: &[PathBuf]) -> Result<Vec<Loaded>, u8> {
         .iter()
         .map(|s| Loaded {
             file: s.file.clone(),
-            shape: LifecycleShape::of(&s.geometry).map_err(|e| e.to_string()),
+            shape: LifecycleShape::of(&s.geometry),
         })
         .collect())
 }
@@ -321,7 +322,7 @@ fn print_json(
             l.shape.as_ref().err().map(|why| {
                 serde_json::json!({
                     "file": l.file.as_ref().map(|f| f.display().to_string()),
-                    "reason": why,
+                    "reason": why.to_string(),
                 })
             })
         })
@@ -450,10 +451,17 @@ pub const MUTANT_SCENARIOS: u32 = 300;
 
 /// Every lifecycle variant over `paths`' geometries (`kvgeom mutants`).
 pub(crate) fn lifecycle_mutants(paths: &[PathBuf]) -> Result<Vec<VariantResult>, u8> {
-    let shapes: Vec<LifecycleShape> = load_shapes(paths)?
-        .into_iter()
-        .filter_map(|l| l.shape.ok())
+    let loaded = load_shapes(paths)?;
+    let shapes: Vec<LifecycleShape> = loaded
+        .iter()
+        .filter_map(|l| l.shape.as_ref().ok().cloned())
         .collect();
+    let file_of = |name: &str| {
+        loaded.iter().find_map(|l| match &l.shape {
+            Ok(s) if s.name == name => Some(file_text(l.file.as_deref(), name)),
+            _ => None,
+        })
+    };
     let opts = SweepOptions {
         scenarios: MUTANT_SCENARIOS,
         requests: 4,
@@ -461,7 +469,12 @@ pub(crate) fn lifecycle_mutants(paths: &[PathBuf]) -> Result<Vec<VariantResult>,
     };
     LifecycleDefect::ALL
         .par_iter()
-        .map(|&d| sweep::run_variant(&shapes, &opts, d))
+        .map(|&d| {
+            sweep::run_variant(&shapes, &opts, d).map(|mut r| {
+                r.file = r.caught_by.as_ref().and_then(|(g, _)| file_of(g));
+                r
+            })
+        })
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| {
             eprintln!("error: {e}");
@@ -541,4 +554,59 @@ pub(crate) fn print_variants() {
         outln!("{:<40} {}", v.name, v.description);
         outln!("{:<40} models: {}", "", v.cites);
     }
+}
+
+/// The lifecycle variants' table of `kvgeom mutants`.
+pub(crate) fn print_variant_results(results: &[VariantResult]) {
+    outln!(
+        "\nlifecycle variants (kvgeom lifecycle, up to {MUTANT_SCENARIOS} scenarios per geometry, seed 0)"
+    );
+    outln!(
+        "{:<40} {:<7} {:>9}  oracles failed; first failing scenario",
+        "variant",
+        "result",
+        "scenarios"
+    );
+    for r in results {
+        let (verdict, first) = match &r.caught_by {
+            Some((geometry, seed)) => (
+                "caught",
+                format!(
+                    "{}; {geometry} scenario {seed}\n{:<60}replay: kvgeom lifecycle {} --replay {seed} --variant {}",
+                    r.oracles.join(", "),
+                    "",
+                    r.file.as_deref().unwrap_or(geometry),
+                    r.variant
+                ),
+            ),
+            None => ("MISSED", "-".to_string()),
+        };
+        outln!("{:<40} {verdict:<7} {:>9}  {first}", r.variant, r.scenarios);
+    }
+    let missed = results.iter().filter(|r| r.caught_by.is_none()).count();
+    outln!("\n{} caught, {missed} missed", results.len() - missed);
+}
+
+/// The lifecycle variants' part of `kvgeom mutants --format json`.
+pub(crate) fn variant_results_json(results: &[VariantResult]) -> serde_json::Value {
+    serde_json::json!(results
+        .iter()
+        .map(|r| serde_json::json!({
+            "variant": r.variant,
+            "cites": r.cites,
+            "caught": r.caught_by.is_some(),
+            "scenarios": r.scenarios,
+            "oracles": r.oracles,
+            "first_failing_scenario": r.caught_by.as_ref().map(|(g, s)| serde_json::json!({
+                "geometry": g,
+                "file": r.file,
+                "scenario_seed": s,
+                "replay": format!(
+                    "kvgeom lifecycle {} --replay {s} --variant {}",
+                    r.file.as_deref().unwrap_or(g),
+                    r.variant
+                ),
+            })),
+        }))
+        .collect::<Vec<_>>())
 }

@@ -14,11 +14,13 @@
 //! - `record.rs`: what a run records; `runner.rs`: one scenario run with
 //!   its drain; `oracles/`: one file per oracle; `model.rs`: the reference
 //!   model; `generator.rs` and `shrink.rs`: drawing and shrinking
-//!   scenarios; `timeline.rs`: a run printed step by step; `sweep.rs`:
+//!   scenarios; `fuzz_input.rs`: one from raw bytes; `timeline.rs`: a run
+//!   printed step by step; `sweep.rs`:
 //!   many scenarios on many geometries, and the variants' runs.
 
 pub mod content;
 pub mod error;
+pub mod fuzz_input;
 pub mod generator;
 pub mod kvgeom_connector;
 pub mod model;
@@ -43,3 +45,6 @@ pub use runner::{run_scenario, Scenario, ScenarioRun};
 pub use seam::{Io, LifecycleConnector};
 pub use shape::LifecycleShape;
 pub use variants::{LifecycleDefect, LIFECYCLE_VARIANTS};
+
+#[cfg(test)]
+mod tests;

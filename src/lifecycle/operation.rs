@@ -85,6 +85,23 @@ impl Operation {
     }
 }
 
+impl Operation {
+    /// The request the operation names, to renumber it.
+    pub fn request_mut(&mut self) -> Option<&mut RequestId> {
+        match self {
+            Operation::Compute { request }
+            | Operation::Allocate { request }
+            | Operation::Post { request }
+            | Operation::Step { request }
+            | Operation::Finish { request }
+            | Operation::Preempt { request }
+            | Operation::Abort { request, .. }
+            | Operation::FailPrefill { request } => Some(request),
+            Operation::Submit { .. } | Operation::Deliver { .. } | Operation::Tick { .. } => None,
+        }
+    }
+}
+
 impl fmt::Display for Operation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {

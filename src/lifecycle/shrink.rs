@@ -11,6 +11,28 @@ use super::runner::Scenario;
 /// Runs one candidate at most this many times.
 pub const MAX_CANDIDATES: u32 = 4000;
 
+/// `scenario` without request `request`: its submit and every operation
+/// naming it gone, the requests submitted after it one lower.
+fn without_request(scenario: &Scenario, request: u32) -> Scenario {
+    let mut out = scenario.clone();
+    let mut seen = 0;
+    out.operations.retain(|op| {
+        if let Operation::Submit { .. } = op {
+            seen += 1;
+            return seen - 1 != request;
+        }
+        op.request() != Some(request)
+    });
+    for op in &mut out.operations {
+        if let Some(r) = op.request_mut() {
+            if *r > request {
+                *r -= 1;
+            }
+        }
+    }
+    out
+}
+
 /// The smallest scenario found for which `fails` holds (`scenario` itself
 /// must fail).
 pub fn shrink(
@@ -47,6 +69,24 @@ pub fn shrink(
                 break;
             }
             chunk /= 2;
+        }
+        // Drop a request whole: its submit and its operations, the later
+        // requests renumbered.
+        let mut request = 0;
+        while request
+            < best
+                .operations
+                .iter()
+                .filter(|o| matches!(o, Operation::Submit { .. }))
+                .count() as u32
+        {
+            let candidate = without_request(&best, request);
+            if try_candidate(&candidate, &mut budget)? {
+                best = candidate;
+                improved = true;
+            } else {
+                request += 1;
+            }
         }
         for i in 0..best.operations.len() {
             let simpler = match best.operations[i] {

@@ -149,6 +149,8 @@ pub struct VariantResult {
     pub oracles: Vec<String>,
     /// The geometry and scenario seed that caught it.
     pub caught_by: Option<(String, u64)>,
+    /// The file of that geometry, when the caller knows it.
+    pub file: Option<String>,
 }
 
 /// Run `defect` on each shape, `opts.scenarios` scenarios each, until one fails.
@@ -163,6 +165,7 @@ pub fn run_variant(
         scenarios: 0,
         oracles: Vec::new(),
         caught_by: None,
+        file: None,
     };
     for shape in shapes {
         let g = sweep_geometry(shape, opts, defect.policy(), true, || {})?;

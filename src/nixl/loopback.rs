@@ -904,4 +904,87 @@ mod tests {
             ))
         );
     }
+
+    /// Two agents on two arenas, decode ("d") with prefill's ("p")
+    /// metadata loaded, and a READ of two 4-byte pairs posted by decode
+    /// with a notification.
+    fn two_pair_read(deferred: bool) -> (Loopback, HostArena, AgentId, AgentId, XferHandle) {
+        let (pa, da) = (HostArena::new(8), HostArena::new(8));
+        pa.write().copy_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        let mut t = Loopback::new();
+        if deferred {
+            t.defer_completion();
+        }
+        t.attach(pa.clone());
+        t.attach(da.clone());
+        let p = t.create_agent("p").unwrap();
+        let d = t.create_agent("d").unwrap();
+        let region = |a: &HostArena| MemRegion {
+            addr: a.base(),
+            len: 8,
+            mem: MemKind::Dram,
+            dev: 0,
+        };
+        t.register_memory(p, &[region(&pa)]).unwrap();
+        t.register_memory(d, &[region(&da)]).unwrap();
+        let meta = t.local_metadata(p).unwrap();
+        t.add_remote_agent(d, &meta).unwrap();
+        let rows = |a: &HostArena| {
+            DescList::from_rows((0..2).map(|i| DescRow {
+                addr: a.base() + 4 * i,
+                len: 4,
+                dev: 0,
+            }))
+        };
+        let l = t
+            .prepare_dlist(d, &DlistTarget::Local, MemKind::Dram, &rows(&da))
+            .unwrap();
+        let r = t
+            .prepare_dlist(
+                d,
+                &DlistTarget::Remote("p".into()),
+                MemKind::Dram,
+                &rows(&pa),
+            )
+            .unwrap();
+        let x = t
+            .make_xfer(d, XferOp::Read, l, &[0, 1], r, &[0, 1], Some(b"done"))
+            .unwrap();
+        (t, da, p, d, x)
+    }
+
+    #[test]
+    fn without_deferral_a_post_completes_at_once() {
+        let (mut t, da, p, d, x) = two_pair_read(false);
+        assert_eq!(t.post_xfer(d, x).unwrap(), XferState::Done);
+        assert_eq!(&da.read()[..], &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(t.take_notifications(p).unwrap().len(), 1);
+        assert!(t.pending_pairs().is_empty());
+        assert!(t.deliver_pair(d, x, 0).is_err());
+    }
+
+    #[test]
+    fn deferred_pairs_land_one_by_one_in_any_order() {
+        let (mut t, da, p, d, x) = two_pair_read(true);
+        assert_eq!(t.post_xfer(d, x).unwrap(), XferState::InProgress);
+        assert_eq!(&da.read()[..], &[0; 8], "nothing moves at the post");
+        assert_eq!(t.pending_pairs().len(), 2);
+        assert!(
+            t.release_xfer(d, x).is_err(),
+            "a transfer in flight is not released"
+        );
+        assert_eq!(t.deliver_pair(d, x, 1).unwrap(), XferState::InProgress);
+        assert_eq!(&da.read()[..], &[0, 0, 0, 0, 5, 6, 7, 8]);
+        assert!(t.take_notifications(p).unwrap().is_empty());
+        assert!(t.deliver_pair(d, x, 1).is_err(), "a pair lands once");
+        assert_eq!(t.xfer_state(d, x).unwrap(), XferState::InProgress);
+        assert_eq!(t.deliver_pair(d, x, 0).unwrap(), XferState::Done);
+        assert_eq!(&da.read()[..], &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(t.xfer_state(d, x).unwrap(), XferState::Done);
+        assert_eq!(
+            t.take_notifications(p).unwrap(),
+            vec![("d".to_string(), b"done".to_vec())]
+        );
+        t.release_xfer(d, x).unwrap();
+    }
 }
