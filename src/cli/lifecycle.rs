@@ -467,8 +467,10 @@ pub(crate) fn lifecycle_mutants(paths: &[PathBuf]) -> Result<Vec<VariantResult>,
         requests: 4,
         seed: 0,
     };
+    // One variant after another, on this thread: a few seconds, within
+    // whatever --threads the connector's defects ran under.
     LifecycleDefect::ALL
-        .par_iter()
+        .iter()
         .map(|&d| {
             sweep::run_variant(&shapes, &opts, d).map(|mut r| {
                 r.file = r.caught_by.as_ref().and_then(|(g, _)| file_of(g));
