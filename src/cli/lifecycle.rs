@@ -430,6 +430,13 @@ fn replay(
                     "shrunk": shrunk,
                     "operations": shown.operations,
                     "steps": run.steps,
+                    "owners": timeline::owners_after_each_step(&run)
+                        .into_iter()
+                        .map(|owned| owned
+                            .into_iter()
+                            .map(|(block, request)| serde_json::json!({"block": block, "request": request}))
+                            .collect::<Vec<_>>())
+                        .collect::<Vec<_>>(),
                     "findings": run.findings,
                 },
             });

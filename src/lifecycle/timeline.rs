@@ -4,6 +4,9 @@
 
 use std::fmt::Write as _;
 
+use super::operation::RequestId;
+use super::oracles::Ledger;
+use super::pools::BlockRef;
 use super::record::{Event, Span};
 use super::runner::ScenarioRun;
 
@@ -52,14 +55,49 @@ fn event_line(e: &Event) -> String {
     }
 }
 
-/// The timeline of `run`.
+/// Who owns which block after each step of `run` (the blocks owned, in
+/// order; a block not listed is free).
+pub fn owners_after_each_step(run: &ScenarioRun) -> Vec<Vec<(BlockRef, RequestId)>> {
+    let mut ledger = Ledger::default();
+    run.steps
+        .iter()
+        .map(|step| {
+            for e in &step.events {
+                ledger.apply(e);
+            }
+            ledger.owned()
+        })
+        .collect()
+}
+
+fn owners_line(owners: &[(BlockRef, RequestId)]) -> String {
+    if owners.is_empty() {
+        return "every block free".into();
+    }
+    owners
+        .iter()
+        .map(|(b, r)| format!("{b}=r{r}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The timeline of `run`: each step, its events, the ownership after it
+/// when the step changed it, and the findings at it.
 pub fn render(run: &ScenarioRun) -> String {
     let mut out = String::new();
+    let owners = owners_after_each_step(run);
     for (i, step) in run.steps.iter().enumerate() {
         let drain = if step.drain { " (drain)" } else { "" };
         let _ = writeln!(out, "{i:>4} t={} {}{drain}", step.now, step.operation);
         for e in &step.events {
             let _ = writeln!(out, "       {}", event_line(e));
+        }
+        let changed = step
+            .events
+            .iter()
+            .any(|e| matches!(e, Event::Allocated { .. } | Event::Freed { .. }));
+        if changed {
+            let _ = writeln!(out, "       owners: {}", owners_line(&owners[i]));
         }
         for f in run.findings.iter().filter(|f| f.step == i) {
             let _ = writeln!(out, "   !! {}: {}", f.oracle, f.message);
