@@ -62,7 +62,7 @@ impl ScenarioRun {
 }
 
 /// The world a connector runs in, and the oracles watching it.
-struct Bench<'a> {
+struct World<'a> {
     shape: &'a LifecycleShape,
     pools: Pools,
     nixl: Loopback,
@@ -78,7 +78,7 @@ struct Bench<'a> {
     findings: Vec<Finding>,
 }
 
-impl Bench<'_> {
+impl World<'_> {
     fn io(&mut self) -> Io<'_> {
         Io {
             shape: self.shape,
@@ -204,7 +204,7 @@ pub fn run_scenario(
     scenario: &Scenario,
     connector: &mut dyn LifecycleConnector,
 ) -> Result<ScenarioRun, LifecycleError> {
-    let mut bench = Bench {
+    let mut world = World {
         shape,
         pools: Pools::new(shape, scenario.requests.max(1)),
         nixl: Loopback::new(),
@@ -219,41 +219,41 @@ pub fn run_scenario(
         checked: (0, 0),
         findings: Vec::new(),
     };
-    connector.start(&mut bench.io())?;
+    connector.start(&mut world.io())?;
     for op in &scenario.operations {
-        bench.step(connector, op, false)?;
+        world.step(connector, op, false)?;
     }
     for _ in 0..DRAIN_ROUNDS {
-        if bench.settled(connector) {
+        if world.settled(connector) {
             break;
         }
-        bench
+        world
             .record
-            .begin("deliver every pair in flight".into(), true, bench.now);
-        bench.land_all()?;
-        bench.check();
-        connector.progress(&mut bench.io())?;
-        bench.check();
-        for r in 0..bench.submitted {
+            .begin("deliver every pair in flight".into(), true, world.now);
+        world.land_all()?;
+        world.check();
+        connector.progress(&mut world.io())?;
+        world.check();
+        for r in 0..world.submitted {
             if let Some(op) = connector.next_operation(r) {
-                bench.step(connector, &op, true)?;
+                world.step(connector, &op, true)?;
             }
         }
-        bench.step(connector, &Operation::Tick { missed: false }, true)?;
+        world.step(connector, &Operation::Tick { missed: false }, true)?;
     }
-    bench.check();
+    world.check();
     let view = View {
         shape,
-        pools: &bench.pools,
-        ledger: &bench.ledger,
-        step: bench.record.steps.len().saturating_sub(1),
+        pools: &world.pools,
+        ledger: &world.ledger,
+        step: world.record.steps.len().saturating_sub(1),
     };
-    let mut findings = bench.findings;
-    for o in &mut bench.oracles {
+    let mut findings = world.findings;
+    for o in &mut world.oracles {
         findings.extend(o.finish(&view));
     }
     Ok(ScenarioRun {
-        steps: bench.record.steps,
+        steps: world.record.steps,
         findings,
     })
 }
