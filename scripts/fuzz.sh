@@ -41,6 +41,7 @@ max_len() {
     case "$1" in
         scenario) echo "-max_len=256" ;;
         plan) echo "-max_len=512" ;;
+        lifecycle) echo "-max_len=512" ;;
     esac
 }
 

@@ -41,6 +41,10 @@
 //!   the connector variant a case runs ([`variant::Variant`]: a policy or
 //!   one defect). [`scheduler`] models vLLM's scheduler (tokens moved,
 //!   blocks allocated, [`scheduler::DecodeAllocation`]).
+//! - [`lifecycle`]: many requests at once on one P/D pair's shared block
+//!   pools, through kvgeom's connector behind a narrow seam
+//!   ([`lifecycle::LifecycleConnector`]), judged over the whole scenario;
+//!   the lifecycle defect variants, scenario generation and shrinking.
 //! - `generate` (feature `arbitrary`): the case and geometry generator
 //!   shared by the fuzz targets and the property tests.
 //!
@@ -73,6 +77,7 @@ pub mod driver;
 pub mod generate;
 pub mod geometry;
 pub mod layout;
+pub mod lifecycle;
 pub mod limits;
 pub mod live;
 pub mod memory;

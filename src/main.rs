@@ -51,7 +51,11 @@ enum Command {
     /// Run the live sweep on several vLLM releases (one --vllm-python each)
     /// and print outcomes per geometry, mode and release.
     Matrix(Box<cli::MatrixArgs>),
-    /// List the known connector defects.
+    /// Many requests at once on one P/D pair: lifecycle scenarios through
+    /// kvgeom's connector, judged by the lifecycle oracles; `--replay`
+    /// prints one as a timeline.
+    Lifecycle(Box<cli::LifecycleArgs>),
+    /// List the known connector defects and the lifecycle variants.
     Defects,
     /// Run the sweep once per defect and report whether the oracles catch each.
     Mutants(cli::MutantsArgs),
@@ -79,6 +83,7 @@ fn main() -> ExitCode {
             what: ReportCommand::Merge(args),
         } => cli::report_merge(&args),
         Command::Matrix(args) => cli::matrix(*args),
+        Command::Lifecycle(args) => cli::lifecycle(*args),
         Command::Defects => cli::defects(),
         Command::Mutants(args) => cli::mutants(args),
         Command::Bench(args) => cli::bench(&args),

@@ -26,6 +26,8 @@ pub enum BenchKind {
     Transport,
     /// One KimiLinear-scale request on GPU memory: device copies, loopback, real NIXL.
     Vram,
+    /// Lifecycle scenarios (4 requests each) over the geometries directly in geometries/, on one thread: operations per second.
+    Lifecycle,
     /// Real-scale cases (bench/scale/, or the geometry files given): peak memory and time against the touched KV bytes and memcpy.
     Scale,
 }
@@ -327,6 +329,7 @@ fn bench_kind(
         }
         BenchKind::Sweep => bench_sweep(threads, &budget),
         BenchKind::Scale => super::bench_scale(&[], super::ScaleFormat::Table, max_memory),
+        BenchKind::Lifecycle => super::bench_lifecycle(),
         BenchKind::Transport => bench_transport(&transport_config(vram.paths.as_deref()), &budget),
     }
 }

@@ -70,6 +70,7 @@ pub fn defects() -> u8 {
         outln!("{:<28} {}", d.name(), d.description());
         outln!("{:<28} symptom: {}", "", d.symptom());
     }
+    super::lifecycle::print_variants();
     EXIT_OK
 }
 
@@ -119,15 +120,23 @@ pub fn mutants(args: MutantsArgs) -> u8 {
         .collect();
     let sampled_files: Vec<&SourcedGeometry> = sources.iter().filter(|s| sampled(s)).collect();
     let missed = results.iter().filter(|r| !r.caught()).count();
+    let lifecycle = match super::lifecycle::lifecycle_mutants(&paths) {
+        Ok(l) => l,
+        Err(code) => return code,
+    };
+    let lifecycle_missed = lifecycle.iter().filter(|v| v.caught_by.is_none()).count();
     match format {
-        MutantsFormat::Text => print_text(&results, &sampled_files, missed),
+        MutantsFormat::Text => {
+            print_text(&results, &sampled_files, missed);
+            super::lifecycle::print_variant_results(&lifecycle);
+        }
         MutantsFormat::Json => {
-            if let Err(code) = print_json(&results, &sampled_files, missed) {
+            if let Err(code) = print_json(&results, &sampled_files, missed, &lifecycle) {
                 return code;
             }
         }
     }
-    if missed > 0 {
+    if missed + lifecycle_missed > 0 {
         EXIT_FAILED
     } else {
         EXIT_OK
@@ -181,6 +190,7 @@ fn print_json(
     results: &[MutantResult],
     sampled: &[&SourcedGeometry],
     missed: usize,
+    lifecycle: &[crate::lifecycle::sweep::VariantResult],
 ) -> Result<(), u8> {
     let file = |s: &&SourcedGeometry| s.file.as_ref().map(|f| f.display().to_string());
     let report = serde_json::json!({
@@ -212,6 +222,7 @@ fn print_json(
                 "replay": c.replay_command(),
             })),
         })).collect::<Vec<_>>(),
+        "lifecycle_variants": super::lifecycle::variant_results_json(lifecycle),
     });
     match serde_json::to_string_pretty(&report) {
         Ok(text) => {

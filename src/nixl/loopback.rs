@@ -21,6 +21,14 @@
 //!   are not detected, as in NIXL. VRAM pairs move with device-to-device
 //!   copies (`loopback_device.rs`), waited for before the post returns;
 //!   a transfer mixing DRAM and VRAM lists is [`NixlError::Unsupported`].
+//!
+//! Deferred completion (off unless [`Loopback::defer_completion`] is called,
+//! which the lifecycle scenarios do): a post then copies nothing and returns
+//! [`XferState::InProgress`]; the caller lands the pairs one at a time, in
+//! any order, with [`Loopback::deliver_pair`], and the transfer is done (its
+//! notification delivered) when its last pair lands. Releasing a transfer
+//! with pairs still to land is [`NixlError::InvalidParam`], as real NIXL
+//! refuses to release a transfer in progress. Host memory only.
 
 use std::collections::HashMap;
 use std::sync::{RwLockReadGuard, RwLockWriteGuard};
@@ -61,6 +69,29 @@ pub struct Loopback {
     arenas: Vec<HostArena>,
     device: DeviceSpace,
     agents: AgentTable<Agent>,
+    /// `Some` once [`Loopback::defer_completion`] was called: the posted
+    /// transfers whose pairs have not all landed, in posting order.
+    deferred: Option<Vec<PendingXfer>>,
+}
+
+/// A posted transfer under deferred completion, with the pairs still to land.
+#[derive(Debug)]
+struct PendingXfer {
+    agent: AgentId,
+    xfer: XferHandle,
+    landed: Vec<bool>,
+}
+
+/// One pair of a posted transfer that has not landed yet
+/// ([`Loopback::pending_pairs`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PendingPair {
+    /// The agent that posted the transfer.
+    pub agent: AgentId,
+    /// The transfer.
+    pub xfer: XferHandle,
+    /// The pair's index in the transfer's id lists.
+    pub pair: usize,
 }
 
 #[derive(Debug, Default)]
@@ -173,6 +204,92 @@ impl Loopback {
                 .resolve(region.dev, region.addr, region.len)
                 .is_some(),
         }
+    }
+}
+
+impl Loopback {
+    /// From now on a posted transfer moves nothing until its pairs are
+    /// landed one by one with [`Loopback::deliver_pair`].
+    pub fn defer_completion(&mut self) {
+        self.deferred.get_or_insert_with(Vec::new);
+    }
+
+    /// Every pair posted and not landed yet, transfer by transfer in
+    /// posting order (empty unless completion is deferred).
+    pub fn pending_pairs(&self) -> Vec<PendingPair> {
+        let Some(pending) = &self.deferred else {
+            return Vec::new();
+        };
+        let mut pairs = Vec::new();
+        for p in pending {
+            for (pair, landed) in p.landed.iter().enumerate() {
+                if !landed {
+                    pairs.push(PendingPair {
+                        agent: p.agent,
+                        xfer: p.xfer,
+                        pair,
+                    });
+                }
+            }
+        }
+        pairs
+    }
+
+    /// Land one pair of a posted transfer (deferred completion): copy its
+    /// bytes; when it is the transfer's last, the transfer is done and its
+    /// notification reaches the peer. A pair that already landed is
+    /// [`NixlError::InvalidParam`].
+    pub fn deliver_pair(
+        &mut self,
+        agent: AgentId,
+        xfer: XferHandle,
+        pair: usize,
+    ) -> NixlResult<XferState> {
+        let pending = self.deferred.as_mut().ok_or_else(|| {
+            NixlError::InvalidParam("completion is not deferred on this transport".into())
+        })?;
+        let at = pending
+            .iter()
+            .position(|p| p.agent == agent && p.xfer == xfer)
+            .ok_or_else(|| NixlError::NotFound(format!("transfer {xfer:?} is not in progress")))?;
+        if pending[at].landed.get(pair) != Some(&false) {
+            return Err(NixlError::InvalidParam(format!(
+                "pair {pair} of transfer {xfer:?} has landed already or does not exist"
+            )));
+        }
+        let x = self.agents.get(agent)?.handles.xfer(xfer)?;
+        run_copies(&self.arenas, &x.copies[pair..=pair])?;
+        let p = &mut pending[at];
+        p.landed[pair] = true;
+        if p.landed.iter().any(|l| !l) {
+            return Ok(XferState::InProgress);
+        }
+        pending.remove(at);
+        let delivery = match &x.notification {
+            Some(message) => {
+                let a = self.agents.get(agent)?;
+                let target = self.agents.id_of(&x.remote).ok_or_else(|| {
+                    NixlError::NotFound(format!(
+                        "remote agent '{}' is not an agent of this transport",
+                        x.remote
+                    ))
+                })?;
+                Some((target, (a.name.clone(), message.clone())))
+            }
+            None => None,
+        };
+        if let Some((target, notification)) = delivery {
+            self.agents.get_mut(target)?.inbox.push(notification);
+        }
+        self.agents.get_mut(agent)?.handles.xfer_mut(xfer)?.posted = true;
+        Ok(XferState::Done)
+    }
+
+    /// Whether `xfer` has pairs still to land.
+    fn in_flight(&self, agent: AgentId, xfer: XferHandle) -> bool {
+        self.deferred
+            .as_ref()
+            .is_some_and(|d| d.iter().any(|p| p.agent == agent && p.xfer == xfer))
     }
 }
 
@@ -608,6 +725,26 @@ impl Nixl for Loopback {
             }
             None => None,
         };
+        if let Some(pending) = &mut self.deferred {
+            if !x.device_copies.is_empty() {
+                return Err(NixlError::Unsupported(
+                    "deferred completion moves host memory only".into(),
+                ));
+            }
+            if pending.iter().any(|p| p.agent == agent && p.xfer == xfer) {
+                return Err(NixlError::InvalidParam(format!(
+                    "transfer {xfer:?} is still in progress"
+                )));
+            }
+            if !x.copies.is_empty() {
+                pending.push(PendingXfer {
+                    agent,
+                    xfer,
+                    landed: vec![false; x.copies.len()],
+                });
+                return Ok(XferState::InProgress);
+            }
+        }
         run_copies(&self.arenas, &x.copies)?;
         self.device.run(&x.device_copies)?;
         if let Some((target, notification)) = delivery {
@@ -626,6 +763,11 @@ impl Nixl for Loopback {
     }
 
     fn release_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<()> {
+        if self.in_flight(agent, xfer) {
+            return Err(NixlError::InvalidParam(format!(
+                "transfer {xfer:?} is in progress: pairs are still to land"
+            )));
+        }
         self.agents.get_mut(agent)?.handles.remove_xfer(xfer)?;
         Ok(())
     }
@@ -752,5 +894,88 @@ mod tests {
                 }
             ))
         );
+    }
+
+    /// Two agents on two arenas, decode ("d") with prefill's ("p")
+    /// metadata loaded, and a READ of two 4-byte pairs posted by decode
+    /// with a notification.
+    fn two_pair_read(deferred: bool) -> (Loopback, HostArena, AgentId, AgentId, XferHandle) {
+        let (pa, da) = (HostArena::new(8), HostArena::new(8));
+        pa.write().copy_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        let mut t = Loopback::new();
+        if deferred {
+            t.defer_completion();
+        }
+        t.attach(pa.clone());
+        t.attach(da.clone());
+        let p = t.create_agent("p").unwrap();
+        let d = t.create_agent("d").unwrap();
+        let region = |a: &HostArena| MemRegion {
+            addr: a.base(),
+            len: 8,
+            mem: MemKind::Dram,
+            dev: 0,
+        };
+        t.register_memory(p, &[region(&pa)]).unwrap();
+        t.register_memory(d, &[region(&da)]).unwrap();
+        let meta = t.local_metadata(p).unwrap();
+        t.add_remote_agent(d, &meta).unwrap();
+        let rows = |a: &HostArena| {
+            DescList::from_rows((0..2).map(|i| DescRow {
+                addr: a.base() + 4 * i,
+                len: 4,
+                dev: 0,
+            }))
+        };
+        let l = t
+            .prepare_dlist(d, &DlistTarget::Local, MemKind::Dram, &rows(&da))
+            .unwrap();
+        let r = t
+            .prepare_dlist(
+                d,
+                &DlistTarget::Remote("p".into()),
+                MemKind::Dram,
+                &rows(&pa),
+            )
+            .unwrap();
+        let x = t
+            .make_xfer(d, XferOp::Read, l, &[0, 1], r, &[0, 1], Some(b"done"))
+            .unwrap();
+        (t, da, p, d, x)
+    }
+
+    #[test]
+    fn without_deferral_a_post_completes_at_once() {
+        let (mut t, da, p, d, x) = two_pair_read(false);
+        assert_eq!(t.post_xfer(d, x).unwrap(), XferState::Done);
+        assert_eq!(&da.read()[..], &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(t.take_notifications(p).unwrap().len(), 1);
+        assert!(t.pending_pairs().is_empty());
+        assert!(t.deliver_pair(d, x, 0).is_err());
+    }
+
+    #[test]
+    fn deferred_pairs_land_one_by_one_in_any_order() {
+        let (mut t, da, p, d, x) = two_pair_read(true);
+        assert_eq!(t.post_xfer(d, x).unwrap(), XferState::InProgress);
+        assert_eq!(&da.read()[..], &[0; 8], "nothing moves at the post");
+        assert_eq!(t.pending_pairs().len(), 2);
+        assert!(
+            t.release_xfer(d, x).is_err(),
+            "a transfer in flight is not released"
+        );
+        assert_eq!(t.deliver_pair(d, x, 1).unwrap(), XferState::InProgress);
+        assert_eq!(&da.read()[..], &[0, 0, 0, 0, 5, 6, 7, 8]);
+        assert!(t.take_notifications(p).unwrap().is_empty());
+        assert!(t.deliver_pair(d, x, 1).is_err(), "a pair lands once");
+        assert_eq!(t.xfer_state(d, x).unwrap(), XferState::InProgress);
+        assert_eq!(t.deliver_pair(d, x, 0).unwrap(), XferState::Done);
+        assert_eq!(&da.read()[..], &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(t.xfer_state(d, x).unwrap(), XferState::Done);
+        assert_eq!(
+            t.take_notifications(p).unwrap(),
+            vec![("d".to_string(), b"done".to_vec())]
+        );
+        t.release_xfer(d, x).unwrap();
     }
 }

@@ -23,7 +23,7 @@ pub use agent_options::NixlAgentOptions;
 pub use desc::{DescList, DescRow, StridedRun};
 pub use device_platform::HostAsDevice;
 pub use dry_run::DryRun;
-pub use loopback::Loopback;
+pub use loopback::{Loopback, PendingPair};
 #[cfg(feature = "nixl")]
 pub use real::RealNixl;
 pub use recording::{Classify, Event, Recording};

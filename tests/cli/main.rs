@@ -9,5 +9,6 @@ mod cli;
 mod docs_commands;
 mod hostile_inputs;
 mod installed_binary;
+mod lifecycle;
 mod matrix;
 mod vram_cli;

@@ -147,6 +147,13 @@ const LAYERS: &[Row] = &[
          its oracles over `oracle`'s violations; beside `sweep`, below `cli`",
     ),
     row(
+        "lifecycle",
+        11,
+        "many requests on one P/D pair's shared pools: scenarios, kvgeom's connector behind \
+         its seam, the whole-scenario oracles; loads nothing itself, run by `cli`, `bench` and \
+         the fuzz target; beside `sweep`, above `under_test`, whose pipeline it is to join",
+    ),
+    row(
         "report",
         12,
         "reports of a sweep: each carries the `sweep::shard::Shard` it ran, so above `sweep`",
