@@ -117,9 +117,10 @@ pub enum DriverError {
     /// The driver ended with a failure status before its time-out (or, for
     /// a phase that must finish, was stopped at it: `status` `None`).
     #[error(
-        "the {} driver ({}) failed with status {status:?}:\n{stderr_tail}",
+        "the {} driver ({}) {}:\n{stderr_tail}",
         run.kind.stack,
-        run.python.display()
+        run.python.display(),
+        status.map_or("was stopped (killed at its deadline or by a signal)".to_string(), |s| format!("failed with exit status {s}"))
     )]
     Failed {
         /// The driver that ran.
@@ -356,7 +357,7 @@ mod tests {
                 assert!(e.ended_with_a_status());
                 assert_eq!(
                     e.to_string(),
-                    "the Stack driver (/py) failed with status Some(1):\nbad"
+                    "the Stack driver (/py) failed with exit status 1:\nbad"
                 );
             }
             other => panic!("{other:?}"),
