@@ -13,7 +13,7 @@
 
 use crate::connector::{ConnectorError, HandshakeError, Policy};
 use crate::geometry::{Geometry, Mode};
-use crate::layout::{RequestBlocks, Side};
+use crate::layout::Side;
 use crate::nixl::{DescRow, DryRun, Recording};
 use crate::scenario::engines::{register_side, unbacked_ranks, Engines};
 use crate::scenario::memory_estimate::{process_budget, Budget, OverBudget};
@@ -234,13 +234,7 @@ pub fn plan_request_within(
     )
     .map_err(outcome)?;
     let mut engines = Engines { prefill, decode };
-    let blocks = RequestBlocks::with_prefix_hit(
-        &geometry.model,
-        geometry.decode.logical_block,
-        placement.decode.clone(),
-        placement.prefill.clone(),
-        0,
-    );
+    let blocks = placement.request_blocks(geometry, 0);
     let p_tp = geometry.prefill.tp_size;
     for d in 0..engines.decode.len() {
         let targets = engines.decode[d]

@@ -17,7 +17,7 @@ use super::sglang_model::{SglangAttention, SglangLinear, SglangModel};
 use crate::geometry::sglang_state::{SglangState, StateKind};
 use crate::geometry::{
     parse_geometry, to_toml_named_by_path, AttentionSpec, EngineGeometry, ExpectedRejection,
-    Geometry, GroupKind, KvLayout, ModelSpec, SglangSpec, Stack,
+    Geometry, GroupKind, ModelSpec, SglangSpec, Stack,
 };
 
 /// What shapes the file besides the model.
@@ -252,16 +252,8 @@ pub fn derive_sglang_pair(
     };
     let engine = |tp: u64| -> Result<EngineGeometry, DeriveError> {
         let page = n(options.page_size, "--page-size")?;
-        Ok(EngineGeometry {
-            tp_size: n(tp, "the TP size")?,
-            kernel_block: page,
-            logical_block: page,
-            num_logical_blocks: None,
-            layout: KvLayout::Nhd,
-            host_buffer: false,
-            prefix_caching: false,
-            block_padding_bytes: 0,
-        })
+        // The page is both blocks; token-major, no pool size, no padding.
+        Ok(EngineGeometry::new(n(tp, "the TP size")?, page, page))
     };
     let prompts = match &options.prompts {
         Some(lengths) => lengths.clone(),

@@ -155,25 +155,16 @@ pub(crate) fn draw(u: &mut Unstructured<'_>, refusal: Option<Refusal>) -> Result
     } else {
         1
     };
+    // Prefill's pages per logical block are drawn before decode's.
+    let p_logical = p_kernel * u.int_in_range(1..=MAX_PPL)?;
     let mut prefill = EngineGeometry {
-        tp_size: p_tp,
-        kernel_block: p_kernel,
-        logical_block: p_kernel * u.int_in_range(1..=MAX_PPL)?,
-        num_logical_blocks: None,
         layout: p_layout,
-        host_buffer: false,
-        prefix_caching: false,
-        block_padding_bytes: 0,
+        ..EngineGeometry::new(p_tp, p_kernel, p_logical)
     };
+    let d_logical = d_kernel * u.int_in_range(1..=MAX_PPL)?;
     let mut decode = EngineGeometry {
-        tp_size: d_tp,
-        kernel_block: d_kernel,
-        logical_block: d_kernel * u.int_in_range(1..=MAX_PPL)?,
-        num_logical_blocks: None,
         layout: d_layout,
-        host_buffer: false,
-        prefix_caching: false,
-        block_padding_bytes: 0,
+        ..EngineGeometry::new(d_tp, d_kernel, d_logical)
     };
     let padded_prefill_refused =
         refusal == Some(Refusal::BlockSizeNotDivisible) && shape.hybrid_mla();

@@ -61,6 +61,26 @@ pub struct XferSpec<'a> {
     pub notification: Option<&'a [u8]>,
 }
 
+impl<'a> XferSpec<'a> {
+    /// `op` from the rows `local.1` of the list `local.0` to (or from) the
+    /// rows `remote.1` of `remote.0`.
+    pub fn new(
+        op: XferOp,
+        local: (DlistHandle, &'a [u32]),
+        remote: (DlistHandle, &'a [u32]),
+        notification: Option<&'a [u8]>,
+    ) -> Self {
+        XferSpec {
+            op,
+            local: local.0,
+            local_ids: local.1,
+            remote: remote.0,
+            remote_ids: remote.1,
+            notification,
+        }
+    }
+}
+
 /// Transfer direction from the initiator's view: READ pulls remote -> local,
 /// WRITE pushes local -> remote.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -165,17 +185,8 @@ pub trait Nixl {
         remote_ids: &[u32],
         notification: Option<&[u8]>,
     ) -> NixlResult<XferHandle> {
-        self.make_xfer_spec(
-            agent,
-            XferSpec {
-                op,
-                local,
-                local_ids,
-                remote,
-                remote_ids,
-                notification,
-            },
-        )
+        let spec = XferSpec::new(op, (local, local_ids), (remote, remote_ids), notification);
+        self.make_xfer_spec(agent, spec)
     }
     /// Start a prepared transfer; its notification, if any, reaches the
     /// peer when it completes.

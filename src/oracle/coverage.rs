@@ -7,10 +7,11 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 
 use crate::geometry::GroupKind;
-use crate::layout::{EngineLayout, Side};
+use crate::layout::Side;
 
 use super::input::OracleInput;
 use super::intervals::IntervalSet;
+use super::memory::RankGroup;
 use super::violation::Violation;
 
 /// The oracle's name, as violations and reports carry it.
@@ -37,9 +38,14 @@ pub fn check(input: &OracleInput) -> Vec<Violation> {
             })
             .collect();
         for (g, kind) in input.case.model().groups.iter().enumerate() {
+            let at = RankGroup {
+                input,
+                layout,
+                group: g as u32,
+            };
             match kind {
-                GroupKind::Attention => attention(input, layout, g as u32, &written, &mut out),
-                GroupKind::Mamba => mamba(input, layout, g as u32, &written, &mut out),
+                GroupKind::Attention => attention(at, &written, &mut out),
+                GroupKind::Mamba => mamba(at, &written, &mut out),
             }
         }
     }
@@ -54,16 +60,11 @@ struct Missing {
     bytes: Range<u64>,
 }
 
-fn attention(
-    input: &OracleInput,
-    layout: &EngineLayout,
-    group: u32,
-    written: &[IntervalSet],
-    out: &mut Vec<Violation>,
-) {
-    let case = &input.case;
-    let m = input.transferred_tokens;
-    let b_d = layout.logical_block();
+fn attention(at: RankGroup<'_>, written: &[IntervalSet], out: &mut Vec<Violation>) {
+    let group = at.group;
+    let case = &at.input.case;
+    let m = at.input.transferred_tokens;
+    let b_d = at.layout.logical_block();
     let list = case.group_blocks(Side::Decode, group);
     let capacity = list.len() as u64 * u64::from(b_d);
     if capacity < u64::from(m) {
@@ -75,14 +76,14 @@ fn attention(
                     list.len()
                 ),
             )
-            .on(Some(Side::Decode), Some(layout.tp_rank()))
+            .on(Some(Side::Decode), Some(at.layout.tp_rank()))
             .expected(format!("at least {m} tokens of decode blocks"))
             .found(format!("{capacity} tokens")),
         );
     }
-    let view = layout.transfer_view();
-    let c = layout.bytes_per_head_token();
-    let u = layout.unified_page();
+    let view = at.layout.transfer_view();
+    let c = at.layout.bytes_per_head_token();
+    let u = at.layout.unified_page();
     let mut missing: BTreeMap<(u32, u32), Missing> = BTreeMap::new();
     for (pos, &block) in list.iter().enumerate() {
         if !case.is_decode_transfer_block(block) {
@@ -91,12 +92,12 @@ fn attention(
         let first = pos as u32 * b_d;
         for t in first..(first + b_d).min(m) {
             for (region, set) in written.iter().enumerate() {
-                for h in 0..layout.heads().count {
-                    let start = u64::from(block) * u + layout.cell_offset(view, t - first, h);
+                for h in 0..at.layout.heads().count {
+                    let start = u64::from(block) * u + at.layout.cell_offset(view, t - first, h);
                     if set.covers(start..start + c) {
                         continue;
                     }
-                    let head = layout.global_head(h);
+                    let head = at.layout.global_head(h);
                     let e = missing.entry((region as u32, block)).or_insert(Missing {
                         cells: 0,
                         tokens: t..t + 1,
@@ -120,7 +121,7 @@ fn attention(
                     miss.cells, miss.tokens, miss.heads
                 ),
             )
-            .on(Some(Side::Decode), Some(layout.tp_rank()))
+            .on(Some(Side::Decode), Some(at.layout.tp_rank()))
             .region(Some(region))
             .block(Some(block))
             .bytes(miss.bytes, miss.cells * c)
@@ -130,22 +131,19 @@ fn attention(
     }
 }
 
-fn mamba(
-    input: &OracleInput,
-    layout: &EngineLayout,
-    group: u32,
-    written: &[IntervalSet],
-    out: &mut Vec<Violation>,
-) {
-    let case = &input.case;
-    let Some(page) = layout.mamba() else { return };
-    let u = layout.unified_page();
+fn mamba(at: RankGroup<'_>, written: &[IntervalSet], out: &mut Vec<Violation>) {
+    let group = at.group;
+    let case = &at.input.case;
+    let Some(page) = at.layout.mamba() else {
+        return;
+    };
+    let u = at.layout.unified_page();
     for &block in case.group_blocks(Side::Decode, group) {
         if !case.is_decode_transfer_block(block) {
             continue;
         }
         let start = u64::from(block) * u;
-        let state_regions = layout.state_regions() as usize;
+        let state_regions = at.layout.state_regions() as usize;
         for (region, set) in written.iter().enumerate().take(state_regions) {
             let gaps = set.gaps(start..start + page.state_bytes());
             if gaps.is_empty() {
@@ -155,7 +153,7 @@ fn mamba(
             let parts: Vec<String> = gaps
                 .iter()
                 .map(|g| {
-                    let pieces = layout.mamba_pieces(g.start - start, g.end - g.start);
+                    let pieces = at.layout.mamba_pieces(g.start - start, g.end - g.start);
                     let names: Vec<String> = pieces.iter().map(ToString::to_string).collect();
                     names.join(" ")
                 })
@@ -168,7 +166,7 @@ fn mamba(
                         parts.join(", ")
                     ),
                 )
-                .on(Some(Side::Decode), Some(layout.tp_rank()))
+                .on(Some(Side::Decode), Some(at.layout.tp_rank()))
                 .region(Some(region as u32))
                 .block(Some(block))
                 .bytes(gaps[0].start..gaps[gaps.len() - 1].end, count)

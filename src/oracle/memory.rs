@@ -18,6 +18,17 @@ pub(crate) enum Checked<'a> {
     Untouched(&'a InitialFill),
 }
 
+/// One group of one rank, as a byte-level oracle checks it.
+#[derive(Clone, Copy)]
+pub(crate) struct RankGroup<'a> {
+    /// The case.
+    pub input: &'a OracleInput,
+    /// The rank's layout.
+    pub layout: &'a EngineLayout,
+    /// The KV-cache group.
+    pub group: u32,
+}
+
 /// The rank's memory, or a violation saying why it cannot be checked.
 pub(crate) fn images<'a>(
     oracle: &'static str,

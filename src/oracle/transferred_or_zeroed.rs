@@ -10,7 +10,7 @@ use crate::memory::ArenaBytes;
 use crate::pattern::{attention_cell_pattern, mamba_pattern, SENTINEL};
 
 use super::input::OracleInput;
-use super::memory::{images, Checked, Tallies, Tally};
+use super::memory::{images, Checked, RankGroup, Tallies, Tally};
 use super::violation::Violation;
 use crate::pattern::InitialFill;
 
@@ -48,9 +48,14 @@ pub fn check(input: &OracleInput) -> Vec<Violation> {
         };
         let mut tallies = Tallies::default();
         for (g, kind) in input.case.model().groups.iter().enumerate() {
+            let at = RankGroup {
+                input,
+                layout,
+                group: g as u32,
+            };
             match kind {
-                GroupKind::Attention => attention(input, layout, g as u32, after, &mut tallies),
-                GroupKind::Mamba => mamba(input, layout, g as u32, after, &mut tallies),
+                GroupKind::Attention => attention(at, after, &mut tallies),
+                GroupKind::Mamba => mamba(at, after, &mut tallies),
             }
         }
         let m = input.transferred_tokens;
@@ -121,21 +126,16 @@ fn fault_of(found: u8) -> &'static str {
     }
 }
 
-fn attention(
-    input: &OracleInput,
-    layout: &EngineLayout,
-    group: u32,
-    after: &[ArenaBytes],
-    tallies: &mut Tallies,
-) {
-    let case = &input.case;
-    let m = input.transferred_tokens;
+fn attention(at: RankGroup<'_>, after: &[ArenaBytes], tallies: &mut Tallies) {
+    let group = at.group;
+    let case = &at.input.case;
+    let m = at.input.transferred_tokens;
     let prefill_tokens = case.group_blocks(Side::Prefill, group).len() as u64
         * u64::from(case.logical_block(Side::Prefill));
-    let view = layout.own_view();
-    let c = layout.bytes_per_head_token() as usize;
-    let u = layout.unified_page();
-    let b_d = layout.logical_block();
+    let view = at.layout.own_view();
+    let c = at.layout.bytes_per_head_token() as usize;
+    let u = at.layout.unified_page();
+    let b_d = at.layout.logical_block();
     let mut expected = vec![0u8; c];
     for (pos, &block) in case.group_blocks(Side::Decode, group).iter().enumerate() {
         if !case.is_decode_transfer_block(block) {
@@ -145,16 +145,16 @@ fn attention(
             for t_in in 0..b_d {
                 let token = pos as u32 * b_d + t_in;
                 let prefill_had = u64::from(token) < prefill_tokens;
-                for h in 0..layout.heads().count {
+                for h in 0..at.layout.heads().count {
                     attention_cell_pattern(
                         region as u32,
                         group,
                         token,
-                        layout.global_head(h),
+                        at.layout.global_head(h),
                         0,
                         &mut expected,
                     );
-                    let start = u64::from(block) * u + layout.cell_offset(view, t_in, h);
+                    let start = u64::from(block) * u + at.layout.cell_offset(view, t_in, h);
                     let found = &image[start as usize..start as usize + c];
                     // Whole cells first; byte by byte only where one is bad.
                     if found == &expected[..] || (token >= m && found.iter().all(|&f| f == 0)) {
@@ -188,21 +188,18 @@ fn attention(
     }
 }
 
-fn mamba(
-    input: &OracleInput,
-    layout: &EngineLayout,
-    group: u32,
-    after: &[ArenaBytes],
-    tallies: &mut Tallies,
-) {
-    let case = &input.case;
-    let Some(page) = layout.mamba() else { return };
-    let u = layout.unified_page();
+fn mamba(at: RankGroup<'_>, after: &[ArenaBytes], tallies: &mut Tallies) {
+    let group = at.group;
+    let case = &at.input.case;
+    let Some(page) = at.layout.mamba() else {
+        return;
+    };
+    let u = at.layout.unified_page();
     for &block in case.group_blocks(Side::Decode, group) {
         if !case.is_decode_transfer_block(block) {
             continue;
         }
-        let state_regions = layout.state_regions() as usize;
+        let state_regions = at.layout.state_regions() as usize;
         for (region, image) in after.iter().enumerate().take(state_regions) {
             for (part, sub) in page.parts() {
                 let mut expected = vec![0u8; sub.size as usize];
@@ -210,7 +207,7 @@ fn mamba(
                     region as u32,
                     group,
                     part,
-                    layout.mamba_global_byte(part, 0),
+                    at.layout.mamba_global_byte(part, 0),
                     &mut expected,
                 );
                 let start = u64::from(block) * u + sub.offset;

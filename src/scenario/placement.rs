@@ -2,6 +2,7 @@
 //! choice of distinct logical block ids out of each engine's pool.
 
 use crate::geometry::Geometry;
+use crate::layout::RequestBlocks;
 use crate::scheduler::RequestShape;
 
 /// Logical block ids of the request per group, on both engines, and the pool sizes.
@@ -15,6 +16,20 @@ pub struct Placement {
     pub decode_pool: u32,
     /// Logical blocks of prefill's pool.
     pub prefill_pool: u32,
+}
+
+impl Placement {
+    /// The request's blocks as the layout model takes them, with decode's
+    /// first `prefix_hit` tokens already held.
+    pub fn request_blocks(&self, geometry: &Geometry, prefix_hit: u32) -> RequestBlocks {
+        RequestBlocks::with_prefix_hit(
+            &geometry.model,
+            geometry.decode.logical_block,
+            self.decode.clone(),
+            self.prefill.clone(),
+            prefix_hit,
+        )
+    }
 }
 
 /// Why the request does not fit.

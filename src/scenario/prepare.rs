@@ -52,13 +52,7 @@ pub fn prepare_placed_memory(
             .map(|r| r.iter().map(HostArena::base).collect())
             .collect()
     };
-    let blocks = RequestBlocks::with_prefix_hit(
-        &geometry.model,
-        geometry.decode.logical_block,
-        placement.decode.clone(),
-        placement.prefill.clone(),
-        case.prefix_hit,
-    );
+    let blocks = placement.request_blocks(geometry, case.prefix_hit);
     let layout = CaseLayout::from_bases(
         (**geometry).clone(),
         case.mode,

@@ -307,13 +307,7 @@ fn transfer(
         Engines { prefill, decode }
     };
     // The harness's own layout model of both engines and the request.
-    let blocks = RequestBlocks::with_prefix_hit(
-        &geometry.model,
-        geometry.decode.logical_block,
-        placement.decode.clone(),
-        placement.prefill.clone(),
-        case.prefix_hit,
-    );
+    let blocks = placement.request_blocks(geometry, case.prefix_hit);
     let layout = match CaseLayout::from_bases(
         (**geometry).clone(),
         mode,

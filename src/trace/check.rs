@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use super::case::{ListRole, TraceCase};
 use super::registration::{registration_is_modelled, NotTheTracedModel};
-use super::replay::{traced_model, ReplayError};
+use super::replay::{block_ids_u32, traced_model, ReplayError};
 use crate::geometry::{EngineGeometry, Geometry, KvLayout, Mode};
 use crate::layout::{CaseLayout, LayoutError, RequestBlocks, Side};
 use crate::nixl::{DlistHandle, DlistTarget, DryRun, Nixl, NixlError, Recording};
@@ -200,17 +200,8 @@ pub fn skipped_names(skipped: &[SkippedCheck]) -> String {
 /// prefix-hit blocks (`local_num_computed_blocks`, not in the request)
 /// first, then the blocks the transfer fills.
 fn traced_request_blocks(case: &TraceCase) -> RequestBlocks {
-    let ids = |v: &[Vec<u64>]| -> Vec<Vec<u32>> {
-        v.iter()
-            .map(|g| {
-                g.iter()
-                    .map(|&b| u32::try_from(b).unwrap_or(u32::MAX))
-                    .collect()
-            })
-            .collect()
-    };
     let blocks = &case.request.blocks;
-    let transfer = ids(&blocks.local_block_ids);
+    let transfer = block_ids_u32(&blocks.local_block_ids);
     let mut decode = transfer.clone();
     if let Some(attention) = decode.first_mut() {
         let mut with_hit = case.prefix_hit_ids();
@@ -220,7 +211,7 @@ fn traced_request_blocks(case: &TraceCase) -> RequestBlocks {
     RequestBlocks {
         decode,
         decode_transfer: transfer,
-        prefill: ids(&blocks.remote_block_ids),
+        prefill: block_ids_u32(&blocks.remote_block_ids),
     }
 }
 

@@ -217,15 +217,6 @@ pub fn replay(case: &TraceCase, policy: Policy) -> Result<Replay, ReplayError> {
             .map_err(connector)?;
         remote_bases.insert(remote.agent_name.clone(), m.kv_caches_base_addr.clone());
     }
-    let ids32 = |v: &Vec<Vec<u64>>| -> Vec<Vec<u32>> {
-        v.iter()
-            .map(|g| {
-                g.iter()
-                    .map(|&b| u32::try_from(b).unwrap_or(u32::MAX))
-                    .collect()
-            })
-            .collect()
-    };
     let blocks = &case.request.blocks;
     let remote_request_id = case
         .xfers
@@ -239,10 +230,10 @@ pub fn replay(case: &TraceCase, policy: Policy) -> Result<Replay, ReplayError> {
         .unwrap_or_else(|| format!("prefill-{}", case.request.req_id));
     let request = ReadRequest {
         request_id: case.request.req_id.clone(),
-        local_block_ids: ids32(&blocks.local_block_ids),
+        local_block_ids: block_ids_u32(&blocks.local_block_ids),
         remote_engine_id: blocks.remote_engine_id.clone(),
         remote_request_id,
-        remote_block_ids: ids32(&blocks.remote_block_ids),
+        remote_block_ids: block_ids_u32(&blocks.remote_block_ids),
         remote_tp_size: blocks.tp_size,
         local_num_computed_blocks: blocks
             .local_num_computed_blocks
@@ -315,4 +306,16 @@ pub fn diff_against_connector(case: &TraceCase, policy: Policy) -> Result<DiffRe
         )),
         None => Ok(report),
     }
+}
+
+/// A trace's block ids per group as the connector takes them (an id past
+/// `u32` saturates: no pool holds it, so the connector refuses it).
+pub(crate) fn block_ids_u32(ids: &[Vec<u64>]) -> Vec<Vec<u32>> {
+    ids.iter()
+        .map(|g| {
+            g.iter()
+                .map(|&b| u32::try_from(b).unwrap_or(u32::MAX))
+                .collect()
+        })
+        .collect()
 }
