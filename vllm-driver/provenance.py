@@ -10,8 +10,11 @@ it was at the build (path, commit, dirty) is read from the venv's
 
 `python provenance.py` prints one JSON object:
 `{"version": V, "modified_files": [...], "unhashed": N, "source": null |
-{"path": P, "commit": C, "dirty": B}}` (`unhashed`: the package's files
-RECORD lists without a hash, which cannot be checked).
+{"path": P, "commit": C, "dirty": B}, "substitutions": [...]}` (`unhashed`:
+the package's files RECORD lists without a hash, which cannot be checked;
+`substitutions`: the lines of the venv's `.kvgeom-substitutions`, the
+release's dependency pins the package index lacked and `install-vllm.sh`
+replaced, `WANTED -> CHOSEN (why)`).
 """
 
 import base64
@@ -94,6 +97,17 @@ def built_from(prefix=None):
     return {"path": tree, "commit": commit, "dirty": dirty}
 
 
+def substitutions(prefix=None):
+    """The dependency pins the install replaced (`<venv>/.kvgeom-substitutions`,
+    one a line), or []."""
+    path = os.path.join(prefix or sys.prefix, ".kvgeom-substitutions")
+    try:
+        with open(path) as f:
+            return [line.strip() for line in f if line.strip()]
+    except (OSError, UnicodeDecodeError):
+        return []
+
+
 def provenance():
     dist = importlib.metadata.distribution("vllm")
     spec = importlib.util.find_spec("vllm")
@@ -106,6 +120,7 @@ def provenance():
         "modified_files": modified,
         "unhashed": unhashed,
         "source": source_tree(package_dir) or built_from(),
+        "substitutions": substitutions(),
     }
 
 

@@ -95,3 +95,13 @@ def test_a_venv_built_from_a_checkout_names_the_checkout_it_recorded(tmp_path):
     for broken in ("not json", "[]", json.dumps({**record, "dirty": "yes"})):
         (tmp_path / ".kvgeom-source").write_text(broken)
         assert provenance.built_from(str(tmp_path)) is None
+
+
+def test_substitutions_are_read_from_the_venv(tmp_path):
+    sys.path.insert(0, HERE)
+    import provenance
+
+    assert provenance.substitutions(str(tmp_path)) == []
+    line = "flashinfer-python==0.7.3 -> flashinfer-python==0.7.4 (the pin is not on the package index)"
+    (tmp_path / ".kvgeom-substitutions").write_text(line + "\n\n")
+    assert provenance.substitutions(str(tmp_path)) == [line]

@@ -159,6 +159,10 @@ pub struct Provenance {
     /// The git checkout whose working tree the package is (an editable or
     /// source install), else `None`.
     pub source: Option<Checkout>,
+    /// The release's dependency pins the install replaced because the
+    /// package index lacks them (the venv's `.kvgeom-substitutions`).
+    #[serde(default)]
+    pub substitutions: Vec<String>,
 }
 
 /// A git checkout of vLLM.

@@ -71,6 +71,11 @@ pub struct CodeUnderTest {
     /// names it (SGLang's; absent in JSON otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub torch: Option<String>,
+    /// The dependency pins of the release that the package index lacked and
+    /// that its install replaced, as the venv's `.kvgeom-substitutions`
+    /// lists them (`WANTED -> CHOSEN (why)`; absent in JSON when none was).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub substitutions: Vec<String>,
 }
 
 impl CodeUnderTest {
@@ -83,6 +88,7 @@ impl CodeUnderTest {
             source: None,
             modified_files: Vec::new(),
             torch: None,
+            substitutions: Vec::new(),
         }
     }
 
@@ -96,6 +102,7 @@ impl CodeUnderTest {
             source: None,
             modified_files: Vec::new(),
             torch: Some(torch.to_string()),
+            substitutions: Vec::new(),
         }
     }
 
@@ -108,6 +115,7 @@ impl CodeUnderTest {
             source: None,
             modified_files: Vec::new(),
             torch: None,
+            substitutions: Vec::new(),
         }
     }
 
@@ -117,6 +125,7 @@ impl CodeUnderTest {
     pub fn installed_vllm(python: &crate::live::Interpreter) -> CodeUnderTest {
         let mut code = CodeUnderTest::vllm(&python.vllm_version);
         code.modified_files = python.provenance.modified_files.clone();
+        code.substitutions = python.provenance.substitutions.clone();
         code.source = python.provenance.source.as_ref().map(|c| SourceTree {
             path: c.path.clone(),
             commit: c.commit.clone(),
@@ -289,7 +298,7 @@ mod tests {
         assert_eq!(plain.describe(), "vLLM 0.33.0");
         let modified = installed(Provenance {
             modified_files: vec!["vllm/a.py".into(), "vllm/b.py (deleted)".into()],
-            source: None,
+            ..Provenance::default()
         });
         assert_eq!(modified.describe(), "vLLM 0.33.0, modified: 2 files");
         assert!(modified.release().is_none());
@@ -299,7 +308,7 @@ mod tests {
         );
         let json = serde_json::to_value(installed(Provenance {
             modified_files: vec!["vllm/a.py".into()],
-            source: None,
+            ..Provenance::default()
         }))
         .expect("JSON");
         assert_eq!(json["modified_files"], serde_json::json!(["vllm/a.py"]));
@@ -310,6 +319,7 @@ mod tests {
                 commit: "0123456789abcdef0123".into(),
                 dirty: true,
             }),
+            ..Provenance::default()
         });
         assert_eq!(
             tree.describe(),
@@ -317,6 +327,21 @@ mod tests {
         );
         assert_eq!(tree.reference_policy(), None);
         assert!(tree.source.as_ref().is_some_and(|t| t.dirty));
+    }
+
+    #[test]
+    fn a_substituted_dependency_is_reported_and_keeps_the_release() {
+        use crate::live::python::Provenance;
+        let line = "flashinfer-python==0.7.3 -> flashinfer-python==0.7.4 (the pin is not on the package index)";
+        let code = installed(Provenance {
+            substitutions: vec![line.into()],
+            ..Provenance::default()
+        });
+        assert!(code.release().is_some(), "vLLM's own code is the release's");
+        let json = serde_json::to_value(&code).expect("JSON");
+        assert_eq!(json["substitutions"], serde_json::json!([line]));
+        let plain = serde_json::to_value(installed(Provenance::default())).expect("JSON");
+        assert!(plain.get("substitutions").is_none(), "absent when none: {plain}");
     }
 
     #[test]
