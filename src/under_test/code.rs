@@ -341,7 +341,10 @@ mod tests {
         let json = serde_json::to_value(&code).expect("JSON");
         assert_eq!(json["substitutions"], serde_json::json!([line]));
         let plain = serde_json::to_value(installed(Provenance::default())).expect("JSON");
-        assert!(plain.get("substitutions").is_none(), "absent when none: {plain}");
+        assert!(
+            plain.get("substitutions").is_none(),
+            "absent when none: {plain}"
+        );
     }
 
     #[test]

@@ -40,18 +40,27 @@ fn canonical(requirement: &str) -> String {
 /// What the filter makes of one release: (kind, requirement) for stdout's
 /// `torch` / `dep` / `nodeps` lines, and the names stderr says it skips.
 fn filtered(python: &Path, release: &str) -> (Vec<(String, String)>, Vec<String>, Vec<String>) {
-    let fixture = root().join(format!("tests/fixtures/vllm-wheel-requires/vllm-{release}.txt"));
+    let fixture = root().join(format!(
+        "tests/fixtures/vllm-wheel-requires/vllm-{release}.txt"
+    ));
     let stored: Vec<String> = std::fs::read_to_string(&fixture)
         .unwrap_or_else(|e| panic!("{}: {e}", fixture.display()))
         .lines()
         .filter_map(|l| l.strip_prefix("Requires-Dist:"))
         .map(|r| canonical(r.trim()))
         .collect();
-    assert!(stored.len() > 80, "{release}: only {} requirements stored", stored.len());
+    assert!(
+        stored.len() > 80,
+        "{release}: only {} requirements stored",
+        stored.len()
+    );
     let out = wheel_deps(python, &["--requires", &fixture.to_string_lossy()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{release}: the filter failed:\n{stdout}{stderr}");
+    assert!(
+        out.status.success(),
+        "{release}: the filter failed:\n{stdout}{stderr}"
+    );
     let kept = stdout
         .lines()
         .map(|l| {
@@ -116,7 +125,8 @@ fn gpu_only(name: &str) -> bool {
 
 #[test]
 fn the_filter_keeps_what_cpu_import_needs_and_leaves_gpu_packages_out_for_every_release() {
-    let test = "the_filter_keeps_what_cpu_import_needs_and_leaves_gpu_packages_out_for_every_release";
+    let test =
+        "the_filter_keeps_what_cpu_import_needs_and_leaves_gpu_packages_out_for_every_release";
     let Some(python) = python3() else {
         return skip(test, "no python3 on PATH");
     };
@@ -150,7 +160,8 @@ fn the_filter_keeps_what_cpu_import_needs_and_leaves_gpu_packages_out_for_every_
         // three the filter always adds.
         for name in names.iter().chain(&skipped) {
             assert!(
-                stored.contains(name) || ["pytest", "loguru", "nvidia-ml-py"].contains(&name.as_str()),
+                stored.contains(name)
+                    || ["pytest", "loguru", "nvidia-ml-py"].contains(&name.as_str()),
                 "{release}: {name} is not a requirement of the wheel"
             );
         }
@@ -167,7 +178,10 @@ fn the_filter_keeps_what_cpu_import_needs_and_leaves_gpu_packages_out_for_every_
     }
     // The pin that made 0.34.0 uninstallable is the one the fixture holds.
     let (kept, _, _) = filtered(&python, "0.34.0");
-    assert!(kept.contains(&("nodeps".into(), "flashinfer-python==0.7.3".into())), "{kept:?}");
+    assert!(
+        kept.contains(&("nodeps".into(), "flashinfer-python==0.7.3".into())),
+        "{kept:?}"
+    );
 }
 
 #[test]
@@ -185,7 +199,13 @@ fn a_pin_the_index_lacks_becomes_the_highest_of_its_minor_else_the_lowest_newer(
             .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
     };
     // 0.34.0's case: the index has 0.7.2.post1 and 0.7.4, no 0.7.3.
-    let index = ["0.6.18.post1", "0.7.0.post1", "0.7.2.post1", "0.7.4", "0.8.0rc1"];
+    let index = [
+        "0.6.18.post1",
+        "0.7.0.post1",
+        "0.7.2.post1",
+        "0.7.4",
+        "0.8.0rc1",
+    ];
     let mut args = vec!["flashinfer-python==0.7.3"];
     args.extend(index);
     assert_eq!(chosen(&args).as_deref(), Some("flashinfer-python==0.7.4"));
