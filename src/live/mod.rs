@@ -6,6 +6,7 @@
 pub(crate) mod batch;
 pub(crate) mod blocks;
 pub(crate) mod chunks;
+pub(crate) mod covered_range;
 pub(crate) mod error;
 pub(crate) mod nixl;
 pub(crate) mod place;
@@ -20,6 +21,7 @@ pub(crate) mod traces;
 pub use batch::{run_in_scratch, DriverSettings};
 pub use blocks::{BlockCheck, BlocksComparison, EngineBlocks, PairBlocks};
 pub use chunks::{default_drivers, CHUNK_MEMORY_BYTES, MAX_DEFAULT_DRIVERS};
+pub use covered_range::CoveredRange;
 pub use error::BatchError;
 pub use nixl::{NixlChoice, NixlRun, NixlUnavailable};
 pub use place::{

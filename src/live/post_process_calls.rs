@@ -7,6 +7,7 @@
 
 use std::fmt;
 
+use super::covered_range::CoveredRange;
 use super::protocol::CaseResult;
 use crate::connector::post_process::{asks_for_conversion, zeroed_ranges};
 use crate::layout::Side;
@@ -21,7 +22,7 @@ type Range = (Option<usize>, u64, u64);
 pub(crate) struct CallKey {
     agent: String,
     ratio: u32,
-    groups: Vec<(u32, Vec<u32>, u64)>,
+    groups: Vec<(u32, Vec<u32>, CoveredRange)>,
     convert: bool,
     /// Merged and sorted; `None` when the trace did not measure them.
     zeroed: Option<Vec<Range>>,
@@ -120,7 +121,13 @@ pub(crate) fn kvgeom_calls(run: &CaseRun, is_mla: bool) -> Vec<CallKey> {
                 ratio,
                 groups: plans
                     .iter()
-                    .map(|p| (p.group as u32, p.block_ids.clone(), p.covered_sub_blocks))
+                    .map(|p| {
+                        (
+                            p.group as u32,
+                            p.block_ids.clone(),
+                            CoveredRange::from_start(p.covered_sub_blocks),
+                        )
+                    })
                     .collect(),
                 convert: asks_for_conversion(is_mla, ratio),
                 zeroed: Some(merged(

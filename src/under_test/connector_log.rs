@@ -118,7 +118,13 @@ impl ConnectorLog {
                 block_size_ratio: ratio,
                 block_ids_list: plans
                     .iter()
-                    .map(|p| (p.group as u32, p.block_ids.clone(), p.covered_sub_blocks))
+                    .map(|p| {
+                        (
+                            p.group as u32,
+                            p.block_ids.clone(),
+                            crate::live::CoveredRange::from_start(p.covered_sub_blocks),
+                        )
+                    })
                     .collect(),
                 convert: asks_for_conversion(is_mla, ratio),
                 zeroed: Some(zeroed),
