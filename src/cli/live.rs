@@ -462,11 +462,37 @@ fn judge(
             }
         }
     }
+    if let Some(code) = harness_errors(&reports) {
+        return code;
+    }
     if failed {
         EXIT_FAILED
     } else {
         EXIT_OK
     }
+}
+
+/// Exit 2 when any case is a harness error (the driver could not run it:
+/// no verdict on vLLM), after the report with every judged case's
+/// violations was written; `None` when there is none.
+fn harness_errors(reports: &[CaseReport]) -> Option<u8> {
+    let errors: Vec<&CaseReport> = reports
+        .iter()
+        .filter(|r| matches!(r.outcome, crate::scenario::Outcome::Error { .. }))
+        .collect();
+    if errors.is_empty() {
+        return None;
+    }
+    eprintln!(
+        "
+{} of {} cases are harness errors (the driver could not run them; no verdict on vLLM):",
+        errors.len(),
+        reports.len()
+    );
+    for r in errors.iter().take(5) {
+        eprintln!("- {}: {}", case_label(r), r.outcome.describe());
+    }
+    Some(EXIT_BAD_INPUT)
 }
 
 /// Each checked geometry whose blocks differ from vLLM's, once, with the

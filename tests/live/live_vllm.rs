@@ -1738,6 +1738,13 @@ fn an_exception_in_the_drivers_own_code_is_a_harness_error_not_a_crash_of_vllm()
     let faulty = kvgeom_with_env(&args, &[("KVGEOM_DRIVER_TEST_FAULT", "post-process")]);
     let report: serde_json::Value = serde_json::from_slice(&faulty.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", crate::support::text(&faulty)));
+    assert_eq!(
+        faulty.status.code(),
+        Some(2),
+        "a harness error is exit 2: {}",
+        crate::support::text(&faulty)
+    );
+    assert!(crate::support::text(&faulty).contains("harness errors"));
     let cases = report["cases"].as_array().expect("cases");
     assert!(!cases.is_empty(), "{report}");
     for case in cases {
@@ -1761,6 +1768,12 @@ fn an_exception_in_the_drivers_own_code_is_a_harness_error_not_a_crash_of_vllm()
     let healthy = kvgeom(&args);
     let report: serde_json::Value = serde_json::from_slice(&healthy.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", crate::support::text(&healthy)));
+    assert_ne!(
+        healthy.status.code(),
+        Some(2),
+        "{}",
+        crate::support::text(&healthy)
+    );
     for case in report["cases"].as_array().expect("cases") {
         assert_ne!(case["outcome"]["kind"], "error", "{case}");
     }
