@@ -78,10 +78,11 @@ def test_an_unknown_post_process_entry_type_is_named(monkeypatch):
         return inspect.Parameter("block_ids_list", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=text)
 
     monkeypatch.setattr(api_check.importlib, "import_module", lambda name: type("M", (), {"NixlConnectorWorker": Worker}))
+    reader = compat._post_process_param.__name__  # the annotation reader the check asks
     for known in ("list[tuple[int, list[int], int]]", "list[tuple[int, list[int], range]]",
                   "list[tuple[list[int], int]]"):
-        monkeypatch.setattr(compat, "_post_process_param", lambda cls, t=known: annotated(t))
+        monkeypatch.setattr(compat, reader, lambda cls, t=known: annotated(t))
         assert api_check.post_process_entry_shape() is None, known
-    monkeypatch.setattr(compat, "_post_process_param", lambda cls: annotated("list[tuple[int, list[int], slice]]"))
+    monkeypatch.setattr(compat, reader, lambda cls: annotated("list[tuple[int, list[int], slice]]"))
     line = api_check.post_process_entry_shape()
     assert line is not None and "slice" in line, line

@@ -1461,7 +1461,17 @@ fn nixl_real_without_the_package_names_what_to_install() {
 /// assigns in vLLM's modules (`base_worker.NAME = ...`, `_torch_utils.NAME
 /// = ...`). Comments are skipped.
 fn driver_names(sources: &[(String, String)]) -> Vec<(String, String)> {
-    const NOT_VLLM: [&str; 6] = ["self", "cls", "sys", "nixl", "executor", "os"];
+    // The driver's own modules (api_check, compat) are not vLLM's.
+    const NOT_VLLM: [&str; 8] = [
+        "self",
+        "cls",
+        "sys",
+        "nixl",
+        "executor",
+        "os",
+        "api_check",
+        "compat",
+    ];
     const VLLM_MODULES: [&str; 2] = ["base_worker", "_torch_utils"];
     let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
     let mut out: Vec<(String, String)> = Vec::new();
