@@ -472,7 +472,9 @@ def zeroed_by(regions, call):
 
 # Test hook: `post-process` makes the driver's recorder of the receive
 # post-process raise inside the driver's own code (a harness error, never a
-# verdict on vLLM: tests/live/live_vllm.rs).
+# verdict on vLLM: tests/live/live_vllm.rs); `every-pull-case` makes every
+# direct pull case raise before its first read, the canary included (the
+# release is then not run).
 FAULT_ENV = "KVGEOM_DRIVER_TEST_FAULT"
 
 
@@ -688,6 +690,8 @@ def _run_pull(spec, case_dir, fabric, ranks, placed=None):
         return _scheduler_requests(spec, placed, ranks, connectors, fabric, result, regions, case_dir)
     dw, req = None, None
     try:
+        if os.environ.get(FAULT_ENV) == "every-pull-case":
+            raise RuntimeError(f"{FAULT_ENV}=every-pull-case: a fault put in the driver's pull case")
         for d in range(d_tp):
             dw, _ = ranks[("decode", d)]
             req = None

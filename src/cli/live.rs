@@ -212,8 +212,14 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
     let (cases, shard) = super::shard_cases(all_cases, shard_of, &sources, &opts, &options);
     let checks = block_checks(&sources, &cases);
     let started = std::time::Instant::now();
-    let live = match vllm::run_sweep_requests(
-        &cases,
+    // The canary runs first, in the same batch (live::canary).
+    let with_canary: Vec<crate::scenario::Case> = std::iter::once(super::canary::canary_case(
+        compared_variant(python.reference),
+    ))
+    .chain(cases.iter().cloned())
+    .collect();
+    let mut live = match vllm::run_sweep_requests(
+        &with_canary,
         &checks,
         &python,
         live::CASE_LIMIT,
@@ -227,6 +233,14 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
+    let canary = live.remove(0);
+    if let Err(reason) = super::canary::verdict(&canary.report) {
+        eprintln!(
+            "error: {}: not run: {reason}; no verdict on this release counts (the driver does not drive it as it should)",
+            under_test.describe()
+        );
+        return EXIT_BAD_INPUT;
+    }
     eprintln!(
         "{} ({}), {}: {} cases in {:.1} s",
         under_test.describe(),

@@ -1788,3 +1788,38 @@ fn an_exception_in_the_drivers_own_code_is_a_harness_error_not_a_crash_of_vllm()
         assert_ne!(case["outcome"]["kind"], "error", "{case}");
     }
 }
+
+#[test]
+fn a_release_whose_canary_fails_is_not_run_and_nothing_is_judged() {
+    let test = "a_release_whose_canary_fails_is_not_run_and_nothing_is_judged";
+    if interpreter(test).is_none() {
+        return;
+    }
+    let args = [
+        "sweep",
+        "--connector",
+        "vllm",
+        "--requests",
+        "direct",
+        "--mode",
+        "pull",
+        "--prompts",
+        "5",
+        "--no-shrink",
+        "--format",
+        "json",
+        "geometries/llama-gqa-prefix-cache.toml",
+    ];
+    // Every direct pull case, the canary first, fails inside the driver.
+    let out = kvgeom_with_env(&args, &[("KVGEOM_DRIVER_TEST_FAULT", "every-pull-case")]);
+    let text = crate::support::text(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("not run: the canary case (kvgeom-canary-gqa-equal-blocks, N=20, pull) did not pass: harness error"),
+        "{text}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "no report of a release that is not run: {text}"
+    );
+}
