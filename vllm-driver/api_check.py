@@ -233,10 +233,10 @@ SIGNATURES = [
      "recording the receive post-process (live_case.watch_post_process replaces it)"),
     (PULL, "NixlConnectorWorker._zero_region_blocks", "optional", ("block_ids",), True,
      "recording the region-mapped zeroing (live_case.watch_post_process replaces it)"),
-    (PULL, "NixlConnectorWorker.add_remote_agent", "pull", ("nixl_agent_meta", "remote_tp_rank", "remote_tp_size"),
+    # The metadata is passed positionally (its name is free), the TP
+    # position by keyword.
+    (PULL, "NixlConnectorWorker.add_remote_agent", "pull", ("remote_tp_rank", "remote_tp_size"),
      False, "the handshake, called with remote_tp_rank= and remote_tp_size="),
-    (PULL, "NixlConnectorWorker._logical_to_kernel_block_ids", "pull", ("block_ids", "ratio"), True,
-     "decode's kernel blocks of a direct request (called positionally)"),
 ]
 
 
