@@ -20,23 +20,61 @@ log_tail() {
     tail -n "${2:-6}" "$1" | sed 's/^/    /'
 }
 
+# The exact pins the package index lacks that were replaced, one
+# "WANTED -> CHOSEN (why)" a line; written to the venv's .kvgeom-substitutions.
+SUBSTITUTIONS=()
+
+# When pip's LOG ($1) says the index has no version matching an exact pin in
+# the array named $2, replaces that pin in the array by the version
+# scripts/vllm-wheel-deps.py substitutes (same major.minor, else the lowest
+# newer), warns in one line and returns 0; otherwise returns 1 (any other
+# failure, a transitive requirement, nothing to substitute).
+substitute_missing_pin() {
+    local log="$1" line req versions chosen i
+    local -n subst_reqs="$2"
+    line="$({ grep -o -E 'Could not find a version that satisfies the requirement [^ ]+ \(from versions: [^)]*\)' "${log}" || true; } | head -n 1)"
+    [[ -n "${line}" ]] || return 1
+    req="$(sed -E 's/.*the requirement ([^ ]+) \(from versions.*/\1/' <<<"${line}")"
+    versions="$(sed -E 's/.*\(from versions: ([^)]*)\)$/\1/' <<<"${line}" | tr -d ',')"
+    for i in "${!subst_reqs[@]}"; do
+        [[ "$(canonical_name "${subst_reqs[$i]}")" == "$(canonical_name "${req}")" && "${subst_reqs[$i]}" == *==* ]] || continue
+        # shellcheck disable=SC2086 # the versions are one word each
+        chosen="$("${VENV}/bin/python" "${ROOT}/scripts/vllm-wheel-deps.py" substitute "${subst_reqs[$i]}" ${versions})" || return 1
+        note "warning: ${subst_reqs[$i]} is not on the package index; installing ${chosen} in its place"
+        SUBSTITUTIONS+=("${subst_reqs[$i]} -> ${chosen} (the pin is not on the package index)")
+        subst_reqs[i]="${chosen}"
+        return 0
+    done
+    return 1
+}
+
+# A requirement's project name, lower case, runs of -_. as one -.
+canonical_name() {
+    local name="${1%%[[<>=!~; ]*}"
+    name="${name,,}"
+    echo "${name//[_.]/-}"
+}
+
 # Downloads REQS into the wheel store (what is there already is not fetched
-# again) and installs them from it. $1: --deps or --no-deps; the rest:
+# again) and installs them from it; an exact pin the index lacks is
+# substituted (substitute_missing_pin). $1: --deps or --no-deps; the rest:
 # requirements.
 store_install() {
-    local deps="$1" log
+    local deps="$1" log tries=0
     shift
+    local reqs=("$@")
     log="$(mktemp)"
     local nodeps=()
     [[ "${deps}" == --no-deps ]] && nodeps=(--no-deps)
-    if ! other_pip download -q "${nodeps[@]}" --find-links "${WHEEL_STORE}" -d "${WHEEL_STORE}" "$@" >"${log}" 2>&1; then
-        echo "install-vllm: error: pip could not download $*:" >&2
+    until other_pip download -q "${nodeps[@]}" --find-links "${WHEEL_STORE}" -d "${WHEEL_STORE}" "${reqs[@]}" >"${log}" 2>&1; do
+        if ((tries++ < 8)) && substitute_missing_pin "${log}" reqs; then continue; fi
+        echo "install-vllm: error: pip could not download ${reqs[*]}:" >&2
         log_tail "${log}" >&2
         rm -f "${log}"
         exit 2
-    fi
-    if ! other_pip install -q "${nodeps[@]}" --no-index --find-links "${WHEEL_STORE}" "$@" >"${log}" 2>&1; then
-        echo "install-vllm: error: pip could not install $*:" >&2
+    done
+    if ! other_pip install -q "${nodeps[@]}" --no-index --find-links "${WHEEL_STORE}" "${reqs[@]}" >"${log}" 2>&1; then
+        echo "install-vllm: error: pip could not install ${reqs[*]}:" >&2
         log_tail "${log}" >&2
         rm -f "${log}"
         exit 2
@@ -140,7 +178,7 @@ install_other() {
         return 0
     fi
 
-    rm -f "${STAMP}" "${VENV}/.kvgeom-source"
+    rm -f "${STAMP}" "${VENV}/.kvgeom-source" "${VENV}/.kvgeom-substitutions"
     mkdir -p "${WHEEL_STORE}"
     local wheels log wheel record=""
     wheels="$(mktemp -d)"
@@ -227,11 +265,13 @@ install_other() {
         # Torch held at the linked version: pip never fetches the pin.
         local constraints="${VENV}/.kvgeom-constraints.txt"
         echo "torch==$("${VENV}/bin/python" -c 'import importlib.metadata as m; print(m.version("torch"))')" >"${constraints}"
-        if ! other_pip install -q -c "${constraints}" --find-links "${WHEEL_STORE}" "${deps[@]}" >"${log}" 2>&1; then
+        local tries=0
+        until other_pip install -q -c "${constraints}" --find-links "${WHEEL_STORE}" "${deps[@]}" >"${log}" 2>&1; do
+            if ((tries++ < 8)) && substitute_missing_pin "${log}" deps; then continue; fi
             echo "install-vllm: error: pip could not install the light dependencies:" >&2
             log_tail "${log}" >&2
             exit 2
-        fi
+        done
     else
         store_install --deps "${deps[@]}"
     fi
@@ -259,6 +299,11 @@ install_other() {
         echo "${versions%% vllm==*} ${linked} (the wheel pins ${torch_req})" >"${VENV}/.kvgeom-torch"
     elif [[ -z "${linked}" ]]; then
         echo "${versions%% vllm==*}" >"${VENV}/.kvgeom-torch"
+    fi
+    if ((${#SUBSTITUTIONS[@]})); then
+        printf '%s\n' "${SUBSTITUTIONS[@]}" >"${VENV}/.kvgeom-substitutions"
+    else
+        rm -f "${VENV}/.kvgeom-substitutions"
     fi
     if [[ "${kind}" == source && -n "${record}" ]]; then
         echo "${record}" >"${VENV}/.kvgeom-source"

@@ -2,8 +2,11 @@
 """The dependencies of a vllm wheel that its CPU-side import needs.
 
 Usage: vllm-wheel-deps.py WHEEL
+       vllm-wheel-deps.py --requires FILE
+       vllm-wheel-deps.py substitute REQUIREMENT VERSION...
 
-Reads the wheel's Requires-Dist (its METADATA), evaluates each marker for
+Reads the wheel's Requires-Dist (its METADATA; or FILE, the Requires-Dist
+lines of one, as tests/fixtures/vllm-wheel-requires/ stores them), evaluates each marker for
 the running interpreter (run it with the target venv's python), drops the
 optional extras' requirements, and sorts what is left into three kinds,
 printed one requirement a line:
@@ -29,6 +32,14 @@ compressed-tensors are installed at the wheel's pins without their
 dependencies. Always added: pytest (the project's tests), loguru and
 nvidia-ml-py (imported by the model registry and the FlashInfer backend
 module, though the metadata does not list them).
+
+`substitute NAME==V VERSION...` picks the version to install when the
+package index lacks the pin V (VERSIONS: what the index has, as pip's
+"from versions:" lists them): the highest final release with V's
+major.minor, else the lowest final release newer than V. It prints
+`NAME==CHOSEN`, or exits 1 when no version qualifies (a requirement that is
+no exact pin, or nothing newer). 0.34.0 pins flashinfer-python==0.7.3, which
+the index never had; 0.7.4 is installed in its place.
 """
 
 import re
@@ -37,8 +48,10 @@ import zipfile
 
 try:
     from packaging.requirements import Requirement
+    from packaging.version import InvalidVersion, Version
 except ImportError:  # a fresh venv has only pip's copy
     from pip._vendor.packaging.requirements import Requirement
+    from pip._vendor.packaging.version import InvalidVersion, Version
 
 SKIP = [
     (r"torchvision|torchaudio|torchcodec", "torch family, not imported by the connector"),
@@ -61,6 +74,8 @@ def canonical(name):
 
 
 def requirements(wheel):
+    if not zipfile.is_zipfile(wheel):
+        raise SystemExit(f"vllm-wheel-deps: {wheel} is not a wheel (a zip file)")
     with zipfile.ZipFile(wheel) as z:
         names = [n for n in z.namelist() if re.fullmatch(r"vllm-[^/]*\.dist-info/METADATA", n)]
         if not names:
@@ -69,12 +84,60 @@ def requirements(wheel):
     return [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Requires-Dist:")]
 
 
+def stored_requirements(path):
+    """The requirements of a file of `Requires-Dist: ...` lines (`#` lines
+    are comments)."""
+    with open(path) as f:
+        lines = [line.strip() for line in f]
+    reqs = [line.split(":", 1)[1].strip() for line in lines if line.startswith("Requires-Dist:")]
+    if not reqs:
+        raise SystemExit(f"vllm-wheel-deps: {path} has no Requires-Dist: lines")
+    return reqs
+
+
+def substitute(requirement, available):
+    """`NAME==CHOSEN` for an exact pin the index lacks, or None (see the
+    module's doc)."""
+    req = Requirement(requirement)
+    pins = [s for s in req.specifier if s.operator == "=="]
+    if len(pins) != 1 or "*" in pins[0].version or len(req.specifier) != 1:
+        return None
+    wanted = Version(pins[0].version)
+    finals = []
+    for text in available:
+        try:
+            v = Version(text.strip())
+        except InvalidVersion:
+            continue
+        if not v.is_prerelease and not v.is_devrelease:
+            finals.append(v)
+    same_minor = [v for v in finals if v.release[:2] == wanted.release[:2]]
+    if same_minor:
+        chosen = max(same_minor)
+    else:
+        newer = [v for v in finals if v > wanted]
+        if not newer:
+            return None
+        chosen = min(newer)
+    return f"{req.name}=={chosen}"
+
+
 def main(argv):
-    if len(argv) != 2:
+    if len(argv) >= 3 and argv[1] == "substitute":
+        chosen = substitute(argv[2], argv[3:])
+        if chosen is None:
+            return 1
+        print(chosen)
+        return 0
+    if len(argv) == 3 and argv[1] == "--requires":
+        lines = stored_requirements(argv[2])
+    elif len(argv) == 2 and not argv[1].startswith("-"):
+        lines = requirements(argv[1])
+    else:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
     seen = set()
-    for line in requirements(argv[1]):
+    for line in lines:
         req = Requirement(line)
         if req.marker is not None and not req.marker.evaluate({"extra": ""}):
             continue  # another platform's, or an extra's

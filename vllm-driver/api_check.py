@@ -16,6 +16,15 @@ Three kinds of entry:
 - `FIELDS`: fields of vLLM's request metadata that the driver passes by
   keyword when it builds a request itself (`--requests direct`), looked up
   among the class's dataclass fields or constructor parameters.
+- `SIGNATURES`: the shape of what the driver builds, calls or replaces:
+  the keywords it passes to vLLM's constructors (`ModelRunnerOutput`,
+  `KVCacheConfig`, the scheduler), the parameters, in order, of the
+  methods it calls positionally or patches with a function of its own;
+  and `post_process_entry_shape()`, the type of each receive post-process
+  entry (`(group, blocks, covered)` with `covered` an int or a range, or
+  `(blocks, covered)`). A changed one is named like an absent name, so a
+  release that reshapes what the driver feeds it stops the batch (exit 2)
+  before any case runs, instead of failing inside every case.
 - each entry's `need`: `"all"` (every case), `"pull"` or `"push"` (only
   when the batch has a case of that mode), or `"optional"` (the driver
   checks for it where it uses it and does without: `optional()` says what
@@ -200,6 +209,111 @@ for _mode in ("pull", "push"):
     ]
 FIELDS.append((META, "ReqMeta", "awaiting_kvs", "push", "decode waits for prefill's push"))
 
+# (module, callable (a class: its constructor), need, parameters the driver
+# relies on, whether their order matters (a positional call or a patched
+# method), what the driver does with it). The parameters are looked up
+# among a dataclass's init fields, a msgspec struct's fields or the
+# signature (`self` left out); a `*args, **kwargs` signature (a subclass
+# forwarding to its base) is read from the first base that names them.
+SCHED_CLS = "vllm.v1.core.sched.scheduler"
+SIGNATURES = [
+    ("vllm.v1.outputs", "ModelRunnerOutput", "scheduler-place",
+     ("req_ids", "sampled_token_ids", "kv_connector_output"), False,
+     "the model runner's output of a step (scheduler_side.py; `req_id_to_index` only where the class has it)"),
+    ("vllm.v1.outputs", "KVConnectorOutput", "scheduler-place", ("finished_recving", "finished_sending"), False,
+     "finished transfers reported to a scheduler"),
+    ("vllm.v1.kv_cache_interface", "KVCacheConfig", "all", ("num_blocks", "kv_cache_tensors", "kv_cache_groups"),
+     False, "the KV cache the workers register (live_case.py) and the schedulers' (scheduler_side.py)"),
+    ("vllm.v1.kv_cache_interface", "KVCacheTensor", "all", ("size", "layers"), False, "the KV cache tensors"),
+    (SCHED_CLS, "Scheduler", "scheduler-place",
+     ("vllm_config", "kv_cache_config", "log_stats", "structured_output_manager", "block_size", "hash_block_size"),
+     False, "building the engines' schedulers (scheduler_side.py)"),
+    (PULL, "NixlConnectorWorker.post_process_device_kv_on_receive", "optional",
+     ("block_size_ratio", "block_ids_list", "convert"), True,
+     "recording the receive post-process (live_case.watch_post_process replaces it)"),
+    (PULL, "NixlConnectorWorker._zero_region_blocks", "optional", ("block_ids",), True,
+     "recording the region-mapped zeroing (live_case.watch_post_process replaces it)"),
+    # The metadata is passed positionally (its name is free), the TP
+    # position by keyword.
+    (PULL, "NixlConnectorWorker.add_remote_agent", "pull", ("remote_tp_rank", "remote_tp_size"),
+     False, "the handshake, called with remote_tp_rank= and remote_tp_size="),
+]
+
+
+def _parameters(fn):
+    """The parameter names `fn` (a class: its constructor) takes, in order,
+    `self` left out; None when they cannot be read."""
+    import dataclasses
+
+    if inspect.isclass(fn):
+        if dataclasses.is_dataclass(fn):
+            return [f.name for f in dataclasses.fields(fn) if f.init]
+        if hasattr(fn, "__struct_fields__"):
+            return list(fn.__struct_fields__)
+        for base in inspect.getmro(fn):
+            init = base.__dict__.get("__init__")
+            if init is None:
+                continue
+            names = _parameters(init)
+            if names is None:
+                return None
+            if names != ["args", "kwargs"]:
+                return names
+        return None
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    return [p.name for p in params if p.name != "self"]
+
+
+def _signature_changes(wanted):
+    """`module.name: ...` of every SIGNATURES entry whose parameters no
+    longer take what the driver passes (absent names are reported by
+    `_absent`)."""
+    out = []
+    for module_name, dotted, need, params, ordered, purpose in SIGNATURES:
+        if not wanted(need):
+            continue
+        try:
+            fn = _lookup(importlib.import_module(module_name), dotted)
+        except Exception:
+            continue  # an absent module or name is reported as such
+        have = _parameters(fn)
+        if have is None:
+            continue  # nothing readable to compare
+        lacking = [p for p in params if p not in have]
+        if lacking:
+            out.append(f"{module_name}.{dotted}: takes no {', '.join(lacking)} (its parameters: "
+                       f"{', '.join(have)}; {purpose})")
+        elif ordered and have[: len(params)] != list(params):
+            out.append(f"{module_name}.{dotted}: parameters in another order ({', '.join(have)}; the driver "
+                       f"relies on {', '.join(params)}: {purpose})")
+    return out
+
+
+def post_process_entry_shape():
+    """A missing-piece line when the installed vLLM's receive post-process
+    names entries of a shape the driver cannot record (its annotation),
+    else None (a known shape, or no annotation to read)."""
+    try:
+        worker = _lookup(importlib.import_module(PULL), "NixlConnectorWorker")
+    except Exception:
+        return None
+    import compat
+
+    param = compat._post_process_param(worker)
+    if param is None or param.annotation is inspect.Parameter.empty:
+        return None
+    text = param.annotation if isinstance(param.annotation, str) else repr(param.annotation)
+    flat = text.replace("typing.", "").replace(" ", "")
+    known = ("list[tuple[int,list[int],int]]", "list[tuple[int,list[int],range]]", "list[tuple[list[int],int]]")
+    if flat in known:
+        return None
+    return (f"{PULL}.NixlConnectorWorker.post_process_device_kv_on_receive: block_ids_list is {text}; the driver "
+            "records entries (group, blocks, covered) with covered an int or a range, or (blocks, covered)")
+
+
 # The worker geometry a pull case's v1 trace records (trace_v1.GEOMETRY_ATTRS,
 # read with a default: an absent one is recorded as null).
 for _name in ("engine_id", "tp_rank", "world_size", "dcp_size", "pcp_size", "pp_size", "use_mla",
@@ -322,6 +436,11 @@ def _absent(modes, wanted):
             line = f"{module_name}.{cls_name}.{field} (a field: {purpose})"
             if line not in out:
                 out.append(line)
+    out += _signature_changes(wanted)
+    if wanted("all"):
+        shape = post_process_entry_shape()
+        if shape is not None:
+            out.append(shape)
     for i, item in enumerate(out):
         if item in broken:
             e = modules[item]

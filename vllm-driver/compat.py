@@ -22,11 +22,16 @@ Features (README.md, "Releases the driver drives"):
   `failed_recving` (every release seen), `get_finished()` among the
   finished ones (`received`).
 - the receive post-process's entries: `(group, kernel blocks, covered
-  sub-blocks)` (0.32.0, 0.33.0) or `(kernel blocks, covered sub-blocks)`
+  sub-blocks)` (0.32.0 and later) or `(kernel blocks, covered sub-blocks)`
   without the group (0.31.0 and before); the driver records the first form,
-  putting in the attention group for the second.
+  putting in the attention group for the second. The covered sub-blocks
+  are a count `N` (sub-blocks `0..N`; 0.33.0 and before) or a `range`
+  (0.34.0, whose pairing from the last token can leave the head of the
+  list uncovered); the driver records a count as it is and a range as
+  `[start, stop]` (`covered_value`).
 """
 
+import dataclasses
 import inspect
 
 def nixl_version_check(base_worker):
@@ -77,7 +82,35 @@ def post_process_entries_have_group(worker_cls):
     if param is None or param.annotation is inspect.Parameter.empty:
         return None
     text = param.annotation if isinstance(param.annotation, str) else repr(param.annotation)
-    return "tuple[int,list[int],int]" in text.replace("typing.", "").replace(" ", "")
+    text = text.replace("typing.", "").replace(" ", "")
+    return "tuple[int,list[int],int]" in text or "tuple[int,list[int],range]" in text
+
+
+def post_process_covered_type(worker_cls):
+    """"range" or "int": the type this vLLM's receive post-process names for
+    an entry's covered sub-blocks (its annotation), or None when it names
+    none."""
+    param = _post_process_param(worker_cls)
+    if param is None or param.annotation is inspect.Parameter.empty:
+        return None
+    text = param.annotation if isinstance(param.annotation, str) else repr(param.annotation)
+    text = text.replace("typing.", "").replace(" ", "")
+    for kind in ("range", "int"):
+        if text.endswith(f",{kind}]]"):
+            return kind
+    return None
+
+
+def covered_value(covered):
+    """An entry's covered sub-blocks as the driver records them: a count
+    as it is, a `range` as `[start, stop]` (step 1 only)."""
+    if isinstance(covered, range):
+        if covered.step != 1:
+            raise CoveredUnknown(f"covered sub-blocks {covered!r}: a step other than 1")
+        return [covered.start, covered.stop]
+    if isinstance(covered, bool) or not isinstance(covered, int):
+        raise CoveredUnknown(f"covered sub-blocks of type {type(covered).__name__}: {covered!r}")
+    return covered
 
 
 def _attention_groups(worker):
@@ -95,13 +128,18 @@ class EntryUnknown(Exception):
     """A post-process entry whose attention group the driver cannot tell."""
 
 
+class CoveredUnknown(EntryUnknown):
+    """Covered sub-blocks of a post-process entry the driver cannot read."""
+
+
 def post_process_entry(worker, entry):
     """One entry of a receive post-process call as `(group, blocks,
     covered)`. An entry without its group (`(blocks, covered)`) is given the
     worker's one attention group; with several the group is ambiguous and
     this raises EntryUnknown (never a guess)."""
     if len(entry) == 3:
-        return entry
+        group, blocks, covered = entry
+        return (group, blocks, covered_value(covered))
     if len(entry) != 2:
         raise EntryUnknown(f"a post-process entry of {len(entry)} fields: {entry!r}")
     groups = _attention_groups(worker)
@@ -111,7 +149,50 @@ def post_process_entry(worker, entry):
             f"{'no group types' if groups is None else f'{len(groups)} attention groups'}"
         )
     blocks, covered = entry
-    return (groups[0], blocks, covered)
+    return (groups[0], blocks, covered_value(covered))
+
+
+def init_fields(cls):
+    """The keyword names `cls(...)` accepts: a dataclass's init fields,
+    else its constructor's parameters."""
+    if dataclasses.is_dataclass(cls):
+        return {f.name for f in dataclasses.fields(cls) if f.init}
+    try:
+        return set(inspect.signature(cls).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def model_runner_output(cls, req_ids, **fields):
+    """`cls(req_ids=..., **fields)` (vLLM's `ModelRunnerOutput`), with
+    `req_id_to_index` added where this vLLM's class still has the field
+    (0.33.0 and before; 0.34.0 dropped it)."""
+    if "req_id_to_index" in init_fields(cls):
+        fields["req_id_to_index"] = {r: i for i, r in enumerate(req_ids)}
+    return cls(req_ids=req_ids, **fields)
+
+
+def resolved_block_sizes(kv_cache_config, config, scheduler_block, hash_block):
+    """Writes into the scheduler's `kv_cache_config` the block sizes the
+    engine core resolves into it where this vLLM's KVCacheConfig has the
+    fields (0.34.0: `hash_block_size`, which the connector's scheduler
+    half asserts; `cache_hit_alignment_tokens`); returns the fields set."""
+    if dataclasses.is_dataclass(kv_cache_config):
+        fields = {f.name for f in dataclasses.fields(kv_cache_config)}
+    else:
+        fields = set(vars(kv_cache_config))
+    written = []
+    if "hash_block_size" in fields:
+        kv_cache_config.hash_block_size = hash_block
+        written.append("hash_block_size")
+    if "cache_hit_alignment_tokens" in fields:
+        from vllm.v1.core import kv_cache_utils
+
+        resolve = getattr(kv_cache_utils, "resolve_cache_hit_alignment_tokens", None)
+        if resolve is not None:
+            kv_cache_config.cache_hit_alignment_tokens = resolve(kv_cache_config, config, scheduler_block, hash_block)
+            written.append("cache_hit_alignment_tokens")
+    return written
 
 
 def received(worker):
@@ -144,6 +225,7 @@ def profile():
             "post-process entries",
             "unknown" if have_group is None else ("(group, blocks, covered)" if have_group else "(blocks, covered)"),
         ),
+        ("covered sub-blocks", post_process_covered_type(NixlConnectorWorker) or "unknown"),
     ]
 
 

@@ -113,6 +113,25 @@ def versions():
     return f"{version('vllm')} (torch {version('torch')})"
 
 
+def loaded_code():
+    """One line on the vLLM modules this process imported: whether each
+    module's file matches the installed distribution's RECORD (the probe
+    before the batch, provenance.py, compared the files it would load)."""
+    import importlib.metadata
+
+    import provenance
+
+    try:
+        dist = importlib.metadata.distribution("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return "loaded vLLM modules: no installed distribution to compare them with"
+    loaded = sum(1 for n in sys.modules if n == "vllm" or n.startswith("vllm."))
+    differ = provenance.loaded_modified(dist)
+    if not differ:
+        return f"loaded vLLM modules: {loaded}, each as vllm {dist.version}'s RECORD lists it"
+    return f"loaded vLLM modules: {len(differ)} of {loaded} unlike vllm {dist.version}'s RECORD: {', '.join(differ[:5])}"
+
+
 def _where(e):
     """The driver's own line an exception came from."""
     tb = traceback.extract_tb(e.__traceback__)
@@ -220,6 +239,7 @@ def main(argv):
     import compat
 
     print(f"driver: API profile: {compat.describe()}", flush=True)
+    print(f"driver: {loaded_code()}", flush=True)
     limit = float(batch.get("case_timeout_s", 10.0))
     push_case.CASE_LIMIT_S = limit
     cases = batch["cases"]

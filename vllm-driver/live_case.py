@@ -40,6 +40,7 @@ from vllm.v1.kv_cache_layout import KVCacheLayout
 from vllm.v1.worker.utils import allocate_kv_cache
 
 import compat
+import failure
 import fake_nixl
 import real_nixl
 import trace_v1
@@ -469,6 +470,14 @@ def zeroed_by(regions, call):
             ctypes.memmove(addr, data, n)
 
 
+# Test hook: `post-process` makes the driver's recorder of the receive
+# post-process raise inside the driver's own code (a harness error, never a
+# verdict on vLLM: tests/live/live_vllm.rs); `every-pull-case` makes every
+# direct pull case raise before its first read, the canary included (the
+# release is then not run).
+FAULT_ENV = "KVGEOM_DRIVER_TEST_FAULT"
+
+
 def watch_post_process(worker, name, result, regions, skip=False):
     """Record every call of the worker's receive post-process (its
     block-size ratio, per request the blocks converted and the sub-blocks
@@ -485,6 +494,8 @@ def watch_post_process(worker, name, result, regions, skip=False):
     run_region = getattr(worker, "_zero_region_blocks", None)
 
     def recorded(block_size_ratio, block_ids_list, convert=True):
+        if os.environ.get(FAULT_ENV) == "post-process":
+            raise RuntimeError(f"{FAULT_ENV}=post-process: a fault put in the driver's post-process recorder")
         calls.append(
             {
                 "agent": name,
@@ -679,6 +690,8 @@ def _run_pull(spec, case_dir, fabric, ranks, placed=None):
         return _scheduler_requests(spec, placed, ranks, connectors, fabric, result, regions, case_dir)
     dw, req = None, None
     try:
+        if os.environ.get(FAULT_ENV) == "every-pull-case":
+            raise RuntimeError(f"{FAULT_ENV}=every-pull-case: a fault put in the driver's pull case")
         for d in range(d_tp):
             dw, _ = ranks[("decode", d)]
             req = None
@@ -726,7 +739,7 @@ def _run_pull(spec, case_dir, fabric, ranks, placed=None):
     except Exception as e:
         if fabric.v1 is not None and req is not None:
             fabric.v1.request_done(dw, "req-d", req, f"{type(e).__name__}: {e}")
-        result.update(status="crashed", side="decode", message=f"{type(e).__name__}: {e}", trace=traceback.format_exc())
+        result.update(failure.outcome(e, "decode"))
         return finish(result, ranks, fabric, case_dir)
     result["status"] = "done"
     return finish(result, ranks, fabric, case_dir)
@@ -777,7 +790,7 @@ def _scheduler_requests(spec, placed, ranks, connectors, fabric, result, regions
             for step in pkl["prefill"]:
                 engine_step(connectors[("prefill", p)], place_case.unpickle(step))
     except Exception as e:
-        result.update(status="crashed", side="prefill", message=f"{type(e).__name__}: {e}", trace=traceback.format_exc())
+        result.update(failure.outcome(e, "prefill"))
         return finish(result, ranks, fabric, case_dir)
     dw, req = None, None
     try:
@@ -813,7 +826,7 @@ def _scheduler_requests(spec, placed, ranks, connectors, fabric, result, regions
     except Exception as e:
         if fabric.v1 is not None and req is not None:
             fabric.v1.request_done(dw, req_id, req, f"{type(e).__name__}: {e}")
-        result.update(status="crashed", side="decode", message=f"{type(e).__name__}: {e}", trace=traceback.format_exc())
+        result.update(failure.outcome(e, "decode"))
         return finish(result, ranks, fabric, case_dir)
     result["status"] = "done"
     return finish(result, ranks, fabric, case_dir)

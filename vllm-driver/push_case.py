@@ -53,6 +53,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.nixl.push_worker import (
     NixlPushConnectorWorker,
 )
 
+import failure
 import fake_nixl
 import live_case
 from live_case import Unsupported, agent
@@ -434,7 +435,7 @@ def _drive(spec, ranks, fabric, log, result, sched=None):
             try:
                 results = results_of[id(w)]()
             except Exception as e:
-                result.update(status="crashed", side="decode", message=_text(e), trace=traceback.format_exc())
+                result.update(failure.outcome(e, "decode", _text(e)))
                 return
             if request in results.failed_recving:
                 failed[d] = sorted(results.finished_recving)
@@ -445,7 +446,7 @@ def _drive(spec, ranks, fabric, log, result, sched=None):
             try:
                 results_of[id(w)]()
             except Exception as e:
-                result.update(status="crashed", side="prefill", message=_text(e), trace=traceback.format_exc())
+                result.update(failure.outcome(e, "prefill", _text(e)))
                 return
         # The model runner clears the step's metadata once it has asked for
         # the step's finished transfers.

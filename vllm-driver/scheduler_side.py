@@ -49,6 +49,7 @@ from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
+import compat  # noqa: E402  (what differs between releases)
 import live_case  # noqa: E402  (the driver's config and spec builders)
 
 NOT_REACHABLE = "not reachable by vLLM's scheduler"
@@ -128,6 +129,7 @@ class EngineScheduler:
         # The scheduler's and the hashes' block sizes, as vLLM's engine core
         # resolves them from the groups (their LCM, for a hybrid).
         scheduler_block, hash_block = resolve_kv_cache_block_sizes(self.kv_cache_config, config)
+        compat.resolved_block_sizes(self.kv_cache_config, config, scheduler_block, hash_block)
         # The class the engine core runs (AsyncScheduler with async
         # scheduling, the default).
         scheduler_cls = config.scheduler_config.get_scheduler_cls()
@@ -277,9 +279,9 @@ class EngineScheduler:
                 finished_recving=set(finished_recving) or None,
                 finished_sending=set(finished_sending) or None,
             )
-        mro = ModelRunnerOutput(
-            req_ids=ids,
-            req_id_to_index={r: i for i, r in enumerate(ids)},
+        mro = compat.model_runner_output(
+            ModelRunnerOutput,
+            ids,
             sampled_token_ids=sampled,
             kv_connector_output=kv_out,
         )

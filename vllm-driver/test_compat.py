@@ -48,6 +48,56 @@ def test_an_entry_without_its_group_gets_the_one_attention_group():
     assert compat.post_process_entry(worker, ([5, 6], 3)) == (0, [5, 6], 3)
 
 
+def test_covered_sub_blocks_are_recorded_as_a_count_or_a_range():
+    worker = types.SimpleNamespace()
+    assert compat.post_process_entry(worker, (1, [4], 3)) == (1, [4], 3)
+    assert compat.post_process_entry(worker, (1, [4, 5], range(2, 7))) == (1, [4, 5], [2, 7])
+    for bad in (range(0, 6, 2), "3", 2.0, True):
+        try:
+            compat.post_process_entry(worker, (0, [1], bad))
+        except compat.EntryUnknown:
+            continue
+        raise AssertionError(f"covered sub-blocks {bad!r} were recorded")
+
+
+def test_model_runner_output_gets_req_id_to_index_only_where_the_class_has_it():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Older:
+        req_ids: list
+        req_id_to_index: dict
+        sampled_token_ids: list = dataclasses.field(default_factory=list)
+
+    @dataclasses.dataclass
+    class Newer:
+        req_ids: list
+        sampled_token_ids: list = dataclasses.field(default_factory=list)
+
+    assert compat.model_runner_output(Older, ["a", "b"], sampled_token_ids=[[1], []]).req_id_to_index == {"a": 0, "b": 1}
+    newer = compat.model_runner_output(Newer, ["a"], sampled_token_ids=[[1]])
+    assert newer == Newer(req_ids=["a"], sampled_token_ids=[[1]])
+
+
+def test_the_hash_block_size_is_written_only_where_the_config_has_the_field():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Newer:
+        num_blocks: int
+        hash_block_size: int | None = None
+
+    @dataclasses.dataclass
+    class Older:
+        num_blocks: int
+
+    newer, older = Newer(4), Older(4)
+    assert compat.resolved_block_sizes(newer, None, 16, 8) == ["hash_block_size"]
+    assert newer.hash_block_size == 8
+    assert compat.resolved_block_sizes(older, None, 16, 8) == []
+    assert not hasattr(older, "hash_block_size")
+
+
 def test_an_entry_whose_group_is_ambiguous_is_refused():
     class Attention:
         pass

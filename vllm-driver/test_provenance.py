@@ -95,3 +95,42 @@ def test_a_venv_built_from_a_checkout_names_the_checkout_it_recorded(tmp_path):
     for broken in ("not json", "[]", json.dumps({**record, "dirty": "yes"})):
         (tmp_path / ".kvgeom-source").write_text(broken)
         assert provenance.built_from(str(tmp_path)) is None
+
+
+def test_substitutions_are_read_from_the_venv(tmp_path):
+    sys.path.insert(0, HERE)
+    import provenance
+
+    assert provenance.substitutions(str(tmp_path)) == []
+    line = "flashinfer-python==0.7.3 -> flashinfer-python==0.7.4 (the pin is not on the package index)"
+    (tmp_path / ".kvgeom-substitutions").write_text(line + "\n\n")
+    assert provenance.substitutions(str(tmp_path)) == [line]
+
+
+def test_loaded_modules_are_compared_with_the_record(tmp_path):
+    sys.path.insert(0, HERE)
+    import importlib.metadata
+    import types
+
+    import provenance
+
+    site = tmp_path / "venv"
+    _install(site, FILES)
+    dist = next(importlib.metadata.distributions(path=[str(site)]))
+    pkg = site / "vllm"
+    same = types.SimpleNamespace(__file__=str(pkg / "__init__.py"), __version__=dist.version)
+    assert provenance.loaded_modified(dist, {"vllm": same, "other": same}) == []
+    (tmp_path / "overlay" / "vllm").mkdir(parents=True)
+    edited = tmp_path / "overlay" / "vllm" / "__init__.py"
+    edited.write_text("# a branch\n")
+    extra = tmp_path / "overlay" / "vllm" / "pairing.py"
+    extra.write_text("")
+    modules = {
+        "vllm": types.SimpleNamespace(__file__=str(edited), __version__="0.99.0.dev1"),
+        "vllm.pairing": types.SimpleNamespace(__file__=str(extra)),
+    }
+    assert provenance.loaded_modified(dist, modules) == [
+        "vllm/__init__.py",
+        f"vllm/__init__.py (imported version 0.99.0.dev1, RECORD's {dist.version})",
+        "vllm/pairing.py (not in RECORD)",
+    ]

@@ -273,9 +273,11 @@ def test_the_worker_is_driven_through_bind_and_start_load_kv(tmp_path, monkeypat
     assert len(calls) == 1
     # vLLM's connector facade called the worker: the model runner's path.
     assert ("connector.py", "start_load_kv") in calls[0]
-    # The guard does catch a direct call: the direct path now fails.
+    # The guard does catch a direct call: the direct path now fails, and
+    # the guard being the harness's code, as a harness error.
     twin, _ = direct_twin(tmp_path, full)
-    assert twin["status"] == "crashed" and "_read_blocks_for_req called from" in twin["message"]
+    assert twin["status"] == "error" and "_read_blocks_for_req called from" in twin["message"], twin["message"]
+    assert "vllm-driver/test_scheduler_requests.py:" in twin["message"], twin["message"]
 
 
 @pytest.mark.parametrize("mode", ["pull", "push"])

@@ -213,8 +213,14 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
     let (cases, shard) = super::shard_cases(all_cases, shard_of, &sources, &opts, &options);
     let checks = block_checks(&sources, &cases);
     let started = std::time::Instant::now();
-    let live = match live::run_sweep_requests(
-        &cases,
+    // The canary runs first, in the same batch (live::canary).
+    let with_canary: Vec<crate::scenario::Case> = std::iter::once(super::canary::canary_case(
+        compared_variant(python.reference),
+    ))
+    .chain(cases.iter().cloned())
+    .collect();
+    let mut live = match live::run_sweep_requests(
+        &with_canary,
         &checks,
         &python,
         live::CASE_LIMIT,
@@ -228,6 +234,14 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
+    let canary = live.remove(0);
+    if let Err(reason) = super::canary::verdict(&canary.report) {
+        eprintln!(
+            "error: {}: not run: {reason}; no verdict on this release counts (the driver does not drive it as it should)",
+            under_test.describe()
+        );
+        return EXIT_BAD_INPUT;
+    }
     eprintln!(
         "{} ({}), {}: {} cases in {:.1} s",
         under_test.describe(),
@@ -463,11 +477,37 @@ fn judge(
             }
         }
     }
+    if let Some(code) = harness_errors(&reports) {
+        return code;
+    }
     if failed {
         EXIT_FAILED
     } else {
         EXIT_OK
     }
+}
+
+/// Exit 2 when any case is a harness error (the driver could not run it:
+/// no verdict on vLLM), after the report with every judged case's
+/// violations was written; `None` when there is none.
+fn harness_errors(reports: &[CaseReport]) -> Option<u8> {
+    let errors: Vec<&CaseReport> = reports
+        .iter()
+        .filter(|r| matches!(r.outcome, crate::scenario::Outcome::Error { .. }))
+        .collect();
+    if errors.is_empty() {
+        return None;
+    }
+    eprintln!(
+        "
+{} of {} cases are harness errors (the driver could not run them; no verdict on vLLM):",
+        errors.len(),
+        reports.len()
+    );
+    for r in errors.iter().take(5) {
+        eprintln!("- {}: {}", r.case.label(), r.outcome.describe());
+    }
+    Some(EXIT_BAD_INPUT)
 }
 
 /// Each checked geometry whose blocks differ from vLLM's, once, with the

@@ -22,6 +22,7 @@ macro_rules! outln {
 
 mod bench;
 mod bench_scale;
+mod canary;
 mod checkout;
 mod choices;
 mod connectors;

@@ -21,6 +21,7 @@ pub(crate) mod run;
 pub(crate) mod shrink;
 pub(crate) mod traces;
 
+pub use crate::under_test::CoveredRange;
 pub use batch::{run_in_scratch, DriverSettings};
 pub use blocks::{BlockCheck, BlocksComparison, EngineBlocks, PairBlocks};
 pub use chunks::{default_drivers, CHUNK_MEMORY_BYTES, MAX_DEFAULT_DRIVERS};

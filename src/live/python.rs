@@ -166,6 +166,7 @@ impl Interpreter {
     pub fn code_under_test(&self) -> CodeUnderTest {
         let mut code = CodeUnderTest::vllm(&self.vllm_version);
         code.modified_files = self.provenance.modified_files.clone();
+        code.substitutions = self.provenance.substitutions.clone();
         code.source = self.provenance.source.as_ref().map(|c| SourceTree {
             path: c.path.clone(),
             commit: c.commit.clone(),
@@ -197,6 +198,10 @@ pub struct Provenance {
     /// The git checkout whose working tree the package is (an editable or
     /// source install), else `None`.
     pub source: Option<Checkout>,
+    /// The release's dependency pins the install replaced because the
+    /// package index lacks them (the venv's `.kvgeom-substitutions`).
+    #[serde(default)]
+    pub substitutions: Vec<String>,
 }
 
 /// A git checkout of vLLM.
@@ -324,13 +329,31 @@ mod tests {
     }
 
     #[test]
+    fn a_substituted_dependency_is_reported_and_keeps_the_release() {
+        use crate::live::python::Provenance;
+        let line = "flashinfer-python==0.7.3 -> flashinfer-python==0.7.4 (the pin is not on the package index)";
+        let code = installed(Provenance {
+            substitutions: vec![line.into()],
+            ..Provenance::default()
+        });
+        assert!(code.release().is_some(), "vLLM's own code is the release's");
+        let json = serde_json::to_value(&code).expect("JSON");
+        assert_eq!(json["substitutions"], serde_json::json!([line]));
+        let plain = serde_json::to_value(installed(Provenance::default())).expect("JSON");
+        assert!(
+            plain.get("substitutions").is_none(),
+            "absent when none: {plain}"
+        );
+    }
+
+    #[test]
     fn a_modified_install_or_a_checkout_of_a_release_is_not_that_release() {
         let plain = installed(Provenance::default());
         assert_eq!(plain, CodeUnderTest::vllm("0.33.0"));
         assert_eq!(plain.describe(), "vLLM 0.33.0");
         let modified = installed(Provenance {
             modified_files: vec!["vllm/a.py".into(), "vllm/b.py (deleted)".into()],
-            source: None,
+            ..Provenance::default()
         });
         assert_eq!(modified.describe(), "vLLM 0.33.0, modified: 2 files");
         assert!(modified.release().is_none());
@@ -340,7 +363,7 @@ mod tests {
         );
         let json = serde_json::to_value(installed(Provenance {
             modified_files: vec!["vllm/a.py".into()],
-            source: None,
+            ..Provenance::default()
         }))
         .expect("JSON");
         assert_eq!(json["modified_files"], serde_json::json!(["vllm/a.py"]));
@@ -351,6 +374,7 @@ mod tests {
                 commit: "0123456789abcdef0123".into(),
                 dirty: true,
             }),
+            ..Provenance::default()
         });
         assert_eq!(
             tree.describe(),

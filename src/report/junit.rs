@@ -60,6 +60,9 @@ pub fn code_properties(code: &CodeUnderTest) -> Vec<(String, String)> {
     if let Some(torch) = &code.torch {
         out.push((name("torch"), torch.clone()));
     }
+    if !code.substitutions.is_empty() {
+        out.push((name("substitutions"), code.substitutions.join("; ")));
+    }
     out
 }
 

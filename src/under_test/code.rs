@@ -71,6 +71,11 @@ pub struct CodeUnderTest {
     /// names it (SGLang's; absent in JSON otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub torch: Option<String>,
+    /// The dependency pins of the release that the package index lacked and
+    /// that its install replaced, as the venv's `.kvgeom-substitutions`
+    /// lists them (`WANTED -> CHOSEN (why)`; absent in JSON when none was).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub substitutions: Vec<String>,
 }
 
 impl CodeUnderTest {
@@ -83,6 +88,7 @@ impl CodeUnderTest {
             source: None,
             modified_files: Vec::new(),
             torch: None,
+            substitutions: Vec::new(),
         }
     }
 
@@ -96,6 +102,7 @@ impl CodeUnderTest {
             source: None,
             modified_files: Vec::new(),
             torch: Some(torch.to_string()),
+            substitutions: Vec::new(),
         }
     }
 
@@ -108,6 +115,7 @@ impl CodeUnderTest {
             source: None,
             modified_files: Vec::new(),
             torch: None,
+            substitutions: Vec::new(),
         }
     }
 

@@ -79,8 +79,10 @@ pub struct PostProcessCall {
     /// Local kernel block / remote kernel block.
     pub block_size_ratio: u32,
     /// Per request and attention group: `(group, local kernel block ids,
-    /// remote-sized sub-blocks the transfer covered)`.
-    pub block_ids_list: Vec<(u32, Vec<u32>, u64)>,
+    /// remote-sized sub-blocks the transfer covered)`; the covered
+    /// sub-blocks are a count or, from vLLM 0.34.0, a range
+    /// ([`CoveredRange`](super::covered_range::CoveredRange)).
+    pub block_ids_list: Vec<(u32, Vec<u32>, super::covered_range::CoveredRange)>,
     /// Whether the call asked for the block-size or layout conversion.
     pub convert: bool,
     /// The byte ranges the call set to zero, `(addr, len)` in the agent's
@@ -176,7 +178,13 @@ impl ConnectorLog {
                 block_size_ratio: ratio,
                 block_ids_list: plans
                     .iter()
-                    .map(|p| (p.group as u32, p.block_ids.clone(), p.covered_sub_blocks))
+                    .map(|p| {
+                        (
+                            p.group as u32,
+                            p.block_ids.clone(),
+                            crate::live::CoveredRange::from_start(p.covered_sub_blocks),
+                        )
+                    })
                     .collect(),
                 convert: asks_for_conversion(is_mla, ratio),
                 zeroed: Some(zeroed),

@@ -11,6 +11,7 @@
 
 mod code;
 pub mod connector_log;
+pub mod covered_range;
 pub mod expectations;
 pub mod judge;
 pub mod kvgeom;
@@ -19,6 +20,7 @@ pub mod record;
 
 pub use code::*;
 pub use connector_log::ConnectorLog;
+pub use covered_range::CoveredRange;
 pub use judge::{judge, judge_sweep, PlanComparison, SweepVerdict};
 pub use kvgeom::{run_case, run_case_detailed, KvgeomConnector};
 pub use record::{RunLog, RunOutcome, RunRecord};

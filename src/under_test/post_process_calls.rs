@@ -9,6 +9,7 @@
 use std::fmt;
 
 use super::connector_log::ConnectorLog;
+use super::covered_range::CoveredRange;
 use crate::connector::post_process::{asks_for_conversion, zeroed_ranges};
 use crate::layout::Side;
 use crate::scenario::CaseRun;
@@ -22,7 +23,7 @@ type Range = (Option<usize>, u64, u64);
 pub(crate) struct CallKey {
     agent: String,
     ratio: u32,
-    groups: Vec<(u32, Vec<u32>, u64)>,
+    groups: Vec<(u32, Vec<u32>, CoveredRange)>,
     convert: bool,
     /// Merged and sorted; `None` when the trace did not measure them.
     zeroed: Option<Vec<Range>>,
@@ -121,7 +122,13 @@ pub(crate) fn kvgeom_calls(run: &CaseRun, is_mla: bool) -> Vec<CallKey> {
                 ratio,
                 groups: plans
                     .iter()
-                    .map(|p| (p.group as u32, p.block_ids.clone(), p.covered_sub_blocks))
+                    .map(|p| {
+                        (
+                            p.group as u32,
+                            p.block_ids.clone(),
+                            CoveredRange::from_start(p.covered_sub_blocks),
+                        )
+                    })
                     .collect(),
                 convert: asks_for_conversion(is_mla, ratio),
                 zeroed: Some(merged(

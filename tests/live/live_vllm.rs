@@ -23,7 +23,7 @@ use kvgeom::under_test::run_case;
 use kvgeom::under_test::{CodeUnderTest, Release};
 use kvgeom::variant::Variant;
 
-use crate::support::{kvgeom, python_with_site, skip};
+use crate::support::{kvgeom, kvgeom_with_env, python_with_site, skip};
 
 /// The interpreter, or `None` after printing why the test is skipped.
 fn interpreter(test: &str) -> Option<Interpreter> {
@@ -1468,7 +1468,17 @@ fn nixl_real_without_the_package_names_what_to_install() {
 /// assigns in vLLM's modules (`base_worker.NAME = ...`, `_torch_utils.NAME
 /// = ...`). Comments are skipped.
 fn driver_names(sources: &[(String, String)]) -> Vec<(String, String)> {
-    const NOT_VLLM: [&str; 6] = ["self", "cls", "sys", "nixl", "executor", "os"];
+    // The driver's own modules (api_check, compat) are not vLLM's.
+    const NOT_VLLM: [&str; 8] = [
+        "self",
+        "cls",
+        "sys",
+        "nixl",
+        "executor",
+        "os",
+        "api_check",
+        "compat",
+    ];
     const VLLM_MODULES: [&str; 2] = ["base_worker", "_torch_utils"];
     let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
     let mut out: Vec<(String, String)> = Vec::new();
@@ -1712,5 +1722,111 @@ fn wheel_dependencies_are_filtered_to_what_cpu_import_needs() {
     assert!(
         !skipped.contains("pandas") && !skipped.contains("pywin32"),
         "{skipped}"
+    );
+}
+
+#[test]
+fn an_exception_in_the_drivers_own_code_is_a_harness_error_not_a_crash_of_vllm() {
+    let test = "an_exception_in_the_drivers_own_code_is_a_harness_error_not_a_crash_of_vllm";
+    if interpreter(test).is_none() {
+        return;
+    }
+    // gqa-kernel-ratio4: decode's kernel block is 4x prefill's, so vLLM
+    // calls its receive post-process, which the driver wraps to record it;
+    // the test hook makes that wrapper (driver code, called by vLLM's
+    // get_finished) raise.
+    let args = [
+        "sweep",
+        "--connector",
+        "vllm",
+        "--requests",
+        "direct",
+        "--mode",
+        "pull",
+        "--alloc",
+        "mainline",
+        "--prompts",
+        "5",
+        "--no-shrink",
+        "--format",
+        "json",
+        "geometries/gqa-kernel-ratio4.toml",
+    ];
+    let faulty = kvgeom_with_env(&args, &[("KVGEOM_DRIVER_TEST_FAULT", "post-process")]);
+    let report: serde_json::Value = serde_json::from_slice(&faulty.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", crate::support::text(&faulty)));
+    assert_eq!(
+        faulty.status.code(),
+        Some(2),
+        "a harness error is exit 2: {}",
+        crate::support::text(&faulty)
+    );
+    assert!(crate::support::text(&faulty).contains("harness errors"));
+    let cases = report["cases"].as_array().expect("cases");
+    assert!(!cases.is_empty(), "{report}");
+    for case in cases {
+        let outcome = &case["outcome"];
+        assert_eq!(
+            outcome["kind"], "error",
+            "a driver fault judged as vLLM's: {outcome}"
+        );
+        let message = outcome["message"].as_str().unwrap_or_default();
+        for part in [
+            "harness error in the driver",
+            "vllm-driver/live_case.py:",
+            "KVGEOM_DRIVER_TEST_FAULT",
+            "vLLM 0.",
+            "vLLM frame: ",
+        ] {
+            assert!(message.contains(part), "{part:?} not in {message}");
+        }
+    }
+    // Without the fault the same cases are judged (the fault made the error).
+    let healthy = kvgeom(&args);
+    let report: serde_json::Value = serde_json::from_slice(&healthy.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", crate::support::text(&healthy)));
+    assert_ne!(
+        healthy.status.code(),
+        Some(2),
+        "{}",
+        crate::support::text(&healthy)
+    );
+    for case in report["cases"].as_array().expect("cases") {
+        assert_ne!(case["outcome"]["kind"], "error", "{case}");
+    }
+}
+
+#[test]
+fn a_release_whose_canary_fails_is_not_run_and_nothing_is_judged() {
+    let test = "a_release_whose_canary_fails_is_not_run_and_nothing_is_judged";
+    if interpreter(test).is_none() {
+        return;
+    }
+    let args = [
+        "sweep",
+        "--connector",
+        "vllm",
+        "--requests",
+        "direct",
+        "--mode",
+        "pull",
+        "--prompts",
+        "5",
+        "--no-shrink",
+        "--format",
+        "json",
+        "geometries/llama-gqa-prefix-cache.toml",
+    ];
+    // Every direct pull case, the canary first, fails inside the driver.
+    let out = kvgeom_with_env(&args, &[("KVGEOM_DRIVER_TEST_FAULT", "every-pull-case")]);
+    let text = crate::support::text(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("not run: the canary case (kvgeom-canary-gqa-equal-blocks, N=20, pull) did not pass: harness error"),
+        "{text}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "no report of a release that is not run: {text}"
     );
 }

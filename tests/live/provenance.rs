@@ -74,3 +74,50 @@ fn a_vllm_with_a_file_unlike_its_record_is_reported_modified_and_is_no_release()
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+#[test]
+fn a_vllm_overlaid_on_pythonpath_is_compared_file_by_file_and_reported_modified() {
+    let test = "a_vllm_overlaid_on_pythonpath_is_compared_file_by_file_and_reported_modified";
+    let pinned = Release::pinned().version;
+    let Some(python3) = python3() else {
+        return skip(test, "no python3 on PATH");
+    };
+    // The venv's release, unmodified, and before it on PYTHONPATH a bare
+    // `vllm` package (no dist-info): a branch's worker.py and a file the
+    // release does not have. Python imports the overlay; the distribution
+    // found is still the release's.
+    let dir = scratch(module_path!(), "overlay");
+    let site = fake_site(&dir, pinned, false);
+    let overlay = dir.join("overlay").join("vllm");
+    std::fs::create_dir_all(&overlay).unwrap();
+    std::fs::write(overlay.join("__init__.py"), b"").unwrap();
+    std::fs::write(overlay.join("worker.py"), "branch = True\n").unwrap();
+    std::fs::write(overlay.join("pairing.py"), "").unwrap();
+    let path = PathBuf::from(format!(
+        "{}:{}",
+        dir.join("overlay").display(),
+        site.display()
+    ));
+    let python = python_with_site(&dir, &path, &python3.to_string_lossy());
+    let found = live::find(Some(&python), pinned).expect("the probe reads the package");
+    assert_eq!(
+        found.provenance.modified_files,
+        ["vllm/pairing.py (not in RECORD)", "vllm/worker.py"]
+    );
+    let code = found.code_under_test();
+    assert!(
+        code.release().is_none(),
+        "an overlaid release is not the release"
+    );
+    assert_eq!(code.describe(), format!("vLLM {pinned}, modified: 2 files"));
+    // The same overlay with the release's own bytes is the release.
+    std::fs::write(overlay.join("worker.py"), "").unwrap();
+    std::fs::remove_file(overlay.join("pairing.py")).unwrap();
+    let found = live::find(Some(&python), pinned).expect("the probe reads the package");
+    assert!(
+        found.provenance.modified_files.is_empty(),
+        "{:?}",
+        found.provenance.modified_files
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

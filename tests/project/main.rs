@@ -1,5 +1,6 @@
-//! The project itself: the layer table checked against `src/`, and `kvgeom
-//! derive` against vLLM 0.33.0's and SGLang 0.5.23's own code.
+//! The project itself: the layer table checked against `src/`, `kvgeom
+//! derive` against vLLM 0.33.0's and SGLang 0.5.23's own code, and the
+//! install script's dependency filter against vLLM's release wheels.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -7,3 +8,4 @@ mod support;
 mod architecture;
 mod derive;
 mod derive_sglang;
+mod wheel_deps;
