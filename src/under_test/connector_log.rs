@@ -182,7 +182,10 @@ impl ConnectorLog {
                         (
                             p.group as u32,
                             p.block_ids.clone(),
-                            crate::live::CoveredRange::from_start(p.covered_sub_blocks),
+                            super::CoveredRange {
+                                start: p.first_covered_sub_block,
+                                stop: p.covered_sub_blocks,
+                            },
                         )
                     })
                     .collect(),
