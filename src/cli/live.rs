@@ -585,8 +585,12 @@ fn table(live: &[LiveReport], nixl: &crate::driver::NixlRun) -> String {
     }
     let compared = live.len() - unreachable;
     let equal = live.iter().filter(|l| l.plan.equal).count();
+    // Every live case carries the policy its plan is compared with.
+    let reference = live.first().map_or(Release::pinned().policy.name(), |l| {
+        l.report.case.variant.named_policy().name()
+    });
     text.push_str(&format!(
-        "connector: vllm; plan equal to kvgeom's --policy vllm-0.33.0 on {equal} of {compared} cases\n"
+        "connector: vllm; plan equal to kvgeom's --policy {reference} on {equal} of {compared} cases\n"
     ));
     let against_kvgeom: Vec<&PlanComparison> =
         live.iter().filter_map(|l| l.plan_kvgeom.as_ref()).collect();

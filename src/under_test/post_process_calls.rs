@@ -126,7 +126,10 @@ pub(crate) fn kvgeom_calls(run: &CaseRun, is_mla: bool) -> Vec<CallKey> {
                         (
                             p.group as u32,
                             p.block_ids.clone(),
-                            CoveredRange::from_start(p.covered_sub_blocks),
+                            CoveredRange {
+                                start: p.first_covered_sub_block,
+                                stop: p.covered_sub_blocks,
+                            },
                         )
                     })
                     .collect(),
