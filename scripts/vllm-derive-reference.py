@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Run vLLM 0.33.0's own functions on deployments and print what they give.
+"""Run vLLM's own functions on deployments and print what they give (the
+release of the Python that runs it: 0.33.0 or 0.34.0).
 
 For each case (model config, TP, attention backend, GPU generation,
 --block-size, cache dtypes) this builds vLLM's ModelConfig from the config
@@ -22,6 +23,8 @@ FlashInfer's TRTLLM cubins are taken as reachable.
 Usage:
   scripts/vllm-derive-reference.py CASES.json > RESULTS.json
   scripts/vllm-derive-reference.py --table > tests/fixtures/derive/vllm-0.33.0-table.json
+  .vllm-venvs/0.34.0/bin/python scripts/vllm-derive-reference.py --table \
+      > tests/fixtures/derive/vllm-0.34.0-table.json
   scripts/vllm-derive-reference.py --config C.json --tp 2 --backend FLASHINFER [--gpu sm100] [--block-size 64]
 
 CASES.json is a list of objects with the keys config, tp, backend, gpu,
@@ -29,7 +32,8 @@ block_size (null: not given), cache_dtype, mamba_cache_dtype,
 mamba_ssm_cache_dtype. The output is the same list with the results added:
 logical_block, kernel_block, ppl, attention_bytes_per_token,
 mamba_state_bytes and page_bytes, or refused (vLLM's message).
-Run it with .vllm-venv/bin/python (scripts/install-vllm.sh).
+Run it with .vllm-venv/bin/python (scripts/install-vllm.sh), or
+.vllm-venvs/0.34.0/bin/python (scripts/install-vllm.sh --version 0.34.0).
 """
 
 import argparse

@@ -1,6 +1,6 @@
 //! `kvgeom derive`: one engine, or a P/D pair as a geometry file, from a
-//! model's HF config as vLLM 0.33.0 would run it (or, with `--stack
-//! sglang`, as SGLang 0.5.23 would).
+//! model's HF config as a vLLM release would run it (`--release`, by
+//! default the pinned one; or, with `--stack sglang`, as SGLang 0.5.23 would).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use crate::derive::{
     derive_engine, derive_pair, derive_sglang_engine, derive_sglang_pair, load_model,
     load_sglang_model, Backend, CacheDtype, DeriveError, EngineDerivation, EngineOptions, Gpu,
-    MambaDtype, ModelArch, PairDerivation, PairOptions, SglangPairOptions,
+    MambaDtype, ModelArch, PairDerivation, PairOptions, SglangPairOptions, VllmRules,
 };
 use crate::geometry::{parse_geometry, to_toml, ExpectedRejection};
 use crate::limits::MAX_LAYER_SLOTS;
@@ -35,9 +35,12 @@ pub enum DeriveStack {
 pub struct DeriveArgs {
     /// The model's HF `config.json`.
     pub config: PathBuf,
-    /// Whose rules: vllm (vLLM 0.33.0, default) or sglang (SGLang 0.5.23).
+    /// Whose rules: vllm (default) or sglang (SGLang 0.5.23).
     #[arg(long, value_enum, default_value = "vllm")]
     pub stack: DeriveStack,
+    /// The vLLM release whose rules apply: 0.33.0 (default, the pinned release) or 0.34.0.
+    #[arg(long)]
+    pub release: Option<String>,
     /// One engine: its TP size.
     #[arg(long)]
     pub tp: Option<u64>,
@@ -184,6 +187,7 @@ fn engine_options(
     }
     let gpu_option = if gpu.is_some() { names.gpu } else { "--gpu" };
     Ok(EngineOptions {
+        rules: release_rules(args)?,
         tp,
         backend: Backend::parse(backend).map_err(|e| from_option(names.backend, e))?,
         gpu: Gpu::parse(gpu.or(args.gpu.as_deref()).unwrap_or("sm90"))
@@ -196,6 +200,19 @@ fn engine_options(
             &args.mamba_ssm_cache_dtype,
         )?,
     })
+}
+
+/// The rules of `--release` (the pinned release's when it is not given).
+fn release_rules(args: &DeriveArgs) -> Result<&'static VllmRules, DeriveError> {
+    match args.release.as_deref() {
+        None => Ok(VllmRules::pinned()),
+        Some(release) => VllmRules::of(release).ok_or_else(|| {
+            DeriveError::Unsupported(format!(
+                "--release {release}: kvgeom derive knows the block-size rules of vLLM {} only",
+                VllmRules::known()
+            ))
+        }),
+    }
 }
 
 /// The options that only shape the geometry file of a pair, checked
@@ -372,8 +389,9 @@ fn run(args: &DeriveArgs) -> Result<(), DeriveError> {
 }
 
 /// The options only vLLM's derivation takes, and whether each was given.
-fn vllm_only_options(args: &DeriveArgs) -> [(bool, &'static str); 14] {
+fn vllm_only_options(args: &DeriveArgs) -> [(bool, &'static str); 15] {
     [
+        (args.release.is_some(), "--release"),
         (args.backend.is_some(), "--backend"),
         (args.prefill_backend.is_some(), "--prefill-backend"),
         (args.decode_backend.is_some(), "--decode-backend"),
@@ -547,10 +565,11 @@ fn engine_table(model: &ModelArch, e: &EngineDerivation) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "# {}, {}: derived by kvgeom derive {} as vLLM 0.33.0 runs it",
+        "# {}, {}: derived by kvgeom derive {} as vLLM {} runs it",
         e.model_type,
         model.family.models(),
-        options_line(e)
+        options_line(e),
+        e.vllm_release
     );
     let _ = writeln!(out, "# {}", engine_line(e));
     if let Some(m) = &e.mamba {
@@ -664,9 +683,10 @@ fn geometry_file(
     let mut head = String::new();
     let _ = writeln!(
         head,
-        "# Derived by `kvgeom derive {}` from a {} config, as vLLM 0.33.0 runs it:",
+        "# Derived by `kvgeom derive {}` from a {} config, as vLLM {} runs it:",
         args.config.display(),
-        p.model_type
+        p.model_type,
+        p.vllm_release
     );
     let _ = writeln!(head, "#   prefill {}", options_line(p));
     let _ = writeln!(head, "#   decode  {}", options_line(d));

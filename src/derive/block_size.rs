@@ -1,12 +1,10 @@
 //! The logical (scheduler) block size: the backend's preferred size, or
 //! `--block-size`, raised for a hybrid model until one attention page holds
-//! a rank's mamba state (vLLM 0.33.0's `update_block_size_for_backend` and
-//! `_align_hybrid_block_size`, prefix caching off).
+//! a rank's mamba state (vLLM's `update_block_size_for_backend` and
+//! `_align_hybrid_block_size`, prefix caching off; equal in 0.33.0 and
+//! 0.34.0 but for the default block they start from).
 
 use super::backend::{preferred_block_size, smallest_kernel_size, KernelSize};
-
-/// vLLM's `CacheConfig.DEFAULT_BLOCK_SIZE`.
-pub const DEFAULT_BLOCK_SIZE: u64 = 16;
 
 /// The MLA-hybrid alignment: TRTLLM/FlashInfer MLA decode kernels want the
 /// manager block to be a multiple of 128 tokens.
@@ -19,6 +17,9 @@ pub struct BlockInputs<'a> {
     pub kernel_sizes: &'a [KernelSize],
     /// `--block-size` in tokens, when given (a hybrid model may still raise it).
     pub user_block: Option<u64>,
+    /// The release's `CacheConfig.DEFAULT_BLOCK_SIZE`, tried when
+    /// `user_block` is `None`.
+    pub default_block: u64,
     /// Whether the model is MLA: a hybrid MLA model aligns to at least
     /// [`MLA_HYBRID_ALIGNMENT`] tokens.
     pub is_mla: bool,
@@ -31,8 +32,8 @@ pub struct BlockInputs<'a> {
 /// The block before alignment and the logical block after it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockChoice {
-    /// Tokens per block before alignment: `--block-size`, else
-    /// [`DEFAULT_BLOCK_SIZE`] when the backend accepts it, else the
+    /// Tokens per block before alignment: `--block-size`, else the
+    /// release's default block when the backend accepts it, else the
     /// backend's smallest kernel size.
     pub preferred: u64,
     /// Tokens per logical (scheduler) block after the hybrid alignment;
@@ -49,7 +50,7 @@ pub fn logical_block(inputs: &BlockInputs) -> BlockChoice {
     let sizes = inputs.kernel_sizes;
     let block = inputs
         .user_block
-        .unwrap_or_else(|| preferred_block_size(sizes, DEFAULT_BLOCK_SIZE));
+        .unwrap_or_else(|| preferred_block_size(sizes, inputs.default_block));
     let Some(mamba) = inputs.mamba_state_bytes.filter(|m| *m > 0) else {
         return BlockChoice {
             preferred: block,
@@ -80,6 +81,7 @@ mod tests {
         logical_block(&BlockInputs {
             kernel_sizes: sizes,
             user_block: user,
+            default_block: 16,
             is_mla: mla,
             attention_bytes_per_token: bpt,
             mamba_state_bytes: Some(mamba),
@@ -113,6 +115,7 @@ mod tests {
         let choice = logical_block(&BlockInputs {
             kernel_sizes: &[Exact(128)],
             user_block: None,
+            default_block: 16,
             is_mla: true,
             attention_bytes_per_token: 1152,
             mamba_state_bytes: None,
@@ -124,5 +127,36 @@ mod tests {
                 logical: 128
             }
         );
+    }
+
+    #[test]
+    fn the_default_block_is_the_releases() {
+        // FlashInfer accepts 16 and 64: the release's default stands, and a
+        // hybrid aligns from it (Qwen3-Next TP2: 544 tokens from 16, 576 from 64).
+        let fi = [Exact(16), Exact(32), Exact(64)];
+        let choice = |default_block, mamba| {
+            logical_block(&BlockInputs {
+                kernel_sizes: &fi,
+                user_block: None,
+                default_block,
+                is_mla: false,
+                attention_bytes_per_token: 1024,
+                mamba_state_bytes: mamba,
+            })
+        };
+        assert_eq!(choice(16, None).logical, 16);
+        assert_eq!(choice(64, None).logical, 64);
+        assert_eq!(choice(16, Some(548_864)).logical, 544);
+        assert_eq!(choice(64, Some(548_864)).logical, 576);
+        // A backend without 64 falls back to its smallest size.
+        let exact128 = logical_block(&BlockInputs {
+            kernel_sizes: &[Exact(128)],
+            user_block: None,
+            default_block: 64,
+            is_mla: true,
+            attention_bytes_per_token: 1152,
+            mamba_state_bytes: None,
+        });
+        assert_eq!(exact128.preferred, 128);
     }
 }

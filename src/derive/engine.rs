@@ -1,5 +1,6 @@
-//! One engine as vLLM 0.33.0 would run it: a model config, TP, the attention
-//! backend and the cache options give the per-rank sizes and the blocks.
+//! One engine as a vLLM release would run it: a model config, TP, the
+//! attention backend and the cache options give the per-rank sizes and the
+//! blocks, under the release's rules ([`VllmRules`]).
 
 use serde::Serialize;
 
@@ -13,6 +14,7 @@ use super::dtype::{CacheDtype, MambaDtype};
 use super::error::DeriveError;
 use super::families::ModelArch;
 use super::mamba_state::{mamba_state, MambaState};
+use super::rules::VllmRules;
 
 /// The options of one engine (`vllm serve` flags).
 #[derive(Clone, Copy, Debug)]
@@ -33,11 +35,14 @@ pub struct EngineOptions {
     pub mamba_cache_dtype: MambaDtype,
     /// `--mamba-ssm-cache-dtype`: the mamba SSM (temporal) state's dtype.
     pub mamba_ssm_cache_dtype: MambaDtype,
+    /// The release whose rules apply (`--release`).
+    pub rules: &'static VllmRules,
 }
 
 impl EngineOptions {
     /// A `tp`-way engine on `backend` with every other option at its
-    /// default: sm90, no `--block-size`, and `auto` for all three dtypes.
+    /// default: sm90, no `--block-size`, `auto` for all three dtypes, and
+    /// the pinned release's rules.
     pub fn new(tp: u64, backend: Backend) -> Self {
         EngineOptions {
             tp,
@@ -47,13 +52,16 @@ impl EngineOptions {
             cache_dtype: CacheDtype::Auto,
             mamba_cache_dtype: MambaDtype::Auto,
             mamba_ssm_cache_dtype: MambaDtype::Auto,
+            rules: VllmRules::pinned(),
         }
     }
 }
 
-/// What vLLM 0.33.0 computes for one engine. Sizes are of one rank and one layer.
+/// What a vLLM release computes for one engine. Sizes are of one rank and one layer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct EngineDerivation {
+    /// The vLLM release whose rules were applied (`--release`).
+    pub vllm_release: &'static str,
     /// The config's HF `model_type`.
     pub model_type: String,
     /// Tensor-parallel size.
@@ -112,12 +120,19 @@ fn check_heads(model: &ModelArch, tp: u64) -> Result<(), DeriveError> {
     Ok(())
 }
 
-/// Derive one engine as vLLM 0.33.0 would start it: the TP checks on the
+/// Derive one engine as the release of `options.rules` would start it: the TP checks on the
 /// heads, the backend selector's checks, one rank's attention and mamba
 /// sizes, and the logical and kernel blocks. Fails on a zero `--tp` or
 /// `--block-size`, an fp8 cache on an MLA model, or a deployment vLLM
 /// refuses ([`DeriveError::Refused`]).
 pub fn derive_engine(
+    model: &ModelArch,
+    options: &EngineOptions,
+) -> Result<EngineDerivation, DeriveError> {
+    derive_under_rules(model, options).map_err(|e| e.in_release(options.rules.release))
+}
+
+fn derive_under_rules(
     model: &ModelArch,
     options: &EngineOptions,
 ) -> Result<EngineDerivation, DeriveError> {
@@ -166,12 +181,14 @@ pub fn derive_engine(
     let choice = logical_block(&BlockInputs {
         kernel_sizes: &sizes,
         user_block: options.block_size,
+        default_block: options.rules.default_block_size,
         is_mla: model.attention.is_mla(),
         attention_bytes_per_token: per_token,
         mamba_state_bytes: mamba.as_ref().map(|m| m.state_bytes),
     });
     let kernel = select_common_block_size(options.backend, &sizes, choice.logical)?;
     Ok(EngineDerivation {
+        vllm_release: options.rules.release,
         model_type: model.family.model_type().to_string(),
         tp,
         backend: options.backend.name(),

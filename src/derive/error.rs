@@ -1,5 +1,5 @@
 //! Why a derivation fails: bad input (the config file, the options) or a
-//! deployment vLLM 0.33.0 itself refuses.
+//! deployment the vLLM release itself refuses.
 
 use std::path::PathBuf;
 
@@ -130,9 +130,11 @@ pub enum DeriveError {
         /// What SGLang's code asserts.
         reason: String,
     },
-    /// vLLM 0.33.0 refuses this deployment; `reason` is vLLM's message.
-    #[error("vLLM 0.33.0 refuses this deployment: {reason}")]
+    /// The vLLM release refuses this deployment; `reason` is vLLM's message.
+    #[error("vLLM {release} refuses this deployment: {reason}")]
     Refused {
+        /// The release whose rules refused it.
+        release: &'static str,
         /// vLLM's message.
         reason: String,
     },
@@ -144,9 +146,20 @@ impl DeriveError {
         matches!(self, DeriveError::Refused { .. })
     }
 
+    /// vLLM's refusal, under the pinned release's rules until
+    /// [`DeriveError::in_release`] names the release derived for.
     pub(crate) fn refused(reason: impl Into<String>) -> Self {
         DeriveError::Refused {
+            release: super::rules::VllmRules::pinned().release,
             reason: reason.into(),
+        }
+    }
+
+    /// A refusal names `release`, the release whose rules were applied.
+    pub(crate) fn in_release(self, release: &'static str) -> Self {
+        match self {
+            DeriveError::Refused { reason, .. } => DeriveError::Refused { release, reason },
+            other => other,
         }
     }
 }

@@ -15,7 +15,8 @@
 //!
 //! The model tables and both engines' blocks are derived as `kvgeom derive`
 //! does; an engine may still state `kernel_block` / `logical_block`, which
-//! must then be what vLLM 0.33.0 would use. The result is written in the
+//! must then be what vLLM would use (under the pinned release's rules: a
+//! geometry file names no release). The result is written in the
 //! plain format and read by the ordinary parser, so every rule of the format
 //! applies.
 
@@ -29,6 +30,7 @@ use super::dtype::{CacheDtype, MambaDtype};
 use super::engine::EngineOptions;
 use super::load_model;
 use super::pair::{derive_pair, PairOptions};
+use super::rules::VllmRules;
 use crate::geometry::error::{GeometryError, Rule, Violation};
 use crate::geometry::{to_toml, Geometry};
 
@@ -202,6 +204,7 @@ fn engine_options(
         cache_dtype: cache
             .map_or(Ok(CacheDtype::Auto), |c| CacheDtype::parse(&c))
             .map_err(|e| bad("cache_dtype", e))?,
+        rules: VllmRules::pinned(),
         mamba_cache_dtype: mamba
             .map_or(Ok(MambaDtype::Auto), |m| {
                 MambaDtype::parse("mamba_cache_dtype", &m)
@@ -279,7 +282,8 @@ fn derived(source: &str, file: &mut Table, hf_config: &str) -> Result<String, Ge
                 "logical_block",
                 engine.logical_block,
                 format!(
-                    "vLLM 0.33.0 aligns the block of a hybrid to hold one rank's mamba state ({}) on {} at TP {}: {} tokens",
+                    "vLLM {} aligns the block of a hybrid to hold one rank's mamba state ({}) on {} at TP {}: {} tokens",
+                    derived.vllm_release,
                     derived
                         .mamba_state_bytes
                         .map_or("no mamba state".to_string(), |m| format!("{m} bytes")),
@@ -306,7 +310,10 @@ fn derived(source: &str, file: &mut Table, hf_config: &str) -> Result<String, Ge
                     return Err(invalid(
                         source,
                         &format!("{name}.{key}"),
-                        format!("{v} is not what vLLM 0.33.0 would use; {why}"),
+                        format!(
+                            "{v} is not what vLLM {} would use; {why}",
+                            derived.vllm_release
+                        ),
                     ))
                 }
             }

@@ -1,7 +1,9 @@
 //! Deriving block geometry from a real deployment: a model's HF config, each
-//! engine's TP size and attention backend, and the cache options, as vLLM
-//! 0.33.0 computes them (`kvgeom derive`).
+//! engine's TP size and attention backend, and the cache options, as a vLLM
+//! release computes them (`kvgeom derive`; 0.33.0's rules unless
+//! `--release` names another).
 //!
+//! - [`rules`]: what differs between the releases derived for
 //! - [`hf_config`]: reading `config.json`
 //! - [`families`]: what each supported model family's config says
 //! - [`attention`], [`mamba_state`]: one rank's sizes
@@ -25,6 +27,7 @@ pub(crate) mod geometry_file;
 pub(crate) mod hf_config;
 pub(crate) mod mamba_state;
 pub(crate) mod pair;
+pub(crate) mod rules;
 pub(crate) mod sglang_engine;
 pub(crate) mod sglang_model;
 pub(crate) mod sglang_pair;
@@ -41,6 +44,7 @@ pub use hf_config::HfConfig;
 pub use pair::{
     derive_pair, layer_groups, layer_groups_of, LayerGroups, PairDerivation, PairOptions,
 };
+pub use rules::{VllmRules, VLLM_RULES};
 pub use sglang_engine::{derive_sglang_engine, SglangEngine};
 pub use sglang_model::SglangModel;
 pub use sglang_pair::{derive_sglang_pair, SglangPair, SglangPairOptions};

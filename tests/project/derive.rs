@@ -1,4 +1,4 @@
-//! `kvgeom derive` against vLLM 0.33.0's own functions.
+//! `kvgeom derive` against vLLM 0.33.0's and 0.34.0's own functions.
 //!
 //! `tests/fixtures/derive/vllm-0.33.0-table.json` was produced by
 //! `scripts/vllm-derive-reference.py --table`, which runs vLLM 0.33.0's
@@ -9,6 +9,9 @@
 //! each case with kvgeom and compares; the regeneration test (only where
 //! `scripts/install-vllm.sh` has installed `.vllm-venv/`) runs vLLM again
 //! and compares its output with the committed table.
+//! `tests/fixtures/derive/vllm-0.34.0-table.json` is the same script run by
+//! vLLM 0.34.0 (`.vllm-venvs/0.34.0/`), the same cases in the same order;
+//! kvgeom derives it under `--release 0.34.0`.
 //!
 //! `tests/fixtures/derive/vllm-0.33.0-conv-split.json` was produced the same
 //! way by `scripts/vllm-conv-split-reference.py`: where vLLM 0.33.0's NIXL
@@ -25,12 +28,15 @@ use std::process::Command;
 use serde_json::Value;
 
 use kvgeom::derive::{
-    derive_engine, load_model, Backend, CacheDtype, EngineOptions, Gpu, MambaDtype,
+    derive_engine, load_model, Backend, CacheDtype, EngineOptions, Gpu, MambaDtype, VllmRules,
+    VLLM_RULES,
 };
+use kvgeom::under_test::{ConnectorKind, Release, RELEASES};
 
 use crate::support::{kvgeom, root, skip};
 
 const TABLE: &str = "tests/fixtures/derive/vllm-0.33.0-table.json";
+const TABLE_0_34: &str = "tests/fixtures/derive/vllm-0.34.0-table.json";
 const CONV_SPLIT: &str = "tests/fixtures/derive/vllm-0.33.0-conv-split.json";
 const LAYER_GROUPS: &str = "tests/fixtures/derive/vllm-0.33.0-layer-groups.json";
 
@@ -42,9 +48,10 @@ fn load_table(path: &Path) -> Vec<Value> {
     }
 }
 
-fn options(case: &Value) -> EngineOptions {
+fn options(case: &Value, rules: &'static VllmRules) -> EngineOptions {
     let s = |k: &str| case[k].as_str().unwrap_or_else(|| panic!("{k} in {case}"));
     EngineOptions {
+        rules,
         tp: case["tp"].as_u64().expect("tp"),
         backend: Backend::parse(s("backend")).expect("backend"),
         gpu: Gpu::parse(s("gpu")).expect("gpu"),
@@ -74,11 +81,11 @@ fn label(case: &Value) -> String {
     )
 }
 
-/// Differences between kvgeom's derivation and vLLM's result for one case.
-fn compare(case: &Value) -> Vec<String> {
+/// Differences between kvgeom's derivation under `rules` and vLLM's result for one case.
+fn compare(case: &Value, rules: &'static VllmRules) -> Vec<String> {
     let model = load_model(&root().join(case["config"].as_str().expect("config")))
         .unwrap_or_else(|e| panic!("{}: {e}", label(case)));
-    let derived = derive_engine(&model, &options(case));
+    let derived = derive_engine(&model, &options(case, rules));
     let mut problems = Vec::new();
     match (case.get("refused").and_then(Value::as_str), derived) {
         (Some(reason), Err(e)) => {
@@ -140,14 +147,16 @@ fn compare(case: &Value) -> Vec<String> {
     problems
 }
 
-#[test]
-fn derivations_match_vllm_0_33_0() {
-    let cases = load_table(&root().join(TABLE));
+/// Every case of `table` derived under `release`'s rules: the number of
+/// cases and the differences from vLLM's results.
+fn table_differences(table: &str, release: &str) -> (usize, Vec<String>) {
+    let rules = VllmRules::of(release).expect("kvgeom derives for the release");
+    let cases = load_table(&root().join(table));
     let mut failures = Vec::new();
     let mut refused = 0;
     for case in &cases {
         refused += usize::from(case.get("refused").is_some());
-        for problem in compare(case) {
+        for problem in compare(case, rules) {
             failures.push(format!("{}: {problem}", label(case)));
         }
     }
@@ -159,19 +168,95 @@ fn derivations_match_vllm_0_33_0() {
     assert_eq!(configs.len(), 10, "{configs:?}");
     assert_eq!(backends.len(), 7, "{backends:?}");
     assert!(cases.len() > 600 && refused > 20 && refused < cases.len() / 2);
-    println!("{} cases ({refused} refused by vLLM) match", cases.len());
+    println!(
+        "{} cases ({refused} refused by vLLM {release})",
+        cases.len()
+    );
+    (cases.len(), failures)
+}
+
+fn assert_table_matches(table: &str, release: &str) {
+    let (cases, failures) = table_differences(table, release);
     assert!(
         failures.is_empty(),
-        "{} of {} cases differ from vLLM 0.33.0:\n{}",
+        "{} differences from vLLM {release} over {cases} cases:\n{}",
         failures.len(),
-        cases.len(),
         failures.join("\n")
     );
+}
+
+#[test]
+fn derivations_match_vllm_0_33_0() {
+    assert_table_matches(TABLE, "0.33.0");
+}
+
+#[test]
+fn derivations_under_release_0_34_0_match_vllm_0_34_0() {
+    assert_table_matches(TABLE_0_34, "0.34.0");
+}
+
+#[test]
+fn the_two_releases_derive_differently_where_their_default_block_differs() {
+    // Each release's rules against the other's table: they differ exactly on
+    // the cases that give no --block-size and where the default block changes
+    // something, so neither table test passes with the other's rules.
+    let cases = |failures: &[String]| -> std::collections::BTreeSet<String> {
+        failures
+            .iter()
+            .map(|f| f.split(": ").next().unwrap_or_default().to_string())
+            .collect()
+    };
+    let (_, under_0_33) = table_differences(TABLE_0_34, "0.33.0");
+    let (_, under_0_34) = table_differences(TABLE, "0.34.0");
+    let (under_0_33, under_0_34) = (cases(&under_0_33), cases(&under_0_34));
+    assert_eq!(under_0_33.len(), 129, "{under_0_33:#?}");
+    assert_eq!(under_0_33, under_0_34);
+    assert!(under_0_33.iter().all(|case| case.contains(" block null ")));
+}
+
+#[test]
+fn the_pinned_release_is_derives_default_and_every_vllm_release_has_rules() {
+    assert_eq!(VllmRules::pinned().release, Release::pinned().version);
+    for release in RELEASES
+        .iter()
+        .filter(|r| r.connector == ConnectorKind::Vllm)
+    {
+        assert!(
+            VLLM_RULES.iter().any(|r| r.release == release.version),
+            "vLLM {} is in the release table but kvgeom derive has no rules for it",
+            release.version
+        );
+    }
 }
 
 fn without_key_order(v: &Value) -> String {
     // serde_json's map is ordered by key, so re-serializing normalizes.
     serde_json::to_string(v).expect("serializes")
+}
+
+/// Runs the reference script with `python` and compares its table with
+/// the committed `table`.
+fn regenerated_table_equals(python: &Path, table: &str) {
+    let out = Command::new(python)
+        .arg("scripts/vllm-derive-reference.py")
+        .arg("--table")
+        .current_dir(root())
+        .output()
+        .expect("runs the reference script");
+    assert!(
+        out.status.success(),
+        "the reference script failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fresh: Value = serde_json::from_slice(&out.stdout).expect("the script prints JSON");
+    let committed = Value::Array(load_table(&root().join(table)));
+    assert_eq!(
+        without_key_order(&fresh),
+        without_key_order(&committed),
+        "vLLM's functions no longer give the committed table; regenerate it with \
+         {} scripts/vllm-derive-reference.py --table > {table}",
+        python.display()
+    );
 }
 
 #[test]
@@ -185,25 +270,22 @@ fn the_table_is_what_vllm_computes_today() {
         );
         return;
     }
-    let out = Command::new(&python)
-        .arg("scripts/vllm-derive-reference.py")
-        .arg("--table")
-        .current_dir(root())
-        .output()
-        .expect("runs the reference script");
-    assert!(
-        out.status.success(),
-        "the reference script failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let fresh: Value = serde_json::from_slice(&out.stdout).expect("the script prints JSON");
-    let committed = Value::Array(load_table(&root().join(TABLE)));
-    assert_eq!(
-        without_key_order(&fresh),
-        without_key_order(&committed),
-        "vLLM's functions no longer give the committed table; regenerate it with \
-         .vllm-venv/bin/python scripts/vllm-derive-reference.py --table > {TABLE}"
-    );
+    regenerated_table_equals(&python, TABLE);
+}
+
+#[test]
+fn the_0_34_0_table_is_what_vllm_0_34_0_computes_today() {
+    let python = root().join(".vllm-venvs/0.34.0/bin/python");
+    if !python.exists() {
+        skip(
+            "the_0_34_0_table_is_what_vllm_0_34_0_computes_today",
+            "vLLM 0.34.0 is not installed in .vllm-venvs/0.34.0/ (run scripts/install-vllm.sh \
+             --version 0.34.0); the committed table is checked by \
+             derivations_under_release_0_34_0_match_vllm_0_34_0",
+        );
+        return;
+    }
+    regenerated_table_equals(&python, TABLE_0_34);
 }
 
 /// `kvgeom ARGS`: its exit status (-1 when killed), stdout and stderr.
@@ -260,6 +342,111 @@ fn toml_output_is_an_engine_table() {
     assert_eq!(table["prefill"]["logical_block"].as_integer(), Some(144));
     assert_eq!(table["prefill"]["kernel_block"].as_integer(), Some(16));
     assert_eq!(table["prefill"]["tp_size"].as_integer(), Some(8));
+}
+
+#[test]
+fn release_picks_the_rules_and_the_file_names_it() {
+    // DeepSeek-V3 on FLASH_ATTN_MLA accepts any multiple of 16: the default
+    // block stands, 16 under 0.33.0 and 64 under 0.34.0.
+    let engine = |extra: &[&str]| {
+        let mut args = vec![
+            "derive",
+            "tests/fixtures/models/deepseek-v3.json",
+            "--tp",
+            "1",
+            "--backend",
+            "FLASH_ATTN_MLA",
+        ];
+        args.extend_from_slice(extra);
+        let (code, out, err) = kvgeom_parts(&args);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<Value>(&out).expect("JSON")
+    };
+    let pinned = engine(&[]);
+    assert_eq!(pinned["vllm_release"], "0.33.0");
+    assert_eq!(pinned["logical_block"], 16);
+    assert_eq!(engine(&["--release", "0.33.0"]), pinned);
+    let newer = engine(&["--release", "0.34.0"]);
+    assert_eq!(newer["vllm_release"], "0.34.0");
+    assert_eq!(newer["logical_block"], 64);
+    assert_eq!(newer["kernel_block"], 64);
+
+    // The pair's geometry file and the engine table say whose rules applied.
+    let (code, out, err) = kvgeom_parts(&[
+        "derive",
+        QWEN,
+        "--release",
+        "0.34.0",
+        "--prefill-tp",
+        "2",
+        "--prefill-backend",
+        "FLASHINFER",
+        "--decode-tp",
+        "2",
+        "--decode-backend",
+        "FLASHINFER",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("as vLLM 0.34.0 runs it:"), "{out}");
+    let (code, out, err) = kvgeom_parts(&[
+        "derive",
+        QWEN,
+        "--tp",
+        "2",
+        "--backend",
+        "FLASHINFER",
+        "--format",
+        "toml",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("as vLLM 0.33.0 runs it"), "{out}");
+
+    // An unknown release names the known ones; SGLang takes no --release.
+    let (code, _, err) = kvgeom_parts(&[
+        "derive",
+        QWEN,
+        "--tp",
+        "1",
+        "--backend",
+        "FLASH_ATTN",
+        "--release",
+        "0.32.0",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--release 0.32.0: kvgeom derive knows the block-size rules of vLLM 0.33.0, 0.34.0 only"),
+        "{err}"
+    );
+    let (code, _, err) = kvgeom_parts(&[
+        "derive",
+        QWEN,
+        "--stack",
+        "sglang",
+        "--tp",
+        "1",
+        "--release",
+        "0.34.0",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(
+            "--release is an option of vLLM's derivation; --stack sglang does not take it"
+        ),
+        "{err}"
+    );
+    // A refusal names the release whose rules refused.
+    let (code, _, err) = kvgeom_parts(&[
+        "derive",
+        QWEN,
+        "--tp",
+        "3",
+        "--backend",
+        "FLASH_ATTN",
+        "--release",
+        "0.34.0",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("vLLM 0.34.0 refuses this deployment"), "{err}");
 }
 
 fn temp_file(name: &str, text: &str) -> PathBuf {
