@@ -496,18 +496,14 @@ pub fn run_sweep_recording(
     drivers: usize,
     record_traces: Option<&Path>,
 ) -> Result<Vec<LiveReport>, BatchError> {
-    let hooks = Hooks {
-        record_traces: record_traces.map(Path::to_path_buf),
-        ..Hooks::default()
-    };
-    judged(
+    run_sweep_requests(
         cases,
         checks,
         python,
         case_limit,
-        &hooks,
-        Retention::Verdicts,
         drivers,
+        record_traces,
+        Requests::default(),
     )
 }
 

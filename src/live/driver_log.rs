@@ -28,16 +28,7 @@ pub fn run_outcome(result: &CaseResult) -> RunOutcome {
         Some("prefill") => Side::Prefill,
         _ => Side::Decode,
     };
-    match result.status.as_str() {
-        "done" => RunOutcome::Completed,
-        "rejected" => RunOutcome::Refused {
-            side,
-            reason: message,
-        },
-        "crashed" => RunOutcome::Crashed { side, message },
-        "hung" => RunOutcome::Hung { message },
-        _ => RunOutcome::NotRun {
-            message: format!("vLLM driver: {message}"),
-        },
-    }
+    RunOutcome::from_driver_status(&result.status, side, message, |_, message| {
+        format!("vLLM driver: {message}")
+    })
 }

@@ -150,18 +150,9 @@ pub fn outcome_of(r: &DriverResult) -> RunOutcome {
         }
     }
     let side = side_of(r.side.as_deref());
-    match r.status.as_str() {
-        "done" => RunOutcome::Completed,
-        "rejected" => RunOutcome::Refused {
-            side,
-            reason: message,
-        },
-        "crashed" => RunOutcome::Crashed { side, message },
-        "hung" => RunOutcome::Hung { message },
-        other => RunOutcome::NotRun {
-            message: format!("SGLang driver ({other}): {message}"),
-        },
-    }
+    RunOutcome::from_driver_status(&r.status, side, message, |other, message| {
+        format!("SGLang driver ({other}): {message}")
+    })
 }
 
 /// Where kvgeom's model of a rank's regions differs from SGLang's.

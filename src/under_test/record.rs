@@ -45,6 +45,30 @@ pub enum RunOutcome {
 }
 
 impl RunOutcome {
+    /// A driver's `status` for one case as the connector's ending: `done`,
+    /// `rejected`, `crashed` or `hung` by `side`; any other status means the
+    /// driver could not run the case, and `unknown` words that harness
+    /// error from the status and the message.
+    pub fn from_driver_status(
+        status: &str,
+        side: crate::layout::Side,
+        message: String,
+        unknown: impl FnOnce(&str, &str) -> String,
+    ) -> RunOutcome {
+        match status {
+            "done" => RunOutcome::Completed,
+            "rejected" => RunOutcome::Refused {
+                side,
+                reason: message,
+            },
+            "crashed" => RunOutcome::Crashed { side, message },
+            "hung" => RunOutcome::Hung { message },
+            other => RunOutcome::NotRun {
+                message: unknown(other, &message),
+            },
+        }
+    }
+
     /// The connector's ending as the outcome a case reports before the
     /// judge applies the geometry's expectations.
     pub fn to_outcome(&self) -> Outcome {
