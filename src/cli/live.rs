@@ -143,7 +143,7 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
         allocations: args.alloc.allocations(),
         // Planned before the interpreter is probed; set again below to the
         // reference of the release it has.
-        variant: compared_variant(None),
+        variant: planned_variant(),
         seed: args.seed,
     };
     let all_cases = match args.random {
@@ -167,7 +167,7 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
     let all_cases: Vec<crate::scenario::Case> = all_cases
         .into_iter()
         .map(|case| crate::scenario::Case {
-            variant: compared_variant(python.reference),
+            variant: Variant::Policy(python.compared_policy()),
             ..case
         })
         .collect();
@@ -179,15 +179,15 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
     if under_test.release().is_none() {
         match &args.expect {
             Some(file) => eprintln!(
-                "note: {} is not the pinned vLLM {}: held to --expect {}; its plan differences are information",
+                "note: {} is not a release kvgeom models: held to --expect {}; its plans are compared with --policy {} as information",
                 under_test.describe(),
-                Release::pinned().version,
-                file.display()
+                file.display(),
+                python.compared_policy().name()
             ),
             None => eprintln!(
-                "note: {} is not the pinned vLLM {}: the expectations do not apply; the exit status is a plain sweep's",
+                "note: {} is not a release kvgeom models: the expectations do not apply; its plans are compared with --policy {} as information; the exit status is a plain sweep's",
                 under_test.describe(),
-                Release::pinned().version
+                python.compared_policy().name()
             ),
         }
         for file in under_test.modified_files.iter().take(5) {
@@ -215,7 +215,7 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
     let started = std::time::Instant::now();
     // The canary runs first, in the same batch (live::canary).
     let with_canary: Vec<crate::scenario::Case> = std::iter::once(super::canary::canary_case(
-        compared_variant(python.reference),
+        Variant::Policy(python.compared_policy()),
     ))
     .chain(cases.iter().cloned())
     .collect();
@@ -390,18 +390,22 @@ fn show_replays(
 type PlanOf = fn(&LiveReport) -> Option<&PlanComparison>;
 
 /// Exit status: the expectations (or, without them, every case passing),
-/// and, for the pinned vLLM, its plan equal to kvgeom's on every case. For
-/// another vLLM the plan differences against each policy are information.
+/// and, for a release kvgeom models, its plan equal to its policy's on every
+/// case. For another vLLM the plan differences against each policy are
+/// information.
 fn judge(
     live: &[LiveReport],
     expectations: Option<&Expectations>,
-    pinned: bool,
+    modelled: bool,
     code: &CodeUnderTest,
 ) -> u8 {
     let reports: Vec<CaseReport> = live.iter().map(|l| l.report.clone()).collect();
     let mut failed = false;
+    let compared = live.first().map_or(Release::pinned().policy.name(), |l| {
+        l.report.case.variant.named_policy().name()
+    });
     let policies: [(&str, PlanOf); 2] = [
-        ("vllm-0.33.0", |l| Some(&l.plan)),
+        (compared, |l| Some(&l.plan)),
         ("kvgeom", |l| l.plan_kvgeom.as_ref()),
     ];
     for (policy, plan_of) in policies {
@@ -413,15 +417,15 @@ fn judge(
         if unequal.is_empty() {
             continue;
         }
-        failed |= pinned;
+        failed |= modelled;
         eprintln!(
             "\n{} of {} cases: vLLM's transfers differ from kvgeom's --policy {policy} plan{}",
             unequal.len(),
             live.len(),
-            if pinned {
+            if modelled {
                 ""
             } else {
-                " (information: not the pinned vLLM)"
+                " (information: not a release kvgeom models)"
             }
         );
         for (l, p) in unequal.iter().take(10) {
@@ -437,15 +441,15 @@ fn judge(
         .filter(|l| l.scheduler_model.as_ref().is_some_and(|m| !m.equal))
         .collect();
     if !model_differs.is_empty() {
-        failed |= pinned;
+        failed |= modelled;
         eprintln!(
             "\n{} of {} scheduler-made cases: kvgeom's scheduler model (src/scheduler.rs) differs from vLLM's scheduler{}",
             model_differs.len(),
             live.iter().filter(|l| l.scheduler_model.is_some()).count(),
-            if pinned {
+            if modelled {
                 ""
             } else {
-                " (information: not the pinned vLLM)"
+                " (information: not a release kvgeom models)"
             }
         );
         for l in model_differs.iter().take(10) {
@@ -617,12 +621,11 @@ fn table(live: &[LiveReport], nixl: &crate::driver::NixlRun) -> String {
     text
 }
 
-/// The variant a live case is planned under: the reference policy of the
-/// installed release (`reference`, from the release table), or for a release
-/// kvgeom does not model the pinned release's (its comparison is then
-/// information).
-pub(super) fn compared_variant(reference: Option<crate::connector::NamedPolicy>) -> Variant {
-    Variant::Policy(reference.unwrap_or(Release::pinned().policy))
+/// The variant a live case is planned with before the interpreter is
+/// probed: the pinned release's policy (set again to
+/// `Interpreter::compared_policy` once the installed release is known).
+pub(super) fn planned_variant() -> Variant {
+    Variant::Policy(Release::pinned().policy)
 }
 
 /// The sweep's JSON report with `"connector": "vllm"`, `"nixl"` (what
@@ -737,7 +740,7 @@ pub fn live_explain(args: ExplainArgs) -> u8 {
         mode: args.mode.mode(),
         allocation: args.alloc.allocation(),
         seed: args.seed,
-        variant: compared_variant(None),
+        variant: planned_variant(),
     };
     let budget = match super::max_memory_option(args.run.max_memory.as_deref()) {
         Ok(b) => b,
@@ -751,7 +754,7 @@ pub fn live_explain(args: ExplainArgs) -> u8 {
         Ok(p) => p,
         Err(code) => return code,
     };
-    case.variant = compared_variant(python.reference);
+    case.variant = Variant::Policy(python.compared_policy());
     let record_dir = args
         .record_trace
         .as_ref()

@@ -186,7 +186,7 @@ fn run(args: &MatrixArgs) -> Result<u8, u8> {
         prompts,
         modes: args.mode.modes(),
         allocations: args.alloc.allocations(),
-        variant: super::live::compared_variant(None),
+        variant: super::live::planned_variant(),
         seed: 0,
     };
     // The matrix's committed runs are direct: scheduler requests only when asked.
@@ -308,7 +308,7 @@ fn run_release(
     let cases: Vec<Case> = planned
         .iter()
         .map(|c| Case {
-            variant: super::live::compared_variant(interpreter.reference),
+            variant: crate::variant::Variant::Policy(interpreter.compared_policy()),
             ..c.clone()
         })
         .collect();

@@ -11,7 +11,7 @@ use crate::driver::{
     address_space_limit, memory_failure, project_root, run_bounded, scratch_for, DriverKind,
     DriverRun, NixlRun, ProcessError,
 };
-use crate::under_test::{CodeUnderTest, SourceTree};
+use crate::under_test::{CodeUnderTest, Release, SourceTree};
 
 /// The script that installs the project's venv.
 pub const INSTALL_SCRIPT: &str = "scripts/install-vllm.sh";
@@ -160,6 +160,15 @@ pub struct Interpreter {
 }
 
 impl Interpreter {
+    /// The kvgeom policy its plans are compared with: its release's
+    /// reference when it has one, otherwise, as information, the policy of
+    /// the newest modelled release before its version
+    /// (`Release::nearest_vllm`).
+    pub fn compared_policy(&self) -> NamedPolicy {
+        self.reference
+            .unwrap_or_else(|| Release::nearest_vllm(&self.vllm_version).policy)
+    }
+
     /// vLLM's connector as this interpreter has it installed: its version,
     /// and the files that differ from the release's or the checkout it is.
     /// Only an unmodified install of a release in the table is that release.

@@ -249,6 +249,68 @@ impl Release {
     pub fn reference_policy(&self) -> NamedPolicy {
         self.policy
     }
+
+    /// The modelled vLLM release whose policy a vLLM at `version` is
+    /// compared with, as information, when the table has no row for it:
+    /// the newest modelled release older than `version` (a `.devN` or `rcN`
+    /// build comes before its release, so a branch of vLLM main, which
+    /// reports the next release's dev build, is compared with the release
+    /// before it), else the oldest modelled one; a version that is not a
+    /// number is compared with the pinned release.
+    pub fn nearest_vllm(version: &str) -> &'static Release {
+        let Some(wanted) = release_key(version) else {
+            return Release::pinned();
+        };
+        let mut modelled: Vec<(&'static Release, ReleaseKey)> = RELEASES
+            .iter()
+            .filter(|r| r.connector == ConnectorKind::Vllm)
+            .filter_map(|r| release_key(r.version).map(|k| (r, k)))
+            .collect();
+        modelled.sort_by(|a, b| a.1.cmp(&b.1));
+        modelled
+            .iter()
+            .rev()
+            .find(|(_, key)| *key <= wanted)
+            .or_else(|| modelled.first())
+            .map_or_else(Release::pinned, |(r, _)| *r)
+    }
+}
+
+/// A version's order: its numbers, then 0 for a pre-release (`.devN`,
+/// `rcN`, `aN`, `bN`) and 1 for the release itself, then the pre-release's
+/// number.
+type ReleaseKey = (Vec<u64>, u8, u64);
+
+/// `version` as a [`ReleaseKey`]; `None` when it does not start with a
+/// number. A local part (`+g1234abc`) is ignored.
+fn release_key(version: &str) -> Option<ReleaseKey> {
+    let public = version.split('+').next().unwrap_or_default();
+    let mut numbers = Vec::new();
+    let mut rest = public;
+    loop {
+        let digits = rest.chars().take_while(char::is_ascii_digit).count();
+        if digits == 0 {
+            break;
+        }
+        numbers.push(rest[..digits].parse().ok()?);
+        rest = &rest[digits..];
+        match rest.strip_prefix('.') {
+            Some(r) if r.starts_with(|c: char| c.is_ascii_digit()) => rest = r,
+            _ => break,
+        }
+    }
+    if numbers.is_empty() {
+        return None;
+    }
+    let tag = rest.trim_start_matches(['.', '-']);
+    if tag.is_empty() || tag.starts_with("post") {
+        return Some((numbers, 1, 0));
+    }
+    let n = tag
+        .trim_start_matches(|c: char| c.is_ascii_alphabetic())
+        .parse()
+        .unwrap_or(0);
+    Some((numbers, 0, n))
 }
 
 #[cfg(test)]
@@ -287,6 +349,24 @@ mod tests {
         assert_eq!(own.release().map(|r| r.version), None);
         assert_eq!(own.policy.as_deref(), Some("kvgeom"));
         assert_eq!(own.version, env!("CARGO_PKG_VERSION"));
+    }
+
+    #[test]
+    fn an_unmodelled_vllm_is_compared_with_the_newest_modelled_release_before_it() {
+        let nearest = |v: &str| Release::nearest_vllm(v).version;
+        assert_eq!(nearest("0.34.0"), "0.34.0");
+        assert_eq!(nearest("0.34.1"), "0.34.0");
+        assert_eq!(nearest("0.35.0.dev12+g0123abc"), "0.34.0");
+        assert_eq!(nearest("0.34.0.dev3"), "0.33.0");
+        assert_eq!(nearest("0.34.0rc1"), "0.33.0");
+        assert_eq!(nearest("0.33.1"), "0.33.0");
+        assert_eq!(nearest("0.33.0.post1"), "0.33.0");
+        assert_eq!(nearest("1.0.0"), "0.34.0");
+        // Older than every modelled release: the oldest one.
+        assert_eq!(nearest("0.31.0"), "0.33.0");
+        // Not a number: the pinned release.
+        assert_eq!(nearest("main"), Release::pinned().version);
+        assert_eq!(nearest(""), Release::pinned().version);
     }
 
     #[test]

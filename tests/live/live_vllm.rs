@@ -1214,7 +1214,7 @@ fn another_vllm_is_compared_with_each_policy() {
     assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains(
-            "vLLM 0.33.1.dev0+branch is not the pinned vLLM 0.33.0: the expectations do not apply"
+            "vLLM 0.33.1.dev0+branch is not a release kvgeom models: the expectations do not apply; its plans are compared with --policy vllm-0.33.0"
         ),
         "{err}"
     );
@@ -1222,7 +1222,7 @@ fn another_vllm_is_compared_with_each_policy() {
     assert_eq!(case["plan"]["equal"], true, "{case}");
     assert_eq!(case["plan_kvgeom"]["equal"], false, "{case}");
     assert!(
-        err.contains("vLLM's transfers differ from kvgeom's --policy kvgeom plan (information: not the pinned vLLM)"),
+        err.contains("vLLM's transfers differ from kvgeom's --policy kvgeom plan (information: not a release kvgeom models)"),
         "{err}"
     );
     // Where both policies agree and vLLM is right: equal to both, exit 0.
