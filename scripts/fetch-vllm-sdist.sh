@@ -1,28 +1,28 @@
 #!/usr/bin/env bash
-# Fetches vLLM 0.33.0's sdist once and turns it into a git tree with the
+# Fetches vLLM 0.34.0's sdist once and turns it into a git tree with the
 # patches of tests/fixtures/vllm-branch/ as an uncommitted change: a stand-in
 # for a connector developer's branch, for tests/live/vllm_branch.rs.
 #
 # Usage: scripts/fetch-vllm-sdist.sh [--dir DIR]
 #
-# DIR (default target/vllm-src/) gets vllm-0.33.0.tar.gz (checked against
-# PyPI's sha256) and vllm-0.33.0/, a git repository whose one commit is the
+# DIR (default target/vllm-src/) gets vllm-0.34.0.tar.gz (checked against
+# PyPI's sha256) and vllm-0.34.0/, a git repository whose one commit is the
 # pristine sdist (fixed author and date, so its commit id is the same on
-# every machine; tagged v0.33.0) and whose work tree carries the patches, uncommitted. A
+# every machine; tagged v0.34.0) and whose work tree carries the patches, uncommitted. A
 # rerun keeps the download and the commit, puts the work tree back to the
 # commit and applies the patches again (a few seconds). Prints the tree's
 # path. Then:
 #
-#   scripts/install-vllm.sh --source target/vllm-src/vllm-0.33.0 \
+#   scripts/install-vllm.sh --source target/vllm-src/vllm-0.34.0 \
 #       --venv target/vllm-src/venv --torch-from .vllm-venv
 #
 # Exit 2 with the reason: a download that fails or does not match, a patch
 # that does not apply.
 set -euo pipefail
 
-VERSION="0.33.0"
-SHA256="f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"
-URL="https://files.pythonhosted.org/packages/f7/25/aa5684e9c59d6fc75f78926b7f15e8d9adc7de2d9e6e7575b80776ad8169/vllm-${VERSION}.tar.gz"
+VERSION="0.34.0"
+SHA256="fcad848b246a9d8652b47e6425af92334dc02492f9802720f54e27b823cf0113"
+URL="https://files.pythonhosted.org/packages/92/21/6e0b077dc4a0b28f5a8ce8bb352a38d7196650d681fd4faa87f8dc622eff/vllm-${VERSION}.tar.gz"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PATCHES=("${ROOT}"/tests/fixtures/vllm-branch/*.patch)
@@ -55,7 +55,7 @@ TARBALL="${DIR}/vllm-${VERSION}.tar.gz"
 TREE="${DIR}/vllm-${VERSION}"
 
 if [[ ! -f "${TARBALL}" ]] || ! echo "${SHA256}  ${TARBALL}" | sha256sum -c --status; then
-    note "downloading vllm-${VERSION}.tar.gz (47 MB) from PyPI"
+    note "downloading vllm-${VERSION}.tar.gz (49 MB) from PyPI"
     curl -sSLf --retry 3 -o "${TARBALL}.part" "${URL}" || bad "could not download ${URL}"
     echo "${SHA256}  ${TARBALL}.part" | sha256sum -c --status ||
         bad "${URL} does not have PyPI's sha256 ${SHA256}"
@@ -80,7 +80,7 @@ if ! git_tree rev-parse --verify -q HEAD >/dev/null 2>&1; then
 fi
 
 # The release tag: setuptools-scm makes the built wheel's version from it
-# (0.33.0+d<date>.empty for the patched tree), as on a clone of vLLM.
+# (0.34.0+d<date>.empty for the patched tree), as on a clone of vLLM.
 git_tree tag -f "v${VERSION}" HEAD >/dev/null
 
 # Back to the commit (build outputs of an install go too), then the patches.

@@ -1,8 +1,9 @@
-# Sourced by scripts/install-vllm.sh for --version X and --source DIR: a vLLM
-# release or source tree in its own venv under .vllm-venvs/ (never
-# .vllm-venv/). Uses ROOT, PYTHON, OTHER_VERSION, OTHER_SOURCE, OTHER_VENV,
-# TORCH_FROM, bad(), note(), elapsed() of the caller; sets VENV and NIXL_STAMP for its
-# install_nixl.
+# Sourced by scripts/install-vllm.sh: a vLLM release (--version X, or the
+# pinned release into .vllm-venv/ when PINNED_INSTALL=1) or source tree
+# (--source DIR) in its own venv under .vllm-venvs/ (never .vllm-venv/ but
+# for the pinned release). Uses ROOT, PYTHON, OTHER_VERSION, OTHER_SOURCE,
+# OTHER_VENV, TORCH_FROM, PINNED_INSTALL, bad(), note(), elapsed() of the
+# caller; sets VENV and NIXL_STAMP for its install_nixl.
 #
 # Every wheel pip downloads goes to .vllm-venvs/.wheels/ first and is
 # installed from there (--no-index), so another venv with the same torch pin
@@ -161,7 +162,7 @@ install_other() {
     VENV="${OTHER_VENV:-${default_venv}}"
     mkdir -p "$(dirname "${VENV}")" || bad "cannot create $(dirname "${VENV}")"
     VENV="$(cd "$(dirname "${VENV}")" && pwd)/$(basename "${VENV}")"
-    if [[ "${VENV}" == "${ROOT}/.vllm-venv" ]]; then
+    if [[ "${VENV}" == "${ROOT}/.vllm-venv" ]] && ((!PINNED_INSTALL)); then
         bad "--venv ${VENV}: .vllm-venv/ holds the pinned vLLM ${VLLM_VERSION}; name another folder"
     fi
     STAMP="${VENV}/.kvgeom-stamp"

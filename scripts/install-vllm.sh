@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
-# Installs vLLM 0.33.0 (CPU-only use: its Python functions, no kernels) into
-# .vllm-venv/ at the project root, for scripts/vllm-derive-reference.py and the
-# reference test in tests/project/derive.rs.
+# Installs vLLM (CPU-only use: its Python functions and its NIXL connector's
+# workers, no kernels) into a venv, for kvgeom's live drivers
+# (vllm-driver/), scripts/vllm-derive-reference.py and the reference tests.
 #
 # Usage: scripts/install-vllm.sh [--nixl]
 #        scripts/install-vllm.sh --version X [--venv DIR] [--nixl] [--torch-from VENV]
 #        scripts/install-vllm.sh --source DIR [--venv DIR] [--nixl] [--torch-from VENV]
 #
-# --version X installs the release vllm==X from PyPI into .vllm-venvs/X/ (or
-# --venv DIR); --source DIR installs a vLLM git checkout or unpacked sdist,
-# Python only (VLLM_TARGET_DEVICE=empty, pip --no-build-isolation --no-deps),
-# into .vllm-venvs/src-<name>/. Neither touches .vllm-venv/. Each takes the
-# torch pin and the light dependencies from the vllm wheel's own metadata
-# (Requires-Dist, filtered by scripts/vllm-wheel-deps.py to what CPU-side
-# import needs), and keeps every wheel it downloads in .vllm-venvs/.wheels/,
-# so a second venv with the same torch pin downloads no torch. The torch that
-# was installed is written to the venv's .kvgeom-torch. A release not on PyPI,
-# a tree that does not build, or a vLLM that does not import is exit 2.
+# Plain: the pinned release, vllm==0.34.0, into .vllm-venv/ at the project
+# root. --version X installs the release vllm==X from PyPI into
+# .vllm-venvs/X/ (or --venv DIR); --source DIR installs a vLLM git checkout
+# or unpacked sdist, Python only (VLLM_TARGET_DEVICE=empty, pip
+# --no-build-isolation --no-deps), into .vllm-venvs/src-<name>/. Neither
+# touches .vllm-venv/. Each takes the torch pin and the light dependencies
+# from the vllm wheel's own metadata (Requires-Dist, filtered by
+# scripts/vllm-wheel-deps.py to what CPU-side import needs), and keeps every
+# wheel it downloads in .vllm-venvs/.wheels/, so a second venv with the same
+# torch pin downloads no torch. The torch that was installed is written to
+# the venv's .kvgeom-torch. An exact pin the package index lacks (0.34.0's
+# flashinfer-python==0.7.3) is replaced by the nearest version the index has,
+# with a warning, and listed in the venv's .kvgeom-substitutions. A release
+# not on PyPI, a tree that does not build, or a vLLM that does not import is
+# exit 2.
 #
 # --torch-from VENV (with --version or --source): instead of the wheel's own
 # torch pin, hard-link the torch of VENV (e.g. .vllm-venv/, torch 2.14.0) and
@@ -29,9 +34,8 @@
 # the same Python minor version; where hard links are impossible (another
 # file system) the pin is installed as without the option.
 #
-# Pinned: torch==2.14.0, the vllm==0.33.0 wheel installed with --no-deps, and
-# the light dependencies vLLM's config and KV-cache code imports. Downloads a
-# few GB the first time (PyPI); a second run finds the stamp and returns in
+# The pinned install downloads a few GB the first time (torch 2.14.0 and its
+# nvidia-* wheels, from PyPI); a second run finds the stamp and returns in
 # seconds. Nothing is fetched when vLLM's functions are run afterwards.
 #
 # --nixl also installs NIXL's Python package (nixl==1.5.1, and nixl-cu13==1.5.1
@@ -42,26 +46,7 @@
 # finds its own stamp and returns at once.
 set -euo pipefail
 
-TORCH_VERSION="2.14.0"
-VLLM_VERSION="0.33.0"
-LIGHT_DEPS=(
-    pytest msgspec pyzmq numpy "transformers>=5.16.1,<5.21.0"
-    "huggingface_hub>=1.31.0" "tokenizers>=0.23.2" "safetensors>=0.6.2"
-    "pydantic>=2.12.0" cachetools psutil regex blake3 py-cpuinfo cloudpickle
-    pyyaml einops sentencepiece "requests>=2.33.0" tqdm protobuf packaging
-    filelock typing_extensions pillow "prometheus_client>=0.18.0" cbor2
-    pybase64 setproctitle ijson python-json-logger "openai>=2.25.0"
-    "fastapi>=0.133.0,<0.137.0" "starlette>=1.0.1" "aiohttp>=3.14.4"
-    "orjson>=3.11.6" partial-json-parser jsonschema watchfiles tiktoken
-    "oss-harmony>=0.0.11" "mcp>=2.2.0,<3.0.0" "anthropic>=0.71.0" uvloop
-    "xgrammar==0.2.8" "llguidance>=1.7.0,<1.8.0"
-    # Imported by the model registry and the FlashInfer backend module.
-    loguru nvidia-ml-py
-)
-# vLLM's own pins of packages whose modules it imports when resolving model
-# classes and attention backends; their heavy dependencies are not needed.
-NO_DEPS=("compressed-tensors==0.17.0" "flashinfer-python==0.7.2.post1")
-STAMP_TEXT="torch==${TORCH_VERSION} vllm==${VLLM_VERSION} deps=$(printf '%s ' "${LIGHT_DEPS[@]}" "${NO_DEPS[@]}" | cksum | cut -d' ' -f1)"
+VLLM_VERSION="0.34.0"
 NIXL_VERSION="1.5.1"
 NIXL_WHEELS=("nixl==${NIXL_VERSION}" "nixl-cu13==${NIXL_VERSION}")
 NIXL_STAMP_TEXT="${NIXL_WHEELS[*]}"
@@ -70,7 +55,6 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=scripts/disk-space.sh
 source "${ROOT}/scripts/disk-space.sh"
 VENV="${ROOT}/.vllm-venv"
-STAMP="${VENV}/.kvgeom-stamp"
 NIXL_STAMP="${VENV}/.kvgeom-nixl-stamp"
 START=$(date +%s)
 
@@ -95,6 +79,7 @@ bad() {
 }
 
 WITH_NIXL=0
+PINNED_INSTALL=0
 OTHER_VERSION=""
 OTHER_SOURCE=""
 OTHER_VENV=""
@@ -163,60 +148,18 @@ command -v "${PYTHON}" >/dev/null ||
 "${PYTHON}" -c 'import venv, ensurepip' 2>/dev/null ||
     die "${PYTHON} lacks the venv/ensurepip modules (Debian/Ubuntu: apt-get install python3-venv)"
 
-if [[ -n "${OTHER_VERSION}${OTHER_SOURCE}" ]]; then
-    # shellcheck source=scripts/install-vllm-other.sh
-    source "${ROOT}/scripts/install-vllm-other.sh"
-    install_other
-    if ((WITH_NIXL)); then
-        install_nixl
-    fi
-    exit 0
+# shellcheck source=scripts/install-vllm-other.sh
+source "${ROOT}/scripts/install-vllm-other.sh"
+if [[ -z "${OTHER_VERSION}${OTHER_SOURCE}" ]]; then
+    # The pinned release, into .vllm-venv/, from its wheel's metadata.
+    OTHER_VERSION="${VLLM_VERSION}"
+    OTHER_VENV="${VENV}"
+    PINNED_INSTALL=1
 fi
-
-if [[ -f "${STAMP}" && "$(cat "${STAMP}")" == "${STAMP_TEXT}" ]] &&
-    "${VENV}/bin/python" -c 'import importlib.metadata as m; assert m.version("vllm") == "'"${VLLM_VERSION}"'"' 2>/dev/null; then
-    note "already installed in ${VENV} (${STAMP_TEXT%% deps=*}); nothing to do ($(elapsed))"
-    if ((WITH_NIXL)); then
-        install_nixl
-    fi
-    exit 0
-fi
-
-if [[ ! -x "${VENV}/bin/python" ]]; then
-    note "creating the virtual environment ${VENV}"
-    "${PYTHON}" -m venv "${VENV}"
-fi
-PIP=("${VENV}/bin/python" -m pip --disable-pip-version-check)
-"${PIP[@]}" --version >/dev/null 2>&1 || die "pip does not run in ${VENV}; remove it and retry"
-
-note "installing torch==${TORCH_VERSION} (the PyPI build, ~5 GB with its nvidia-* wheels)"
-"${VENV}/bin/python" -c 'import torch' 2>/dev/null ||
-    warn_if_short 14 "${VENV}" "torch==${TORCH_VERSION} from PyPI (its wheels, pip's cache of them and ~7 GiB installed)"
-"${PIP[@]}" install -q "torch==${TORCH_VERSION}" ||
-    die "pip could not install torch==${TORCH_VERSION} ($(disk_report "${VENV}"))"
-
-note "installing vllm==${VLLM_VERSION} without its dependencies"
-WHEELS="$(mktemp -d)"
-trap 'rm -rf "${WHEELS}"' EXIT
-"${PIP[@]}" download -q --no-deps -d "${WHEELS}" "vllm==${VLLM_VERSION}" ||
-    die "pip could not download vllm==${VLLM_VERSION}"
-"${PIP[@]}" install -q --no-deps "${WHEELS}"/vllm-*.whl || die "pip could not install the vllm wheel"
-
-note "installing the light dependencies (${#LIGHT_DEPS[@]} packages)"
-# --no-deps above leaves vLLM's full requirement list unmet on purpose; pip's
-# resolver warning about it is filtered out.
-"${PIP[@]}" install -q "${LIGHT_DEPS[@]}" 2>&1 | grep -v -e "^vllm ${VLLM_VERSION} requires" -e "dependency resolver does not currently" -e "^flashinfer-python .* requires" >&2 || true
-"${PIP[@]}" show -q "${LIGHT_DEPS[@]%%[<>=]*}" >/dev/null 2>&1 || die "pip could not install the light dependencies"
-note "installing ${NO_DEPS[*]} without their dependencies"
-"${PIP[@]}" install -q --no-deps "${NO_DEPS[@]}" || die "pip could not install ${NO_DEPS[*]}"
-
-note "checking that vLLM's config and KV-cache modules import"
-"${VENV}/bin/python" -c 'import vllm.v1.kv_cache_interface, vllm.model_executor.layers.mamba.mamba_utils, flashinfer, compressed_tensors, loguru' 2>/dev/null ||
-    die "vllm ${VLLM_VERSION} was installed but does not import; see: ${VENV}/bin/python -c 'import vllm.v1.kv_cache_interface'"
-
-echo "${STAMP_TEXT}" >"${STAMP}"
-note "installed torch==${TORCH_VERSION}, vllm==${VLLM_VERSION} and ${#LIGHT_DEPS[@]} light dependencies in ${VENV} ($(du -sh "${VENV}" | cut -f1), $(elapsed))"
+install_other
 if ((WITH_NIXL)); then
     install_nixl
 fi
-note "then: scripts/vllm-derive-reference.py --help, or cargo test --test project derive::"
+if ((PINNED_INSTALL)); then
+    note "then: scripts/vllm-derive-reference.py --help, or cargo test --test project derive::"
+fi

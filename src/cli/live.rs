@@ -211,7 +211,7 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
         options.push_str(" requests scheduler");
     }
     let (cases, shard) = super::shard_cases(all_cases, shard_of, &sources, &opts, &options);
-    let checks = block_checks(&sources, &cases);
+    let checks = block_checks(&sources, &cases, &python.vllm_version);
     let started = std::time::Instant::now();
     // The canary runs first, in the same batch (live::canary).
     let with_canary: Vec<crate::scenario::Case> = std::iter::once(super::canary::canary_case(
@@ -287,16 +287,31 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
 }
 
 /// The geometries among `cases` that name their model config: vLLM's own
-/// block derivation runs on each once.
+/// block derivation runs on each once. A file derived under another
+/// release's rules (`model.vllm_release`) than the installed `vllm_version`
+/// is left out, with a note: that release's vLLM would derive other blocks.
 pub(super) fn block_checks(
     sources: &[plan::SourcedGeometry],
     cases: &[crate::scenario::Case],
+    vllm_version: &str,
 ) -> Vec<live::BlockCheck> {
     sources
         .iter()
         .filter(|s| cases.iter().any(|c| c.geometry_name() == s.geometry.name))
         .filter_map(|s| {
-            s.model.as_ref().map(|m| live::BlockCheck {
+            let m = s.model.as_ref()?;
+            let rules = m.prefill.rules.release;
+            if rules != vllm_version {
+                eprintln!(
+                    "note: {}: its blocks are derived under vLLM {rules}'s rules (model.vllm_release), \
+                     so vLLM {vllm_version}'s own derivation is not compared with them",
+                    s.file
+                        .as_ref()
+                        .map_or(s.geometry.name.clone(), |f| f.display().to_string())
+                );
+                return None;
+            }
+            Some(live::BlockCheck {
                 geometry: std::sync::Arc::clone(&s.geometry),
                 source: std::sync::Arc::clone(m),
             })

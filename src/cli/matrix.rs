@@ -317,7 +317,7 @@ fn run_release(
             return column(Ok(ran));
         }
     }
-    let checks = super::live::block_checks(sources, &cases);
+    let checks = super::live::block_checks(sources, &cases, &interpreter.vllm_version);
     let mut remaining: BTreeMap<String, usize> = BTreeMap::new();
     for c in &cases {
         *remaining.entry(c.geometry_name().to_string()).or_default() += 1;

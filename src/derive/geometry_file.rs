@@ -5,6 +5,7 @@
 //! [model]
 //! hf_config = "../../tests/fixtures/models/qwen3-next-80b-a3b.json"  # relative to this file
 //! layer_slots = 2                                                    # optional
+//! vllm_release = "0.33.0"                                            # optional
 //! [prefill]
 //! tp_size = 8
 //! backend = "FLASHINFER"      # and optionally block_size, gpu, cache_dtype
@@ -15,8 +16,8 @@
 //!
 //! The model tables and both engines' blocks are derived as `kvgeom derive`
 //! does; an engine may still state `kernel_block` / `logical_block`, which
-//! must then be what vLLM would use (under the pinned release's rules: a
-//! geometry file names no release). The result is written in the
+//! must then be what vLLM would use, under the rules of `model.vllm_release`
+//! (default: the pinned release's, `VllmRules::pinned`). The result is written in the
 //! plain format and read by the ordinary parser, so every rule of the format
 //! applies.
 
@@ -100,10 +101,11 @@ fn model_source(source: &str, text: &str) -> Result<Option<ModelSource>, Geometr
         return Ok(None);
     };
     let base = Path::new(source).parent().unwrap_or(Path::new("."));
+    let rules = file_rules(source, &file)?;
     Ok(Some(ModelSource {
         hf_config: base.join(hf_config),
-        prefill: engine_options(source, &mut file, "prefill")?,
-        decode: engine_options(source, &mut file, "decode")?,
+        prefill: engine_options(source, &mut file, "prefill", rules)?,
+        decode: engine_options(source, &mut file, "decode", rules)?,
     }))
 }
 
@@ -162,10 +164,38 @@ fn take_int(
     }
 }
 
+/// The rules the file's blocks are derived under: `model.vllm_release`
+/// when it names one, else the pinned release's.
+pub(crate) fn file_rules(source: &str, file: &Table) -> Result<&'static VllmRules, GeometryError> {
+    match file
+        .get("model")
+        .and_then(Value::as_table)
+        .and_then(|m| m.get("vllm_release"))
+    {
+        None => Ok(VllmRules::pinned()),
+        Some(Value::String(release)) => VllmRules::of(release).ok_or_else(|| {
+            invalid(
+                source,
+                "model.vllm_release",
+                format!(
+                    "kvgeom derives for vLLM {}, not {release}",
+                    VllmRules::known()
+                ),
+            )
+        }),
+        Some(v) => Err(invalid(
+            source,
+            "model.vllm_release",
+            format!("must be a release string such as \"0.33.0\", found {v}"),
+        )),
+    }
+}
+
 fn engine_options(
     source: &str,
     file: &mut Table,
     name: &str,
+    rules: &'static VllmRules,
 ) -> Result<EngineOptions, GeometryError> {
     let table = file
         .get_mut(name)
@@ -204,7 +234,7 @@ fn engine_options(
         cache_dtype: cache
             .map_or(Ok(CacheDtype::Auto), |c| CacheDtype::parse(&c))
             .map_err(|e| bad("cache_dtype", e))?,
-        rules: VllmRules::pinned(),
+        rules,
         mamba_cache_dtype: mamba
             .map_or(Ok(MambaDtype::Auto), |m| {
                 MambaDtype::parse("mamba_cache_dtype", &m)
@@ -222,6 +252,7 @@ fn engine_options(
 fn derived(source: &str, file: &mut Table, hf_config: &str) -> Result<String, GeometryError> {
     let base = Path::new(source).parent().unwrap_or(Path::new("."));
     let config_path = base.join(hf_config);
+    let rules = file_rules(source, file)?;
     let model_table = file
         .get_mut("model")
         .and_then(Value::as_table_mut)
@@ -236,6 +267,7 @@ fn derived(source: &str, file: &mut Table, hf_config: &str) -> Result<String, Ge
         }
     }
     model_table.remove("hf_config");
+    model_table.remove("vllm_release");
     let layer_slots = match model_table.remove("layer_slots") {
         None => None,
         Some(Value::Integer(n)) if n > 0 && n <= i64::from(u32::MAX) => Some(n as u32),
@@ -256,8 +288,8 @@ fn derived(source: &str, file: &mut Table, hf_config: &str) -> Result<String, Ge
     }
     let model =
         load_model(&config_path).map_err(|e| invalid(source, "model.hf_config", e.to_string()))?;
-    let prefill = engine_options(source, file, "prefill")?;
-    let decode = engine_options(source, file, "decode")?;
+    let prefill = engine_options(source, file, "prefill", rules)?;
+    let decode = engine_options(source, file, "decode", rules)?;
     let pair = derive_pair(
         &model,
         &PairOptions {

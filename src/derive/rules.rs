@@ -20,15 +20,15 @@ pub struct VllmRules {
 /// `under_test::RELEASES`; a test holds the two together) and the default
 /// of `kvgeom derive --release`.
 pub static VLLM_RULES: [VllmRules; 2] = [
-    VllmRules {
-        release: "0.33.0",
-        default_block_size: 16,
-    },
     // 0.34.0 raised `CacheConfig.DEFAULT_BLOCK_SIZE` to 64; the selector,
     // the kernel sizes and the hybrid alignment are 0.33.0's.
     VllmRules {
         release: "0.34.0",
         default_block_size: 64,
+    },
+    VllmRules {
+        release: "0.33.0",
+        default_block_size: 16,
     },
 ];
 
@@ -43,13 +43,12 @@ impl VllmRules {
         VLLM_RULES.iter().find(|r| r.release == release)
     }
 
-    /// The releases kvgeom derives for, comma-separated (for messages).
+    /// The releases kvgeom derives for, oldest first, comma-separated (for
+    /// messages).
     pub fn known() -> String {
-        VLLM_RULES
-            .iter()
-            .map(|r| r.release)
-            .collect::<Vec<_>>()
-            .join(", ")
+        let mut releases: Vec<&str> = VLLM_RULES.iter().map(|r| r.release).collect();
+        releases.reverse();
+        releases.join(", ")
     }
 }
 
@@ -64,5 +63,6 @@ mod tests {
         }
         assert_eq!(VllmRules::of("0.32.0"), None);
         assert_eq!(VllmRules::known(), "0.33.0, 0.34.0");
+        assert_eq!(VllmRules::pinned().release, "0.34.0");
     }
 }

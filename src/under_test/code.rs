@@ -196,20 +196,11 @@ pub struct Release {
 }
 
 /// Every release kvgeom models; the first is the one the project's venv
-/// pins (`scripts/install-vllm.sh`). vLLM 0.31.0 and 0.32.0 install and run,
-/// but have no row: nothing models their connector yet. vLLM 0.34.0 is
-/// driven with the same profile checker as 0.33.0.
+/// pins (`scripts/install-vllm.sh`: vLLM 0.34.0), then the older ones, each
+/// with its own policy and expectations. vLLM 0.30.0-0.32.0 install and run,
+/// but have no row: nothing models their connector; their plans are
+/// compared with [`Release::nearest_vllm`]'s policy as information.
 pub static RELEASES: [Release; 2] = [
-    Release {
-        connector: ConnectorKind::Vllm,
-        version: "0.33.0",
-        policy: NamedPolicy::Vllm0330,
-        expectations: "expected/vllm-0.33.0.toml",
-        api: ApiProfile {
-            name: "vllm-0.33.0",
-            checker: "vllm-driver/api_check.py",
-        },
-    },
     Release {
         connector: ConnectorKind::Vllm,
         version: "0.34.0",
@@ -217,6 +208,16 @@ pub static RELEASES: [Release; 2] = [
         expectations: "expected/vllm-0.34.0.toml",
         api: ApiProfile {
             name: "vllm-0.34.0",
+            checker: "vllm-driver/api_check.py",
+        },
+    },
+    Release {
+        connector: ConnectorKind::Vllm,
+        version: "0.33.0",
+        policy: NamedPolicy::Vllm0330,
+        expectations: "expected/vllm-0.33.0.toml",
+        api: ApiProfile {
+            name: "vllm-0.33.0",
             checker: "vllm-driver/api_check.py",
         },
     },
@@ -320,16 +321,23 @@ mod tests {
 
     #[test]
     fn the_pinned_release_maps_to_its_policy_expectations_and_profile() {
-        let code = CodeUnderTest::vllm("0.33.0");
-        let release = code.release().expect("0.33.0 is in the table");
+        let code = CodeUnderTest::vllm("0.34.0");
+        let release = code.release().expect("0.34.0 is in the table");
         assert!(std::ptr::eq(release, Release::pinned()));
         assert_eq!(
             code.reference_policy().map(NamedPolicy::name),
+            Some("vllm-0.34.0")
+        );
+        assert_eq!(code.expectations(), Some("expected/vllm-0.34.0.toml"));
+        assert_eq!(code.policy.as_deref(), Some("vllm-0.34.0"));
+        assert_eq!(release.api.name, "vllm-0.34.0");
+        // The release before it keeps its own row.
+        let older = CodeUnderTest::vllm("0.33.0");
+        assert_eq!(
+            older.reference_policy().map(NamedPolicy::name),
             Some("vllm-0.33.0")
         );
-        assert_eq!(code.expectations(), Some("expected/vllm-0.33.0.toml"));
-        assert_eq!(code.policy.as_deref(), Some("vllm-0.33.0"));
-        assert_eq!(release.api.name, "vllm-0.33.0");
+        assert_eq!(older.expectations(), Some("expected/vllm-0.33.0.toml"));
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         assert!(root.join(release.expectations).is_file());
         assert!(root.join(release.api.checker).is_file());

@@ -7,7 +7,7 @@ use std::process::Command;
 use kvgeom::live;
 use kvgeom::under_test::Release;
 
-use crate::support::{root, skip};
+use crate::support::{root, skip, vllm_install_command, vllm_venv_python};
 
 #[test]
 fn the_drivers_python_tests_pass_under_pytest() {
@@ -18,6 +18,31 @@ fn the_drivers_python_tests_pass_under_pytest() {
         Ok(p) => std::path::absolute(&p.python).expect("the current folder is readable"),
         Err(why) => return skip(test, format_args!("no vLLM venv ({why})")),
     };
+    pytest_passes(&python);
+}
+
+/// The same tests on vLLM 0.33.0, the release before the pinned one (its
+/// push accepts different P/D block sizes, which 0.34.0 refuses, so the
+/// push-ordering tests run there).
+#[test]
+fn the_drivers_python_tests_pass_under_pytest_on_0_33_0() {
+    let test = "the_drivers_python_tests_pass_under_pytest_on_0_33_0";
+    let python = vllm_venv_python("0.33.0");
+    if !python.exists() {
+        return skip(
+            test,
+            format_args!(
+                "vLLM 0.33.0 is not installed at {} (run {})",
+                python.display(),
+                vllm_install_command("0.33.0")
+            ),
+        );
+    }
+    pytest_passes(&python);
+}
+
+/// Every `vllm-driver/test_*.py` under pytest with `python`: all pass.
+fn pytest_passes(python: &std::path::Path) {
     let driver = root().join("vllm-driver");
     let tests: Vec<_> = std::fs::read_dir(&driver)
         .expect("vllm-driver/ is listed")
@@ -28,7 +53,7 @@ fn the_drivers_python_tests_pass_under_pytest() {
         tests.iter().any(|t| t == "test_provenance.py"),
         "the driver's tests are not where this test looks: {tests:?}"
     );
-    let out = Command::new(&python)
+    let out = Command::new(python)
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
         .args(&tests)
         .current_dir(&driver)
@@ -40,6 +65,10 @@ fn the_drivers_python_tests_pass_under_pytest() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "pytest failed:\n{text}");
+    assert!(
+        out.status.success(),
+        "pytest failed on {}:\n{text}",
+        python.display()
+    );
     assert!(text.contains(" passed"), "pytest ran no test:\n{text}");
 }

@@ -1,4 +1,4 @@
-//! A connector developer's branch under test: vLLM 0.33.0's sdist as a git
+//! A connector developer's branch under test: vLLM 0.34.0's sdist as a git
 //! tree with the patches of tests/fixtures/vllm-branch/ uncommitted
 //! (`scripts/fetch-vllm-sdist.sh`), installed Python-only into
 //! target/vllm-src/venv/ (`scripts/install-vllm.sh --source`). The branch
@@ -21,7 +21,7 @@ const RECORD_ENV: &str = "VLLM_NIXL_RECORD_REQ_META";
 /// The patched tree and its venv's Python, or why they are not there.
 fn branch() -> Result<(PathBuf, PathBuf), String> {
     let dir = root().join("target/vllm-src");
-    let tree = dir.join("vllm-0.33.0");
+    let tree = dir.join("vllm-0.34.0");
     let python = dir.join("venv/bin/python");
     if !tree.join(".git").is_dir() {
         return Err(format!(
@@ -31,7 +31,7 @@ fn branch() -> Result<(PathBuf, PathBuf), String> {
     }
     if !python.is_file() {
         return Err(format!(
-            "no venv at {} (scripts/install-vllm.sh --source target/vllm-src/vllm-0.33.0 \
+            "no venv at {} (scripts/install-vllm.sh --source target/vllm-src/vllm-0.34.0 \
              --venv target/vllm-src/venv --torch-from .vllm-venv)",
             python.display()
         ));
@@ -128,12 +128,12 @@ fn a_field_the_branchs_scheduler_fills_reaches_its_worker_only_through_the_sched
     );
     assert_eq!(code["source"]["commit"], commit.as_str(), "{code}");
     assert_eq!(code["source"]["dirty"], true, "{code}");
-    // setuptools-scm names a tree with local changes on the v0.33.0 tag by
-    // the next release's dev version (0.33.1.dev0+g<commit>.d<date>).
+    // setuptools-scm names a tree with local changes on the v0.34.0 tag by
+    // the next release's dev version (0.34.1.dev0+g<commit>.d<date>).
     assert!(
         code["version"]
             .as_str()
-            .is_some_and(|v| v.starts_with("0.33.")),
+            .is_some_and(|v| v.starts_with("0.34.")),
         "{code}"
     );
     assert_eq!(

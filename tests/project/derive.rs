@@ -7,10 +7,10 @@
 //! `tests/fixtures/models/` at TP 1, 2, 4, 8 on every backend of its kind,
 //! without `--block-size` and with 32, 64 and 128. The table test derives
 //! each case with kvgeom and compares; the regeneration test (only where
-//! `scripts/install-vllm.sh` has installed `.vllm-venv/`) runs vLLM again
+//! `scripts/install-vllm.sh --version 0.33.0` has installed `.vllm-venvs/0.33.0/`) runs vLLM again
 //! and compares its output with the committed table.
 //! `tests/fixtures/derive/vllm-0.34.0-table.json` is the same script run by
-//! vLLM 0.34.0 (`.vllm-venvs/0.34.0/`), the same cases in the same order;
+//! vLLM 0.34.0 (the pinned release, `.vllm-venv/`), the same cases in the same order;
 //! kvgeom derives it under `--release 0.34.0`.
 //!
 //! `tests/fixtures/derive/vllm-0.33.0-conv-split.json` was produced the same
@@ -33,7 +33,7 @@ use kvgeom::derive::{
 };
 use kvgeom::under_test::{ConnectorKind, Release, RELEASES};
 
-use crate::support::{kvgeom, root, skip};
+use crate::support::{kvgeom, root, skip, vllm_install_command, vllm_venv_python};
 
 const TABLE: &str = "tests/fixtures/derive/vllm-0.33.0-table.json";
 const TABLE_0_34: &str = "tests/fixtures/derive/vllm-0.34.0-table.json";
@@ -261,12 +261,16 @@ fn regenerated_table_equals(python: &Path, table: &str) {
 
 #[test]
 fn the_table_is_what_vllm_computes_today() {
-    let python = root().join(".vllm-venv/bin/python");
+    let python = vllm_venv_python("0.33.0");
     if !python.exists() {
         skip(
             "the_table_is_what_vllm_computes_today",
-            "vLLM 0.33.0 is not installed in .vllm-venv/ (run scripts/install-vllm.sh); \
-             the committed table is checked by derivations_match_vllm_0_33_0",
+            format!(
+                "vLLM 0.33.0 is not installed at {} (run {}); \
+                 the committed table is checked by derivations_match_vllm_0_33_0",
+                python.display(),
+                vllm_install_command("0.33.0")
+            ),
         );
         return;
     }
@@ -275,13 +279,16 @@ fn the_table_is_what_vllm_computes_today() {
 
 #[test]
 fn the_0_34_0_table_is_what_vllm_0_34_0_computes_today() {
-    let python = root().join(".vllm-venvs/0.34.0/bin/python");
+    let python = vllm_venv_python("0.34.0");
     if !python.exists() {
         skip(
             "the_0_34_0_table_is_what_vllm_0_34_0_computes_today",
-            "vLLM 0.34.0 is not installed in .vllm-venvs/0.34.0/ (run scripts/install-vllm.sh \
-             --version 0.34.0); the committed table is checked by \
-             derivations_under_release_0_34_0_match_vllm_0_34_0",
+            format!(
+                "vLLM 0.34.0 is not installed at {} (run {}); the committed table is checked by \
+                 derivations_under_release_0_34_0_match_vllm_0_34_0",
+                python.display(),
+                vllm_install_command("0.34.0")
+            ),
         );
         return;
     }
@@ -302,9 +309,19 @@ const QWEN: &str = "tests/fixtures/models/qwen3-next-80b-a3b.json";
 
 #[test]
 fn json_output_has_the_documented_keys() {
-    let (code, out, err) = kvgeom_parts(&["derive", QWEN, "--tp", "1", "--backend", "FLASHINFER"]);
+    let (code, out, err) = kvgeom_parts(&[
+        "derive",
+        QWEN,
+        "--tp",
+        "1",
+        "--backend",
+        "FLASHINFER",
+        "--release",
+        "0.33.0",
+    ]);
     assert_eq!(code, 0, "{err}");
     let v: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(v["vllm_release"], "0.33.0");
     assert_eq!(v["logical_block"], 544);
     assert_eq!(v["kernel_block"], 32);
     assert_eq!(v["ppl"], 17);
@@ -339,8 +356,10 @@ fn toml_output_is_an_engine_table() {
     ]);
     assert_eq!(code, 0, "{err}");
     let table: toml::Value = toml::from_str(&out).expect("TOML");
-    assert_eq!(table["prefill"]["logical_block"].as_integer(), Some(144));
-    assert_eq!(table["prefill"]["kernel_block"].as_integer(), Some(16));
+    // The pinned 0.34.0 starts from a block of 64: one rank's mamba state
+    // (196,608 bytes at TP 8) fits 192 tokens of 1,024 bytes.
+    assert_eq!(table["prefill"]["logical_block"].as_integer(), Some(192));
+    assert_eq!(table["prefill"]["kernel_block"].as_integer(), Some(64));
     assert_eq!(table["prefill"]["tp_size"].as_integer(), Some(8));
 }
 
@@ -363,13 +382,13 @@ fn release_picks_the_rules_and_the_file_names_it() {
         serde_json::from_str::<Value>(&out).expect("JSON")
     };
     let pinned = engine(&[]);
-    assert_eq!(pinned["vllm_release"], "0.33.0");
-    assert_eq!(pinned["logical_block"], 16);
-    assert_eq!(engine(&["--release", "0.33.0"]), pinned);
-    let newer = engine(&["--release", "0.34.0"]);
-    assert_eq!(newer["vllm_release"], "0.34.0");
-    assert_eq!(newer["logical_block"], 64);
-    assert_eq!(newer["kernel_block"], 64);
+    assert_eq!(pinned["vllm_release"], "0.34.0");
+    assert_eq!(pinned["logical_block"], 64);
+    assert_eq!(pinned["kernel_block"], 64);
+    assert_eq!(engine(&["--release", "0.34.0"]), pinned);
+    let older = engine(&["--release", "0.33.0"]);
+    assert_eq!(older["vllm_release"], "0.33.0");
+    assert_eq!(older["logical_block"], 16);
 
     // The pair's geometry file and the engine table say whose rules applied.
     let (code, out, err) = kvgeom_parts(&[
@@ -399,7 +418,7 @@ fn release_picks_the_rules_and_the_file_names_it() {
         "toml",
     ]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("as vLLM 0.33.0 runs it"), "{out}");
+    assert!(out.contains("as vLLM 0.34.0 runs it"), "{out}");
 
     // An unknown release names the known ones; SGLang takes no --release.
     let (code, _, err) = kvgeom_parts(&[
@@ -533,10 +552,12 @@ fn bad_input_exits_2_naming_the_problem() {
     );
 }
 
+/// A geometry file naming Qwen3-Next's config, P TP8 -> D TP2 on
+/// FlashInfer, derived under vLLM 0.33.0's rules (`model.vllm_release`).
 fn derived_file(engine_extra: &str) -> String {
     format!(
         "description = \"Qwen3-Next from its config\"\nprompts = [2, 145]\n\n[model]\n\
-         hf_config = \"{}\"\nlayer_slots = 2\n\n[prefill]\ntp_size = 8\nbackend = \"FLASHINFER\"\n{engine_extra}\n\
+         hf_config = \"{}\"\nlayer_slots = 2\nvllm_release = \"0.33.0\"\n\n[prefill]\ntp_size = 8\nbackend = \"FLASHINFER\"\n{engine_extra}\n\
          [decode]\ntp_size = 2\nbackend = \"FLASHINFER\"\n",
         root().join(QWEN).display()
     )
@@ -556,6 +577,31 @@ fn a_geometry_file_may_name_the_model_config() {
         &derived_file("logical_block = 144\nkernel_block = 16\n"),
     );
     assert!(kvgeom::derive::load_geometry_file(&path).is_ok());
+    // Without model.vllm_release the pinned 0.34.0's rules apply.
+    let path = temp_file(
+        "from-config-pinned.toml",
+        &derived_file("").replace("vllm_release = \"0.33.0\"\n", ""),
+    );
+    let g = kvgeom::derive::load_geometry_file(&path).expect("loads");
+    assert_eq!((g.prefill.logical_block, g.prefill.kernel_block), (192, 64));
+    assert_eq!((g.decode.logical_block, g.decode.kernel_block), (576, 64));
+    // A release kvgeom does not derive for, or not a string: named.
+    for (value, wanted) in [
+        (
+            "\"0.32.0\"",
+            "model.vllm_release: kvgeom derives for vLLM 0.33.0, 0.34.0, not 0.32.0",
+        ),
+        ("34", "model.vllm_release: must be a release string"),
+    ] {
+        let path = temp_file(
+            "from-config-bad-release.toml",
+            &derived_file("").replace("\"0.33.0\"", value),
+        );
+        let err = kvgeom::derive::load_geometry_file(&path)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(wanted), "{err}");
+    }
 }
 
 #[test]
@@ -899,12 +945,16 @@ fn conv_split_of_vllm_0_33_0_is_what_vllm_computes() {
 
 #[test]
 fn the_conv_split_table_is_what_vllm_computes_today() {
-    let python = root().join(".vllm-venv/bin/python");
+    let python = vllm_venv_python("0.33.0");
     if !python.exists() {
         skip(
             "the_conv_split_table_is_what_vllm_computes_today",
-            "vLLM 0.33.0 is not installed in .vllm-venv/ (run scripts/install-vllm.sh); \
-             the committed conv-split table is checked by conv_split_of_vllm_0_33_0_is_what_vllm_computes",
+            format!(
+                "vLLM 0.33.0 is not installed at {} (run {}); \
+                 the committed conv-split table is checked by conv_split_of_vllm_0_33_0_is_what_vllm_computes",
+                python.display(),
+                vllm_install_command("0.33.0")
+            ),
         );
         return;
     }
@@ -924,7 +974,8 @@ fn the_conv_split_table_is_what_vllm_computes_today() {
         without_key_order(&fresh),
         without_key_order(&committed),
         "vLLM's functions no longer give the committed conv-split table; regenerate it with \
-         .vllm-venv/bin/python scripts/vllm-conv-split-reference.py > {CONV_SPLIT}"
+         {} scripts/vllm-conv-split-reference.py > {CONV_SPLIT}",
+        python.display()
     );
 }
 
@@ -1010,12 +1061,16 @@ fn layer_groups_are_vllms() {
 
 #[test]
 fn the_layer_groups_table_is_what_vllm_computes_today() {
-    let python = root().join(".vllm-venv/bin/python");
+    let python = vllm_venv_python("0.33.0");
     if !python.exists() {
         skip(
             "the_layer_groups_table_is_what_vllm_computes_today",
-            "vLLM 0.33.0 is not installed in .vllm-venv/ (run scripts/install-vllm.sh); \
-             the committed layer-groups table is checked by layer_groups_are_vllms",
+            format!(
+                "vLLM 0.33.0 is not installed at {} (run {}); \
+                 the committed layer-groups table is checked by layer_groups_are_vllms",
+                python.display(),
+                vllm_install_command("0.33.0")
+            ),
         );
         return;
     }
@@ -1035,7 +1090,8 @@ fn the_layer_groups_table_is_what_vllm_computes_today() {
         without_key_order(&fresh),
         without_key_order(&committed),
         "vLLM's grouping no longer gives the committed table; regenerate it with \
-         .vllm-venv/bin/python scripts/vllm-layer-groups-reference.py > {LAYER_GROUPS}"
+         {} scripts/vllm-layer-groups-reference.py > {LAYER_GROUPS}",
+        python.display()
     );
 }
 

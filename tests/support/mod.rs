@@ -161,3 +161,24 @@ pub fn vllm_stack(
         .filter(|s| s.geometry.stack == kvgeom::geometry::Stack::Vllm)
         .collect()
 }
+
+/// The interpreter of vLLM `version`'s venv as `scripts/install-vllm.sh`
+/// lays them out: `.vllm-venv/` for the pinned release, `.vllm-venvs/X/`
+/// for another one.
+pub fn vllm_venv_python(version: &str) -> PathBuf {
+    if version == kvgeom::under_test::Release::pinned().version {
+        root().join(".vllm-venv/bin/python")
+    } else {
+        root().join(format!(".vllm-venvs/{version}/bin/python"))
+    }
+}
+
+/// The command that installs vLLM `version` where [`vllm_venv_python`]
+/// looks for it, for skip messages.
+pub fn vllm_install_command(version: &str) -> String {
+    if version == kvgeom::under_test::Release::pinned().version {
+        "scripts/install-vllm.sh".to_string()
+    } else {
+        format!("scripts/install-vllm.sh --version {version} --torch-from .vllm-venv")
+    }
+}
