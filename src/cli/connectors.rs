@@ -10,6 +10,19 @@ pub fn sweep(args: SweepArgs) -> u8 {
         eprintln!("error: {why}");
         return EXIT_BAD_INPUT;
     }
+    if args.run.connector != ConnectorArg::Vllm {
+        for (given, option) in [
+            (args.plan_differences.is_some(), "--plan-differences"),
+            (args.compare_policy.is_some(), "--compare-policy"),
+        ] {
+            if given {
+                eprintln!(
+                    "error: {option}: applies to the plans of vLLM's connector; add --connector vllm"
+                );
+                return EXIT_BAD_INPUT;
+            }
+        }
+    }
     match args.run.connector {
         ConnectorArg::Vllm => super::live_sweep(args),
         ConnectorArg::Replay => super::replay_sweep(args),

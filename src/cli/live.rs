@@ -3,6 +3,7 @@
 
 use super::run_args::RequestsArg;
 use super::{default_paths, ExplainArgs, NixlArg, SweepArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
+use crate::connector::NamedPolicy;
 use crate::geometry::Mode;
 use crate::live;
 use crate::live::LiveReport;
@@ -11,6 +12,7 @@ use crate::scenario::{shell_word, CaseReport, MemoryKind, TransportKind};
 use crate::sweep::plan;
 use crate::sweep::shard::{parse_shard, Shard};
 use crate::under_test::expectations::Expectations;
+use crate::under_test::plan_differences::PlanDifferences;
 use crate::under_test::PlanComparison;
 use crate::under_test::{judge_sweep, CodeUnderTest, Release};
 use crate::variant::Variant;
@@ -56,7 +58,7 @@ fn refused(args: &SweepArgs) -> Option<String> {
     }
     if let Some(p) = &args.run.variant.policy {
         return Some(format!(
-            "--policy {p}: --connector vllm runs vLLM's own connector and compares it with kvgeom's --policy vllm-0.33.0 plan"
+            "--policy {p}: --connector vllm runs vLLM's own connector and compares it with its release's kvgeom policy (another with --compare-policy)"
         ));
     }
     if args.memory == MemoryKind::Vram {
@@ -105,6 +107,17 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
     let requests = match requests_option(args.run.requests, args.alloc.allocations().as_deref()) {
         Ok(r) => r,
         Err(code) => return code,
+    };
+    let compare_policy = match compare_policy_option(args.compare_policy.as_deref()) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    // A file named on the command line is checked before the interpreter
+    // is probed; the release's own once it is known.
+    let given_differences = match args.plan_differences.as_deref().map(load_plan_differences) {
+        Some(Ok(d)) => Some(d),
+        Some(Err(code)) => return code,
+        None => None,
     };
     // `--threads`: how many driver processes run at once.
     let drivers = match super::sweep::threads_within_limit(args.threads) {
@@ -164,10 +177,32 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
         Err(code) => return code,
     };
     let under_test = python.code_under_test();
+    let compared = compare_policy.unwrap_or_else(|| python.compared_policy());
+    if let Some(policy) = compare_policy {
+        eprintln!(
+            "note: --compare-policy {}: vLLM's plans are compared with kvgeom's --policy {} instead of {}",
+            policy.name(),
+            policy.name(),
+            python.compared_policy().name()
+        );
+    }
+    let plan_differences = match given_differences {
+        Some(d) => Some(d),
+        None => match under_test.release() {
+            Some(release) => {
+                let file = crate::driver::project_root().join(release.plan_differences());
+                match load_plan_differences(&file) {
+                    Ok(d) => Some(d),
+                    Err(code) => return code,
+                }
+            }
+            None => None,
+        },
+    };
     let all_cases: Vec<crate::scenario::Case> = all_cases
         .into_iter()
         .map(|case| crate::scenario::Case {
-            variant: Variant::Policy(python.compared_policy()),
+            variant: Variant::Policy(compared),
             ..case
         })
         .collect();
@@ -182,12 +217,12 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
                 "note: {} is not a release kvgeom models: held to --expect {}; its plans are compared with --policy {} as information",
                 under_test.describe(),
                 file.display(),
-                python.compared_policy().name()
+                compared.name()
             ),
             None => eprintln!(
                 "note: {} is not a release kvgeom models: the expectations do not apply; its plans are compared with --policy {} as information; the exit status is a plain sweep's",
                 under_test.describe(),
-                python.compared_policy().name()
+                compared.name()
             ),
         }
         for file in under_test.modified_files.iter().take(5) {
@@ -214,11 +249,10 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
     let checks = block_checks(&sources, &cases, &python.vllm_version);
     let started = std::time::Instant::now();
     // The canary runs first, in the same batch (live::canary).
-    let with_canary: Vec<crate::scenario::Case> = std::iter::once(super::canary::canary_case(
-        Variant::Policy(python.compared_policy()),
-    ))
-    .chain(cases.iter().cloned())
-    .collect();
+    let with_canary: Vec<crate::scenario::Case> =
+        std::iter::once(super::canary::canary_case(Variant::Policy(compared)))
+            .chain(cases.iter().cloned())
+            .collect();
     let mut live = match live::run_sweep_requests(
         &with_canary,
         &checks,
@@ -241,6 +275,9 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
             under_test.describe()
         );
         return EXIT_BAD_INPUT;
+    }
+    if let Some(allowed) = &plan_differences {
+        mark_allowed(&mut live, allowed);
     }
     eprintln!(
         "{} ({}), {}: {} cases in {:.1} s",
@@ -273,6 +310,9 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
         python.reference.is_some(),
         &under_test,
     );
+    if let Some(allowed) = &plan_differences {
+        unused_plan_differences(&live, allowed);
+    }
     if code != EXIT_OK {
         show_replays(
             &live,
@@ -284,6 +324,60 @@ pub fn live_sweep(args: SweepArgs) -> u8 {
         );
     }
     code
+}
+
+/// `--compare-policy NAME`, or exit 2 naming the known policies.
+fn compare_policy_option(name: Option<&str>) -> Result<Option<NamedPolicy>, u8> {
+    let Some(name) = name else {
+        return Ok(None);
+    };
+    NamedPolicy::from_name(name).map(Some).ok_or_else(|| {
+        let known: Vec<&str> = NamedPolicy::ALL.iter().map(|p| p.name()).collect();
+        eprintln!(
+            "error: --compare-policy {name}: unknown policy; known: {}",
+            known.join(", ")
+        );
+        EXIT_BAD_INPUT
+    })
+}
+
+/// The allowed plan differences in `file`, or exit 2 after saying why not.
+fn load_plan_differences(file: &std::path::Path) -> Result<PlanDifferences, u8> {
+    PlanDifferences::load(file, &crate::driver::project_root()).map_err(|e| {
+        eprintln!("error: {e}");
+        EXIT_BAD_INPUT
+    })
+}
+
+/// Mark each compared case whose plan differs and that an entry of
+/// `allowed` covers with the entry's finding.
+fn mark_allowed(live: &mut [LiveReport], allowed: &PlanDifferences) {
+    for l in live.iter_mut() {
+        if l.plan.equal || l.report.outcome.not_reachable() {
+            continue;
+        }
+        l.plan.allowed = allowed
+            .allowing(&l.report.case, l.request_path.as_str())
+            .map(|d| d.finding.clone());
+    }
+}
+
+/// A note for each entry of `allowed` that allowed no difference in this
+/// sweep: stale when the sweep ran its cases, else its cases did not run.
+fn unused_plan_differences(live: &[LiveReport], allowed: &PlanDifferences) {
+    for (index, d) in allowed.differences.iter().enumerate() {
+        let used = live
+            .iter()
+            .any(|l| l.plan.allowed.is_some() && d.covers(&l.report.case, l.request_path.as_str()));
+        if !used {
+            eprintln!(
+                "note: {}: difference #{} ({}) allowed no plan difference of this sweep (stale, or its cases did not run)",
+                allowed.file,
+                index + 1,
+                d.describe()
+            );
+        }
+    }
 }
 
 /// The geometries among `cases` that name their model config: vLLM's own
@@ -424,11 +518,27 @@ fn judge(
         ("kvgeom", |l| l.plan_kvgeom.as_ref()),
     ];
     for (policy, plan_of) in policies {
-        let unequal: Vec<(&LiveReport, &PlanComparison)> = live
+        let differing = live
             .iter()
             .filter(|l| !l.report.outcome.not_reachable())
-            .filter_map(|l| plan_of(l).filter(|p| !p.equal).map(|p| (l, p)))
-            .collect();
+            .filter_map(|l| plan_of(l).filter(|p| !p.equal).map(|p| (l, p)));
+        let (allowed, unequal): (Vec<_>, Vec<_>) =
+            differing.partition(|(_, p)| p.allowed.is_some());
+        if !allowed.is_empty() {
+            eprintln!(
+                "\n{} of {} cases: vLLM's transfers differ from kvgeom's --policy {policy} plan as allowed (expected/plan-differences/)",
+                allowed.len(),
+                live.len()
+            );
+            for (l, p) in allowed.iter().take(10) {
+                eprintln!(
+                    "- {}: allowed ({}): {}",
+                    l.report.case.label(),
+                    p.allowed.as_deref().unwrap_or_default(),
+                    p.first_difference.as_deref().unwrap_or("")
+                );
+            }
+        }
         if unequal.is_empty() {
             continue;
         }
@@ -611,6 +721,12 @@ fn table(live: &[LiveReport], nixl: &crate::driver::NixlRun) -> String {
     text.push_str(&format!(
         "connector: vllm; plan equal to kvgeom's --policy {reference} on {equal} of {compared} cases\n"
     ));
+    let allowed = live.iter().filter(|l| l.plan.allowed.is_some()).count();
+    if allowed > 0 {
+        text.push_str(&format!(
+            "connector: vllm; {allowed} of the differing plans are allowed plan differences (expected/plan-differences/)\n"
+        ));
+    }
     let against_kvgeom: Vec<&PlanComparison> =
         live.iter().filter_map(|l| l.plan_kvgeom.as_ref()).collect();
     if !against_kvgeom.is_empty() {
@@ -806,12 +922,13 @@ pub fn live_explain(args: ExplainArgs) -> u8 {
         }
     };
     let mut out = format!(
-        "{} ({} via {}, {})\noutcome: {}\nplan vs kvgeom --policy vllm-0.33.0: {}\n",
+        "{} ({} via {}, {})\noutcome: {}\nplan vs kvgeom --policy {}: {}\n",
         live.report.case.label(),
         python.code_under_test().describe(),
         python.python.display(),
         python.nixl,
         live.report.outcome.describe(),
+        live.report.case.variant.named_policy().name(),
         match &live.plan.first_difference {
             None => "equal".to_string(),
             Some(d) => format!("differs: {d}"),

@@ -57,6 +57,19 @@ pub struct SweepArgs {
     /// `--policy vllm-0.33.0 --expect expected/vllm-0.33.0.toml`).
     #[arg(long, value_name = "FILE")]
     pub expect: Option<PathBuf>,
+    /// With --connector vllm: the plan differences allowed, instead of the
+    /// release's committed file (expected/plan-differences/vllm-X.toml):
+    /// a listed case whose plan differs is printed as allowed, with its
+    /// finding, and does not fail the sweep.
+    #[arg(long, value_name = "FILE")]
+    pub plan_differences: Option<PathBuf>,
+    /// With --connector vllm: compare vLLM's plans with this kvgeom policy
+    /// (e.g. `vllm-0.33.0`) instead of its release's; for a release kvgeom
+    /// models, a difference still fails the sweep unless it is an allowed
+    /// plan difference (--plan-differences). The expectations stay the
+    /// release's.
+    #[arg(long, value_name = "NAME")]
+    pub compare_policy: Option<String>,
     /// Run shard K of N (1-based) of the cases, e.g. `--shard 2/4` on the
     /// second of four CI runners; `kvgeom report merge` joins the JSON or
     /// JUnit reports.

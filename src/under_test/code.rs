@@ -241,6 +241,18 @@ impl Release {
         Release::of(ConnectorKind::Vllm, version)
     }
 
+    /// Its file of allowed plan differences (relative to the project root):
+    /// `expected/plan-differences/vllm-X.toml`, the cases on which its own
+    /// transfers may differ from its policy's, each citing a finding
+    /// (`under_test::plan_differences`). Every modelled release has one.
+    pub fn plan_differences(&self) -> String {
+        format!(
+            "expected/plan-differences/{}-{}.toml",
+            self.connector.name(),
+            self.version
+        )
+    }
+
     /// The known defects it has, in table order (`crate::defects`).
     pub fn defects(&self) -> Vec<Defect> {
         Defect::of_vllm(self.version)

@@ -68,9 +68,10 @@ struct EntryToml {
     finding: String,
 }
 
-#[derive(Deserialize)]
+/// An entry's `cases` as written: `"all"` or a list of `PROMPTS/HIT`.
+#[derive(Clone, Debug, Deserialize)]
 #[serde(untagged)]
-enum CasesToml {
+pub(crate) enum CasesToml {
     All(String),
     List(Vec<String>),
 }
@@ -82,6 +83,50 @@ pub enum CasePattern {
     All,
     /// `(prompt length, prefix hit)` pairs; a hit of `None` matches any.
     Listed(BTreeSet<(u32, Option<u32>)>),
+}
+
+impl CasePattern {
+    /// An entry's `cases`: `"all"`, or `PROMPTS/HIT` items where PROMPTS is
+    /// a prompt list (`1..=8`, `13,25`) and HIT a prefix hit or `*` (any);
+    /// `Err` says what is wrong with it.
+    pub(crate) fn parse(cases: &CasesToml) -> Result<CasePattern, String> {
+        match cases {
+            CasesToml::All(s) if s == "all" => Ok(CasePattern::All),
+            CasesToml::All(s) => Err(format!(
+                "cases `{s}`: expected \"all\" or a list like [\"1..=8/0\", \"33/16\"]"
+            )),
+            CasesToml::List(items) => {
+                let mut set = BTreeSet::new();
+                for item in items {
+                    let (prompts, hit) = item.split_once('/').ok_or_else(|| {
+                        format!("case `{item}`: expected PROMPTS/HIT, e.g. `33/16`")
+                    })?;
+                    let hit = match hit.trim() {
+                        "*" => None,
+                        h => Some(
+                            h.parse::<u32>()
+                                .map_err(|_| format!("case `{item}`: `{h}` is not a prefix hit"))?,
+                        ),
+                    };
+                    let prompts = parse_prompt_list(prompts)
+                        .map_err(|err| format!("case `{item}`: {err}"))?;
+                    set.extend(prompts.into_iter().map(|n| (n, hit)));
+                }
+                Ok(CasePattern::Listed(set))
+            }
+        }
+    }
+
+    /// Whether the pattern covers the case of `prompt_len` tokens with a
+    /// prefix hit of `prefix_hit`.
+    pub fn covers(&self, prompt_len: u32, prefix_hit: u32) -> bool {
+        match self {
+            CasePattern::All => true,
+            CasePattern::Listed(set) => {
+                set.contains(&(prompt_len, Some(prefix_hit))) || set.contains(&(prompt_len, None))
+            }
+        }
+    }
 }
 
 /// One expected failure.
@@ -180,32 +225,7 @@ impl Expectations {
                     OUTCOMES.join(", ")
                 )));
             }
-            let cases = match &e.cases {
-                CasesToml::All(s) if s == "all" => CasePattern::All,
-                CasesToml::All(s) => {
-                    return Err(bad(format!(
-                        "cases `{s}`: expected \"all\" or a list like [\"1..=8/0\", \"33/16\"]"
-                    )))
-                }
-                CasesToml::List(items) => {
-                    let mut set = BTreeSet::new();
-                    for item in items {
-                        let (prompts, hit) = item.split_once('/').ok_or_else(|| {
-                            bad(format!("case `{item}`: expected PROMPTS/HIT, e.g. `33/16`"))
-                        })?;
-                        let hit = match hit.trim() {
-                            "*" => None,
-                            h => Some(h.parse::<u32>().map_err(|_| {
-                                bad(format!("case `{item}`: `{h}` is not a prefix hit"))
-                            })?),
-                        };
-                        let prompts = parse_prompt_list(prompts)
-                            .map_err(|err| bad(format!("case `{item}`: {err}")))?;
-                        set.extend(prompts.into_iter().map(|n| (n, hit)));
-                    }
-                    CasePattern::Listed(set)
-                }
-            };
+            let cases = CasePattern::parse(&e.cases).map_err(bad)?;
             failures.push(ExpectedFailure {
                 geometry: e.geometry,
                 mode: e.mode,
@@ -315,13 +335,7 @@ impl ExpectedFailure {
         {
             return false;
         }
-        match &self.cases {
-            CasePattern::All => true,
-            CasePattern::Listed(set) => {
-                set.contains(&(case.prompt_len, Some(case.prefix_hit)))
-                    || set.contains(&(case.prompt_len, None))
-            }
-        }
+        self.cases.covers(case.prompt_len, case.prefix_hit)
     }
 
     /// Why `report` is not the failure this entry expects, if it is not.

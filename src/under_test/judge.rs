@@ -158,6 +158,11 @@ pub struct PlanComparison {
     pub equal: bool,
     /// The first pair (or list) that differs, when not equal.
     pub first_difference: Option<String>,
+    /// When not equal: the finding (`docs/findings/NAME.md`) of the
+    /// release's allowed plan difference that covers the case
+    /// (`under_test::plan_differences`); absent in JSON otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allowed: Option<String>,
 }
 
 /// The plan of a judged run: its posted pairs when it observed any, else
@@ -205,6 +210,7 @@ pub(crate) fn not_run(why: &str) -> PlanComparison {
     PlanComparison {
         equal: false,
         first_difference: Some(format!("vLLM's connector did not run the case: {why}")),
+        allowed: None,
     }
 }
 
@@ -233,6 +239,7 @@ pub(crate) fn with_post_process(
         Some(d) => PlanComparison {
             equal: false,
             first_difference: Some(d),
+            allowed: None,
         },
         None => plan,
     }
@@ -273,6 +280,7 @@ pub fn compare_plans(kvgeom: &Plan, vllm: &Plan) -> PlanComparison {
     PlanComparison {
         equal: first_difference.is_none(),
         first_difference,
+        allowed: None,
     }
 }
 

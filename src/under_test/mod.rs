@@ -15,6 +15,7 @@ pub mod covered_range;
 pub mod expectations;
 pub mod judge;
 pub mod kvgeom;
+pub mod plan_differences;
 pub(crate) mod post_process_calls;
 pub mod record;
 

@@ -781,3 +781,95 @@ fn options_of_the_other_connector_are_refused_by_name() {
         assert!(o.stdout.is_empty(), "{line}: nothing runs: {}", text(&o));
     }
 }
+
+/// A plan-differences file that cannot be used is exit 2 before the
+/// interpreter is probed or any case runs (here there is no interpreter at
+/// all), the error naming the problem; the two plan options need
+/// `--connector vllm`, and an unknown `--compare-policy` is named.
+#[test]
+fn a_bad_plan_differences_file_is_exit_2_before_any_case_runs() {
+    let entry = "[[difference]]\ngeometry = \"gqa-kernel-ratio4\"\ncases = \"all\"\n\
+                 finding = \"vllm-0.34.0-last-token-pairing.md\"\nreason = \"an example\"\n";
+    for (name, body, needle) in [
+        (
+            "missing-finding.toml",
+            entry.replace("vllm-0.34.0-last-token-pairing.md", "no-such-finding.md"),
+            "finding `no-such-finding.md`: no such page",
+        ),
+        (
+            "unknown-key.toml",
+            entry.replace("reason =", "because ="),
+            "unknown field `because`",
+        ),
+        (
+            "bad-selector.toml",
+            entry.replace("\"all\"", "[\"13\"]"),
+            "case `13`: expected PROMPTS/HIT",
+        ),
+    ] {
+        let file = tmp(name);
+        std::fs::write(&file, body).unwrap();
+        let o = kvgeom(&[
+            "sweep",
+            "--connector",
+            "vllm",
+            "--vllm-python",
+            "/nonexistent/bin/python",
+            "--plan-differences",
+            file.to_str().unwrap(),
+            "geometries/gqa-kernel-ratio4.toml",
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{name}: {err}");
+        assert!(err.contains(needle), "{name}: {err}");
+        assert!(
+            err.contains(name),
+            "{name}: the error names the file: {err}"
+        );
+        assert!(!err.contains("no Python interpreter"), "{name}: {err}");
+        assert!(!err.contains("panicked"), "{name}: {err}");
+    }
+    let o = kvgeom(&[
+        "sweep",
+        "--connector",
+        "vllm",
+        "--vllm-python",
+        "/nonexistent/bin/python",
+        "--plan-differences",
+        "/nonexistent/plan-differences.toml",
+        "geometries/gqa-kernel-ratio4.toml",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o).contains("/nonexistent/plan-differences.toml"),
+        "{}",
+        text(&o)
+    );
+    let o = kvgeom(&[
+        "sweep",
+        "--connector",
+        "vllm",
+        "--vllm-python",
+        "/nonexistent/bin/python",
+        "--compare-policy",
+        "vllm-9",
+        "geometries/gqa-kernel-ratio4.toml",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o).contains("--compare-policy vllm-9: unknown policy; known: "),
+        "{}",
+        text(&o)
+    );
+    for option in ["--plan-differences", "--compare-policy"] {
+        let o = kvgeom(&["sweep", option, "x", "geometries/gqa-kernel-ratio4.toml"]);
+        assert_eq!(o.status.code(), Some(2), "{option}");
+        assert!(
+            text(&o).contains(&format!(
+                "{option}: applies to the plans of vLLM's connector"
+            )),
+            "{}",
+            text(&o)
+        );
+    }
+}

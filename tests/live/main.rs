@@ -10,6 +10,7 @@ mod api_check_fields;
 mod driver_python_tests;
 mod live_sglang;
 mod live_vllm;
+mod plan_differences;
 mod provenance;
 mod scheduler_requests;
 mod sglang_driver_tests;

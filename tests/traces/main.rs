@@ -10,3 +10,4 @@ mod trace_reader;
 mod trace_robustness;
 mod trace_sglang;
 mod trace_v2;
+mod trace_v2_releases;
