@@ -206,7 +206,6 @@ fn run(args: &MatrixArgs) -> Result<u8, u8> {
             .map_err(|e| bad(format!("--out-dir {}: cannot create: {e}", dir.display())))?;
     }
     let geometries: Vec<String> = sources.iter().map(|s| s.geometry.name.clone()).collect();
-    let probes = DefectProbe::around(&Release::pinned().defects());
     let started = Instant::now();
     let mut columns = Vec::new();
     for (i, python) in args.vllm_python.iter().enumerate() {
@@ -218,7 +217,7 @@ fn run(args: &MatrixArgs) -> Result<u8, u8> {
             planned.len(),
             geometries.len()
         );
-        let column = run_release(python, &planned, &sources, &probes, drivers, requests, args);
+        let column = run_release(python, &planned, &sources, drivers, requests, args);
         match &column.run {
             Ok(r) => eprintln!(
                 "[{}/{}] {}: {} cases in {:.1} s{}",
@@ -281,7 +280,6 @@ fn run_release(
     python: &Path,
     planned: &[Case],
     sources: &[plan::SourcedGeometry],
-    probes: &[DefectProbe],
     drivers: usize,
     requests: live::Requests,
     args: &MatrixArgs,
@@ -310,6 +308,9 @@ fn run_release(
         report: report.clone(),
     };
     let compared_with = interpreter.compared_policy();
+    // Each defect is probed around the release the plans are compared with:
+    // toggled on that release's own defects.
+    let probes = DefectProbe::around(&probe_base(&code, &interpreter.vllm_version).defects());
     let cases: Vec<Case> = planned
         .iter()
         .map(|c| Case {
@@ -351,7 +352,7 @@ fn run_release(
         &interpreter,
         drivers,
         requests,
-        probes,
+        &probes,
         &done,
     ) {
         Ok(l) => l,
@@ -375,6 +376,15 @@ fn run_release(
         seconds,
         reused: None,
     }))
+}
+
+/// The modelled release a column's plans are compared with and its defects
+/// probed around: its own, or the nearest modelled one
+/// ([`Release::nearest_vllm`]) for a release kvgeom does not model or code
+/// that is no release (a modified install, a source tree).
+fn probe_base(code: &CodeUnderTest, version: &str) -> &'static Release {
+    code.release()
+        .unwrap_or_else(|| Release::nearest_vllm(version))
 }
 
 /// An error's lines as one line (`; ` between them).
@@ -1063,6 +1073,21 @@ mod tests {
                 && header.contains("vLLM 0.34.0 (plans vs --policy vllm-0.34.0)"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_release_is_probed_around_the_release_its_plans_are_compared_with() {
+        for (version, base) in [
+            ("0.31.0", "0.33.0"),
+            ("0.33.0", "0.33.0"),
+            ("0.34.0", "0.34.0"),
+        ] {
+            let code = CodeUnderTest::vllm(version);
+            assert_eq!(probe_base(&code, version).version, base, "vLLM {version}");
+        }
+        let mut modified = CodeUnderTest::vllm("0.34.0");
+        modified.modified_files = vec!["vllm/x.py".to_string()];
+        assert_eq!(probe_base(&modified, "0.34.0").version, "0.34.0");
     }
 
     #[test]
