@@ -122,7 +122,10 @@ stage() {
 }
 
 status=0
-stage install scripts/install-vllm.sh --version "${VERSION}" --venv "${VENV}" --torch-from .vllm-venv ||
+# The pinned venv by its physical path: the install's stamp names it, and a
+# venv reached through a link must find the stamp its install wrote.
+PINNED_VENV="$(cd .vllm-venv && pwd -P)"
+stage install scripts/install-vllm.sh --version "${VERSION}" --venv "${VENV}" --torch-from "${PINNED_VENV}" ||
     status=$?
 if ((status != 0)); then
     bad "vLLM ${VERSION} did not install (scripts/install-vllm.sh exit ${status}, its reason above)"
