@@ -192,7 +192,7 @@ def main():
 
     lines += ["## Verdicts that changed", ""]
     if len(releases) < 2:
-        lines.append("No matrix report (`matrix.err`).")
+        lines.append("No matrix report: the matrix was skipped (`--skip-matrix`) or did not run (`matrix.err`).")
     else:
         for r in releases:
             lines.append(

@@ -3,7 +3,7 @@
 # draft page of what changed against the pinned release.
 #
 # Usage: scripts/new-vllm-release.sh X [--against PYTHON] [--out DIR]
-#            [--venv DIR] [--store DIR] [--kvgeom PATH]
+#            [--venv DIR] [--store DIR] [--kvgeom PATH] [--skip-matrix]
 #
 # X is a release on PyPI (e.g. 0.34.0). Five stages, each timed:
 #
@@ -21,7 +21,8 @@
 #    PYTHON, default .vllm-venv/bin/python) over geometries/*.toml, each
 #    release's report kept in --store DIR (default target/matrix-run), so
 #    a release already run there with the same cases is read back:
-#    OUT/matrix.json and OUT/matrix.txt.
+#    OUT/matrix.json and OUT/matrix.txt. --skip-matrix leaves it out (a
+#    first look in minutes; the page then lists no changed verdicts).
 # 5. page: OUT/vllm-X.md (scripts/new-vllm-release-page.py), a draft with
 #    the NIXL connector (handshake) version of both releases, the NIXL
 #    connector files that changed between the two installed packages (by
@@ -37,7 +38,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-USAGE="usage: scripts/new-vllm-release.sh X [--against PYTHON] [--out DIR] [--venv DIR] [--store DIR] [--kvgeom PATH]"
+USAGE="usage: scripts/new-vllm-release.sh X [--against PYTHON] [--out DIR] [--venv DIR] [--store DIR] [--kvgeom PATH] [--skip-matrix]"
 SAMPLE_GEOMETRIES=(
     geometries/llama-gqa-prefix-cache.toml
     geometries/gqa-prefill-logical-larger.toml
@@ -61,6 +62,7 @@ OUT=""
 VENV=""
 STORE="target/matrix-run"
 KVGEOM="${KVGEOM:-target/debug/kvgeom}"
+SKIP_MATRIX=0
 while (($#)); do
     case "$1" in
     -h | --help)
@@ -78,6 +80,7 @@ while (($#)); do
         esac
         shift
         ;;
+    --skip-matrix) SKIP_MATRIX=1 ;;
     -*) bad "unknown option $1 (${USAGE})" ;;
     *)
         [[ -z "${VERSION}" ]] || bad "one release at a time: ${VERSION} and $1 (${USAGE})"
@@ -108,6 +111,8 @@ fi
 
 TIMES="${OUT}/times.txt"
 : >"${TIMES}"
+# A page is written from this run's outputs only.
+rm -f "${OUT}"/{check.txt,sample.json,sample.txt,sample.err,matrix.json,matrix.txt,matrix.err}
 # Runs "$@" as stage $1, its time appended to times.txt; returns its status.
 stage() {
     local name="$1"
@@ -163,7 +168,7 @@ stage sample "${KVGEOM}" sweep --connector vllm --vllm-python "${PYTHON}" --prom
 ((status == 2)) && failed+=" sample"
 
 status=0
-stage matrix "${KVGEOM}" matrix --vllm-python "${AGAINST}" --vllm-python "${PYTHON}" \
+((SKIP_MATRIX)) || stage matrix "${KVGEOM}" matrix --vllm-python "${AGAINST}" --vllm-python "${PYTHON}" \
     --out "${OUT}/matrix.json" --out-dir "${STORE}" >"${OUT}/matrix.txt" 2>"${OUT}/matrix.err" ||
     status=$?
 ((status == 2)) && failed+=" matrix"
