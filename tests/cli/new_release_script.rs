@@ -135,6 +135,11 @@ fn the_page_names_the_handshake_version_the_changed_files_and_the_changed_verdic
     });
     std::fs::write(out.join("matrix.json"), matrix.to_string()).unwrap();
     std::fs::write(out.join("times.txt"), "install 12 0\ncheck 3 0\n").unwrap();
+    std::fs::write(
+        out.join("check.txt"),
+        "W1207 torch warning\nFailed to import from vllm._C\n  absent, done without: x.y (z)\n",
+    )
+    .unwrap();
     let o = Command::new("python3")
         .arg(root().join("scripts/new-vllm-release-page.py"))
         .args(["--version", "0.34.0", "--against", &op, "--python", &np])
@@ -165,4 +170,10 @@ fn the_page_names_the_handshake_version_the_changed_files_and_the_changed_verdic
         "{page}"
     );
     assert!(page.contains("| install | 12 | 0 |"), "{page}");
+    assert!(
+        page.contains("Nothing the driver needs is missing or reshaped.")
+            && page.contains("absent, done without: x.y (z)")
+            && !page.contains("torch warning"),
+        "{page}"
+    );
 }
