@@ -32,16 +32,23 @@ CASES_SHOWN = 40
 
 
 def package_dir(python):
-    """The installed `vllm` package's folder for `python` (not imported)."""
+    """The installed `vllm` package's folder for `python` and its version
+    (from the distribution's metadata, `?` without one; vLLM not imported)."""
+    code = (
+        "import importlib.util as u, importlib.metadata as m, os\n"
+        "print(os.path.dirname(u.find_spec('vllm').origin))\n"
+        "try:\n    print(m.version('vllm'))\nexcept m.PackageNotFoundError:\n    print('?')\n"
+    )
     out = subprocess.run(
-        [python, "-c", "import importlib.util as u, os; print(os.path.dirname(u.find_spec('vllm').origin))"],
+        [python, "-c", code],
         capture_output=True,
         text=True,
         check=False,
     )
     if out.returncode != 0:
         raise SystemExit(f"new-vllm-release-page: error: {python}: no vllm package ({out.stderr.strip()})")
-    return out.stdout.strip()
+    folder, version = out.stdout.strip().splitlines()[-2:]
+    return folder, version
 
 
 def nixl_files(package):
@@ -125,14 +132,13 @@ def main():
     ap.add_argument("--out", required=True, help="the folder of the script's stages")
     args = ap.parse_args()
 
-    new_pkg, old_pkg = package_dir(args.python), package_dir(args.against)
+    (new_pkg, _), (old_pkg, old_name) = package_dir(args.python), package_dir(args.against)
     new_files, old_files = nixl_files(new_pkg), nixl_files(old_pkg)
     new_ver, new_at = connector_version(new_pkg, new_files)
     old_ver, old_at = connector_version(old_pkg, old_files)
 
     matrix = read_json(os.path.join(args.out, "matrix.json")) or {}
     releases = matrix.get("releases", [])
-    old_name = (releases[0].get("version") if releases else None) or "the pinned release"
     lines = [f"# vLLM {args.version} (draft)", ""]
     lines += [
         f"Written by `scripts/new-vllm-release.sh {args.version}` against vLLM {old_name} "
@@ -199,6 +205,7 @@ def main():
     lines += ["## Verdicts that changed", ""]
     if len(releases) < 2:
         lines.append("No matrix report: the matrix was skipped (`--skip-matrix`) or did not run (`matrix.err`).")
+        lines.append("")
     else:
         for r in releases:
             lines.append(

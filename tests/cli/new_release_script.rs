@@ -58,10 +58,18 @@ fn bad_arguments_are_exit_2_with_the_reason_before_any_install() {
     }
 }
 
-/// A fake `vllm` package under `site` with the NIXL connector files given.
-fn fake_vllm(site: &Path, files: &[(&str, &str)]) {
+/// A fake `vllm` package of `version` under `site` with the NIXL connector
+/// files given.
+fn fake_vllm(site: &Path, version: &str, files: &[(&str, &str)]) {
     let nixl = site.join("vllm/distributed/kv_transfer/kv_connector/v1/nixl");
     std::fs::create_dir_all(&nixl).unwrap();
+    let dist = site.join(format!("vllm-{version}.dist-info"));
+    std::fs::create_dir_all(&dist).unwrap();
+    std::fs::write(
+        dist.join("METADATA"),
+        format!("Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n"),
+    )
+    .unwrap();
     std::fs::write(site.join("vllm/__init__.py"), "").unwrap();
     for (name, body) in files {
         std::fs::write(nixl.join(name), body).unwrap();
@@ -85,6 +93,7 @@ fn the_page_names_the_handshake_version_the_changed_files_and_the_changed_verdic
     let (old_site, new_site) = (dir.join("old-site"), dir.join("new-site"));
     fake_vllm(
         &old_site,
+        "0.33.0",
         &[
             ("metadata.py", "NIXL_CONNECTOR_VERSION: int = 15\n"),
             ("base_worker.py", "x = 1\n"),
@@ -94,6 +103,7 @@ fn the_page_names_the_handshake_version_the_changed_files_and_the_changed_verdic
     );
     fake_vllm(
         &new_site,
+        "0.34.0",
         &[
             ("metadata.py", "NIXL_CONNECTOR_VERSION: int = 16\n"),
             ("base_worker.py", "x = 2\n"),
