@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use super::run_args::RequestsArg;
 use super::{AllocArg, ModeArg, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
+use crate::connector::NamedPolicy;
 use crate::defects::Defect;
 use crate::geometry::Mode;
 use crate::live;
@@ -73,6 +74,9 @@ pub enum MatrixFormat {
 /// One release's run, live or read back from `--out-dir`.
 struct Ran {
     code: CodeUnderTest,
+    /// The kvgeom policy its plans were compared with: its own release's,
+    /// or, for a release kvgeom does not model, the nearest modelled one.
+    compared_with: NamedPolicy,
     reports: Vec<CaseReport>,
     plan_equal: Vec<bool>,
     probes: Vec<Vec<(Defect, ProbeSeen)>>,
@@ -202,7 +206,6 @@ fn run(args: &MatrixArgs) -> Result<u8, u8> {
             .map_err(|e| bad(format!("--out-dir {}: cannot create: {e}", dir.display())))?;
     }
     let geometries: Vec<String> = sources.iter().map(|s| s.geometry.name.clone()).collect();
-    let probes = DefectProbe::around(&Release::pinned().defects());
     let started = Instant::now();
     let mut columns = Vec::new();
     for (i, python) in args.vllm_python.iter().enumerate() {
@@ -214,7 +217,7 @@ fn run(args: &MatrixArgs) -> Result<u8, u8> {
             planned.len(),
             geometries.len()
         );
-        let column = run_release(python, &planned, &sources, &probes, drivers, requests, args);
+        let column = run_release(python, &planned, &sources, drivers, requests, args);
         match &column.run {
             Ok(r) => eprintln!(
                 "[{}/{}] {}: {} cases in {:.1} s{}",
@@ -277,7 +280,6 @@ fn run_release(
     python: &Path,
     planned: &[Case],
     sources: &[plan::SourcedGeometry],
-    probes: &[DefectProbe],
     drivers: usize,
     requests: live::Requests,
     args: &MatrixArgs,
@@ -305,15 +307,19 @@ fn run_release(
         run,
         report: report.clone(),
     };
+    let compared_with = interpreter.compared_policy();
+    // Each defect is probed around the release the plans are compared with:
+    // toggled on that release's own defects.
+    let probes = DefectProbe::around(&probe_base(&code, &interpreter.vllm_version).defects());
     let cases: Vec<Case> = planned
         .iter()
         .map(|c| Case {
-            variant: crate::variant::Variant::Policy(interpreter.compared_policy()),
+            variant: crate::variant::Variant::Policy(compared_with),
             ..c.clone()
         })
         .collect();
     if let Some(path) = &report {
-        if let Some(ran) = stored(path, python, &code, &cases, requests) {
+        if let Some(ran) = stored(path, python, &code, compared_with, &cases, requests) {
             return column(Ok(ran));
         }
     }
@@ -346,7 +352,7 @@ fn run_release(
         &interpreter,
         drivers,
         requests,
-        probes,
+        &probes,
         &done,
     ) {
         Ok(l) => l,
@@ -356,19 +362,29 @@ fn run_release(
     };
     let seconds = started.elapsed().as_secs_f64();
     if let Some(path) = &report {
-        let text = stored_json(&live, &interpreter, &code, python, seconds);
+        let text = stored_json(&live, &interpreter, &code, compared_with, python, seconds);
         if let Err(e) = std::fs::write(path, text) {
             eprintln!("note: --out-dir: cannot write {}: {e}", path.display());
         }
     }
     column(Ok(Ran {
         code,
+        compared_with,
         plan_equal: live.iter().map(|l| l.plan.equal).collect(),
         probes: live.iter().map(|l| l.probes.clone()).collect(),
         reports: live.into_iter().map(|l| l.report).collect(),
         seconds,
         reused: None,
     }))
+}
+
+/// The modelled release a column's plans are compared with and its defects
+/// probed around: its own, or the nearest modelled one
+/// ([`Release::nearest_vllm`]) for a release kvgeom does not model or code
+/// that is no release (a modified install, a source tree).
+fn probe_base(code: &CodeUnderTest, version: &str) -> &'static Release {
+    code.release()
+        .unwrap_or_else(|| Release::nearest_vllm(version))
 }
 
 /// An error's lines as one line (`; ` between them).
@@ -381,11 +397,13 @@ fn one_paragraph(text: &str) -> String {
 }
 
 /// A release's sweep report (the live sweep's JSON, each case with its
-/// `probes`, and `matrix`: the interpreter and the run's time).
+/// `probes`, and `matrix`: the interpreter, the policy its plans were
+/// compared with and the run's time).
 fn stored_json(
     live: &[LiveReport],
     python: &live::Interpreter,
     code: &CodeUnderTest,
+    compared_with: NamedPolicy,
     path: &Path,
     seconds: f64,
 ) -> String {
@@ -395,6 +413,7 @@ fn stored_json(
     };
     doc["matrix"] = serde_json::json!({
         "python": path.display().to_string(),
+        "compared_with": compared_with.name(),
         "seconds": seconds,
     });
     if let Some(cases) = doc["cases"].as_array_mut() {
@@ -416,18 +435,24 @@ fn stored_json(
 }
 
 /// A release's report from an earlier run, when it is of the same
-/// interpreter, the same vLLM and exactly these cases, each made as
-/// `requests` makes it.
+/// interpreter, the same vLLM, compared with the same policy, and exactly
+/// these cases, each made as `requests` makes it.
 fn stored(
     path: &Path,
     python: &Path,
     code: &CodeUnderTest,
+    compared_with: NamedPolicy,
     cases: &[Case],
     requests: live::Requests,
 ) -> Option<Ran> {
     let bytes = crate::limits::read_capped(path, 1 << 30).ok()?;
     let doc: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
     if doc["matrix"]["python"].as_str() != Some(&python.display().to_string()) {
+        return None;
+    }
+    // A report without the field predates it: its plans were compared with
+    // whatever policy was pinned then, so it is not reused.
+    if doc["matrix"]["compared_with"].as_str() != Some(compared_with.name()) {
         return None;
     }
     let stored_code: CodeUnderTest = serde_json::from_value(doc["code_under_test"].clone()).ok()?;
@@ -440,6 +465,7 @@ fn stored(
     }
     let mut ran = Ran {
         code: stored_code,
+        compared_with,
         reports: Vec::new(),
         plan_equal: Vec::new(),
         probes: Vec::new(),
@@ -589,11 +615,10 @@ fn build(geometries: &[String], modes: &[Mode], columns: &[Column]) -> Result<Bu
             cell.plan_differs = idx.iter().filter(|&&i| !ran.plan_equal[i]).count();
             if let Some(e) = &expect {
                 let mut disagreements = e.compare(&reports);
-                if let Some(policy) = reference.filter(|_| cell.plan_differs > 0) {
+                if reference.is_some() && cell.plan_differs > 0 {
                     disagreements.push(format!(
                         "{} cases: vLLM's plan differs from kvgeom's --policy {}",
-                        cell.plan_differs,
-                        policy.name()
+                        cell.plan_differs, ran.compared_with
                     ));
                 }
                 cell.expected = Some(disagreements.is_empty());
@@ -754,6 +779,7 @@ fn to_json(built: &Built, columns: &[Column], geometries: &[String], seconds: f6
                         .collect();
                     v["status"] = "ran".into();
                     v["describe"] = r.code.describe().into();
+                    v["compared_with"] = r.compared_with.name().into();
                     v["code_under_test"] = serde_json::to_value(&r.code).unwrap_or_default();
                     v["cases"] = r.reports.len().into();
                     v["seconds"] = serde_json::json!((r.seconds * 10.0).round() / 10.0);
@@ -867,7 +893,11 @@ fn table(built: &Built, columns: &[Column]) -> String {
     let headers: Vec<String> = columns
         .iter()
         .map(|c| match (&c.run, &c.version) {
-            (Ok(r), _) => r.code.describe(),
+            (Ok(r), _) => format!(
+                "{} (plans vs --policy {})",
+                r.code.describe(),
+                r.compared_with
+            ),
             (Err(_), Some(v)) => format!("vLLM {v}"),
             (Err(_), None) => c.python.display().to_string(),
         })
@@ -940,8 +970,13 @@ fn table(built: &Built, columns: &[Column]) -> String {
                     .filter(|d| d.verdict == "has")
                     .map(|d| d.defect)
                     .collect();
+                let plan_differs: usize = built
+                    .cells
+                    .iter()
+                    .filter_map(|(_, row)| row[i].as_ref().map(|c| c.plan_differs))
+                    .sum();
                 out.push_str(&format!(
-                    "{} ({}): {} cases in {:.1} s{}; {judged}; defects shown: {}\n",
+                    "{} ({}): {} cases in {:.1} s{}; {plan_differs} plans differ from --policy {}; {judged}; defects shown: {}\n",
                     ran.code.describe(),
                     column.python.display(),
                     ran.reports.len(),
@@ -951,6 +986,7 @@ fn table(built: &Built, columns: &[Column]) -> String {
                     } else {
                         ""
                     },
+                    ran.compared_with,
                     if has.is_empty() {
                         "none".to_string()
                     } else {
@@ -994,6 +1030,104 @@ mod tests {
         let r = |s: &str| s.to_string();
         assert_eq!(dominant(&[r("a"), r("b"), r("b")]), Some(r("b")));
         assert_eq!(dominant(&[]), None);
+    }
+
+    /// A column of `version` that ran no case, its plans compared with `policy`.
+    fn ran_column(version: &str, policy: NamedPolicy) -> Column {
+        Column {
+            python: PathBuf::from(format!(".vllm-venvs/{version}/bin/python")),
+            version: Some(version.to_string()),
+            run: Ok(Ran {
+                code: CodeUnderTest::vllm(version),
+                compared_with: policy,
+                reports: Vec::new(),
+                plan_equal: Vec::new(),
+                probes: Vec::new(),
+                seconds: 1.0,
+                reused: None,
+            }),
+            report: None,
+        }
+    }
+
+    #[test]
+    fn each_column_names_the_policy_its_plans_were_compared_with() {
+        let columns = [
+            ran_column("0.30.0", NamedPolicy::Vllm0330),
+            ran_column("0.34.0", NamedPolicy::Vllm0340),
+        ];
+        let built = Built {
+            cells: Vec::new(),
+            defects: vec![Vec::new(), Vec::new()],
+            expectations: vec![None, None],
+            unjudged_expected: vec![false, false],
+        };
+        let doc: serde_json::Value =
+            serde_json::from_str(&to_json(&built, &columns, &[], 1.0)).expect("JSON");
+        assert_eq!(doc["releases"][0]["compared_with"], "vllm-0.33.0");
+        assert_eq!(doc["releases"][1]["compared_with"], "vllm-0.34.0");
+        let text = table(&built, &columns);
+        let header = text.lines().next().unwrap_or_default();
+        assert!(
+            header.contains("vLLM 0.30.0 (plans vs --policy vllm-0.33.0)")
+                && header.contains("vLLM 0.34.0 (plans vs --policy vllm-0.34.0)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_release_is_probed_around_the_release_its_plans_are_compared_with() {
+        for (version, base) in [
+            ("0.31.0", "0.33.0"),
+            ("0.33.0", "0.33.0"),
+            ("0.34.0", "0.34.0"),
+        ] {
+            let code = CodeUnderTest::vllm(version);
+            assert_eq!(probe_base(&code, version).version, base, "vLLM {version}");
+        }
+        let mut modified = CodeUnderTest::vllm("0.34.0");
+        modified.modified_files = vec!["vllm/x.py".to_string()];
+        assert_eq!(probe_base(&modified, "0.34.0").version, "0.34.0");
+    }
+
+    #[test]
+    fn a_stored_report_compared_with_another_policy_is_not_reused() {
+        let python = Path::new(".vllm-venvs/0.34.0/bin/python");
+        let code = CodeUnderTest::vllm("0.34.0");
+        let path =
+            std::env::temp_dir().join(format!("kvgeom-matrix-stored-{}.json", std::process::id()));
+        let report = |compared_with: Option<&str>| {
+            let mut matrix =
+                serde_json::json!({"python": python.display().to_string(), "seconds": 2.5});
+            if let Some(p) = compared_with {
+                matrix["compared_with"] = p.into();
+            }
+            serde_json::json!({
+                "code_under_test": serde_json::to_value(&code).expect("JSON"),
+                "matrix": matrix,
+                "cases": [],
+            })
+            .to_string()
+        };
+        let read = |text: String| {
+            std::fs::write(&path, text).expect("write");
+            let ran = stored(
+                &path,
+                python,
+                &code,
+                NamedPolicy::Vllm0340,
+                &[],
+                live::Requests::Direct,
+            );
+            ran.map(|r| r.compared_with)
+        };
+        assert_eq!(
+            read(report(Some("vllm-0.34.0"))),
+            Some(NamedPolicy::Vllm0340)
+        );
+        assert_eq!(read(report(Some("vllm-0.33.0"))), None);
+        assert_eq!(read(report(None)), None, "a report from before the field");
+        let _ = std::fs::remove_file(&path);
     }
 
     #[test]

@@ -11,4 +11,5 @@ mod hostile_inputs;
 mod installed_binary;
 mod lifecycle;
 mod matrix;
+mod new_release_script;
 mod vram_cli;
