@@ -526,7 +526,7 @@ fn judge(
             differing.partition(|(_, p)| p.allowed.is_some());
         if !allowed.is_empty() {
             eprintln!(
-                "\n{} of {} cases: vLLM's transfers differ from kvgeom's --policy {policy} plan as allowed (expected/plan-differences/)",
+                "\n{} of {} cases: vLLM's transfers differ from kvgeom's --policy {policy} plan, each an allowed plan difference",
                 allowed.len(),
                 live.len()
             );
@@ -724,7 +724,7 @@ fn table(live: &[LiveReport], nixl: &crate::driver::NixlRun) -> String {
     let allowed = live.iter().filter(|l| l.plan.allowed.is_some()).count();
     if allowed > 0 {
         text.push_str(&format!(
-            "connector: vllm; {allowed} of the differing plans are allowed plan differences (expected/plan-differences/)\n"
+            "connector: vllm; {allowed} of the differing plans are allowed plan differences\n"
         ));
     }
     let against_kvgeom: Vec<&PlanComparison> =

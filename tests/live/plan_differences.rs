@@ -112,6 +112,11 @@ fn a_listed_plan_difference_is_allowed_and_an_unlisted_one_fails() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(err.contains(&format!("allowed ({finding})")), "{err}");
+    assert!(
+        err.contains("--policy vllm-0.33.0 plan, each an allowed plan difference"),
+        "{err}"
+    );
+    assert!(!err.contains("--policy vllm-0.33.0 plan\n"), "{err}");
     let cases = report["cases"].as_array().expect("cases");
     assert_eq!(cases.len(), 2, "{report}");
     for case in cases {
@@ -136,7 +141,7 @@ fn a_listed_plan_difference_is_allowed_and_an_unlisted_one_fails() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
         err.contains(
-            "1 of 2 cases: vLLM's transfers differ from kvgeom's --policy vllm-0.33.0 plan"
+            "1 of 2 cases: vLLM's transfers differ from kvgeom's --policy vllm-0.33.0 plan\n"
         ),
         "{err}"
     );
