@@ -10,7 +10,8 @@
 #   (with the reproducers of tests/fixtures/vllm-0.33.0-v1-reproducers/)
 #   rewritten.
 #
-# Needs the vLLM venv (scripts/install-vllm.sh). What it records (pull only:
+# Needs vLLM 0.33.0's venv (scripts/install-vllm.sh --version 0.33.0
+# --torch-from .vllm-venv; KVGEOM_VLLM_PYTHON names another). What it records (pull only:
 # a v1 trace is one decode rank's reads):
 #   prefix/      MLA + 2 KDA with prefix caching on D, equal geometry and
 #                with a kernel-block ratio, prompts 9..=50, both decode
@@ -36,7 +37,7 @@ out="${1:-$repo/target/v1-trace-corpus}"
 cd "$repo"
 cargo build --release --quiet
 kvgeom="$repo/target/release/kvgeom"
-python="${KVGEOM_VLLM_PYTHON:-$repo/.vllm-venv/bin/python}"
+python="${KVGEOM_VLLM_PYTHON:-$repo/.vllm-venvs/0.33.0/bin/python}"
 rm -rf "$out"
 mkdir -p "$out"
 start=$(date +%s)

@@ -17,7 +17,8 @@ they read, with one SSM region based at 0 (offsets are then page offsets).
 The local side is whichever engine adds the other as its remote: decode in
 pull mode, prefill in push mode; the functions are the same.
 
-Usage (from the project root, with .vllm-venv/bin/python):
+Usage (from the project root, with vLLM 0.33.0's interpreter,
+.vllm-venvs/0.33.0/bin/python: scripts/install-vllm.sh --version 0.33.0):
   scripts/vllm-conv-split-reference.py > tests/fixtures/derive/vllm-0.33.0-conv-split.json
 """
 

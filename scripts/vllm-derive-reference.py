@@ -22,8 +22,9 @@ FlashInfer's TRTLLM cubins are taken as reachable.
 
 Usage:
   scripts/vllm-derive-reference.py CASES.json > RESULTS.json
-  scripts/vllm-derive-reference.py --table > tests/fixtures/derive/vllm-0.33.0-table.json
-  .vllm-venvs/0.34.0/bin/python scripts/vllm-derive-reference.py --table \
+  .vllm-venvs/0.33.0/bin/python scripts/vllm-derive-reference.py --table \
+      > tests/fixtures/derive/vllm-0.33.0-table.json
+  .vllm-venv/bin/python scripts/vllm-derive-reference.py --table \
       > tests/fixtures/derive/vllm-0.34.0-table.json
   scripts/vllm-derive-reference.py --config C.json --tp 2 --backend FLASHINFER [--gpu sm100] [--block-size 64]
 
@@ -32,8 +33,8 @@ block_size (null: not given), cache_dtype, mamba_cache_dtype,
 mamba_ssm_cache_dtype. The output is the same list with the results added:
 logical_block, kernel_block, ppl, attention_bytes_per_token,
 mamba_state_bytes and page_bytes, or refused (vLLM's message).
-Run it with .vllm-venv/bin/python (scripts/install-vllm.sh), or
-.vllm-venvs/0.34.0/bin/python (scripts/install-vllm.sh --version 0.34.0).
+Run it with .vllm-venv/bin/python (the pinned 0.34.0, scripts/install-vllm.sh),
+or .vllm-venvs/0.33.0/bin/python (scripts/install-vllm.sh --version 0.33.0).
 """
 
 import argparse

@@ -15,7 +15,8 @@ The rows are the layer counts of the model configs in tests/fixtures/models/
 (as `kvgeom derive` reads them) and a few counts whose groups leave slots
 without a mamba layer.
 
-Usage (from the project root, with .vllm-venv/bin/python):
+Usage (from the project root, with vLLM 0.33.0's interpreter,
+.vllm-venvs/0.33.0/bin/python: scripts/install-vllm.sh --version 0.33.0):
   scripts/vllm-layer-groups-reference.py > tests/fixtures/derive/vllm-0.33.0-layer-groups.json
 """
 
