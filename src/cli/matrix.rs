@@ -1050,11 +1050,18 @@ mod tests {
         }
     }
 
+    /// The policy of the modelled vLLM release `version`.
+    fn vllm_policy(version: &str) -> NamedPolicy {
+        Release::of_vllm(version)
+            .expect("a modelled release")
+            .policy
+    }
+
     #[test]
     fn each_column_names_the_policy_its_plans_were_compared_with() {
         let columns = [
-            ran_column("0.30.0", NamedPolicy::Vllm0330),
-            ran_column("0.34.0", NamedPolicy::Vllm0340),
+            ran_column("0.30.0", vllm_policy("0.33.0")),
+            ran_column("0.34.0", vllm_policy("0.34.0")),
         ];
         let built = Built {
             cells: Vec::new(),
@@ -1115,7 +1122,7 @@ mod tests {
                 &path,
                 python,
                 &code,
-                NamedPolicy::Vllm0340,
+                vllm_policy("0.34.0"),
                 &[],
                 live::Requests::Direct,
             );
@@ -1123,7 +1130,7 @@ mod tests {
         };
         assert_eq!(
             read(report(Some("vllm-0.34.0"))),
-            Some(NamedPolicy::Vllm0340)
+            Some(vllm_policy("0.34.0"))
         );
         assert_eq!(read(report(Some("vllm-0.33.0"))), None);
         assert_eq!(read(report(None)), None, "a report from before the field");

@@ -11,7 +11,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::limits::{read_capped, MAX_INPUT_BYTES};
-use crate::scenario::prompt_list::parse_prompt_list;
+use crate::scenario::prompt_list::{parse_prompt_list, PromptListError};
 use crate::scenario::{Case, CaseReport};
 
 /// An expectations file that cannot be used.
@@ -76,6 +76,33 @@ pub(crate) enum CasesToml {
     List(Vec<String>),
 }
 
+/// What is wrong with an entry's `cases`.
+#[derive(Debug, thiserror::Error)]
+pub enum CasePatternError {
+    /// A string other than `"all"`.
+    #[error("cases `{0}`: expected \"all\" or a list like [\"1..=8/0\", \"33/16\"]")]
+    NotAll(String),
+    /// An item without its `/HIT`.
+    #[error("case `{0}`: expected PROMPTS/HIT, e.g. `33/16`")]
+    NoHit(String),
+    /// A hit that is neither a number nor `*`.
+    #[error("case `{item}`: `{hit}` is not a prefix hit")]
+    BadHit {
+        /// The item.
+        item: String,
+        /// Its hit.
+        hit: String,
+    },
+    /// A prompt list that does not parse.
+    #[error("case `{item}`: {source}")]
+    BadPrompts {
+        /// The item.
+        item: String,
+        /// Why its prompts do not parse.
+        source: PromptListError,
+    },
+}
+
 /// Which cases of a geometry an entry covers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CasePattern {
@@ -89,27 +116,29 @@ impl CasePattern {
     /// An entry's `cases`: `"all"`, or `PROMPTS/HIT` items where PROMPTS is
     /// a prompt list (`1..=8`, `13,25`) and HIT a prefix hit or `*` (any);
     /// `Err` says what is wrong with it.
-    pub(crate) fn parse(cases: &CasesToml) -> Result<CasePattern, String> {
+    pub(crate) fn parse(cases: &CasesToml) -> Result<CasePattern, CasePatternError> {
         match cases {
             CasesToml::All(s) if s == "all" => Ok(CasePattern::All),
-            CasesToml::All(s) => Err(format!(
-                "cases `{s}`: expected \"all\" or a list like [\"1..=8/0\", \"33/16\"]"
-            )),
+            CasesToml::All(s) => Err(CasePatternError::NotAll(s.clone())),
             CasesToml::List(items) => {
                 let mut set = BTreeSet::new();
                 for item in items {
-                    let (prompts, hit) = item.split_once('/').ok_or_else(|| {
-                        format!("case `{item}`: expected PROMPTS/HIT, e.g. `33/16`")
-                    })?;
+                    let (prompts, hit) = item
+                        .split_once('/')
+                        .ok_or_else(|| CasePatternError::NoHit(item.clone()))?;
                     let hit = match hit.trim() {
                         "*" => None,
-                        h => Some(
-                            h.parse::<u32>()
-                                .map_err(|_| format!("case `{item}`: `{h}` is not a prefix hit"))?,
-                        ),
+                        h => Some(h.parse::<u32>().map_err(|_| CasePatternError::BadHit {
+                            item: item.clone(),
+                            hit: h.to_string(),
+                        })?),
                     };
-                    let prompts = parse_prompt_list(prompts)
-                        .map_err(|err| format!("case `{item}`: {err}"))?;
+                    let prompts = parse_prompt_list(prompts).map_err(|source| {
+                        CasePatternError::BadPrompts {
+                            item: item.clone(),
+                            source,
+                        }
+                    })?;
                     set.extend(prompts.into_iter().map(|n| (n, hit)));
                 }
                 Ok(CasePattern::Listed(set))
@@ -225,7 +254,7 @@ impl Expectations {
                     OUTCOMES.join(", ")
                 )));
             }
-            let cases = CasePattern::parse(&e.cases).map_err(bad)?;
+            let cases = CasePattern::parse(&e.cases).map_err(|e| bad(e.to_string()))?;
             failures.push(ExpectedFailure {
                 geometry: e.geometry,
                 mode: e.mode,

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::expectations::{CasePattern, CasesToml};
+use super::expectations::{CasePattern, CasePatternError, CasesToml};
 use crate::limits::{read_capped, MAX_INPUT_BYTES};
 use crate::scenario::Case;
 
@@ -53,7 +53,7 @@ pub enum PlanDifferencesError {
         /// The geometry the entry names.
         geometry: String,
         /// What is wrong with it.
-        why: String,
+        why: Box<EntryProblem>,
     },
 }
 
@@ -134,20 +134,17 @@ impl PlanDifferences {
             })?;
         let mut differences = Vec::new();
         for (index, e) in parsed.difference.into_iter().enumerate() {
-            let bad = |why: String| PlanDifferencesError::Entry {
+            let bad = |why: EntryProblem| PlanDifferencesError::Entry {
                 file: file.to_string(),
                 index: index + 1,
                 geometry: e.geometry.clone(),
-                why,
+                why: Box::new(why),
             };
             if e.geometry.is_empty()
                 || e.geometry.contains(['/', '\\'])
                 || e.geometry.ends_with(".toml")
             {
-                return Err(bad(format!(
-                    "geometry `{}`: expected a geometry's name (its file name without `.toml`)",
-                    e.geometry
-                )));
+                return Err(bad(EntryProblem::NotAName(e.geometry.clone())));
             }
             check_choice("mode", e.mode.as_deref(), &["pull", "push"]).map_err(bad)?;
             check_choice(
@@ -158,12 +155,10 @@ impl PlanDifferences {
             .map_err(bad)?;
             check_choice("requests", e.requests.as_deref(), &["direct", "scheduler"])
                 .map_err(bad)?;
-            let cases = CasePattern::parse(&e.cases).map_err(bad)?;
+            let cases = CasePattern::parse(&e.cases).map_err(|e| bad(e.into()))?;
             let finding = finding_path(&e.finding, root).map_err(bad)?;
             if e.reason.trim().is_empty() {
-                return Err(bad(
-                    "reason: empty; say why the difference is allowed".into()
-                ));
+                return Err(bad(EntryProblem::EmptyReason));
             }
             differences.push(AllowedDifference {
                 geometry: e.geometry,
@@ -217,12 +212,53 @@ impl AllowedDifference {
     }
 }
 
+/// What is wrong with one `[[difference]]` entry.
+#[derive(Debug, thiserror::Error)]
+pub enum EntryProblem {
+    /// `geometry` is a path or a file name, not a geometry's name.
+    #[error("geometry `{0}`: expected a geometry's name (its file name without `.toml`)")]
+    NotAName(String),
+    /// A key with a value outside its choices.
+    #[error("{key} `{value}`: expected {}", choices.join(" or "))]
+    Choice {
+        /// The key.
+        key: &'static str,
+        /// Its value.
+        value: String,
+        /// What it may be.
+        choices: &'static [&'static str],
+    },
+    /// `cases` does not parse.
+    #[error(transparent)]
+    Cases(#[from] CasePatternError),
+    /// `finding` does not name a page of docs/findings/.
+    #[error("finding `{0}`: expected a page of {FINDINGS_DIR}/ by its file name, e.g. `vllm-0.34.0-last-token-pairing.md`")]
+    NotAFindingPage(String),
+    /// `finding` names a page that does not exist.
+    #[error("finding `{name}`: no such page ({} does not exist)", path.display())]
+    NoSuchFinding {
+        /// The finding as written.
+        name: String,
+        /// The page looked for.
+        path: PathBuf,
+    },
+    /// `reason` is empty.
+    #[error("reason: empty; say why the difference is allowed")]
+    EmptyReason,
+}
+
 /// `Err` naming `key` and the choices when `value` is none of them.
-fn check_choice(key: &str, value: Option<&str>, choices: &[&str]) -> Result<(), String> {
+fn check_choice(
+    key: &'static str,
+    value: Option<&str>,
+    choices: &'static [&'static str],
+) -> Result<(), EntryProblem> {
     match value {
-        Some(v) if !choices.contains(&v) => {
-            Err(format!("{key} `{v}`: expected {}", choices.join(" or ")))
-        }
+        Some(v) if !choices.contains(&v) => Err(EntryProblem::Choice {
+            key,
+            value: v.to_string(),
+            choices,
+        }),
         _ => Ok(()),
     }
 }
@@ -230,23 +266,21 @@ fn check_choice(key: &str, value: Option<&str>, choices: &[&str]) -> Result<(), 
 /// The finding `name` (a page of docs/findings/, by its file name or as
 /// `docs/findings/NAME`, an `#anchor` allowed) as `docs/findings/NAME`,
 /// when the page exists under `root`.
-fn finding_path(name: &str, root: &Path) -> Result<String, String> {
+fn finding_path(name: &str, root: &Path) -> Result<String, EntryProblem> {
     let bare = name
         .strip_prefix(FINDINGS_DIR)
         .and_then(|n| n.strip_prefix('/'))
         .unwrap_or(name);
     let page = bare.split('#').next().unwrap_or_default();
     if page.is_empty() || page.contains(['/', '\\']) || !page.ends_with(".md") {
-        return Err(format!(
-            "finding `{name}`: expected a page of {FINDINGS_DIR}/ by its file name, e.g. `vllm-0.34.0-last-token-pairing.md`"
-        ));
+        return Err(EntryProblem::NotAFindingPage(name.to_string()));
     }
     let file: PathBuf = root.join(FINDINGS_DIR).join(page);
     if !file.is_file() {
-        return Err(format!(
-            "finding `{name}`: no such page ({} does not exist)",
-            file.display()
-        ));
+        return Err(EntryProblem::NoSuchFinding {
+            name: name.to_string(),
+            path: file,
+        });
     }
     Ok(format!("{FINDINGS_DIR}/{bare}"))
 }
@@ -254,7 +288,6 @@ fn finding_path(name: &str, root: &Path) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::connector::NamedPolicy;
     use crate::geometry::Mode;
     use crate::scheduler::DecodeAllocation;
     use crate::under_test::RELEASES;
@@ -287,7 +320,7 @@ reason = "an example"
             mode: Mode::Pull,
             allocation: DecodeAllocation::Mainline,
             seed: 0,
-            variant: Variant::Policy(NamedPolicy::Vllm0340),
+            variant: Variant::Policy(RELEASES[0].policy),
         }
     }
 
