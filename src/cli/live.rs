@@ -351,7 +351,7 @@ fn load_plan_differences(file: &std::path::Path) -> Result<PlanDifferences, u8> 
 
 /// Mark each compared case whose plan differs and that an entry of
 /// `allowed` covers with the entry's finding.
-fn mark_allowed(live: &mut [LiveReport], allowed: &PlanDifferences) {
+pub(super) fn mark_allowed(live: &mut [LiveReport], allowed: &PlanDifferences) {
     for l in live.iter_mut() {
         if l.plan.equal || l.report.outcome.not_reachable() {
             continue;

@@ -102,6 +102,9 @@ enum NotRun {
     /// Its sweep could not run (the message in one paragraph).
     #[error("{}", one_paragraph(&.0.to_string()))]
     Sweep(#[source] live::BatchError),
+    /// Its release's allowed plan differences do not load.
+    #[error(transparent)]
+    PlanDifferences(#[from] crate::under_test::plan_differences::PlanDifferencesError),
 }
 
 /// The counts of one geometry, mode and release.
@@ -346,7 +349,22 @@ fn run_release(
             }
         }
     };
-    let live = match live::run_sweep_probed(
+    // A modelled release's allowed plan differences
+    // (expected/plan-differences/), loaded before any case runs.
+    let allowed = match code
+        .release()
+        .map(|r| {
+            crate::under_test::plan_differences::PlanDifferences::load(
+                &crate::driver::project_root().join(r.plan_differences()),
+                &crate::driver::project_root(),
+            )
+        })
+        .transpose()
+    {
+        Ok(a) => a,
+        Err(e) => return column(Err(e.into())),
+    };
+    let mut live = match live::run_sweep_probed(
         &cases,
         &checks,
         &interpreter,
@@ -361,6 +379,9 @@ fn run_release(
         }
     };
     let seconds = started.elapsed().as_secs_f64();
+    if let Some(allowed) = &allowed {
+        super::live::mark_allowed(&mut live, allowed);
+    }
     if let Some(path) = &report {
         let text = stored_json(&live, &interpreter, &code, compared_with, python, seconds);
         if let Err(e) = std::fs::write(path, text) {
@@ -370,7 +391,11 @@ fn run_release(
     column(Ok(Ran {
         code,
         compared_with,
-        plan_equal: live.iter().map(|l| l.plan.equal).collect(),
+        // A difference the release's file allows counts as none.
+        plan_equal: live
+            .iter()
+            .map(|l| l.plan.equal || l.plan.allowed.is_some())
+            .collect(),
         probes: live.iter().map(|l| l.probes.clone()).collect(),
         reports: live.into_iter().map(|l| l.report).collect(),
         seconds,
@@ -506,7 +531,8 @@ fn stored(
             stats: Stats::default(),
             violations,
         });
-        ran.plan_equal.push(c["plan"]["equal"].as_bool()?);
+        ran.plan_equal
+            .push(c["plan"]["equal"].as_bool()? || c["plan"]["allowed"].is_string());
         ran.probes.push(probes);
     }
     Some(ran)
