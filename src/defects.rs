@@ -83,7 +83,7 @@ pub struct DefectInfo {
     /// The vLLM releases that have it as released: those whose plans, on
     /// the cases of `geometries/*.toml` that expose it, equal kvgeom's plan
     /// with the defect's decision and never the plan without it (`kvgeom
-    /// matrix`'s `has`; [`MATRIX_FIXTURES`] hold the runs this table is
+    /// matrix`'s `has`; [`MATRIX_FIXTURE`] holds the run this table is
     /// checked against). `0.33.0`, `0.34.0`: the policy that models that
     /// release is exactly its defects (of both lists).
     pub in_vllm: &'static [&'static str],
@@ -97,14 +97,10 @@ pub struct DefectInfo {
     pub select: fn(&mut Policy),
 }
 
-/// The committed `kvgeom matrix` reports over `geometries/*.toml` that
-/// each row's `in_vllm` must equal, for every release they ran (relative
-/// to the project root; docs/compatibility.md has their commands): vLLM
-/// 0.30.0-0.33.0 (2026-12-04), and 0.33.0 with 0.34.0 (2026-12-07).
-pub const MATRIX_FIXTURES: [&str; 2] = [
-    "tests/fixtures/matrix/vllm-0.30.0-0.33.0.json",
-    "tests/fixtures/matrix/vllm-0.33.0-0.34.0.json",
-];
+/// The committed `kvgeom matrix` report (vLLM 0.30.0-0.34.0 over
+/// `geometries/*.toml`) that each row's `in_vllm` must equal (relative to
+/// the project root; docs/compatibility.md has its command).
+pub const MATRIX_FIXTURE: &str = "tests/fixtures/matrix/vllm-0.30.0-0.34.0.json";
 
 /// The committed `kvgeom matrix` report of the same releases over the
 /// real-scale pairs of `geometries/models/` at their boundary prompts:
@@ -464,7 +460,7 @@ mod tests {
         assert!(!newer.contains(&Defect::EndTrimAlignment));
         assert!(!Defect::of_vllm("0.33.0").contains(&Defect::LastTokenPairing));
         // The releases before the pinned one have exactly its defects
-        // (`kvgeom matrix`, MATRIX_FIXTURES).
+        // (`kvgeom matrix`, MATRIX_FIXTURE).
         assert_eq!(Defect::of_vllm("0.32.0"), Defect::of_vllm("0.33.0"));
         assert!(Defect::of_vllm("0.29.0").is_empty());
         assert_eq!(policy_with(&[]), Policy::default());
@@ -514,18 +510,15 @@ mod tests {
     }
 
     /// Each row's `in_vllm` names exactly the releases of the committed
-    /// matrices whose verdict on it is `has`, and only releases they ran.
+    /// matrix whose verdict on it is `has`, and only releases it ran.
     #[test]
     fn in_vllm_equals_the_committed_matrix() {
-        let rows: Vec<_> = MATRIX_FIXTURES
-            .iter()
-            .flat_map(|f| matrix_rows(f))
-            .collect();
+        let rows = matrix_rows(MATRIX_FIXTURE);
         for info in &DEFECTS {
             for v in info.in_vllm {
                 assert!(
                     rows.iter().any(|(r, _, _)| r == v),
-                    "{}: vLLM {v} is in no committed matrix",
+                    "{}: vLLM {v} is not in {MATRIX_FIXTURE}",
                     info.name
                 );
             }
