@@ -119,6 +119,16 @@ pub fn read_capped(path: &Path, limit: u64) -> Result<Vec<u8>, InputError> {
     Ok(bytes)
 }
 
+/// [`read_capped`], as UTF-8 text; text that is not UTF-8 is an
+/// [`InputError::Io`] of kind `InvalidData`.
+pub fn read_text_capped(path: &Path, limit: u64) -> Result<String, InputError> {
+    let bytes = read_capped(path, limit)?;
+    String::from_utf8(bytes).map_err(|e| InputError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()),
+    })
+}
+
 /// Read `reader` to its end, failing once it yields more than `limit`
 /// bytes (a decompression bomb stops there). `what` names the input.
 pub fn read_to_end_capped(

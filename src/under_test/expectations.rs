@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::limits::{read_capped, MAX_INPUT_BYTES};
+use crate::limits::{read_text_capped, MAX_INPUT_BYTES};
 use crate::scenario::prompt_list::{parse_prompt_list, PromptListError};
 use crate::scenario::{Case, CaseReport};
 
@@ -74,6 +74,34 @@ struct EntryToml {
 pub(crate) enum CasesToml {
     All(String),
     List(Vec<String>),
+}
+
+/// A key of an entry whose value is none of its choices.
+#[derive(Debug, thiserror::Error)]
+#[error("{key} `{value}`: expected {}", choices.join(" or "))]
+pub struct ChoiceError {
+    /// The key.
+    pub key: &'static str,
+    /// Its value.
+    pub value: String,
+    /// What it may be.
+    pub choices: &'static [&'static str],
+}
+
+/// `Err` naming `key` and the choices when `value` is none of them.
+pub(crate) fn check_choice(
+    key: &'static str,
+    value: Option<&str>,
+    choices: &'static [&'static str],
+) -> Result<(), ChoiceError> {
+    match value {
+        Some(v) if !choices.contains(&v) => Err(ChoiceError {
+            key,
+            value: v.to_string(),
+            choices,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// What is wrong with an entry's `cases`.
@@ -211,13 +239,7 @@ impl Expectations {
             file: file.clone(),
             source,
         };
-        let bytes = read_capped(path, MAX_INPUT_BYTES).map_err(read)?;
-        let text = String::from_utf8(bytes).map_err(|e| {
-            read(crate::limits::InputError::Io {
-                path: path.to_path_buf(),
-                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()),
-            })
-        })?;
+        let text = read_text_capped(path, MAX_INPUT_BYTES).map_err(read)?;
         Self::parse(&file, &text)
     }
 
@@ -235,18 +257,14 @@ impl Expectations {
                 geometry: e.geometry.clone(),
                 why,
             };
-            if let Some(m) = &e.mode {
-                if m != "pull" && m != "push" {
-                    return Err(bad(format!("mode `{m}`: expected pull or push")));
-                }
-            }
-            if let Some(a) = &e.alloc {
-                if a != "mainline" && a != "with-last-token" {
-                    return Err(bad(format!(
-                        "alloc `{a}`: expected mainline or with-last-token"
-                    )));
-                }
-            }
+            check_choice("mode", e.mode.as_deref(), &["pull", "push"])
+                .map_err(|e| bad(e.to_string()))?;
+            check_choice(
+                "alloc",
+                e.alloc.as_deref(),
+                &["mainline", "with-last-token"],
+            )
+            .map_err(|e| bad(e.to_string()))?;
             if !OUTCOMES.contains(&e.outcome.as_str()) {
                 return Err(bad(format!(
                     "outcome `{}`: expected one of {}",

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::expectations::{CasePattern, CasePatternError, CasesToml};
-use crate::limits::{read_capped, MAX_INPUT_BYTES};
+use super::expectations::{check_choice, CasePattern, CasePatternError, CasesToml, ChoiceError};
+use crate::limits::{read_text_capped, MAX_INPUT_BYTES};
 use crate::scenario::Case;
 
 /// Where findings live, relative to the project root.
@@ -114,13 +114,7 @@ impl PlanDifferences {
             file: file.clone(),
             source,
         };
-        let bytes = read_capped(path, MAX_INPUT_BYTES).map_err(read)?;
-        let text = String::from_utf8(bytes).map_err(|e| {
-            read(crate::limits::InputError::Io {
-                path: path.to_path_buf(),
-                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()),
-            })
-        })?;
+        let text = read_text_capped(path, MAX_INPUT_BYTES).map_err(read)?;
         Self::parse(&file, &text, root)
     }
 
@@ -146,15 +140,16 @@ impl PlanDifferences {
             {
                 return Err(bad(EntryProblem::NotAName(e.geometry.clone())));
             }
-            check_choice("mode", e.mode.as_deref(), &["pull", "push"]).map_err(bad)?;
+            check_choice("mode", e.mode.as_deref(), &["pull", "push"])
+                .map_err(|e| bad(e.into()))?;
             check_choice(
                 "alloc",
                 e.alloc.as_deref(),
                 &["mainline", "with-last-token"],
             )
-            .map_err(bad)?;
+            .map_err(|e| bad(e.into()))?;
             check_choice("requests", e.requests.as_deref(), &["direct", "scheduler"])
-                .map_err(bad)?;
+                .map_err(|e| bad(e.into()))?;
             let cases = CasePattern::parse(&e.cases).map_err(|e| bad(e.into()))?;
             let finding = finding_path(&e.finding, root).map_err(bad)?;
             if e.reason.trim().is_empty() {
@@ -219,15 +214,8 @@ pub enum EntryProblem {
     #[error("geometry `{0}`: expected a geometry's name (its file name without `.toml`)")]
     NotAName(String),
     /// A key with a value outside its choices.
-    #[error("{key} `{value}`: expected {}", choices.join(" or "))]
-    Choice {
-        /// The key.
-        key: &'static str,
-        /// Its value.
-        value: String,
-        /// What it may be.
-        choices: &'static [&'static str],
-    },
+    #[error(transparent)]
+    Choice(#[from] ChoiceError),
     /// `cases` does not parse.
     #[error(transparent)]
     Cases(#[from] CasePatternError),
@@ -245,22 +233,6 @@ pub enum EntryProblem {
     /// `reason` is empty.
     #[error("reason: empty; say why the difference is allowed")]
     EmptyReason,
-}
-
-/// `Err` naming `key` and the choices when `value` is none of them.
-fn check_choice(
-    key: &'static str,
-    value: Option<&str>,
-    choices: &'static [&'static str],
-) -> Result<(), EntryProblem> {
-    match value {
-        Some(v) if !choices.contains(&v) => Err(EntryProblem::Choice {
-            key,
-            value: v.to_string(),
-            choices,
-        }),
-        _ => Ok(()),
-    }
 }
 
 /// The finding `name` (a page of docs/findings/, by its file name or as
