@@ -1098,25 +1098,33 @@ fn vllm_chooses_the_blocks_kvgeom_derives_from_model_configs() {
     let older_python = older.python.to_string_lossy().to_string();
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("live-blocks-equal");
     let deepseek = deepseek_v3_from_config(&dir);
-    let out = kvgeom(&[
-        "sweep",
-        "--connector",
-        "vllm",
-        "--vllm-python",
-        &older_python,
-        "--mode",
-        "pull",
-        "--prompts",
-        "65",
-        "--alloc",
-        "mainline",
-        "--no-shrink",
-        "--format",
-        "json",
-        "geometries/models/qwen3-next-p8-d2-flashinfer-from-config.toml",
-        deepseek.to_str().unwrap(),
-        "geometries/deepseek-mla.toml",
-    ]);
+    let deepseek = deepseek.to_str().unwrap();
+    // The pull case of each file at 65 tokens, by the interpreter `python`
+    // names (`None`: the project's venv).
+    let sweep = |python: Option<&str>, files: &[&str]| {
+        let mut args = vec!["sweep", "--connector", "vllm"];
+        if let Some(python) = python {
+            args.extend(["--vllm-python", python]);
+        }
+        args.extend([
+            "--mode",
+            "pull",
+            "--prompts",
+            "65",
+            "--alloc",
+            "mainline",
+            "--no-shrink",
+            "--format",
+            "json",
+        ]);
+        args.extend_from_slice(files);
+        kvgeom(&args)
+    };
+    let qwen = "geometries/models/qwen3-next-p8-d2-flashinfer-from-config.toml";
+    let out = sweep(
+        Some(&older_python),
+        &[qwen, deepseek, "geometries/deepseek-mla.toml"],
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     // The block checks run before the cases in one process: Qwen3-Next's
     // case still gets the DS conv state layout the connector needs.
@@ -1168,22 +1176,7 @@ fn vllm_chooses_the_blocks_kvgeom_derives_from_model_configs() {
     if interpreter(test).is_none() {
         return;
     }
-    let out = kvgeom(&[
-        "sweep",
-        "--connector",
-        "vllm",
-        "--mode",
-        "pull",
-        "--prompts",
-        "65",
-        "--alloc",
-        "mainline",
-        "--no-shrink",
-        "--format",
-        "json",
-        "geometries/models/qwen3-next-p8-d2-flashinfer-from-config.toml",
-        deepseek.to_str().unwrap(),
-    ]);
+    let out = sweep(None, &[qwen, deepseek]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(
