@@ -19,7 +19,7 @@ const FIXTURES: &str = "tests/fixtures/live-traces-vllm-0.33.0";
 
 /// The JSON report of `kvgeom ARGS --format json FILE`: (verdict,
 /// message, explained_by) of its one file.
-fn verdict(args: &[&str], file: &Path) -> (String, String, Option<String>) {
+pub(crate) fn verdict(args: &[&str], file: &Path) -> (String, String, Option<String>) {
     let out = Command::new(env!("CARGO_BIN_EXE_kvgeom"))
         .args(args)
         .args(["--format", "json"])

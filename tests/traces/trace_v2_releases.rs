@@ -10,7 +10,6 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 
@@ -71,27 +70,10 @@ fn fixture(release: &ReleaseFixtures, name: &str) -> PathBuf {
         .join(format!("{name}.trace.json.gz"))
 }
 
-/// The JSON report of `kvgeom ARGS --format json FILE`: (verdict,
-/// message) of its one file.
+/// check-trace's or diff-trace's (verdict, message) of `file`.
 fn verdict(args: &[&str], file: &Path) -> (String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kvgeom"))
-        .args(args)
-        .args(["--format", "json"])
-        .arg(file)
-        .output()
-        .expect("run kvgeom");
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{}: no JSON report ({e}): {}",
-            file.display(),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    let f = &report["files"][0];
-    (
-        f["verdict"].as_str().unwrap_or_default().to_string(),
-        f["message"].as_str().unwrap_or_default().to_string(),
-    )
+    let (verdict, message, _) = crate::trace_v2::verdict(args, file);
+    (verdict, message)
 }
 
 #[test]
