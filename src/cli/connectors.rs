@@ -1,34 +1,28 @@
 //! `kvgeom sweep` and `kvgeom explain` for the chosen connector under test:
 //! the options that do not apply to it refused, then its command.
 
+use super::pipeline::PipelineConnector;
 use super::{ConnectorArg, ExplainArgs, SweepArgs, EXIT_BAD_INPUT};
 
-/// `kvgeom sweep`: the chosen connector's sweep, once the options that do
-/// not apply to it are refused.
+/// The connector `--connector` names, for the one sweep: the only place
+/// that names the connectors.
+pub(crate) fn build(connector: ConnectorArg) -> Box<dyn PipelineConnector> {
+    match connector {
+        ConnectorArg::Replay => Box::new(super::replay::ReplayPipeline::new()),
+        ConnectorArg::Sglang => Box::new(super::sglang::SglangPipeline::new()),
+        ConnectorArg::Vllm => Box::new(super::live::VllmPipeline::new()),
+        ConnectorArg::Kvgeom => Box::new(super::kvgeom::KvgeomPipeline::new()),
+    }
+}
+
+/// `kvgeom sweep`: the one sweep over the chosen connector, once the
+/// options of another connector are refused.
 pub fn sweep(args: SweepArgs) -> u8 {
     if let Some(why) = args.run.refused_for_kvgeom() {
         eprintln!("error: {why}");
         return EXIT_BAD_INPUT;
     }
-    if args.run.connector != ConnectorArg::Vllm {
-        for (given, option) in [
-            (args.plan_differences.is_some(), "--plan-differences"),
-            (args.compare_policy.is_some(), "--compare-policy"),
-        ] {
-            if given {
-                eprintln!(
-                    "error: {option}: applies to the plans of vLLM's connector; add --connector vllm"
-                );
-                return EXIT_BAD_INPUT;
-            }
-        }
-    }
-    match args.run.connector {
-        ConnectorArg::Vllm => super::live_sweep(args),
-        ConnectorArg::Replay => super::replay_sweep(args),
-        ConnectorArg::Kvgeom => super::sweep::kvgeom_sweep(args),
-        ConnectorArg::Sglang => super::sglang::sglang_sweep(args),
-    }
+    super::pipeline::sweep(build(args.run.connector), args)
 }
 
 /// `kvgeom explain`: the chosen connector's case, once the options that do
@@ -38,10 +32,5 @@ pub fn explain(args: ExplainArgs) -> u8 {
         eprintln!("error: {why}");
         return EXIT_BAD_INPUT;
     }
-    match args.run.connector {
-        ConnectorArg::Vllm => super::live_explain(args),
-        ConnectorArg::Replay => super::replay_explain(args),
-        ConnectorArg::Kvgeom => super::explain::kvgeom_explain(args),
-        ConnectorArg::Sglang => super::sglang::sglang_explain(args),
-    }
+    super::pipeline::explain(build(args.run.connector), args)
 }

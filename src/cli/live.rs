@@ -1,16 +1,19 @@
 //! `kvgeom sweep --connector vllm`: the sweep's cases run through vLLM's
 //! own NIXL connector (vllm-driver/), judged by kvgeom's oracles.
 
+use super::pipeline::{
+    nixl_fields, ran_line, Explained, Fields, Judged, OneCase, PipelineConnector,
+};
 use super::run_args::RequestsArg;
-use super::{default_paths, ExplainArgs, NixlArg, SweepArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
+use super::{ExplainArgs, NixlArg, SweepArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::connector::NamedPolicy;
 use crate::geometry::Mode;
 use crate::live;
 use crate::live::LiveReport;
-use crate::report::sweep_report::{self, Format};
-use crate::scenario::{shell_word, CaseReport, MemoryKind, TransportKind};
-use crate::sweep::plan;
-use crate::sweep::shard::{parse_shard, Shard};
+use crate::report::sweep_report;
+use crate::scenario::{shell_word, Case, CaseReport, MemoryKind, TransportKind};
+use crate::sweep::plan::{self, PlanOptions};
+use crate::sweep::shard::Shard;
 use crate::under_test::expectations::Expectations;
 use crate::under_test::plan_differences::PlanDifferences;
 use crate::under_test::PlanComparison;
@@ -98,232 +101,341 @@ pub(super) fn requests_option(
     }
 }
 
-/// `kvgeom sweep --connector vllm`.
-pub fn live_sweep(args: SweepArgs) -> u8 {
-    if let Some(why) = refused(&args) {
-        eprintln!("error: {why}");
-        return EXIT_BAD_INPUT;
-    }
-    let requests = match requests_option(args.run.requests, args.alloc.allocations().as_deref()) {
-        Ok(r) => r,
-        Err(code) => return code,
-    };
-    let compare_policy = match compare_policy_option(args.compare_policy.as_deref()) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
-    // A file named on the command line is checked before the interpreter
-    // is probed; the release's own once it is known.
-    let given_differences = match args.plan_differences.as_deref().map(load_plan_differences) {
-        Some(Ok(d)) => Some(d),
-        Some(Err(code)) => return code,
-        None => None,
-    };
-    // `--threads`: how many driver processes run at once.
-    let drivers = match super::sweep::threads_within_limit(args.threads) {
-        Ok(n) => n.unwrap_or_else(live::default_drivers),
-        Err(code) => return code,
-    };
-    let shard_of = match args.shard.as_deref().map(parse_shard).transpose() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: --shard {e}");
-            return EXIT_BAD_INPUT;
+/// vLLM's own NIXL connector in the one sweep ([`super::pipeline`]):
+/// the cases run in vLLM driver processes, each plan compared with the
+/// release's kvgeom policy.
+pub(crate) struct VllmPipeline {
+    /// `--requests`: who makes the requests.
+    requests: live::Requests,
+    /// `--compare-policy`.
+    compare_policy: Option<NamedPolicy>,
+    /// The policy vLLM's plans are compared with, once the release is known.
+    compared: Option<NamedPolicy>,
+    /// `--plan-differences FILE`, read before the interpreter is probed;
+    /// after it, the differences this sweep allows.
+    plan_differences: Option<PlanDifferences>,
+    /// `--threads`: how many driver processes run at once.
+    drivers: usize,
+    /// The interpreter with vLLM, once found.
+    python: Option<live::Interpreter>,
+    /// The vLLM it runs.
+    under_test: Option<CodeUnderTest>,
+    /// The release's expectations, when `--expect` names none.
+    default_expectations: Option<Expectations>,
+    /// The geometry files that name their model config: vLLM's own block
+    /// derivation is compared with each.
+    checks: Vec<live::BlockCheck>,
+    /// The planned sources, for the block checks of this shard's cases.
+    sources: Vec<plan::SourcedGeometry>,
+    /// Every judged case, as the driver reported it.
+    live: Vec<LiveReport>,
+}
+
+impl VllmPipeline {
+    /// The connector before its options are read.
+    pub(crate) fn new() -> Self {
+        VllmPipeline {
+            requests: live::Requests::Scheduler,
+            compare_policy: None,
+            compared: None,
+            plan_differences: None,
+            drivers: 1,
+            python: None,
+            under_test: None,
+            default_expectations: None,
+            checks: Vec::new(),
+            sources: Vec::new(),
+            live: Vec::new(),
         }
-    };
-    let prompt_list = match super::prompts_option(args.prompts.as_deref()) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
-    if let Err(code) = super::random_option(args.random) {
-        return code;
     }
-    let paths = match default_paths(args.paths.clone()) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
-    let sources = match plan::load_sources(&paths).map(super::vllm_stack_only) {
-        Ok(Ok(s)) => s,
-        Ok(Err(code)) => return code,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return EXIT_BAD_INPUT;
-        }
-    };
-    let opts = plan::PlanOptions {
-        prompts: prompt_list,
-        modes: args.mode.modes(),
-        allocations: args.alloc.allocations(),
-        // Planned before the interpreter is probed; set again below to the
-        // reference of the release it has.
-        variant: planned_variant(),
-        seed: args.seed,
-    };
-    let all_cases = match args.random {
-        Some(n) => plan::random(&sources, n, args.seed, &opts),
-        None => plan::grid(&sources, &opts),
-    };
-    // kvgeom's preparation of every case (of every shard) must fit before
-    // the interpreter is probed or a driver starts.
-    let budget = match super::max_memory_option(args.run.max_memory.as_deref()) {
-        Ok(b) => b,
-        Err(code) => return code,
-    };
-    if let Err(code) = super::prepared_cases_fit(&all_cases, &budget) {
-        return code;
+}
+
+impl PipelineConnector for VllmPipeline {
+    fn refused(&self, args: &SweepArgs) -> Option<String> {
+        refused(args)
     }
-    let python = match driver_python(args.run.vllm_python.as_deref(), args.run.nixl) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
-    let under_test = python.code_under_test();
-    let compared = compare_policy.unwrap_or_else(|| python.compared_policy());
-    if let Some(policy) = compare_policy {
-        eprintln!(
-            "note: --compare-policy {}: vLLM's plans are compared with kvgeom's --policy {} instead of {}",
-            policy.name(),
-            policy.name(),
-            python.compared_policy().name()
-        );
+
+    fn options(&mut self, args: &SweepArgs) -> Result<(), u8> {
+        self.requests = requests_option(args.run.requests, args.alloc.allocations().as_deref())?;
+        self.compare_policy = compare_policy_option(args.compare_policy.as_deref())?;
+        // A file named on the command line is checked before the
+        // interpreter is probed; the release's own once it is known.
+        self.plan_differences = args
+            .plan_differences
+            .as_deref()
+            .map(load_plan_differences)
+            .transpose()?;
+        self.drivers =
+            super::sweep::threads_within_limit(args.threads)?.unwrap_or_else(live::default_drivers);
+        Ok(())
     }
-    let plan_differences = match given_differences {
-        Some(d) => Some(d),
-        None => match under_test.release() {
-            Some(release) => {
-                let file = crate::driver::project_root().join(release.plan_differences());
-                match load_plan_differences(&file) {
-                    Ok(d) => Some(d),
-                    Err(code) => return code,
-                }
-            }
-            None => None,
-        },
-    };
-    let all_cases: Vec<crate::scenario::Case> = all_cases
-        .into_iter()
-        .map(|case| crate::scenario::Case {
-            variant: Variant::Policy(compared),
-            ..case
+
+    fn plan_options(&self, args: &SweepArgs, prompts: Option<Vec<u32>>) -> Result<PlanOptions, u8> {
+        Ok(PlanOptions {
+            prompts,
+            modes: args.mode.modes(),
+            allocations: args.alloc.allocations(),
+            // Planned before the interpreter is probed; set again in
+            // `start` to the reference of the release it has.
+            variant: planned_variant(),
+            seed: args.seed,
         })
-        .collect();
-    let expect_path = args.expect.clone().or_else(|| {
-        under_test
-            .expectations()
-            .map(|file| crate::driver::project_root().join(file))
-    });
-    if under_test.release().is_none() {
-        match &args.expect {
-            Some(file) => eprintln!(
-                "note: {} is not a release kvgeom models: held to --expect {}; its plans are compared with --policy {} as information",
-                under_test.describe(),
-                file.display(),
-                compared.name()
-            ),
-            None => eprintln!(
-                "note: {} is not a release kvgeom models: the expectations do not apply; its plans are compared with --policy {} as information; the exit status is a plain sweep's",
-                under_test.describe(),
-                compared.name()
-            ),
-        }
-        for file in under_test.modified_files.iter().take(5) {
-            eprintln!("  modified: {file}");
-        }
     }
-    let expectations = match expect_path.as_deref().map(Expectations::load).transpose() {
-        Ok(e) => e,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return EXIT_BAD_INPUT;
+
+    fn start(
+        &mut self,
+        args: &SweepArgs,
+        sources: &[plan::SourcedGeometry],
+        cases: Vec<Case>,
+    ) -> Result<Vec<Case>, u8> {
+        // kvgeom's preparation of every case (of every shard) must fit
+        // before the interpreter is probed or a driver starts.
+        let budget = super::max_memory_option(args.run.max_memory.as_deref())?;
+        super::prepared_cases_fit(&cases, &budget)?;
+        let python = driver_python(args.run.vllm_python.as_deref(), args.run.nixl)?;
+        let under_test = python.code_under_test();
+        let compared = self
+            .compare_policy
+            .unwrap_or_else(|| python.compared_policy());
+        if let Some(policy) = self.compare_policy {
+            eprintln!(
+                "note: --compare-policy {}: vLLM's plans are compared with kvgeom's --policy {} instead of {}",
+                policy.name(),
+                policy.name(),
+                python.compared_policy().name()
+            );
         }
-    };
-    let mut options = format!("{:?} connector vllm {}", args.random, python.vllm_version);
-    if let Some(version) = python.nixl.version() {
-        // Shards over real NIXL and over the stand-in never merge.
-        options.push_str(&format!(" nixl real {version}"));
+        if self.plan_differences.is_none() {
+            if let Some(release) = under_test.release() {
+                let file = crate::driver::project_root().join(release.plan_differences());
+                self.plan_differences = Some(load_plan_differences(&file)?);
+            }
+        }
+        if under_test.release().is_none() {
+            match &args.expect {
+                Some(file) => eprintln!(
+                    "note: {} is not a release kvgeom models: held to --expect {}; its plans are compared with --policy {} as information",
+                    under_test.describe(),
+                    file.display(),
+                    compared.name()
+                ),
+                None => eprintln!(
+                    "note: {} is not a release kvgeom models: the expectations do not apply; its plans are compared with --policy {} as information; the exit status is a plain sweep's",
+                    under_test.describe(),
+                    compared.name()
+                ),
+            }
+            for file in under_test.modified_files.iter().take(5) {
+                eprintln!("  modified: {file}");
+            }
+        }
+        if args.expect.is_none() {
+            let default = under_test
+                .expectations()
+                .map(|file| crate::driver::project_root().join(file));
+            self.default_expectations = default
+                .as_deref()
+                .map(Expectations::load)
+                .transpose()
+                .map_err(|e| {
+                    eprintln!("error: {e}");
+                    EXIT_BAD_INPUT
+                })?;
+        }
+        self.sources = sources.to_vec();
+        self.compared = Some(compared);
+        self.python = Some(python);
+        self.under_test = Some(under_test);
+        Ok(cases
+            .into_iter()
+            .map(|case| Case {
+                variant: Variant::Policy(compared),
+                ..case
+            })
+            .collect())
     }
-    if requests == live::Requests::Scheduler {
-        // Shards of scheduler-made and direct requests never merge.
-        options.push_str(" requests scheduler");
+
+    fn shard_key(&self, args: &SweepArgs) -> String {
+        let mut key = format!("{:?} connector vllm", args.random);
+        if let Some(python) = &self.python {
+            key.push_str(&format!(" {}", python.vllm_version));
+            if let Some(version) = python.nixl.version() {
+                // Shards over real NIXL and over the stand-in never merge.
+                key.push_str(&format!(" nixl real {version}"));
+            }
+        }
+        if self.requests == live::Requests::Scheduler {
+            // Shards of scheduler-made and direct requests never merge.
+            key.push_str(" requests scheduler");
+        }
+        key
     }
-    let (cases, shard) = super::shard_cases(all_cases, shard_of, &sources, &opts, &options);
-    let checks = block_checks(&sources, &cases, &python.vllm_version);
-    let started = std::time::Instant::now();
-    // The canary runs first, in the same batch (live::canary).
-    let with_canary: Vec<crate::scenario::Case> =
-        std::iter::once(super::canary::canary_case(Variant::Policy(compared)))
+
+    fn run(&mut self, args: &SweepArgs, cases: &[Case]) -> Result<Vec<Judged>, u8> {
+        let (Some(python), Some(under_test)) = (&self.python, &self.under_test) else {
+            // `start` found no interpreter: nothing ran.
+            return Ok(Vec::new());
+        };
+        self.checks = block_checks(&self.sources, cases, &python.vllm_version);
+        let started = std::time::Instant::now();
+        // The canary runs first, in the same batch (live::canary).
+        let variant = self.compared.map_or_else(planned_variant, Variant::Policy);
+        let with_canary: Vec<Case> = std::iter::once(super::canary::canary_case(variant))
             .chain(cases.iter().cloned())
             .collect();
-    let mut live = match live::run_sweep_requests(
-        &with_canary,
-        &checks,
-        &python,
-        live::CASE_LIMIT,
-        drivers,
-        args.record_traces.as_deref(),
-        requests,
-    ) {
-        Ok(r) => r,
-        Err(e) => {
+        let mut live = live::run_sweep_requests(
+            &with_canary,
+            &self.checks,
+            python,
+            live::CASE_LIMIT,
+            self.drivers,
+            args.record_traces.as_deref(),
+            self.requests,
+        )
+        .map_err(|e| {
             eprintln!("error: {e}");
+            EXIT_BAD_INPUT
+        })?;
+        let canary = live.remove(0);
+        if let Err(reason) = super::canary::verdict(&canary.report) {
+            eprintln!(
+                "error: {}: not run: {reason}; no verdict on this release counts (the driver does not drive it as it should)",
+                under_test.describe()
+            );
+            return Err(EXIT_BAD_INPUT);
+        }
+        if let Some(allowed) = &self.plan_differences {
+            mark_allowed(&mut live, allowed);
+        }
+        ran_line(
+            under_test,
+            &python.python,
+            &python.nixl.to_string(),
+            live.len(),
+            started,
+        );
+        let nixl = nixl_fields(&python.nixl);
+        let judged = live
+            .iter()
+            .map(|l| Judged {
+                report: l.report.clone(),
+                extras: case_fields(l, &nixl),
+            })
+            .collect();
+        self.live = live;
+        Ok(judged)
+    }
+
+    fn code_under_test(&self, _judged: &[Judged]) -> CodeUnderTest {
+        self.under_test
+            .clone()
+            .unwrap_or_else(|| CodeUnderTest::vllm(Release::pinned().version))
+    }
+
+    fn expectations(
+        &mut self,
+        given: Option<Expectations>,
+        _code: &CodeUnderTest,
+    ) -> Result<Option<Expectations>, u8> {
+        Ok(given.or_else(|| self.default_expectations.take()))
+    }
+
+    fn table(&self, _judged: &[Judged]) -> String {
+        match &self.python {
+            Some(python) => table(&self.live, &python.nixl),
+            None => sweep_report::table(&[]),
+        }
+    }
+
+    fn report_fields(&self) -> Fields {
+        let mut fields = self
+            .python
+            .as_ref()
+            .map(|p| nixl_fields(&p.nixl))
+            .unwrap_or_default();
+        fields.insert("connector".into(), "vllm".into());
+        fields
+    }
+
+    fn refused_explain(&self, args: &ExplainArgs) -> Option<String> {
+        if args.run.variant.defect.is_some() || args.run.variant.policy.is_some() {
+            Some(
+                "--defect and --policy select kvgeom's connector; --connector vllm runs vLLM's own"
+                    .into(),
+            )
+        } else if args.run.transport == TransportKind::Nixl {
+            Some(TRANSPORT_NIXL.into())
+        } else if args.svg.is_some() {
+            Some("--svg: not available with --connector vllm".into())
+        } else {
+            None
+        }
+    }
+
+    fn explain_options(&mut self, args: &ExplainArgs) -> Result<(), u8> {
+        self.requests = requests_option(args.run.requests, Some(&[args.alloc.allocation()]))?;
+        Ok(())
+    }
+
+    fn one_case(
+        &self,
+        args: &ExplainArgs,
+    ) -> Result<(Mode, crate::scheduler::DecodeAllocation, Variant), u8> {
+        // Planned before the interpreter is probed (set in `explain`).
+        Ok((args.mode.mode(), args.alloc.allocation(), planned_variant()))
+    }
+
+    fn explain(&mut self, args: &ExplainArgs, one: OneCase) -> Result<Explained, u8> {
+        live_explain(args, one, self.requests)
+    }
+
+    fn verdict(
+        &mut self,
+        args: &SweepArgs,
+        _judged: &[Judged],
+        expectations: Option<&Expectations>,
+        code: &CodeUnderTest,
+    ) -> u8 {
+        let Some(python) = &self.python else {
             return EXIT_BAD_INPUT;
+        };
+        let exit = judge(&self.live, expectations, python.reference.is_some(), code);
+        if let Some(allowed) = &self.plan_differences {
+            unused_plan_differences(&self.live, allowed);
         }
-    };
-    let canary = live.remove(0);
-    if let Err(reason) = super::canary::verdict(&canary.report) {
-        eprintln!(
-            "error: {}: not run: {reason}; no verdict on this release counts (the driver does not drive it as it should)",
-            under_test.describe()
-        );
-        return EXIT_BAD_INPUT;
-    }
-    if let Some(allowed) = &plan_differences {
-        mark_allowed(&mut live, allowed);
-    }
-    eprintln!(
-        "{} ({}), {}: {} cases in {:.1} s",
-        under_test.describe(),
-        python.python.display(),
-        python.nixl,
-        live.len(),
-        started.elapsed().as_secs_f64()
-    );
-    let shard = shard.as_ref().map(|(s, p)| (s, p.as_slice()));
-    let text = match args.format {
-        Format::Table => table(&live, &python.nixl),
-        Format::Json => json(&live, shard, &python.nixl, &under_test),
-        Format::Junit => {
-            let reports: Vec<CaseReport> = live.iter().map(|l| l.report.clone()).collect();
-            sweep_report::junit(&reports, shard, &under_test)
+        if exit != EXIT_OK {
+            show_replays(
+                &self.live,
+                expectations,
+                python,
+                !args.no_shrink,
+                self.drivers,
+                self.requests,
+            );
         }
-    };
-    match &args.out {
-        Some(path) => {
-            if let Err(code) = super::write_output("--out", path, &text) {
-                return code;
-            }
-        }
-        None => out!("{text}"),
+        exit
     }
-    let code = judge(
-        &live,
-        expectations.as_ref(),
-        python.reference.is_some(),
-        &under_test,
-    );
-    if let Some(allowed) = &plan_differences {
-        unused_plan_differences(&live, allowed);
+}
+
+/// A live case's own fields in the JSON report: the connector, what moved
+/// the bytes (`nixl`), how the request was made, the plan comparisons, the
+/// scheduler model and the blocks.
+fn case_fields(l: &LiveReport, nixl: &Fields) -> Fields {
+    let mut c = nixl.clone();
+    let value = |v: Result<serde_json::Value, serde_json::Error>| v.unwrap_or_default();
+    c.insert("connector".into(), "vllm".into());
+    c.insert("request_path".into(), l.request_path.as_str().into());
+    if let Some(m) = &l.scheduler_model {
+        c.insert("scheduler_model".into(), value(serde_json::to_value(m)));
     }
-    if code != EXIT_OK {
-        show_replays(
-            &live,
-            expectations.as_ref(),
-            &python,
-            !args.no_shrink,
-            drivers,
-            requests,
-        );
+    c.insert("plan".into(), value(serde_json::to_value(&l.plan)));
+    if let Some(p) = &l.plan_kvgeom {
+        c.insert("plan_kvgeom".into(), value(serde_json::to_value(p)));
     }
-    code
+    if let Some(b) = &l.blocks {
+        c.insert("blocks".into(), value(serde_json::to_value(b)));
+    }
+    c
 }
 
 /// `--compare-policy NAME`, or exit 2 naming the known policies.
@@ -759,48 +871,25 @@ pub(super) fn planned_variant() -> Variant {
     Variant::Policy(Release::pinned().policy)
 }
 
-/// The sweep's JSON report with `"connector": "vllm"`, `"nixl"` (what
-/// moved the bytes), `code_under_test` and each case's `plan`.
+/// The sweep's JSON report of `live` as the one sweep writes it (for
+/// `kvgeom matrix`'s stored reports).
 pub(super) fn json(
     live: &[LiveReport],
     shard: Option<(&Shard, &[usize])>,
     nixl: &crate::driver::NixlRun,
     code: &CodeUnderTest,
 ) -> String {
-    let reports: Vec<CaseReport> = live.iter().map(|l| l.report.clone()).collect();
-    let text = sweep_report::json(&reports, shard, code);
-    let Ok(mut doc) = serde_json::from_str::<serde_json::Value>(&text) else {
-        return text;
-    };
-    doc["connector"] = "vllm".into();
-    doc["nixl"] = nixl.as_str().into();
-    if let Some(version) = nixl.version() {
-        doc["nixl_version"] = version.into();
-    }
-    if let Some(cases) = doc["cases"].as_array_mut() {
-        for (c, l) in cases.iter_mut().zip(live) {
-            c["connector"] = "vllm".into();
-            c["nixl"] = nixl.as_str().into();
-            if let Some(version) = nixl.version() {
-                c["nixl_version"] = version.into();
-            }
-            c["request_path"] = l.request_path.as_str().into();
-            if let Some(m) = &l.scheduler_model {
-                c["scheduler_model"] = serde_json::to_value(m).unwrap_or_default();
-            }
-            c["plan"] = serde_json::to_value(&l.plan).unwrap_or_default();
-            if let Some(p) = &l.plan_kvgeom {
-                c["plan_kvgeom"] = serde_json::to_value(p).unwrap_or_default();
-            }
-            if let Some(b) = &l.blocks {
-                c["blocks"] = serde_json::to_value(b).unwrap_or_default();
-            }
-        }
-    }
-    match serde_json::to_string_pretty(&doc) {
-        Ok(pretty) => pretty + "\n",
-        Err(_) => text,
-    }
+    let nixl = nixl_fields(nixl);
+    let judged: Vec<Judged> = live
+        .iter()
+        .map(|l| Judged {
+            report: l.report.clone(),
+            extras: case_fields(l, &nixl),
+        })
+        .collect();
+    let mut fields = nixl;
+    fields.insert("connector".into(), "vllm".into());
+    super::pipeline::json(&judged, shard, code, fields)
 }
 
 /// Move the one trace recorded into `dir` to `file`, gunzipped unless
@@ -820,71 +909,27 @@ fn save_trace(
     std::fs::write(file, text)
 }
 
-/// `kvgeom explain --connector vllm`: one case on vLLM's connector.
-pub fn live_explain(args: ExplainArgs) -> u8 {
-    let refusal = if args.run.variant.defect.is_some() || args.run.variant.policy.is_some() {
-        Some("--defect and --policy select kvgeom's connector; --connector vllm runs vLLM's own")
-    } else if args.run.transport == TransportKind::Nixl {
-        Some(TRANSPORT_NIXL)
-    } else if args.svg.is_some() {
-        Some("--svg: not available with --connector vllm")
-    } else {
-        None
-    };
-    if let Some(why) = refusal {
-        eprintln!("error: {why}");
-        return EXIT_BAD_INPUT;
-    }
-    let allocation = args.alloc.allocation();
-    let requests = match requests_option(args.run.requests, Some(&[allocation])) {
-        Ok(r) => r,
-        Err(code) => return code,
-    };
-    let (geometry, model) = match crate::derive::load_geometry_file_with_source(&args.geometry) {
-        Ok(g) => g,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return EXIT_BAD_INPUT;
-        }
-    };
-    if let Err(code) = super::refuse_other_stack(&geometry, &args.geometry) {
-        return code;
-    }
-    if let Err(code) = super::prompt_option(args.prompt) {
-        return code;
-    }
-    let geometry = std::sync::Arc::new(geometry);
+/// `kvgeom explain --connector vllm`: one case on vLLM's connector, with
+/// its plan comparisons, request path, scheduler model and blocks.
+fn live_explain(
+    args: &ExplainArgs,
+    one: OneCase,
+    requests: live::Requests,
+) -> Result<Explained, u8> {
+    let OneCase { mut case, model } = one;
     let checks: Vec<live::BlockCheck> = model
         .map(|m| live::BlockCheck {
-            geometry: std::sync::Arc::clone(&geometry),
+            geometry: std::sync::Arc::clone(&case.geometry),
             source: std::sync::Arc::new(m),
         })
         .into_iter()
         .collect();
     // Compared with the pinned release until the interpreter says which
     // release it has; the memory estimate does not depend on it.
-    let mut case = crate::scenario::Case {
-        geometry: std::sync::Arc::clone(&geometry),
-        file: Some(args.geometry.clone()),
-        prompt_len: args.prompt,
-        prefix_hit: args.prefix_hit,
-        mode: args.mode.mode(),
-        allocation: args.alloc.allocation(),
-        seed: args.seed,
-        variant: planned_variant(),
-    };
-    let budget = match super::max_memory_option(args.run.max_memory.as_deref()) {
-        Ok(b) => b,
-        Err(code) => return code,
-    };
-    if let Err(code) = super::prepared_cases_fit(std::slice::from_ref(&case), &budget) {
-        return code;
-    }
+    let budget = super::max_memory_option(args.run.max_memory.as_deref())?;
+    super::prepared_cases_fit(std::slice::from_ref(&case), &budget)?;
     // The case fits before the interpreter is probed (vLLM's import is slow).
-    let python = match driver_python(args.run.vllm_python.as_deref(), args.run.nixl) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
+    let python = driver_python(args.run.vllm_python.as_deref(), args.run.nixl)?;
     case.variant = Variant::Policy(python.compared_policy());
     let record_dir = args
         .record_trace
@@ -907,19 +952,23 @@ pub fn live_explain(args: ExplainArgs) -> u8 {
         let _ = std::fs::remove_dir_all(dir);
         if let Err(why) = saved {
             eprintln!("error: --record-trace {}: {why}", file.display());
-            return EXIT_BAD_INPUT;
+            return Err(EXIT_BAD_INPUT);
         }
     }
     let live = match ran {
         Ok(mut r) if r.len() == 1 => r.remove(0),
         Ok(_) => {
             eprintln!("error: the driver returned no case");
-            return EXIT_BAD_INPUT;
+            return Err(EXIT_BAD_INPUT);
         }
         Err(e) => {
             eprintln!("error: {e}");
-            return EXIT_BAD_INPUT;
+            return Err(EXIT_BAD_INPUT);
         }
+    };
+    let differs = |d: &Option<String>| match d {
+        None => "equal".to_string(),
+        Some(d) => format!("differs: {d}"),
     };
     let mut out = format!(
         "{} ({} via {}, {})\noutcome: {}\nplan vs kvgeom --policy {}: {}\n",
@@ -929,18 +978,12 @@ pub fn live_explain(args: ExplainArgs) -> u8 {
         python.nixl,
         live.report.outcome.describe(),
         live.report.case.variant.named_policy().name(),
-        match &live.plan.first_difference {
-            None => "equal".to_string(),
-            Some(d) => format!("differs: {d}"),
-        }
+        differs(&live.plan.first_difference)
     );
     if let Some(p) = &live.plan_kvgeom {
         out.push_str(&format!(
             "plan vs kvgeom --policy kvgeom: {}\n",
-            match &p.first_difference {
-                None => "equal".to_string(),
-                Some(d) => format!("differs: {d}"),
-            }
+            differs(&p.first_difference)
         ));
     }
     out.push_str(&format!("request path: {}\n", live.request_path.as_str()));
@@ -967,11 +1010,11 @@ pub fn live_explain(args: ExplainArgs) -> u8 {
         live.oracle_input.as_ref(),
         &live.report.violations,
     ));
-    out!("{out}");
     let model_equal = live.scheduler_model.as_ref().is_none_or(|m| m.equal);
-    if !live.report.failed() && live.blocks.as_ref().is_none_or(|b| b.equal) && model_equal {
-        EXIT_OK
-    } else {
-        EXIT_FAILED
-    }
+    Ok(Explained {
+        text: out,
+        passed: !live.report.failed()
+            && live.blocks.as_ref().is_none_or(|b| b.equal)
+            && model_equal,
+    })
 }

@@ -184,7 +184,9 @@ fn run(args: &MatrixArgs) -> Result<u8, u8> {
     } else {
         args.paths.clone()
     };
-    let sources = match plan::load_sources(&paths).map(super::vllm_stack_only) {
+    let sources = match plan::load_sources(&paths)
+        .map(|s| super::pipeline::of_stack(s, crate::geometry::Stack::Vllm))
+    {
         Ok(Ok(s)) => s,
         Ok(Err(code)) => return Err(code),
         Err(e) => return Err(bad(e)),

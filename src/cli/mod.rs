@@ -28,12 +28,14 @@ mod choices;
 mod connectors;
 mod derive;
 mod explain;
+mod kvgeom;
 mod layout;
 mod lifecycle;
 mod live;
 mod matrix;
 mod mutants;
 mod output;
+mod pipeline;
 mod replay;
 mod report_merge;
 mod run_args;
@@ -54,10 +56,8 @@ pub use derive::{derive, DeriveArgs, DeriveFormat};
 pub use explain::ExplainArgs;
 pub use layout::{layout, LayoutArgs};
 pub use lifecycle::{bench_lifecycle, lifecycle, LifecycleArgs, LifecycleFormat, LIFECYCLE_SCHEMA};
-pub use live::{live_explain, live_sweep};
 pub use matrix::{matrix, MatrixArgs, MatrixFormat, MATRIX_SCHEMA};
 pub use mutants::{defects, mutants, MutantsArgs, MutantsFormat, MUTANTS_SCHEMA};
-pub use replay::{replay_explain, replay_sweep};
 pub use report_merge::{merge as merge_reports, report_merge, MergeError, ReportMergeArgs};
 pub use run_args::RunArgs;
 pub(crate) use sweep::threads_within_limit;
@@ -330,35 +330,6 @@ fn print_sweep_verdict(v: &crate::under_test::SweepVerdict) -> bool {
         eprintln!("  ... and {} more", v.disagreements.len() - 20);
     }
     false
-}
-
-/// The geometries of `sources` that kvgeom's and vLLM's connectors run:
-/// vLLM's stack. Files of another stack (`stack = "sglang"`) are skipped
-/// with one summary line on stderr, so that a folder may hold both; when
-/// every file named is of another stack nothing would be judged, and that
-/// is exit 2 rather than a sweep of no cases.
-fn vllm_stack_only(
-    sources: Vec<crate::sweep::plan::SourcedGeometry>,
-) -> Result<Vec<crate::sweep::plan::SourcedGeometry>, u8> {
-    let (ours, others): (Vec<_>, Vec<_>) = sources
-        .into_iter()
-        .partition(|s| s.geometry.stack == crate::geometry::Stack::Vllm);
-    if others.is_empty() {
-        return Ok(ours);
-    }
-    let why = "kvgeom's and vLLM's connectors run vLLM's KV cache, not SGLang's pools";
-    if ours.is_empty() {
-        eprintln!(
-            "error: every geometry named is SGLang's ({} with stack = \"sglang\"): {why}",
-            others.len()
-        );
-        return Err(EXIT_BAD_INPUT);
-    }
-    eprintln!(
-        "note: {} SGLang geometries skipped (stack = \"sglang\"): {why}",
-        others.len()
-    );
-    Ok(ours)
 }
 
 /// Exit 2 naming why one geometry of another stack cannot run on kvgeom's

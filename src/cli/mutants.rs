@@ -99,7 +99,9 @@ pub fn mutants(args: MutantsArgs) -> u8 {
         Ok(p) => p,
         Err(code) => return code,
     };
-    let sources = match plan::load_sources(&paths).map(super::vllm_stack_only) {
+    let sources = match plan::load_sources(&paths)
+        .map(|s| super::pipeline::of_stack(s, crate::geometry::Stack::Vllm))
+    {
         Ok(Ok(s)) => s,
         Ok(Err(code)) => return code,
         Err(e) => {

@@ -4,14 +4,18 @@
 
 use std::path::PathBuf;
 
-use super::{ExplainArgs, SweepArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
-use crate::report::sweep_report::{self, Format};
-use crate::scenario::{CaseReport, MemoryKind, TransportKind};
+use super::pipeline::{
+    expected_or_passed, refused_plan_options, reports_of, Explained, Fields, Judged, OneCase,
+    PipelineConnector, ShardCases,
+};
+use super::sweep::threads_within_limit;
+use super::{ExplainArgs, SweepArgs, EXIT_BAD_INPUT};
+use crate::scenario::{Case, CaseReport, MemoryKind, TransportKind};
 use crate::sweep::shard::{self, Shard};
 use crate::trace::run_trace::ReplayConnector;
 use crate::trace::{is_v1_name, trace_inputs};
 use crate::under_test::expectations::Expectations;
-use crate::under_test::{judge, judge_sweep, CodeUnderTest, ConnectorUnderTest, RunRecord};
+use crate::under_test::{judge, CodeUnderTest, ConnectorUnderTest, RunRecord};
 
 /// Why an option of a run does not apply to a replayed trace, which names
 /// its own case and connector.
@@ -96,33 +100,6 @@ fn v2_traces(paths: &[PathBuf]) -> Result<Vec<PathBuf>, u8> {
     Ok(traces)
 }
 
-/// Every traced case replayed and judged, in the traces' order, on up to
-/// `threads` threads.
-fn replay(
-    traces: &[PathBuf],
-    threads: Option<usize>,
-) -> Result<(Vec<CaseReport>, CodeUnderTest), u8> {
-    let connector = ReplayConnector::open(traces).map_err(|e| {
-        eprintln!("error: {e}");
-        EXIT_BAD_INPUT
-    })?;
-    let cases = connector.cases();
-    let placed = connector.place(&cases);
-    let run = || connector.run(&cases, placed, &|record: RunRecord| judge(&record));
-    let reports = match rayon::ThreadPoolBuilder::new()
-        .num_threads(threads.unwrap_or(0))
-        .build()
-    {
-        Ok(pool) => pool.install(run),
-        Err(_) => run(),
-    }
-    .map_err(|e| {
-        eprintln!("error: {e}");
-        EXIT_BAD_INPUT
-    })?;
-    Ok((reports, connector.code_under_test()))
-}
-
 /// Shard `of` of the traces (sorted by path, so that every shard of one set
 /// of traces agrees): the shard's traces, its record and their positions.
 /// The fingerprint covers every trace's path.
@@ -153,97 +130,143 @@ fn shard_traces(
     (mine, Some((info, positions)))
 }
 
-/// `kvgeom sweep --connector replay`.
-pub fn replay_sweep(args: SweepArgs) -> u8 {
-    if let Some(why) = refused_for_sweep(&args) {
-        eprintln!("error: {why}");
-        return EXIT_BAD_INPUT;
+/// Recorded v2 traces in the one sweep ([`super::pipeline`]): the cases
+/// are the traces', replayed as recorded.
+pub(crate) struct ReplayPipeline {
+    /// This shard's traces, in the cases' order.
+    traces: Vec<PathBuf>,
+    /// The traces, opened.
+    connector: Option<ReplayConnector>,
+}
+
+impl ReplayPipeline {
+    /// The connector before its traces are named.
+    pub(crate) fn new() -> Self {
+        ReplayPipeline {
+            traces: Vec::new(),
+            connector: None,
+        }
     }
-    let threads = match super::sweep::threads_within_limit(args.threads) {
-        Ok(t) => t,
-        Err(code) => return code,
-    };
-    let shard_of = match args.shard.as_deref().map(shard::parse_shard).transpose() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: --shard {e}");
-            return EXIT_BAD_INPUT;
-        }
-    };
-    let expectations = match args.expect.as_deref().map(Expectations::load).transpose() {
-        Ok(e) => e,
-        Err(e) => {
-            eprintln!("error: --expect {e}");
-            return EXIT_BAD_INPUT;
-        }
-    };
-    let traces = match v2_traces(&args.paths) {
-        Ok(t) => t,
-        Err(code) => return code,
-    };
-    let (traces, shard) = shard_traces(traces, shard_of);
-    let (reports, code) = match replay(&traces, threads) {
-        Ok(r) => r,
-        Err(code) => return code,
-    };
-    let shard = shard.as_ref().map(|(s, p)| (s, p.as_slice()));
-    let text = match args.format {
-        Format::Table => sweep_report::table(&reports),
-        Format::Json => with_connector(sweep_report::json(&reports, shard, &code)),
-        Format::Junit => sweep_report::junit(&reports, shard, &code),
-    };
-    match &args.out {
-        Some(path) => {
-            if let Err(code) = super::write_output("--out", path, &text) {
-                return code;
-            }
-        }
-        None => out!("{text}"),
+}
+
+impl PipelineConnector for ReplayPipeline {
+    fn refused(&self, args: &SweepArgs) -> Option<String> {
+        refused_plan_options(args).or_else(|| refused_for_sweep(args))
     }
-    if let Some(expectations) = &expectations {
-        let verdict = judge_sweep(expectations, &reports, &code);
-        return if super::print_sweep_verdict(&verdict) {
-            EXIT_OK
-        } else {
-            EXIT_FAILED
+
+    /// The traces named, sharded by path, opened.
+    fn cases(&mut self, args: &SweepArgs, shard_of: Option<(u32, u32)>) -> Result<ShardCases, u8> {
+        threads_within_limit(args.threads)?;
+        let traces = v2_traces(&args.paths)?;
+        super::pipeline::refuse_overwrite(args, &traces)?;
+        let (traces, shard) = shard_traces(traces, shard_of);
+        let connector = ReplayConnector::open(&traces).map_err(|e| {
+            eprintln!("error: {e}");
+            EXIT_BAD_INPUT
+        })?;
+        let cases = connector.cases();
+        self.traces = traces;
+        self.connector = Some(connector);
+        Ok(ShardCases { cases, shard })
+    }
+
+    /// Every traced case replayed and judged, in the traces' order.
+    fn run(&mut self, args: &SweepArgs, cases: &[Case]) -> Result<Vec<Judged>, u8> {
+        let threads = threads_within_limit(args.threads)?;
+        let Some(connector) = &self.connector else {
+            return Ok(Vec::new());
         };
-    }
-    let failures: Vec<(&PathBuf, &CaseReport)> = traces
-        .iter()
-        .zip(&reports)
-        .filter(|(_, r)| !r.passed())
-        .collect();
-    if failures.is_empty() {
-        return EXIT_OK;
-    }
-    eprintln!("\n{} of {} traces failed", failures.len(), reports.len());
-    for (path, r) in failures.iter().take(10) {
-        eprintln!("- {}: {}", path.display(), r.outcome.describe());
-    }
-    EXIT_FAILED
-}
-
-/// The sweep's JSON report with `"connector": "replay"` on it and each case.
-fn with_connector(text: String) -> String {
-    let Ok(mut doc) = serde_json::from_str::<serde_json::Value>(&text) else {
-        return text;
-    };
-    doc["connector"] = "replay".into();
-    if let Some(cases) = doc["cases"].as_array_mut() {
-        for c in cases {
-            c["connector"] = "replay".into();
+        let placed = connector.place(cases);
+        let run = || {
+            connector.run(cases, placed, &|record: RunRecord| Judged {
+                report: judge(&record),
+                extras: replay_fields(),
+            })
+        };
+        match rayon::ThreadPoolBuilder::new()
+            .num_threads(threads.unwrap_or(0))
+            .build()
+        {
+            Ok(pool) => pool.install(run),
+            Err(_) => run(),
         }
+        .map_err(|e| {
+            eprintln!("error: {e}");
+            EXIT_BAD_INPUT
+        })
     }
-    match serde_json::to_string_pretty(&doc) {
-        Ok(pretty) => pretty + "\n",
-        Err(_) => text,
+
+    fn code_under_test(&self, _judged: &[Judged]) -> CodeUnderTest {
+        self.connector.as_ref().map_or_else(
+            || CodeUnderTest::kvgeom(crate::variant::Variant::KVGEOM),
+            |c| c.code_under_test(),
+        )
+    }
+
+    fn report_fields(&self) -> Fields {
+        replay_fields()
+    }
+
+    fn refused_explain(&self, args: &ExplainArgs) -> Option<String> {
+        refused_explain(args)
+    }
+
+    /// The traced case (not a geometry file's).
+    fn explain_case(&mut self, args: &ExplainArgs) -> Result<OneCase, u8> {
+        let (connector, case) = traced_case(args)?;
+        self.connector = Some(connector);
+        Ok(OneCase { case, model: None })
+    }
+
+    fn explain(&mut self, args: &ExplainArgs, one: OneCase) -> Result<Explained, u8> {
+        let Some(connector) = &self.connector else {
+            return Err(EXIT_BAD_INPUT);
+        };
+        replay_explain(args, connector, &one.case)
+    }
+
+    fn verdict(
+        &mut self,
+        _args: &SweepArgs,
+        judged: &[Judged],
+        expectations: Option<&Expectations>,
+        code: &CodeUnderTest,
+    ) -> u8 {
+        let reports = reports_of(judged);
+        let exit = expected_or_passed(&reports, expectations, code);
+        // Without expectations every failure is unexpected; a trace is its
+        // own minimal replay.
+        let failures: Vec<(&PathBuf, &CaseReport)> = self
+            .traces
+            .iter()
+            .zip(&reports)
+            .filter(|(_, r)| !r.passed())
+            .filter(|(_, r)| expectations.is_none_or(|e| e.covering(&r.case).is_empty()))
+            .collect();
+        if failures.is_empty() {
+            return exit;
+        }
+        match expectations {
+            None => eprintln!("\n{} of {} traces failed", failures.len(), reports.len()),
+            Some(_) => eprintln!("\nthe traces of the unexpected failures:"),
+        }
+        for (path, r) in failures.iter().take(10) {
+            eprintln!("- {}: {}", path.display(), r.outcome.describe());
+        }
+        exit
     }
 }
 
-/// `kvgeom explain --connector replay TRACE --prompt N ...`: the options
-/// naming the case must be the traced case's.
-pub fn replay_explain(args: ExplainArgs) -> u8 {
-    let refusal = refused(&args.run)
+/// `"connector": "replay"`, on the report and each case.
+fn replay_fields() -> Fields {
+    let mut fields = Fields::new();
+    fields.insert("connector".into(), "replay".into());
+    fields
+}
+
+/// Why an option of `kvgeom explain --connector replay` does not apply.
+fn refused_explain(args: &ExplainArgs) -> Option<String> {
+    refused(&args.run)
         .or_else(|| {
             args.svg
                 .as_ref()
@@ -256,32 +279,34 @@ pub fn replay_explain(args: ExplainArgs) -> u8 {
                     f.display()
                 )
             })
-        });
-    if let Some(why) = refusal {
-        eprintln!("error: {why}");
-        return EXIT_BAD_INPUT;
-    }
-    let traces = match v2_traces(std::slice::from_ref(&args.geometry)) {
-        Ok(t) if t.len() == 1 => t,
-        Ok(t) => {
+        })
+}
+
+/// `kvgeom explain --connector replay TRACE --prompt N ...`: the traced
+/// case, whose options must be the ones given.
+fn traced_case(args: &ExplainArgs) -> Result<(ReplayConnector, Case), u8> {
+    let traces = match v2_traces(std::slice::from_ref(&args.geometry))? {
+        t if t.len() == 1 => t,
+        t => {
             eprintln!(
                 "error: {}: explain replays one trace, found {}",
                 args.geometry.display(),
                 t.len()
             );
-            return EXIT_BAD_INPUT;
-        }
-        Err(code) => return code,
-    };
-    let connector = match ReplayConnector::open(&traces) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return EXIT_BAD_INPUT;
+            return Err(EXIT_BAD_INPUT);
         }
     };
-    let cases = connector.cases();
-    let traced = &cases[0];
+    let connector = ReplayConnector::open(&traces).map_err(|e| {
+        eprintln!("error: {e}");
+        EXIT_BAD_INPUT
+    })?;
+    let Some(traced) = connector.cases().into_iter().next() else {
+        eprintln!(
+            "error: {}: the trace holds no case",
+            args.geometry.display()
+        );
+        return Err(EXIT_BAD_INPUT);
+    };
     let asked = [
         (
             "--prompt",
@@ -310,38 +335,44 @@ pub fn replay_explain(args: ExplainArgs) -> u8 {
             "error: {option} {given}: {} records {option} {recorded}",
             args.geometry.display()
         );
-        return EXIT_BAD_INPUT;
+        return Err(EXIT_BAD_INPUT);
     }
-    let placed = connector.place(&cases);
-    let explained = connector.run(&cases, placed, &|record: RunRecord| {
+    Ok((connector, traced))
+}
+
+/// The traced case replayed and judged, with what the recorded connector
+/// did.
+fn replay_explain(
+    args: &ExplainArgs,
+    connector: &ReplayConnector,
+    case: &Case,
+) -> Result<Explained, u8> {
+    let cases = std::slice::from_ref(case);
+    let placed = connector.place(cases);
+    let explained = connector.run(cases, placed, &|record: RunRecord| {
         let report = judge(&record);
-        let mut out = format!(
+        let mut text = format!(
             "{} (replayed from {})\noutcome: {}\n",
             report.case.label(),
             args.geometry.display(),
             report.outcome.describe()
         );
-        out.push_str(&super::run_lines::run_lines(
+        text.push_str(&super::run_lines::run_lines(
             record.connector_log().as_ref(),
             record.observed.as_ref(),
             &report.violations,
         ));
-        (out, report.passed())
+        Explained {
+            text,
+            passed: report.passed(),
+        }
     });
     match explained {
-        Ok(mut e) if e.len() == 1 => {
-            let (text, passed) = e.remove(0);
-            out!("{text}");
-            if passed {
-                EXIT_OK
-            } else {
-                EXIT_FAILED
-            }
-        }
-        Ok(_) => EXIT_BAD_INPUT,
+        Ok(mut e) if e.len() == 1 => Ok(e.remove(0)),
+        Ok(_) => Err(EXIT_BAD_INPUT),
         Err(e) => {
             eprintln!("error: {e}");
-            EXIT_BAD_INPUT
+            Err(EXIT_BAD_INPUT)
         }
     }
 }

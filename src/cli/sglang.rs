@@ -3,18 +3,24 @@
 //! SGLang oracles (`crate::sglang`). SGLang's transfer is push: `--mode
 //! pull` is refused, and so is every option of another connector.
 
-use super::{AllocArg, ModeArg, SweepArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
+use std::path::PathBuf;
+
+use super::pipeline::{
+    expected_or_passed, nixl_fields, ran_line, refused_plan_options, reports_of, Explained, Fields,
+    Judged, OneCase, PipelineConnector,
+};
+use super::{AllocArg, ExplainArgs, ModeArg, SweepArgs, EXIT_BAD_INPUT};
 use crate::geometry::{Mode, Stack};
-use crate::report::sweep_report::{self, Format};
-use crate::scenario::{CaseReport, MemoryKind, TransportKind};
+use crate::report::sweep_report;
+use crate::scenario::{Case, CaseReport, MemoryKind, TransportKind};
 use crate::scheduler::DecodeAllocation;
 use crate::sglang::connector::{judge_record, run_sweep_recording, SglangConnector};
 use crate::sglang::run::{SglangCase, TraceTarget};
-use crate::sweep::plan::{self, SourcedGeometry};
-use crate::sweep::shard::parse_shard;
+use crate::sweep::plan::{PlanOptions, SourcedGeometry};
 use crate::under_test::expectations::Expectations;
+use crate::under_test::CodeUnderTest;
 use crate::under_test::ConnectorUnderTest;
-use crate::under_test::{judge_sweep, CodeUnderTest};
+use crate::variant::Variant;
 
 fn refused(args: &SweepArgs) -> Option<String> {
     let other = "applies to another connector; --connector sglang runs SGLang's own transfer";
@@ -51,34 +57,8 @@ fn refused(args: &SweepArgs) -> Option<String> {
     None
 }
 
-/// The SGLang geometries of `sources`; vLLM's are skipped with one note
-/// line (the mirror of `vllm_stack_only`), and none at all is exit 2.
-fn sglang_stack_only(sources: Vec<SourcedGeometry>) -> Result<Vec<SourcedGeometry>, u8> {
-    let (ours, others): (Vec<_>, Vec<_>) = sources
-        .into_iter()
-        .partition(|s| s.geometry.stack == Stack::Sglang);
-    let why = "--connector sglang runs SGLang's pools, not vLLM's KV cache";
-    if ours.is_empty() {
-        eprintln!(
-            "error: no SGLang geometry (stack = \"sglang\") among those named ({} of vLLM's stack): {why}",
-            others.len()
-        );
-        return Err(EXIT_BAD_INPUT);
-    }
-    if !others.is_empty() {
-        eprintln!(
-            "note: {} vLLM-stack geometries skipped: {why}",
-            others.len()
-        );
-    }
-    Ok(ours)
-}
-
-/// `kvgeom explain --connector sglang FILE --prompt N [--seed S]`: one
-/// case on SGLang's transfer, in push mode: the pools kvgeom models for
-/// each rank, the request's pages, how SGLang's run ended and every
-/// violation.
-pub(crate) fn sglang_explain(args: super::ExplainArgs) -> u8 {
+/// Why an option of `kvgeom explain --connector sglang` does not apply.
+fn refused_explain(args: &ExplainArgs) -> Option<String> {
     let other = "applies to another connector; --connector sglang runs SGLang's own transfer";
     let refused = [
         (args.run.variant.defect.is_some(), "--defect"),
@@ -91,85 +71,58 @@ pub(crate) fn sglang_explain(args: super::ExplainArgs) -> u8 {
         (args.svg.is_some(), "--svg"),
         (args.prefix_hit != 0, "--prefix-hit"),
     ];
-    if let Some((_, option)) = refused.iter().find(|(given, _)| *given) {
-        eprintln!("error: {option} {other} (or is not there for SGLang yet)");
-        return EXIT_BAD_INPUT;
-    }
-    if let Err(code) = super::prompt_option(args.prompt) {
-        return code;
-    }
-    let geometry = match crate::derive::load_geometry_file(&args.geometry) {
-        Ok(g) => g,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return EXIT_BAD_INPUT;
-        }
-    };
-    if geometry.stack != Stack::Sglang {
-        eprintln!(
-            "error: {}: a vLLM-stack geometry; --connector sglang runs SGLang's pools (stack = \"sglang\")",
-            args.geometry.display()
-        );
-        return EXIT_BAD_INPUT;
-    }
-    let case = crate::scenario::Case {
-        geometry: std::sync::Arc::new(geometry),
-        file: Some(args.geometry.clone()),
-        prompt_len: args.prompt,
-        prefix_hit: 0,
-        mode: Mode::Push,
-        allocation: DecodeAllocation::Mainline,
-        seed: args.seed,
-        variant: crate::variant::Variant::KVGEOM,
-    };
-    let cases = std::slice::from_ref(&case);
+    refused
+        .iter()
+        .find(|(given, _)| *given)
+        .map(|(_, option)| format!("{option} {other} (or is not there for SGLang yet)"))
+}
+
+/// `kvgeom explain --connector sglang FILE --prompt N [--seed S]`: one
+/// case on SGLang's transfer, in push mode: the pools kvgeom models for
+/// each rank, the request's pages, how SGLang's run ended and every
+/// violation.
+fn sglang_explain(args: &ExplainArgs, case: &Case) -> Result<Explained, u8> {
+    let cases = std::slice::from_ref(case);
     let placed = crate::sglang::connector::place(cases);
     let prepared = match placed.first() {
         Some(Ok(p)) => p.clone(),
         Some(Err(e)) => {
             eprintln!("error: {}: {e}", args.geometry.display());
-            return EXIT_BAD_INPUT;
+            return Err(EXIT_BAD_INPUT);
         }
         None => {
             eprintln!("error: the SGLang connector placed no case");
-            return EXIT_BAD_INPUT;
+            return Err(EXIT_BAD_INPUT);
         }
     };
-    if let Err(code) = sglang_cases_fit(cases, &args.run) {
-        return code;
-    }
-    let python = match sglang_python(&args.run) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
+    sglang_cases_fit(cases, &args.run)?;
+    let python = sglang_python(&args.run)?;
     // An unwritable --record-trace is refused before the case runs.
     if let Some(path) = &args.record_trace {
-        if let Err(code) = super::write_output("--record-trace", path, "") {
-            return code;
-        }
+        super::write_output("--record-trace", path, "")?;
     }
     let target = args.record_trace.clone().map(TraceTarget::File);
     let connector = SglangConnector {
         python: &python,
         traces: target.as_ref(),
     };
-    let judged = match connector.run(cases, placed, &judge_record) {
-        Ok(j) => j,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return EXIT_BAD_INPUT;
-        }
-    };
+    let judged = connector.run(cases, placed, &judge_record).map_err(|e| {
+        eprintln!("error: {e}");
+        EXIT_BAD_INPUT
+    })?;
     let Some(j) = judged.first() else {
         eprintln!("error: the SGLang driver judged no case");
-        return EXIT_BAD_INPUT;
+        return Err(EXIT_BAD_INPUT);
     };
-    out!("{}", explain_text(&code_under_test(&judged), &prepared, j));
-    if j.report.passed() {
-        EXIT_OK
-    } else {
-        EXIT_FAILED
+    let code = SglangPipeline {
+        python: None,
+        versions: j.versions.clone(),
     }
+    .code_under_test(&[]);
+    Ok(Explained {
+        text: explain_text(&code, &prepared, j),
+        passed: j.report.passed(),
+    })
 }
 
 /// The text of `kvgeom explain --connector sglang`.
@@ -234,131 +187,173 @@ fn explain_text(
     out
 }
 
-/// `kvgeom sweep --connector sglang`.
-pub(crate) fn sglang_sweep(args: SweepArgs) -> u8 {
-    if let Some(why) = refused(&args) {
-        eprintln!("error: {why}");
-        return EXIT_BAD_INPUT;
-    }
-    if let ModeArg::Both = args.mode {
-        eprintln!("note: SGLang's transfer is push: every case runs in push mode");
-    }
-    let prompt_list = match super::prompts_option(args.prompts.as_deref()) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
-    if let Err(code) = super::random_option(args.random) {
-        return code;
-    }
-    let shard_of = match args.shard.as_deref().map(parse_shard).transpose() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: --shard {e}");
-            return EXIT_BAD_INPUT;
+/// SGLang's own transfer in the one sweep ([`super::pipeline`]): push
+/// cases on SGLang's pools, run by the SGLang driver.
+pub(crate) struct SglangPipeline {
+    /// The interpreter with SGLang, once found.
+    python: Option<crate::sglang::python::SglangPython>,
+    /// The SGLang and torch the driver reported (the first case that ran).
+    versions: Option<(String, String)>,
+}
+
+impl SglangPipeline {
+    /// The connector before its interpreter is found.
+    pub(crate) fn new() -> Self {
+        SglangPipeline {
+            python: None,
+            versions: None,
         }
-    };
-    let paths = if args.paths.is_empty() {
-        match super::checkout::checkout_path("geometries/sglang") {
-            Ok(p) => vec![p],
-            Err(e) => {
+    }
+}
+
+impl PipelineConnector for SglangPipeline {
+    fn refused(&self, args: &SweepArgs) -> Option<String> {
+        refused_plan_options(args).or_else(|| refused(args))
+    }
+
+    fn stack(&self) -> Stack {
+        Stack::Sglang
+    }
+
+    fn default_paths(&self) -> Result<Vec<PathBuf>, u8> {
+        super::checkout::checkout_path("geometries/sglang")
+            .map(|p| vec![p])
+            .map_err(|e| {
                 eprintln!("error: {e}");
-                return EXIT_BAD_INPUT;
+                EXIT_BAD_INPUT
+            })
+    }
+
+    fn plan_options(&self, args: &SweepArgs, prompts: Option<Vec<u32>>) -> Result<PlanOptions, u8> {
+        if let ModeArg::Both = args.mode {
+            eprintln!("note: SGLang's transfer is push: every case runs in push mode");
+        }
+        Ok(PlanOptions {
+            prompts,
+            modes: vec![Mode::Push],
+            allocations: Some(vec![DecodeAllocation::Mainline]),
+            variant: Variant::KVGEOM,
+            seed: args.seed,
+        })
+    }
+
+    fn start(
+        &mut self,
+        args: &SweepArgs,
+        _sources: &[SourcedGeometry],
+        cases: Vec<Case>,
+    ) -> Result<Vec<Case>, u8> {
+        sglang_cases_fit(&cases, &args.run)?;
+        // A trace folder that cannot be made is refused before SGLang runs.
+        if let Some(dir) = &args.record_traces {
+            if let Err(e) = std::fs::create_dir_all(dir) {
+                eprintln!("error: --record-traces {}: {e}", dir.display());
+                return Err(EXIT_BAD_INPUT);
             }
         }
-    } else {
-        args.paths.clone()
-    };
-    let sources = match plan::load_sources(&paths).map(sglang_stack_only) {
-        Ok(Ok(s)) => s,
-        Ok(Err(code)) => return code,
-        Err(e) => {
+        self.python = Some(sglang_python(&args.run)?);
+        Ok(cases)
+    }
+
+    fn shard_key(&self, args: &SweepArgs) -> String {
+        let mut key = format!("{:?} connector sglang", args.random);
+        if let Some(version) = self.python.as_ref().and_then(|p| p.nixl.version()) {
+            // Shards over real NIXL and over the stand-in never merge.
+            key.push_str(&format!(" nixl real {version}"));
+        }
+        key
+    }
+
+    fn run(&mut self, args: &SweepArgs, cases: &[Case]) -> Result<Vec<Judged>, u8> {
+        let Some(python) = &self.python else {
+            return Ok(Vec::new());
+        };
+        let started = std::time::Instant::now();
+        let target = args.record_traces.clone().map(TraceTarget::Folder);
+        let judged = run_sweep_recording(cases, python, target.as_ref()).map_err(|e| {
             eprintln!("error: {e}");
-            return EXIT_BAD_INPUT;
-        }
-    };
-    let expectations = match args.expect.as_deref().map(Expectations::load).transpose() {
-        Ok(e) => e,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return EXIT_BAD_INPUT;
-        }
-    };
-    let opts = plan::PlanOptions {
-        prompts: prompt_list,
-        modes: vec![Mode::Push],
-        allocations: Some(vec![DecodeAllocation::Mainline]),
-        variant: crate::variant::Variant::KVGEOM,
-        seed: args.seed,
-    };
-    let all_cases = match args.random {
-        Some(n) => plan::random(&sources, n, args.seed, &opts),
-        None => plan::grid(&sources, &opts),
-    };
-    if let Err(code) = sglang_cases_fit(&all_cases, &args.run) {
-        return code;
+            EXIT_BAD_INPUT
+        })?;
+        self.versions = judged.iter().find_map(|j| j.versions.clone());
+        ran_line(
+            &self.code_under_test(&[]),
+            &python.python,
+            &python.nixl.to_string(),
+            judged.len(),
+            started,
+        );
+        let nixl = nixl_fields(&python.nixl);
+        Ok(judged
+            .into_iter()
+            .map(|j| {
+                let mut extras = nixl.clone();
+                // No kvgeom policy models SGLang's connector.
+                extras.insert("policy".into(), serde_json::Value::Null);
+                extras.insert("redundant_writes".into(), j.redundant_writes.into());
+                extras.insert(
+                    "redundant_write_bytes".into(),
+                    j.redundant_write_bytes.into(),
+                );
+                Judged {
+                    report: j.report,
+                    extras,
+                }
+            })
+            .collect())
     }
-    // A trace folder that cannot be made is refused before SGLang runs.
-    if let Some(dir) = &args.record_traces {
-        if let Err(e) = std::fs::create_dir_all(dir) {
-            eprintln!("error: --record-traces {}: {e}", dir.display());
-            return EXIT_BAD_INPUT;
-        }
+
+    /// The SGLang and torch the driver reported.
+    fn code_under_test(&self, _judged: &[Judged]) -> CodeUnderTest {
+        let (sglang, torch) = self
+            .versions
+            .clone()
+            .unwrap_or_else(|| ("unknown".into(), "unknown".into()));
+        CodeUnderTest::sglang(&sglang, &torch)
     }
-    let python = match sglang_python(&args.run) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
-    let mut options = format!("{:?} connector sglang", args.random);
-    if let Some(version) = python.nixl.version() {
-        // Shards over real NIXL and over the stand-in never merge.
-        options.push_str(&format!(" nixl real {version}"));
+
+    fn expectations(
+        &mut self,
+        given: Option<Expectations>,
+        code: &CodeUnderTest,
+    ) -> Result<Option<Expectations>, u8> {
+        Ok(given.or_else(|| default_expectations(code)))
     }
-    let (cases, shard) = super::shard_cases(all_cases, shard_of, &sources, &opts, &options);
-    let started = std::time::Instant::now();
-    let target = args.record_traces.clone().map(TraceTarget::Folder);
-    let judged = match run_sweep_recording(&cases, &python, target.as_ref()) {
-        Ok(j) => j,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return EXIT_BAD_INPUT;
-        }
-    };
-    let code = code_under_test(&judged);
-    eprintln!(
-        "{} ({}), {}: {} cases in {:.1} s",
-        code.describe(),
-        python.python.display(),
-        python.nixl,
-        judged.len(),
-        started.elapsed().as_secs_f64()
-    );
-    let expectations = expectations.or_else(|| default_expectations(&code));
-    let reports: Vec<CaseReport> = judged.iter().map(|j| j.report.clone()).collect();
-    let shard = shard.as_ref().map(|(s, p)| (s, p.as_slice()));
-    let text = match args.format {
-        Format::Table => table(&judged),
-        Format::Json => json(&judged, shard, &code, &python.nixl),
-        Format::Junit => sweep_report::junit(&reports, shard, &code),
-    };
-    match &args.out {
-        Some(path) => {
-            if let Err(code) = super::write_output("--out", path, &text) {
-                return code;
-            }
-        }
-        None => out!("{text}"),
+
+    fn table(&self, judged: &[Judged]) -> String {
+        table(judged)
     }
-    super::sglang_shrink::print_minimal_replays(&reports, &python, args.no_shrink);
-    match &expectations {
-        Some(e) => {
-            if super::print_sweep_verdict(&judge_sweep(e, &reports, &code)) {
-                EXIT_OK
-            } else {
-                EXIT_FAILED
-            }
+
+    fn report_fields(&self) -> Fields {
+        self.python
+            .as_ref()
+            .map(|p| nixl_fields(&p.nixl))
+            .unwrap_or_default()
+    }
+
+    fn refused_explain(&self, args: &ExplainArgs) -> Option<String> {
+        refused_explain(args)
+    }
+
+    fn one_case(&self, _args: &ExplainArgs) -> Result<(Mode, DecodeAllocation, Variant), u8> {
+        Ok((Mode::Push, DecodeAllocation::Mainline, Variant::KVGEOM))
+    }
+
+    fn explain(&mut self, args: &ExplainArgs, one: OneCase) -> Result<Explained, u8> {
+        sglang_explain(args, &one.case)
+    }
+
+    fn verdict(
+        &mut self,
+        args: &SweepArgs,
+        judged: &[Judged],
+        expectations: Option<&Expectations>,
+        code: &CodeUnderTest,
+    ) -> u8 {
+        let reports = reports_of(judged);
+        if let Some(python) = &self.python {
+            super::sglang_shrink::print_minimal_replays(&reports, python, args.no_shrink);
         }
-        None if reports.iter().all(CaseReport::passed) => EXIT_OK,
-        None => EXIT_FAILED,
+        expected_or_passed(&reports, expectations, code)
     }
 }
 
@@ -409,30 +404,6 @@ fn sglang_python(
     Ok(python)
 }
 
-/// `nixl` (and `nixl_version` for real NIXL) on the report and each case,
-/// as the vLLM driver's reports name them.
-fn name_nixl(doc: &mut serde_json::Value, nixl: &crate::driver::NixlRun) {
-    let put = |v: &mut serde_json::Value| {
-        v["nixl"] = nixl.as_str().into();
-        if let Some(version) = nixl.version() {
-            v["nixl_version"] = version.into();
-        }
-    };
-    put(doc);
-    if let Some(cases) = doc.get_mut("cases").and_then(|c| c.as_array_mut()) {
-        cases.iter_mut().filter(|c| c.is_object()).for_each(put);
-    }
-}
-
-/// The SGLang and torch the driver reported (the first case that ran).
-fn code_under_test(judged: &[SglangCase]) -> CodeUnderTest {
-    let (sglang, torch) = judged
-        .iter()
-        .find_map(|j| j.versions.clone())
-        .unwrap_or_else(|| ("unknown".into(), "unknown".into()));
-    CodeUnderTest::sglang(&sglang, &torch)
-}
-
 /// `expected/sglang-VERSION.toml` of the project, when it exists.
 fn default_expectations(code: &CodeUnderTest) -> Option<Expectations> {
     let file = format!("expected/sglang-{}.toml", code.version);
@@ -452,39 +423,10 @@ fn default_expectations(code: &CodeUnderTest) -> Option<Expectations> {
     }
 }
 
-/// The JSON report with each case's redundant writes added.
-fn json(
-    judged: &[SglangCase],
-    shard: Option<(&crate::sweep::shard::Shard, &[usize])>,
-    code: &CodeUnderTest,
-    nixl: &crate::driver::NixlRun,
-) -> String {
-    let reports: Vec<CaseReport> = judged.iter().map(|j| j.report.clone()).collect();
-    let text = sweep_report::json(&reports, shard, code);
-    let Ok(mut doc) = serde_json::from_str::<serde_json::Value>(&text) else {
-        return text;
-    };
-    name_nixl(&mut doc, nixl);
-    if let Some(cases) = doc.get_mut("cases").and_then(|c| c.as_array_mut()) {
-        for (case, j) in cases.iter_mut().zip(judged) {
-            if let Some(obj) = case.as_object_mut() {
-                // No kvgeom policy models SGLang's connector.
-                obj.insert("policy".into(), serde_json::Value::Null);
-                obj.insert("redundant_writes".into(), j.redundant_writes.into());
-                obj.insert(
-                    "redundant_write_bytes".into(),
-                    j.redundant_write_bytes.into(),
-                );
-            }
-        }
-    }
-    serde_json::to_string_pretty(&doc).unwrap_or(text)
-}
-
 /// The terminal table, each failure, and the redundant writes.
-fn table(judged: &[SglangCase]) -> String {
+fn table(judged: &[Judged]) -> String {
     use std::fmt::Write;
-    let reports: Vec<CaseReport> = judged.iter().map(|j| j.report.clone()).collect();
+    let reports = reports_of(judged);
     let mut out = sweep_report::table(&reports);
     let failed: Vec<&CaseReport> = reports.iter().filter(|r| !r.passed()).collect();
     if !failed.is_empty() {
@@ -504,14 +446,20 @@ fn table(judged: &[SglangCase]) -> String {
         }
     }
     let mut redundant: Vec<(&str, u64, u64)> = Vec::new();
-    for j in judged.iter().filter(|j| j.redundant_writes > 0) {
+    let count = |j: &Judged, field: &str| j.extras.get(field).and_then(|v| v.as_u64());
+    for j in judged {
+        let pairs = count(j, "redundant_writes").unwrap_or(0);
+        if pairs == 0 {
+            continue;
+        }
+        let bytes = count(j, "redundant_write_bytes").unwrap_or(0);
         let name = j.report.case.geometry_name();
         match redundant.iter_mut().find(|(n, _, _)| *n == name) {
             Some(e) => {
-                e.1 += j.redundant_writes;
-                e.2 += j.redundant_write_bytes;
+                e.1 += pairs;
+                e.2 += bytes;
             }
-            None => redundant.push((name, j.redundant_writes, j.redundant_write_bytes)),
+            None => redundant.push((name, pairs, bytes)),
         }
     }
     if !redundant.is_empty() {

@@ -6,6 +6,7 @@
 mod support;
 
 mod cli;
+mod conformance;
 mod docs_commands;
 mod hostile_inputs;
 mod installed_binary;

@@ -7,6 +7,7 @@
 mod support;
 
 mod api_check_fields;
+mod conformance;
 mod driver_python_tests;
 mod live_sglang;
 mod live_vllm;

@@ -6,6 +6,7 @@
 
 #![allow(dead_code)]
 
+pub mod conformance;
 pub mod harness;
 pub mod transport_scenarios;
 

@@ -1,0 +1,303 @@
+//! kvgeom's own connector in the one sweep and explain
+//! ([`super::pipeline`]): cases on the recording transport, in parallel
+//! within the memory budget; one case's descriptor tables and byte
+//! verdicts (`--svg`, `--record-trace`).
+
+use super::pipeline::{
+    refused_plan_options, reports_of, Explained, Judged, OneCase, PipelineConnector,
+};
+use super::sweep::{threads_within_limit, SweepArgs};
+use super::{ExplainArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
+use crate::report::explain::{explain_text, svg};
+use crate::scenario::memory_estimate::{default_budget, Budget};
+use crate::scenario::{Case, CaseReport, Outcome};
+use crate::scenario::{MemoryKind, RunOptions, TransportKind};
+use crate::sweep::budget::MemoryBudget;
+use crate::sweep::plan::SourcedGeometry;
+use crate::sweep::{compare, execute};
+use crate::under_test::expectations::Expectations;
+use crate::under_test::{judge_sweep, run_case_detailed, CodeUnderTest};
+use crate::variant::Variant;
+
+/// kvgeom's own connector in the one sweep ([`super::pipeline`]): cases on
+/// the recording transport, in parallel within the memory budget.
+pub(crate) struct KvgeomPipeline {
+    /// The variant every case runs (`--policy`, `--defect`).
+    variant: Variant,
+    /// How the cases run.
+    run_opts: RunOptions,
+    /// `--max-memory`, as the cases are checked against it.
+    budget: Option<Budget>,
+}
+
+impl KvgeomPipeline {
+    /// The connector before its options are read.
+    pub(crate) fn new() -> Self {
+        KvgeomPipeline {
+            variant: Variant::KVGEOM,
+            run_opts: RunOptions::default(),
+            budget: None,
+        }
+    }
+}
+
+impl PipelineConnector for KvgeomPipeline {
+    fn refused(&self, args: &SweepArgs) -> Option<String> {
+        refused_plan_options(args)
+    }
+
+    fn start(
+        &mut self,
+        args: &SweepArgs,
+        _sources: &[SourcedGeometry],
+        cases: Vec<Case>,
+    ) -> Result<Vec<Case>, u8> {
+        self.variant = args.run.variant.variant()?;
+        threads_within_limit(args.threads)?;
+        let budget = super::max_memory_option(args.run.max_memory.as_deref())?;
+        self.run_opts = RunOptions {
+            transport: args.run.transport,
+            memory: args.memory,
+            policy: None,
+            device_platform: false,
+        };
+        // A case whose request cannot be placed, or that cannot fit alone
+        // in the budget, is refused before anything is allocated.
+        for case in &cases {
+            super::pools_hold(case)?;
+        }
+        // Real NIXL and device memory need every rank's memory, touched or not.
+        let every_rank =
+            args.run.transport == TransportKind::Nixl || args.memory == MemoryKind::Vram;
+        super::cases_fit(&cases, &budget, every_rank)?;
+        // A missing runtime or device is bad input, not a failed invariant.
+        if let Some(first) = cases.first() {
+            let probe = crate::under_test::run_case(first, &self.run_opts);
+            if let crate::scenario::Outcome::Error { message } = &probe.outcome {
+                eprintln!("error: {message}");
+                return Err(EXIT_BAD_INPUT);
+            }
+        }
+        self.budget = Some(budget);
+        Ok(cases)
+    }
+
+    fn shard_key(&self, args: &SweepArgs) -> String {
+        format!(
+            "{:?} {:?} {:?}",
+            args.random, args.run.transport, args.memory
+        )
+    }
+
+    fn run(&mut self, args: &SweepArgs, cases: &[Case]) -> Result<Vec<Judged>, u8> {
+        let threads = threads_within_limit(args.threads)?;
+        let bytes = self.budget.map_or_else(default_budget, |b| b.bytes);
+        let budget = MemoryBudget::new(bytes);
+        let reports = match &args.record_traces {
+            None => execute::run_all_within(cases, &self.run_opts, threads, &budget),
+            Some(dir) => run_recorded(cases, &self.run_opts, threads, &budget, dir)?,
+        };
+        Ok(reports.into_iter().map(Judged::plain).collect())
+    }
+
+    fn code_under_test(&self, _judged: &[Judged]) -> CodeUnderTest {
+        CodeUnderTest::kvgeom(self.variant)
+    }
+
+    fn refused_explain(&self, _args: &ExplainArgs) -> Option<String> {
+        None
+    }
+
+    fn explain(&mut self, args: &ExplainArgs, one: OneCase) -> Result<Explained, u8> {
+        kvgeom_explain(args, &one.case)
+    }
+
+    fn verdict(
+        &mut self,
+        args: &SweepArgs,
+        judged: &[Judged],
+        expectations: Option<&Expectations>,
+        code: &CodeUnderTest,
+    ) -> u8 {
+        let reports = reports_of(judged);
+        let threads = threads_within_limit(args.threads).unwrap_or(None);
+        let cases: Vec<Case> = reports.iter().map(|r| r.case.clone()).collect();
+        let differs = args.compare_host && !same_as_host(&cases, &reports, threads);
+        // Without expectations every failure is unexpected.
+        let unexpected: Vec<&CaseReport> = reports
+            .iter()
+            .filter(|r| !r.passed() && expectations.is_none_or(|e| e.covering(&r.case).is_empty()))
+            .collect();
+        let exit = match expectations {
+            Some(expectations) => judge_against(expectations, &reports, code, differs),
+            None if unexpected.is_empty() && !differs => EXIT_OK,
+            None => EXIT_FAILED,
+        };
+        if unexpected.is_empty() {
+            return exit;
+        }
+        // A short summary with a minimal replay for the first failures.
+        match expectations {
+            None => eprintln!("\n{} of {} cases failed", unexpected.len(), reports.len()),
+            Some(_) => eprintln!("\nminimal replays:"),
+        }
+        let mut shown = Vec::new();
+        for r in unexpected {
+            let key = (
+                r.case.geometry_name().to_string(),
+                r.case.mode,
+                r.outcome.label(),
+            );
+            if shown.contains(&key) || shown.len() >= 5 {
+                continue;
+            }
+            shown.push(key);
+            let minimal = if !args.no_shrink {
+                execute::shrink(&r.case, &self.run_opts)
+            } else {
+                r.case.clone()
+            };
+            eprintln!("- {}: {}", r.case.label(), r.outcome.describe());
+            for v in r.violations.iter().take(3) {
+                eprintln!("    {v}");
+            }
+            eprintln!("  replay: {}", minimal.replay_command());
+        }
+        exit
+    }
+}
+
+/// Every case run through kvgeom's connector as [`execute::run_all_within`]
+/// runs it, each run written into `dir` as a trace (named as a live sweep
+/// names them, gzipped); a trace that cannot be written fails the sweep
+/// with exit 2, naming the first.
+fn run_recorded(
+    cases: &[crate::scenario::Case],
+    opts: &RunOptions,
+    threads: Option<usize>,
+    budget: &MemoryBudget,
+    dir: &std::path::Path,
+) -> Result<Vec<CaseReport>, u8> {
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        eprintln!("error: --record-traces {}: {e}", dir.display());
+        return Err(EXIT_BAD_INPUT);
+    }
+    let failed = std::sync::Mutex::new(None);
+    let reports = execute::run_each_within(cases, opts, threads, budget, &|case| {
+        let run = crate::under_test::run_case_detailed(case, opts);
+        let path = dir.join(format!("{}.gz", crate::driver::trace_file_name(case)));
+        let code = CodeUnderTest::kvgeom(case.variant);
+        if let Err(e) = crate::trace::write_trace(&run, &code, &path) {
+            let mut first = failed.lock().unwrap_or_else(|p| p.into_inner());
+            first.get_or_insert(e);
+        }
+        run.report
+    });
+    match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some(e) => {
+            eprintln!("error: --record-traces: {e}");
+            Err(EXIT_BAD_INPUT)
+        }
+        None => Ok(reports),
+    }
+}
+
+/// Exit status of a sweep judged against expected failures: 0 when exactly
+/// the expected cases failed the expected way.
+fn judge_against(
+    expectations: &Expectations,
+    reports: &[CaseReport],
+    code: &CodeUnderTest,
+    differs: bool,
+) -> u8 {
+    if super::print_sweep_verdict(&judge_sweep(expectations, reports, code)) && !differs {
+        EXIT_OK
+    } else {
+        EXIT_FAILED
+    }
+}
+
+/// Run `cases` on host memory over the loopback transport and report every
+/// case whose results differ from `reports`; true when none does.
+fn same_as_host(
+    cases: &[crate::scenario::Case],
+    reports: &[crate::scenario::CaseReport],
+    threads: Option<usize>,
+) -> bool {
+    let reference = execute::run_all(cases, &RunOptions::default(), threads);
+    let mismatches = compare::compare(reports, &reference);
+    if mismatches.is_empty() {
+        eprintln!(
+            "compared with host memory over loopback: all {} cases give the same results",
+            reports.len()
+        );
+        return true;
+    }
+    eprintln!(
+        "compared with host memory over loopback: {} differences",
+        mismatches.len()
+    );
+    for m in mismatches.iter().take(10) {
+        eprintln!("- {m}");
+    }
+    false
+}
+
+/// `kvgeom explain --connector kvgeom`: the case run on kvgeom's connector,
+/// its descriptor tables and byte verdicts (and `--svg`, `--record-trace`).
+fn kvgeom_explain(args: &ExplainArgs, case: &Case) -> Result<Explained, u8> {
+    // An unwritable --svg is refused before the case runs.
+    if let Some(path) = &args.svg {
+        super::write_output("--svg", path, "")?;
+    }
+    if let Some(path) = &args.record_trace {
+        super::write_output("--record-trace", path, "")?;
+    }
+    super::pools_hold(case)?;
+    let budget = super::max_memory_option(args.run.max_memory.as_deref())?;
+    // With --svg, the byte map keeps one class byte per byte of decode's
+    // request blocks: at most every decode rank's arenas again.
+    let need = crate::scenario::estimate_memory(case);
+    let every_rank = args.run.transport == TransportKind::Nixl;
+    let mapped = need.mapped_bytes(every_rank);
+    let svg_bytes = if args.svg.is_some() {
+        need.decode_rank_bytes
+            .saturating_mul(u64::from(need.decode_ranks))
+    } else {
+        0
+    };
+    let bytes = mapped.saturating_add(svg_bytes);
+    if bytes > budget.bytes {
+        let extra = (svg_bytes > 0).then_some((svg_bytes, "for the --svg byte map"));
+        eprintln!(
+            "error: {}",
+            need.refusal_of(case, every_rank, extra, &budget)
+        );
+        return Err(EXIT_BAD_INPUT);
+    }
+    let run = run_case_detailed(
+        case,
+        &RunOptions {
+            transport: args.run.transport,
+            ..RunOptions::default()
+        },
+    );
+    if let Outcome::Error { message } = &run.report.outcome {
+        eprintln!("error: {message}");
+        return Err(EXIT_BAD_INPUT);
+    }
+    if let Some(path) = &args.record_trace {
+        let code = crate::under_test::CodeUnderTest::kvgeom(case.variant);
+        if let Err(e) = crate::trace::write_trace(&run, &code, path) {
+            eprintln!("error: --record-trace: {e}");
+            return Err(EXIT_BAD_INPUT);
+        }
+    }
+    if let Some(path) = &args.svg {
+        super::write_output("--svg", path, &svg(&run))?;
+    }
+    Ok(Explained {
+        text: explain_text(&run),
+        passed: run.report.passed(),
+    })
+}
