@@ -3,9 +3,7 @@
 //! within the memory budget; one case's descriptor tables and byte
 //! verdicts (`--svg`, `--record-trace`).
 
-use super::pipeline::{
-    refused_plan_options, reports_of, Explained, Judged, OneCase, PipelineConnector,
-};
+use super::pipeline::{refused_plan_options, Explained, Judged, OneCase, PipelineConnector, Swept};
 use super::sweep::{threads_within_limit, SweepArgs};
 use super::{ExplainArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::report::explain::{explain_text, svg};
@@ -112,14 +110,14 @@ impl PipelineConnector for KvgeomPipeline {
         kvgeom_explain(args, &one.case)
     }
 
-    fn verdict(
-        &mut self,
-        args: &SweepArgs,
-        judged: &[Judged],
-        expectations: Option<&Expectations>,
-        code: &CodeUnderTest,
-    ) -> u8 {
-        let reports = reports_of(judged);
+    fn verdict(&mut self, sweep: &Swept<'_>) -> u8 {
+        let Swept {
+            args,
+            expectations,
+            code,
+            ..
+        } = *sweep;
+        let reports = sweep.reports();
         let threads = threads_within_limit(args.threads).unwrap_or(None);
         let cases: Vec<Case> = reports.iter().map(|r| r.case.clone()).collect();
         let differs = args.compare_host && !same_as_host(&cases, &reports, threads);

@@ -2,7 +2,7 @@
 //! own NIXL connector (vllm-driver/), judged by kvgeom's oracles.
 
 use super::pipeline::{
-    nixl_fields, ran_line, Explained, Fields, Judged, OneCase, PipelineConnector,
+    nixl_fields, ran_line, Explained, Fields, Judged, OneCase, PipelineConnector, Swept,
 };
 use super::run_args::RequestsArg;
 use super::{ExplainArgs, NixlArg, SweepArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
@@ -389,13 +389,13 @@ impl PipelineConnector for VllmPipeline {
         live_explain(args, one, self.requests)
     }
 
-    fn verdict(
-        &mut self,
-        args: &SweepArgs,
-        _judged: &[Judged],
-        expectations: Option<&Expectations>,
-        code: &CodeUnderTest,
-    ) -> u8 {
+    fn verdict(&mut self, sweep: &Swept<'_>) -> u8 {
+        let Swept {
+            args,
+            expectations,
+            code,
+            ..
+        } = *sweep;
         let Some(python) = &self.python else {
             return EXIT_BAD_INPUT;
         };

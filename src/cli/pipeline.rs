@@ -54,6 +54,25 @@ impl Judged {
     }
 }
 
+/// A sweep once its cases are judged, for its verdict.
+pub(crate) struct Swept<'a> {
+    /// Its command line.
+    pub args: &'a SweepArgs,
+    /// Every case, judged.
+    pub judged: &'a [Judged],
+    /// What it is held to, if anything.
+    pub expectations: Option<&'a Expectations>,
+    /// The code that ran.
+    pub code: &'a CodeUnderTest,
+}
+
+impl Swept<'_> {
+    /// Every case's report.
+    pub fn reports(&self) -> Vec<CaseReport> {
+        reports_of(self.judged)
+    }
+}
+
 /// The cases of this shard, and the shard's record and positions among
 /// every shard's cases (`None` without `--shard`).
 pub(crate) struct ShardCases {
@@ -151,13 +170,7 @@ pub(crate) trait PipelineConnector {
 
     /// The exit status, with what explains it on stderr: the expectations
     /// (or every case passing) and the minimal replays of the failures.
-    fn verdict(
-        &mut self,
-        args: &SweepArgs,
-        judged: &[Judged],
-        expectations: Option<&Expectations>,
-        code: &CodeUnderTest,
-    ) -> u8;
+    fn verdict(&mut self, sweep: &Swept<'_>) -> u8;
 
     /// Why an option of `explain` does not apply to the connector.
     fn refused_explain(&self, args: &ExplainArgs) -> Option<String>;
@@ -239,7 +252,12 @@ pub(crate) fn sweep(mut connector: Box<dyn PipelineConnector>, args: SweepArgs) 
         }
         None => out!("{text}"),
     }
-    connector.verdict(&args, &judged, expectations.as_ref(), &code)
+    connector.verdict(&Swept {
+        args: &args,
+        judged: &judged,
+        expectations: expectations.as_ref(),
+        code: &code,
+    })
 }
 
 /// `kvgeom explain` over `connector`: one case, what it did, exit 0 when

@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 
 use super::pipeline::{
-    expected_or_passed, refused_plan_options, reports_of, Explained, Fields, Judged, OneCase,
-    PipelineConnector, ShardCases,
+    expected_or_passed, refused_plan_options, Explained, Fields, Judged, OneCase,
+    PipelineConnector, ShardCases, Swept,
 };
 use super::sweep::threads_within_limit;
 use super::{ExplainArgs, SweepArgs, EXIT_BAD_INPUT};
@@ -14,7 +14,6 @@ use crate::scenario::{Case, CaseReport, MemoryKind, TransportKind};
 use crate::sweep::shard::{self, Shard};
 use crate::trace::run_trace::ReplayConnector;
 use crate::trace::{is_v1_name, trace_inputs};
-use crate::under_test::expectations::Expectations;
 use crate::under_test::{judge, CodeUnderTest, ConnectorUnderTest, RunRecord};
 
 /// Why an option of a run does not apply to a replayed trace, which names
@@ -225,14 +224,11 @@ impl PipelineConnector for ReplayPipeline {
         replay_explain(args, connector, &one.case)
     }
 
-    fn verdict(
-        &mut self,
-        _args: &SweepArgs,
-        judged: &[Judged],
-        expectations: Option<&Expectations>,
-        code: &CodeUnderTest,
-    ) -> u8 {
-        let reports = reports_of(judged);
+    fn verdict(&mut self, sweep: &Swept<'_>) -> u8 {
+        let Swept {
+            expectations, code, ..
+        } = *sweep;
+        let reports = sweep.reports();
         let exit = expected_or_passed(&reports, expectations, code);
         // Without expectations every failure is unexpected; a trace is its
         // own minimal replay.

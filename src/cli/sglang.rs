@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use super::pipeline::{
     expected_or_passed, nixl_fields, ran_line, refused_plan_options, reports_of, Explained, Fields,
-    Judged, OneCase, PipelineConnector,
+    Judged, OneCase, PipelineConnector, Swept,
 };
 use super::{AllocArg, ExplainArgs, ModeArg, SweepArgs, EXIT_BAD_INPUT};
 use crate::geometry::{Mode, Stack};
@@ -342,14 +342,14 @@ impl PipelineConnector for SglangPipeline {
         sglang_explain(args, &one.case)
     }
 
-    fn verdict(
-        &mut self,
-        args: &SweepArgs,
-        judged: &[Judged],
-        expectations: Option<&Expectations>,
-        code: &CodeUnderTest,
-    ) -> u8 {
-        let reports = reports_of(judged);
+    fn verdict(&mut self, sweep: &Swept<'_>) -> u8 {
+        let Swept {
+            args,
+            expectations,
+            code,
+            ..
+        } = *sweep;
+        let reports = sweep.reports();
         if let Some(python) = &self.python {
             super::sglang_shrink::print_minimal_replays(&reports, python, args.no_shrink);
         }

@@ -3,26 +3,17 @@
 //! 0.34.0, held to its expectations file) and recorded traces replayed.
 //! vLLM's and SGLang's are in `tests/live/conformance.rs`.
 
-use crate::support::conformance::{conformance, Connector, OneCase};
+use crate::support::conformance::{conformance, vllm_stack_cases, Connector, OneCase};
 
 /// The twin of vLLM 0.34.0: `--policy vllm-0.34.0`.
 #[test]
 fn kvgeoms_connector_conforms() {
+    let (passing, failing) = vllm_stack_cases();
     conformance(&Connector {
         name: "kvgeom",
         options: vec!["--policy".into(), "vllm-0.34.0".into()],
-        passing: OneCase::geometry(
-            "geometries/gqa-prefill-logical-larger.toml",
-            8,
-            "pull",
-            "mainline",
-        ),
-        failing: OneCase::geometry(
-            "geometries/g1-mla-kda-ppl3-vs-2.toml",
-            13,
-            "pull",
-            "with-last-token",
-        ),
+        passing,
+        failing,
         expectations: "expected/vllm-0.34.0.toml",
         replay: "replay: kvgeom explain",
         refused: &["--nixl", "real"],

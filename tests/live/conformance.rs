@@ -3,7 +3,7 @@
 //! SGLang's (`.sglang-venv`), each skipped, with the reason, without its
 //! venv. kvgeom's and the replay connector's are in `tests/cli/conformance.rs`.
 
-use crate::support::conformance::{conformance, Connector, OneCase};
+use crate::support::conformance::{conformance, vllm_stack_cases, Connector, OneCase};
 use crate::support::{skip, vllm_install_command, vllm_venv_python};
 
 /// The pinned vLLM runs the cases kvgeom's twin of it runs in the CLI's
@@ -25,21 +25,12 @@ fn vllms_connector_conforms() {
         );
     }
     let expectations = release.expectations;
+    let (passing, failing) = vllm_stack_cases();
     conformance(&Connector {
         name: "vllm",
         options: vec!["--vllm-python".into(), python.display().to_string()],
-        passing: OneCase::geometry(
-            "geometries/gqa-prefill-logical-larger.toml",
-            8,
-            "pull",
-            "mainline",
-        ),
-        failing: OneCase::geometry(
-            "geometries/g1-mla-kda-ppl3-vs-2.toml",
-            13,
-            "pull",
-            "with-last-token",
-        ),
+        passing,
+        failing,
         expectations,
         replay: "replay: kvgeom explain",
         refused: &["--memory", "vram"],

@@ -101,6 +101,27 @@ impl OneCase {
     }
 }
 
+/// The passing and the failing case of vLLM's stack that kvgeom's twin of
+/// the pinned vLLM and the pinned vLLM itself are held to: a prefill
+/// logical block larger than decode's (passes), and G1's with-last-token
+/// pull at N=13, which 0.34.0 pairs wrong (expected/vllm-0.34.0.toml).
+pub fn vllm_stack_cases() -> (OneCase, OneCase) {
+    (
+        OneCase::geometry(
+            "geometries/gqa-prefill-logical-larger.toml",
+            8,
+            "pull",
+            "mainline",
+        ),
+        OneCase::geometry(
+            "geometries/g1-mla-kda-ppl3-vs-2.toml",
+            13,
+            "pull",
+            "with-last-token",
+        ),
+    )
+}
+
 /// A connector under the conformance test.
 pub struct Connector {
     /// Its `--connector` value.
