@@ -1253,3 +1253,92 @@ fn a_release_identifier_outside_the_two_files_is_named_with_its_line() {
         ["src/live/run.rs:2: Vllm0330", "src/cli/live.rs:1: PINNED_"]
     );
 }
+
+// The one sweep and explain (`src/cli/pipeline.rs`) run whatever
+// `src/cli/connectors.rs` builds: that factory is the only place that
+// turns a `--connector` value into a connector, so adding one is a module
+// and one line there.
+
+/// The files that may name a `--connector` value's variants: where they
+/// are defined, the factory, and the run options' cross-connector
+/// refusals (an option of one connector given to another).
+const CONNECTOR_NAMING_FILES: [&str; 3] = [
+    "src/cli/choices.rs",
+    "src/cli/connectors.rs",
+    "src/cli/run_args.rs",
+];
+
+/// Every line outside the factory that builds a pipeline connector
+/// (`...Pipeline::new(`), and every line outside
+/// [`CONNECTOR_NAMING_FILES`] that names a `ConnectorArg` variant, as
+/// `file:line: what`.
+fn connectors_named_outside_the_factory(files: &[(String, String)]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (file, text) in files {
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if code.contains("ConnectorArg::") && !CONNECTOR_NAMING_FILES.contains(&file.as_str()) {
+                found.push(format!("{file}:{}: ConnectorArg", n + 1));
+            }
+            let builds = code
+                .split("Pipeline::new(")
+                .next()
+                .is_some_and(|before| before.len() < code.len());
+            if builds && file != "src/cli/connectors.rs" {
+                found.push(format!("{file}:{}: Pipeline::new", n + 1));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn only_the_factory_builds_a_connector_for_the_one_pipeline() {
+    let files = source_files();
+    for allowed in CONNECTOR_NAMING_FILES {
+        assert!(
+            files.iter().any(|(f, _)| f == allowed),
+            "{allowed} is gone: update CONNECTOR_NAMING_FILES"
+        );
+    }
+    let found = connectors_named_outside_the_factory(&files);
+    assert!(
+        found.is_empty(),
+        "{} place(s) choose a connector outside src/cli/connectors.rs (`build`): \
+         the one sweep and explain take the connector it builds:\n{}",
+        found.len(),
+        found.join("\n")
+    );
+}
+
+#[test]
+fn a_connector_chosen_outside_the_factory_is_named_with_its_line() {
+    let files: Vec<(String, String)> = [
+        (
+            "src/cli/connectors.rs",
+            "ConnectorArg::Vllm => Box::new(super::live::VllmPipeline::new()),\n",
+        ),
+        (
+            "src/cli/matrix.rs",
+            "// ConnectorArg::Vllm in a comment is fine\nlet c = VllmPipeline::new();\n",
+        ),
+        (
+            "src/cli/sweep.rs",
+            "if args.run.connector == ConnectorArg::Sglang {\n",
+        ),
+        (
+            "src/cli/run_args.rs",
+            "self.connector == ConnectorArg::Kvgeom\n",
+        ),
+    ]
+    .iter()
+    .map(|(f, s)| (f.to_string(), s.to_string()))
+    .collect();
+    assert_eq!(
+        connectors_named_outside_the_factory(&files),
+        [
+            "src/cli/matrix.rs:2: Pipeline::new",
+            "src/cli/sweep.rs:1: ConnectorArg"
+        ]
+    );
+}
