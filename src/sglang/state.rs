@@ -375,7 +375,8 @@ fn state_place(
     Some((a.role == "prefill", a.rank, s.index, addr - s.addr))
 }
 
-/// Every posted pair from a prefill state region to a decode state region.
+/// Every posted pair from a prefill state region to a decode state region,
+/// in the order of the decode bytes they write.
 pub fn state_writes(r: &DriverResult) -> Vec<StateWrite> {
     let lists: std::collections::BTreeMap<u64, &super::result::DescList> =
         r.dlists.iter().map(|l| (l.handle, l)).collect();
@@ -407,6 +408,10 @@ pub fn state_writes(r: &DriverResult) -> Vec<StateWrite> {
             }
         }
     }
+    // SGLang's transfer threads post in whatever order they run: judged in
+    // the order of the bytes they write, a report names the same pair on
+    // every run.
+    out.sort_by_key(|w| (w.destination, w.source, w.len));
     out
 }
 
