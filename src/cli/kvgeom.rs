@@ -14,7 +14,7 @@ use crate::sweep::budget::MemoryBudget;
 use crate::sweep::plan::SourcedGeometry;
 use crate::sweep::{compare, execute};
 use crate::under_test::expectations::Expectations;
-use crate::under_test::{judge_sweep, run_case_detailed, CodeUnderTest};
+use crate::under_test::{judge_sweep, run_case, run_case_detailed, CodeUnderTest};
 use crate::variant::Variant;
 
 /// kvgeom's own connector in the one sweep ([`super::pipeline`]): cases on
@@ -121,47 +121,29 @@ impl PipelineConnector for KvgeomPipeline {
         let threads = threads_within_limit(args.threads).unwrap_or(None);
         let cases: Vec<Case> = reports.iter().map(|r| r.case.clone()).collect();
         let differs = args.compare_host && !same_as_host(&cases, &reports, threads);
-        // Without expectations every failure is unexpected.
-        let unexpected: Vec<&CaseReport> = reports
-            .iter()
-            .filter(|r| !r.passed() && expectations.is_none_or(|e| e.covering(&r.case).is_empty()))
-            .collect();
-        let exit = match expectations {
-            Some(expectations) => judge_against(expectations, &reports, code, differs),
-            None if unexpected.is_empty() && !differs => EXIT_OK,
-            None => EXIT_FAILED,
-        };
-        if unexpected.is_empty() {
-            return exit;
-        }
-        // A short summary with a minimal replay for the first failures.
+        let failed = reports.iter().filter(|r| r.failed()).count();
         match expectations {
-            None => eprintln!("\n{} of {} cases failed", unexpected.len(), reports.len()),
-            Some(_) => eprintln!("\nminimal replays:"),
-        }
-        let mut shown = Vec::new();
-        for r in unexpected {
-            let key = (
-                r.case.geometry_name().to_string(),
-                r.case.mode,
-                r.outcome.label(),
-            );
-            if shown.contains(&key) || shown.len() >= 5 {
-                continue;
+            Some(expectations) => judge_against(expectations, &reports, code, differs),
+            None if failed == 0 && !differs => EXIT_OK,
+            None if failed == 0 => EXIT_FAILED,
+            None => {
+                eprintln!("\n{failed} of {} cases failed", reports.len());
+                EXIT_FAILED
             }
-            shown.push(key);
-            let minimal = if !args.no_shrink {
-                execute::shrink(&r.case, &self.run_opts)
-            } else {
-                r.case.clone()
-            };
-            eprintln!("- {}: {}", r.case.label(), r.outcome.describe());
-            for v in r.violations.iter().take(3) {
-                eprintln!("    {v}");
-            }
-            eprintln!("  replay: {}", minimal.replay_command());
         }
-        exit
+    }
+
+    fn run_candidates(&mut self, cases: &[Case]) -> Option<Vec<CaseReport>> {
+        Some(cases.iter().map(|c| run_case(c, &self.run_opts)).collect())
+    }
+
+    /// One case at a time, stopping at the first candidate that fails the
+    /// same way (a real-scale case costs seconds).
+    fn shrink(&mut self, failures: &[&CaseReport]) -> Vec<Case> {
+        failures
+            .iter()
+            .map(|r| execute::shrink(&r.case, &self.run_opts))
+            .collect()
     }
 }
 

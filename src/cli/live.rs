@@ -391,10 +391,7 @@ impl PipelineConnector for VllmPipeline {
 
     fn verdict(&mut self, sweep: &Swept<'_>) -> u8 {
         let Swept {
-            args,
-            expectations,
-            code,
-            ..
+            expectations, code, ..
         } = *sweep;
         let Some(python) = &self.python else {
             return EXIT_BAD_INPUT;
@@ -403,17 +400,57 @@ impl PipelineConnector for VllmPipeline {
         if let Some(allowed) = &self.plan_differences {
             unused_plan_differences(&self.live, allowed);
         }
-        if exit != EXIT_OK {
-            show_replays(
-                &self.live,
-                expectations,
-                python,
-                !args.no_shrink,
-                self.drivers,
-                self.requests,
-            );
-        }
         exit
+    }
+
+    fn run_candidates(&mut self, cases: &[Case]) -> Option<Vec<CaseReport>> {
+        let python = self.python.as_ref()?;
+        let tried = live::run_sweep_requests(
+            cases,
+            &[],
+            python,
+            live::CASE_LIMIT,
+            self.drivers,
+            None,
+            self.requests,
+        );
+        match tried {
+            Ok(tried) => Some(tried.into_iter().map(|l| l.report).collect()),
+            Err(e) => {
+                eprintln!("note: shrinking failed ({e}); replays are of the cases as run");
+                None
+            }
+        }
+    }
+
+    /// `kvgeom explain --connector vllm`, with what ran here: real NIXL,
+    /// the interpreter (unless it is the project's venv), direct requests.
+    fn replay_command(&self, case: &Case) -> String {
+        let Some(python) = &self.python else {
+            return live::live_replay_command(case);
+        };
+        let nixl = match python.nixl {
+            crate::driver::NixlRun::Real { .. } => " --nixl real",
+            crate::driver::NixlRun::StandIn => "",
+        };
+        let interpreter = match python.source {
+            live::python::Source::ProjectVenv => String::new(),
+            _ => format!(
+                " --vllm-python {}",
+                shell_word(&python.python.display().to_string())
+            ),
+        };
+        // Scheduler-made requests are the default.
+        let direct = match self.requests {
+            live::Requests::Direct if case.allocation.as_str() == "mainline" => {
+                " --requests direct"
+            }
+            _ => "",
+        };
+        format!(
+            "{}{interpreter}{nixl}{direct}",
+            live::live_replay_command(case)
+        )
     }
 }
 
@@ -523,88 +560,6 @@ pub(super) fn block_checks(
             })
         })
         .collect()
-}
-
-/// A minimal replay (shrunk unless `--no-shrink`) of the first unexpected
-/// failures, one per geometry, mode and outcome.
-fn show_replays(
-    live: &[LiveReport],
-    expectations: Option<&Expectations>,
-    python: &live::Interpreter,
-    shrink: bool,
-    drivers: usize,
-    requests: live::Requests,
-) {
-    let mut shown: Vec<(String, Mode, String)> = Vec::new();
-    let mut failures: Vec<&CaseReport> = Vec::new();
-    for l in live {
-        let r = &l.report;
-        let expected = expectations.is_some_and(|e| e.failures.iter().any(|f| f.covers(&r.case)));
-        if !r.failed() || expected {
-            continue;
-        }
-        let key = (
-            r.case.geometry_name().to_string(),
-            r.case.mode,
-            r.outcome.label().to_string(),
-        );
-        if shown.contains(&key) || shown.len() >= 5 {
-            continue;
-        }
-        shown.push(key);
-        failures.push(r);
-    }
-    if failures.is_empty() {
-        return;
-    }
-    let minimal = if shrink {
-        match crate::sweep::batch_shrink::shrink_batched(&failures, |cases| {
-            let tried = live::run_sweep_requests(
-                cases,
-                &[],
-                python,
-                live::CASE_LIMIT,
-                drivers,
-                None,
-                requests,
-            )?;
-            Ok::<_, live::BatchError>(tried.into_iter().map(|l| l.report).collect())
-        }) {
-            Ok(m) => m,
-            Err(e) => {
-                eprintln!("note: shrinking failed ({e}); replays are of the cases as run");
-                failures.iter().map(|r| r.case.clone()).collect()
-            }
-        }
-    } else {
-        failures.iter().map(|r| r.case.clone()).collect()
-    };
-    eprintln!("\nminimal replays:");
-    for (r, m) in failures.iter().zip(&minimal) {
-        eprintln!("- {}: {}", r.case.label(), r.outcome.describe());
-        // A replay runs what moved the bytes here.
-        let nixl = match python.nixl {
-            crate::driver::NixlRun::Real { .. } => " --nixl real",
-            crate::driver::NixlRun::StandIn => "",
-        };
-        // ... with the interpreter that ran it, unless it is the project's venv.
-        let interpreter = match python.source {
-            live::python::Source::ProjectVenv => String::new(),
-            _ => format!(
-                " --vllm-python {}",
-                shell_word(&python.python.display().to_string())
-            ),
-        };
-        // ... with its requests made as here (scheduler is the default).
-        let direct = match requests {
-            live::Requests::Direct if m.allocation.as_str() == "mainline" => " --requests direct",
-            _ => "",
-        };
-        eprintln!(
-            "  replay: {}{interpreter}{nixl}{direct}",
-            live::live_replay_command(m)
-        );
-    }
 }
 
 /// One of a live case's plan comparisons.

@@ -41,7 +41,6 @@ mod report_merge;
 mod run_args;
 mod run_lines;
 mod sglang;
-mod sglang_shrink;
 mod sglang_state_explain;
 mod sweep;
 mod traces;

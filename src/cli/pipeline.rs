@@ -172,6 +172,51 @@ pub(crate) trait PipelineConnector {
     /// (or every case passing) and the minimal replays of the failures.
     fn verdict(&mut self, sweep: &Swept<'_>) -> u8;
 
+    /// Run candidate cases of a shrink, judged, recording and printing
+    /// nothing; `None` when they could not run (the reason printed as a
+    /// note). By default a connector cannot (a replayed trace).
+    fn run_candidates(&mut self, _cases: &[Case]) -> Option<Vec<CaseReport>> {
+        None
+    }
+
+    /// Each failure shrunk to the smallest case that fails the same way
+    /// (the smallest prompt length, then no prefix hit): by default every
+    /// candidate of every failure judged in one batch
+    /// (`sweep::batch_shrink`), a connector that starts an interpreter per
+    /// batch paying for two.
+    fn shrink(&mut self, failures: &[&CaseReport]) -> Vec<Case> {
+        let as_run = || failures.iter().map(|r| r.case.clone()).collect();
+        let shrunk = crate::sweep::batch_shrink::shrink_batched(failures, |cases| {
+            self.run_candidates(cases).ok_or(())
+        });
+        shrunk.unwrap_or_else(|()| as_run())
+    }
+
+    /// The command that replays a case on this connector (with the
+    /// interpreter that ran it and what moved its bytes, for a driven one).
+    fn replay_command(&self, case: &Case) -> String {
+        case.replay_command()
+    }
+
+    /// Print how to replay each unexpected failure (`failures`: the first
+    /// of each geometry, mode and outcome): by default `minimal replays:`,
+    /// each shrunk unless `--no-shrink`, with its `kvgeom explain` command.
+    fn minimal_replays(&mut self, args: &SweepArgs, failures: &[&CaseReport]) {
+        let minimal: Vec<Case> = if args.no_shrink {
+            failures.iter().map(|r| r.case.clone()).collect()
+        } else {
+            self.shrink(failures)
+        };
+        eprintln!("\nminimal replays:");
+        for (r, m) in failures.iter().zip(&minimal) {
+            eprintln!("- {}: {}", r.case.label(), r.outcome.describe());
+            for v in r.violations.iter().take(3) {
+                eprintln!("    {v}");
+            }
+            eprintln!("  replay: {}", self.replay_command(m));
+        }
+    }
+
     /// Why an option of `explain` does not apply to the connector.
     fn refused_explain(&self, args: &ExplainArgs) -> Option<String>;
 
@@ -252,12 +297,19 @@ pub(crate) fn sweep(mut connector: Box<dyn PipelineConnector>, args: SweepArgs) 
         }
         None => out!("{text}"),
     }
-    connector.verdict(&Swept {
+    let swept = Swept {
         args: &args,
         judged: &judged,
         expectations: expectations.as_ref(),
         code: &code,
-    })
+    };
+    let exit = connector.verdict(&swept);
+    let reports = swept.reports();
+    let failures = unexpected_failures(&reports, swept.expectations);
+    if !failures.is_empty() {
+        connector.minimal_replays(&args, &failures);
+    }
+    exit
 }
 
 /// `kvgeom explain` over `connector`: one case, what it did, exit 0 when
@@ -350,6 +402,34 @@ fn geometry_case<C: PipelineConnector + ?Sized>(
         variant,
     };
     Ok(OneCase { case, model })
+}
+
+/// How many failures a sweep replays at most (the first of each geometry,
+/// mode and outcome).
+const REPLAYED_AT_MOST: usize = 5;
+
+/// The failures the expectations do not cover (every failure without
+/// them), the first of each geometry, mode and outcome, at most
+/// [`REPLAYED_AT_MOST`].
+fn unexpected_failures<'a>(
+    reports: &'a [CaseReport],
+    expectations: Option<&Expectations>,
+) -> Vec<&'a CaseReport> {
+    let mut shown: Vec<(&str, Mode, &str)> = Vec::new();
+    let mut out = Vec::new();
+    for r in reports {
+        let expected = expectations.is_some_and(|e| !e.covering(&r.case).is_empty());
+        if !r.failed() || expected {
+            continue;
+        }
+        let key = (r.case.geometry_name(), r.case.mode, r.outcome.label());
+        if shown.contains(&key) || shown.len() >= REPLAYED_AT_MOST {
+            continue;
+        }
+        shown.push(key);
+        out.push(r);
+    }
+    out
 }
 
 /// The reports of `judged`.

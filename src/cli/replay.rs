@@ -206,6 +206,22 @@ impl PipelineConnector for ReplayPipeline {
         replay_fields()
     }
 
+    /// A trace is its own minimal replay: each unexpected failure's trace
+    /// (a recorded run cannot be shrunk).
+    fn minimal_replays(&mut self, _args: &SweepArgs, failures: &[&CaseReport]) {
+        eprintln!("\nthe traces of the unexpected failures:");
+        for r in failures {
+            let trace = self
+                .traces
+                .iter()
+                .zip(self.connector.iter().flat_map(|c| c.cases()))
+                .find(|(_, c)| c.label() == r.case.label() && c.file == r.case.file)
+                .map(|(t, _)| t.display().to_string())
+                .unwrap_or_else(|| r.case.label());
+            eprintln!("- {trace}: {}", r.outcome.describe());
+        }
+    }
+
     fn refused_explain(&self, args: &ExplainArgs) -> Option<String> {
         refused_explain(args)
     }
@@ -230,24 +246,11 @@ impl PipelineConnector for ReplayPipeline {
         } = *sweep;
         let reports = sweep.reports();
         let exit = expected_or_passed(&reports, expectations, code);
-        // Without expectations every failure is unexpected; a trace is its
-        // own minimal replay.
-        let failures: Vec<(&PathBuf, &CaseReport)> = self
-            .traces
-            .iter()
-            .zip(&reports)
-            .filter(|(_, r)| !r.passed())
-            .filter(|(_, r)| expectations.is_none_or(|e| e.covering(&r.case).is_empty()))
-            .collect();
-        if failures.is_empty() {
-            return exit;
-        }
-        match expectations {
-            None => eprintln!("\n{} of {} traces failed", failures.len(), reports.len()),
-            Some(_) => eprintln!("\nthe traces of the unexpected failures:"),
-        }
-        for (path, r) in failures.iter().take(10) {
-            eprintln!("- {}: {}", path.display(), r.outcome.describe());
+        if expectations.is_none() {
+            let failed = reports.iter().filter(|r| r.failed()).count();
+            if failed > 0 {
+                eprintln!("\n{failed} of {} traces failed", reports.len());
+            }
         }
         exit
     }

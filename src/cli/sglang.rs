@@ -344,17 +344,53 @@ impl PipelineConnector for SglangPipeline {
 
     fn verdict(&mut self, sweep: &Swept<'_>) -> u8 {
         let Swept {
-            args,
-            expectations,
-            code,
-            ..
+            expectations, code, ..
         } = *sweep;
-        let reports = sweep.reports();
-        if let Some(python) = &self.python {
-            super::sglang_shrink::print_minimal_replays(&reports, python, args.no_shrink);
-        }
-        expected_or_passed(&reports, expectations, code)
+        expected_or_passed(&sweep.reports(), expectations, code)
     }
+
+    fn run_candidates(&mut self, cases: &[Case]) -> Option<Vec<CaseReport>> {
+        let python = self.python.as_ref()?;
+        match crate::sglang::connector::run_sweep(cases, python) {
+            Ok(tried) => Some(tried.into_iter().map(|j| j.report).collect()),
+            Err(e) => {
+                eprintln!("note: shrinking failed ({e}); replays are of the cases as run");
+                None
+            }
+        }
+    }
+
+    /// With `--sglang-python` unless the project's venv (or the
+    /// environment's interpreter) ran it.
+    fn replay_command(&self, case: &Case) -> String {
+        match &self.python {
+            Some(python) => replay_command(case, python),
+            None => case.replay_command(),
+        }
+    }
+}
+
+/// The replay of `case` on the interpreter that ran it (the flag is left
+/// out for the project's venv and for the environment's interpreter).
+fn replay_command(case: &Case, python: &crate::sglang::python::SglangPython) -> String {
+    let default = crate::driver::project_root()
+        .join(".sglang-venv")
+        .join("bin")
+        .join("python");
+    // The venv's folder, not the interpreter: a venv's python is a link to
+    // the base interpreter, which every venv shares.
+    let key = |p: &std::path::Path| {
+        let dir = p.parent().and_then(|d| d.canonicalize().ok());
+        (dir, p.file_name().map(|n| n.to_owned()))
+    };
+    let flag = if key(&python.python) == key(&default)
+        || std::env::var_os(crate::sglang::python::ENV).is_some()
+    {
+        String::new()
+    } else {
+        format!(" --sglang-python {}", python.python.display())
+    };
+    format!("{}{flag}", case.replay_command())
 }
 
 /// Every case fits `--max-memory` (and an address-space limit) as SGLang

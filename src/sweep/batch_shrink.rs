@@ -13,7 +13,7 @@ use crate::scenario::{Case, CaseReport};
 /// `run`: two batches in all.
 pub fn shrink_batched<E>(
     failures: &[&CaseReport],
-    run: impl Fn(&[Case]) -> Result<Vec<CaseReport>, E>,
+    mut run: impl FnMut(&[Case]) -> Result<Vec<CaseReport>, E>,
 ) -> Result<Vec<Case>, E> {
     // Shorter prompts with the same prefix hit, smallest first.
     let mut candidates: Vec<Case> = Vec::new();
