@@ -4,7 +4,7 @@
 //! (`scripts/install-sglang.sh --version 0.5.16`) and the default
 //! `.sglang-venv` (0.5.23); says `skipped: <reason>` without them.
 
-use crate::support::{json_report, kvgeom, root, skip, text};
+use crate::support::{json_report, kvgeom, root, scratch, skip, text};
 
 /// Every case of `file` on the interpreter `python` (relative to the
 /// checkout), as the sweep's JSON report.
@@ -117,6 +117,10 @@ fn sglang_failures_shrink_to_a_smaller_prompt() {
     if !root().join(python).exists() {
         return skip(test, format!("no {python} (scripts/install-sglang.sh)"));
     }
+    // A failure expected/sglang-0.5.23.toml names, held to a file that
+    // names none: unexpected (exit 1), so replayed, shrunk.
+    let none = scratch(module_path!(), test).join("no-failures.toml");
+    std::fs::write(&none, "# no failure is expected\n").expect("write the expectations");
     let o = kvgeom(&[
         "sweep",
         "--connector",
@@ -126,9 +130,10 @@ fn sglang_failures_shrink_to_a_smaller_prompt() {
         "geometries/sglang/gqa-v-head-size-p1-d2.toml",
         "--prompts",
         "9",
+        "--expect",
+        &none.to_string_lossy(),
     ]);
-    // A failure expected/sglang-0.5.23.toml names: exit 0, still shrunk.
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let stderr = String::from_utf8_lossy(&o.stderr);
     let replay = stderr
         .split("minimal replays:")
