@@ -4,7 +4,8 @@
 //! of its stack, or its own inputs) -> its start (memory checks,
 //! interpreter probe) -> the shard -> its run, each case judged -> the
 //! report (table, JSON, JUnit) -> the verdict (expectations, or every case
-//! passing) with minimal replays. Explain: the options the connector
+//! passing) -> the minimal replays of the unexpected failures, each shrunk
+//! by the connector. Explain: the options the connector
 //! refuses -> its one case (from a geometry file, or its own input) -> its
 //! run and explanation -> exit 0 or 1.
 //!
@@ -13,9 +14,8 @@
 //! travels with the case as [`Judged::extras`], never patched in after.
 
 use std::path::PathBuf;
-use std::time::Instant;
-
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::sweep::{overwritten_input, SweepArgs};
 use super::{default_paths, ExplainArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
