@@ -6,24 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// An engine of the P/D pair.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Engine {
-    /// The prefill engine, which computes the prompt's KV and holds it.
-    Prefill,
-    /// The decode engine, which reads it and generates.
-    Decode,
-}
-
-impl Engine {
-    /// `prefill` or `decode`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Engine::Prefill => "prefill",
-            Engine::Decode => "decode",
-        }
-    }
-}
+pub use crate::geometry::Engine;
 
 /// A request, by the order of its `submit` in the scenario (0, 1, ...).
 pub type RequestId = u32;
