@@ -16,8 +16,7 @@ use crate::scheduler::DecodeAllocation;
 use crate::under_test::run_case;
 use crate::variant::Variant;
 
-use super::draw::{draw, Drawn};
-use super::invalid::{BrokenRule, Refusal};
+use super::invalid::Refusal;
 
 /// One drawn case in this many is deliberately invalid (half of those break
 /// a geometry rule, half are pairs the handshake must refuse).
@@ -77,50 +76,7 @@ impl std::error::Error for Finding {}
 /// Violations listed in a finding, at most.
 const MAX_LISTED: usize = 8;
 
-impl<'a> Arbitrary<'a> for GeneratedCase {
-    fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
-        // The last value of the range marks an invalid case, so exhausted
-        // input (all zeros) gives a valid one.
-        let invalid = u.int_in_range(0..=INVALID_ONE_IN - 1)? == INVALID_ONE_IN - 1;
-        if invalid && u.arbitrary::<bool>()? {
-            let refusal = Refusal::ALL[u.choose_index(Refusal::ALL.len())?];
-            return Ok(Self::from_drawn(
-                draw(u, Some(refusal))?,
-                Expected::Refused(refusal),
-            ));
-        }
-        let mut drawn = draw(u, None)?;
-        if invalid {
-            let first = u.choose_index(BrokenRule::ALL.len())?;
-            // The first rule (in a rotation from `first`) that applies.
-            for rule in BrokenRule::ALL
-                .iter()
-                .cycle()
-                .skip(first)
-                .take(BrokenRule::ALL.len())
-            {
-                if let Some(violation) = rule.apply(u, &mut drawn.geometry)? {
-                    return Ok(Self::from_drawn(drawn, Expected::Invalid(violation)));
-                }
-            }
-        }
-        Ok(Self::from_drawn(drawn, Expected::Pass))
-    }
-}
-
 impl GeneratedCase {
-    fn from_drawn(d: Drawn, expected: Expected) -> Self {
-        Self {
-            geometry: d.geometry,
-            prompt_len: d.prompt_len,
-            prefix_hit: d.prefix_hit,
-            mode: d.mode,
-            allocation: d.allocation,
-            seed: d.seed,
-            expected,
-        }
-    }
-
     /// The case drawn from `bytes`, as cargo-fuzz draws it (all of `bytes`
     /// is used; short input yields the smallest choices).
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {

@@ -7,7 +7,9 @@
 //! oracle. A [`Refusal`] target bends exactly one handshake constraint
 //! instead, and the geometry then expects that refusal. Each bound's
 //! smallest value is the simplest choice, so exhausted input (and shrinking)
-//! yields a small MLA pull case.
+//! yields a small MLA pull case. [`GeneratedCase`]'s `Arbitrary` draws
+//! here too: one case in [`INVALID_ONE_IN`] breaks a geometry rule or a
+//! handshake constraint.
 //!
 //! The generator also draws the regions where vLLM 0.33.0 transfers
 //! wrongly and kvgeom deliberately does not (different logical blocks
@@ -16,7 +18,7 @@
 //! kvgeom refuses): the matching defect variants
 //! (`end-trim-alignment`, `replicated-heads-nhd-accepted`) fail there.
 
-use arbitrary::{Result, Unstructured};
+use arbitrary::{Arbitrary, Result, Unstructured};
 
 use crate::geometry::{
     AttentionSpec, EngineGeometry, ExpectedRejection, Geometry, GroupKind, KvLayout, MambaKind,
@@ -24,7 +26,8 @@ use crate::geometry::{
 };
 use crate::scheduler::{request_shape, DecodeAllocation};
 
-use super::invalid::Refusal;
+use super::case::{Expected, GeneratedCase, INVALID_ONE_IN};
+use super::invalid::{BrokenRule, Refusal};
 
 /// Largest TP size of either engine.
 pub const MAX_TP: u32 = 8;
@@ -74,16 +77,6 @@ const MAX_EXTRA_POOL_BLOCKS: u32 = 3;
 /// (fewer layer slots, shorter prompt, no padding).
 pub const MAX_CASE_BYTES: u64 = 2 << 20;
 
-/// One drawn case before it is judged.
-pub(crate) struct Drawn {
-    pub geometry: Geometry,
-    pub prompt_len: u32,
-    pub prefix_hit: u32,
-    pub mode: Mode,
-    pub allocation: DecodeAllocation,
-    pub seed: u64,
-}
-
 /// The attention/mamba shape of the model and what it implies.
 struct Shape {
     full: bool,
@@ -117,9 +110,41 @@ fn pick<T: Copy>(u: &mut Unstructured<'_>, items: &[T]) -> Result<T> {
     Ok(items[u.choose_index(items.len())?])
 }
 
-/// Draw a case. With `refusal`, the geometry breaks that handshake
-/// constraint (and only that one) and carries its message in `expect_rejection`.
-pub(crate) fn draw(u: &mut Unstructured<'_>, refusal: Option<Refusal>) -> Result<Drawn> {
+impl<'a> Arbitrary<'a> for GeneratedCase {
+    fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
+        // The last value of the range marks an invalid case, so exhausted
+        // input (all zeros) gives a valid one.
+        let invalid = u.int_in_range(0..=INVALID_ONE_IN - 1)? == INVALID_ONE_IN - 1;
+        if invalid && u.arbitrary::<bool>()? {
+            let refusal = Refusal::ALL[u.choose_index(Refusal::ALL.len())?];
+            let mut case = draw(u, Some(refusal))?;
+            case.expected = Expected::Refused(refusal);
+            return Ok(case);
+        }
+        let mut case = draw(u, None)?;
+        if invalid {
+            let first = u.choose_index(BrokenRule::ALL.len())?;
+            // The first rule (in a rotation from `first`) that applies.
+            for rule in BrokenRule::ALL
+                .iter()
+                .cycle()
+                .skip(first)
+                .take(BrokenRule::ALL.len())
+            {
+                if let Some(violation) = rule.apply(u, &mut case.geometry)? {
+                    case.expected = Expected::Invalid(violation);
+                    return Ok(case);
+                }
+            }
+        }
+        Ok(case)
+    }
+}
+
+/// Draw a case, expected to pass (the caller says otherwise). With
+/// `refusal`, the geometry breaks that handshake constraint (and only that
+/// one) and carries its message in `expect_rejection`.
+pub(crate) fn draw(u: &mut Unstructured<'_>, refusal: Option<Refusal>) -> Result<GeneratedCase> {
     let mode = if u.arbitrary::<bool>()? {
         Mode::Push
     } else {
@@ -263,13 +288,14 @@ pub(crate) fn draw(u: &mut Unstructured<'_>, refusal: Option<Refusal>) -> Result
         let without_state = u.int_in_range(0..=slots - 1)?;
         geometry.model.state_slots = (without_state > 0).then(|| slots - without_state);
     }
-    Ok(Drawn {
+    Ok(GeneratedCase {
         geometry,
         prompt_len,
         prefix_hit,
         mode,
         allocation,
         seed,
+        expected: Expected::Pass,
     })
 }
 

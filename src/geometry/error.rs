@@ -8,6 +8,8 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use serde::{Deserialize, Serialize};
+
 use super::model::{GroupKind, MambaKind};
 
 /// Why a geometry file could not be turned into a [`Geometry`](super::Geometry).
@@ -113,17 +115,20 @@ impl Violation {
     }
 }
 
-/// Which engine of the pair a rule is about, as it appears in field paths.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// An engine of the P/D pair: which one a geometry rule is about, as it
+/// appears in field paths, or which one a lifecycle operation acts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Engine {
-    /// The `[prefill]` table.
+    /// The prefill engine (the `[prefill]` table), which computes the
+    /// prompt's KV and holds it.
     Prefill,
-    /// The `[decode]` table.
+    /// The decode engine (the `[decode]` table), which reads it and generates.
     Decode,
 }
 
 impl Engine {
-    /// `prefill` or `decode`, the table's name.
+    /// `prefill` or `decode`, also the table's name.
     pub fn as_str(self) -> &'static str {
         match self {
             Engine::Prefill => "prefill",

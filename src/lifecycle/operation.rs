@@ -6,24 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// An engine of the P/D pair.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Engine {
-    /// The prefill engine, which computes the prompt's KV and holds it.
-    Prefill,
-    /// The decode engine, which reads it and generates.
-    Decode,
-}
-
-impl Engine {
-    /// `prefill` or `decode`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Engine::Prefill => "prefill",
-            Engine::Decode => "decode",
-        }
-    }
-}
+pub use crate::geometry::Engine;
 
 /// A request, by the order of its `submit` in the scenario (0, 1, ...).
 pub type RequestId = u32;
@@ -71,21 +54,10 @@ pub enum Operation {
 impl Operation {
     /// The request the operation names, if any.
     pub fn request(&self) -> Option<RequestId> {
-        match *self {
-            Operation::Compute { request }
-            | Operation::Allocate { request }
-            | Operation::Post { request }
-            | Operation::Step { request }
-            | Operation::Finish { request }
-            | Operation::Preempt { request }
-            | Operation::Abort { request, .. }
-            | Operation::FailPrefill { request } => Some(request),
-            Operation::Submit { .. } | Operation::Deliver { .. } | Operation::Tick { .. } => None,
-        }
+        // Operations hold only numbers: the copy is as cheap as a match.
+        self.clone().request_mut().copied()
     }
-}
 
-impl Operation {
     /// The request the operation names, to renumber it.
     pub fn request_mut(&mut self) -> Option<&mut RequestId> {
         match self {

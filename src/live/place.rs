@@ -192,12 +192,7 @@ pub(crate) fn place_batch(
             })
             .collect(),
     };
-    let text = serde_json::to_string(&batch).map_err(BatchError::Encode)?;
-    let batch_file = dir.join("batch.json");
-    std::fs::write(&batch_file, text).map_err(|source| BatchError::Write {
-        path: batch_file,
-        source,
-    })?;
+    write_batch_file(dir, &batch)?;
     let limit = IMPORT_LIMIT + Duration::from_secs(1) * (chosen.len() as u32 + 10);
     let run = python.driver_run();
     let args = ["--place".as_ref(), dir.as_os_str()];
@@ -577,6 +572,16 @@ pub(crate) fn copy_place_files(from: &Path, to: &Path) -> Result<(), BatchError>
         std::fs::copy(&src, &dst).map_err(|source| BatchError::Write { path: dst, source })?;
     }
     Ok(())
+}
+
+/// Write `batch` as `dir/batch.json`, the file the driver reads.
+pub(super) fn write_batch_file(dir: &Path, batch: &impl Serialize) -> Result<(), BatchError> {
+    let text = serde_json::to_string(batch).map_err(BatchError::Encode)?;
+    let batch_file = dir.join("batch.json");
+    std::fs::write(&batch_file, text).map_err(|source| BatchError::Write {
+        path: batch_file,
+        source,
+    })
 }
 
 #[cfg(test)]

@@ -341,12 +341,7 @@ pub(super) fn run_chunk<T>(
         nixl: python.nixl.as_str(),
         trace_memory_limit: record_traces.map(|_| TRACE_MEMORY_LIMIT),
     };
-    let text = serde_json::to_string(&batch).map_err(BatchError::Encode)?;
-    let batch_file = dir.join("batch.json");
-    std::fs::write(&batch_file, text).map_err(|source| BatchError::Write {
-        path: batch_file,
-        source,
-    })?;
+    super::place::write_batch_file(dir, &batch)?;
     let limit = IMPORT_LIMIT + case_limit * (batch.cases.len() as u32 + 1);
     let run = python.driver_run();
     let done = run_driver(

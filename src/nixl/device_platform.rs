@@ -6,8 +6,8 @@
 //! the connector asked for.
 
 use super::{
-    AgentId, DescList, DlistHandle, DlistTarget, MemKind, MemRegion, Nixl, NixlResult, XferHandle,
-    XferSpec, XferState,
+    forward_nixl, AgentId, DescList, DlistHandle, DlistTarget, MemKind, MemRegion, Nixl,
+    NixlResult, XferHandle, XferSpec, XferState,
 };
 
 /// A transport whose VRAM lists are host memory.
@@ -23,27 +23,12 @@ impl<T> HostAsDevice<T> {
 }
 
 impl<T: Nixl> Nixl for HostAsDevice<T> {
-    fn create_agent(&mut self, name: &str) -> NixlResult<AgentId> {
-        self.inner.create_agent(name)
-    }
-    fn agent_name(&self, agent: AgentId) -> NixlResult<String> {
-        self.inner.agent_name(agent)
-    }
-    fn register_memory(&mut self, agent: AgentId, regions: &[MemRegion]) -> NixlResult<()> {
-        self.inner.register_memory(agent, regions)
-    }
-    fn deregister_memory(&mut self, agent: AgentId, regions: &[MemRegion]) -> NixlResult<()> {
-        self.inner.deregister_memory(agent, regions)
-    }
-    fn local_metadata(&mut self, agent: AgentId) -> NixlResult<Vec<u8>> {
-        self.inner.local_metadata(agent)
-    }
-    fn add_remote_agent(&mut self, agent: AgentId, metadata: &[u8]) -> NixlResult<String> {
-        self.inner.add_remote_agent(agent, metadata)
-    }
-    fn remove_remote_agent(&mut self, agent: AgentId, remote: &str) -> NixlResult<()> {
-        self.inner.remove_remote_agent(agent, remote)
-    }
+    forward_nixl!(self => self.inner;
+        create_agent, agent_name, register_memory, deregister_memory, local_metadata,
+        add_remote_agent, remove_remote_agent, make_xfer_spec, post_xfer, xfer_state,
+        release_xfer, release_dlist, send_notification, take_notifications,
+    );
+
     fn prepare_dlist(
         &mut self,
         agent: AgentId,
@@ -52,32 +37,6 @@ impl<T: Nixl> Nixl for HostAsDevice<T> {
         list: &DescList,
     ) -> NixlResult<DlistHandle> {
         self.inner.prepare_dlist(agent, target, MemKind::Dram, list)
-    }
-    fn make_xfer_spec(&mut self, agent: AgentId, xfer: XferSpec<'_>) -> NixlResult<XferHandle> {
-        self.inner.make_xfer_spec(agent, xfer)
-    }
-    fn post_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState> {
-        self.inner.post_xfer(agent, xfer)
-    }
-    fn xfer_state(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState> {
-        self.inner.xfer_state(agent, xfer)
-    }
-    fn release_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<()> {
-        self.inner.release_xfer(agent, xfer)
-    }
-    fn release_dlist(&mut self, agent: AgentId, dlist: DlistHandle) -> NixlResult<()> {
-        self.inner.release_dlist(agent, dlist)
-    }
-    fn send_notification(
-        &mut self,
-        agent: AgentId,
-        remote: &str,
-        message: &[u8],
-    ) -> NixlResult<()> {
-        self.inner.send_notification(agent, remote, message)
-    }
-    fn take_notifications(&mut self, agent: AgentId) -> NixlResult<Vec<(String, Vec<u8>)>> {
-        self.inner.take_notifications(agent)
     }
 }
 

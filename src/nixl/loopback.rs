@@ -150,6 +150,10 @@ struct Xfer {
     posted: bool,
 }
 
+/// A notification on its way: the agent it reaches, and what lands in
+/// that agent's inbox (the sender's name, the message).
+type Delivery = (AgentId, (String, Vec<u8>));
+
 /// A byte position inside one of the loopback's arenas.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Place {
@@ -265,24 +269,27 @@ impl Loopback {
             return Ok(XferState::InProgress);
         }
         pending.remove(at);
-        let delivery = match &x.notification {
-            Some(message) => {
-                let a = self.agents.get(agent)?;
-                let target = self.agents.id_of(&x.remote).ok_or_else(|| {
-                    NixlError::NotFound(format!(
-                        "remote agent '{}' is not an agent of this transport",
-                        x.remote
-                    ))
-                })?;
-                Some((target, (a.name.clone(), message.clone())))
-            }
-            None => None,
-        };
+        let delivery = self.notification_delivery(&self.agents.get(agent)?.name, x)?;
         if let Some((target, notification)) = delivery {
             self.agents.get_mut(target)?.inbox.push(notification);
         }
         self.agents.get_mut(agent)?.handles.xfer_mut(xfer)?.posted = true;
         Ok(XferState::Done)
+    }
+
+    /// Where `x`'s notification goes and what reaches it there (`sender`,
+    /// the message); `None` for a transfer without one.
+    fn notification_delivery(&self, sender: &str, x: &Xfer) -> NixlResult<Option<Delivery>> {
+        let Some(message) = &x.notification else {
+            return Ok(None);
+        };
+        let target = self.agents.id_of(&x.remote).ok_or_else(|| {
+            NixlError::NotFound(format!(
+                "remote agent '{}' is not an agent of this transport",
+                x.remote
+            ))
+        })?;
+        Ok(Some((target, (sender.to_string(), message.clone()))))
     }
 
     /// Whether `xfer` has pairs still to land.
@@ -713,18 +720,7 @@ impl Nixl for Loopback {
         if a.epoch_of(&x.remote) != Some(x.epoch) {
             return Err(stale_remote(&x.remote));
         }
-        let delivery = match &x.notification {
-            Some(message) => {
-                let target = self.agents.id_of(&x.remote).ok_or_else(|| {
-                    NixlError::NotFound(format!(
-                        "remote agent '{}' is not an agent of this transport",
-                        x.remote
-                    ))
-                })?;
-                Some((target, (a.name.clone(), message.clone())))
-            }
-            None => None,
-        };
+        let delivery = self.notification_delivery(&a.name, x)?;
         if let Some(pending) = &mut self.deferred {
             if !x.device_copies.is_empty() {
                 return Err(NixlError::Unsupported(

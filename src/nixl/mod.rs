@@ -204,61 +204,106 @@ pub trait Nixl {
     fn take_notifications(&mut self, agent: AgentId) -> NixlResult<Vec<(String, Vec<u8>)>>;
 }
 
+/// Implement the named [`Nixl`] methods by handing each call, unchanged,
+/// to `$inner`; `$s` is the `self` of the impl they go into (a wrapper
+/// writes only the methods it changes).
+macro_rules! forward_nixl {
+    ($s:ident => $inner:expr; $($method:ident),+ $(,)?) => {
+        $($crate::nixl::forward_nixl!(@one $method, $s, $inner);)+
+    };
+    (@one create_agent, $s:ident, $inner:expr) => {
+        fn create_agent(&mut $s, name: &str) -> NixlResult<AgentId> {
+            $inner.create_agent(name)
+        }
+    };
+    (@one agent_name, $s:ident, $inner:expr) => {
+        fn agent_name(&$s, agent: AgentId) -> NixlResult<String> {
+            $inner.agent_name(agent)
+        }
+    };
+    (@one register_memory, $s:ident, $inner:expr) => {
+        fn register_memory(&mut $s, agent: AgentId, regions: &[MemRegion]) -> NixlResult<()> {
+            $inner.register_memory(agent, regions)
+        }
+    };
+    (@one deregister_memory, $s:ident, $inner:expr) => {
+        fn deregister_memory(&mut $s, agent: AgentId, regions: &[MemRegion]) -> NixlResult<()> {
+            $inner.deregister_memory(agent, regions)
+        }
+    };
+    (@one local_metadata, $s:ident, $inner:expr) => {
+        fn local_metadata(&mut $s, agent: AgentId) -> NixlResult<Vec<u8>> {
+            $inner.local_metadata(agent)
+        }
+    };
+    (@one add_remote_agent, $s:ident, $inner:expr) => {
+        fn add_remote_agent(&mut $s, agent: AgentId, metadata: &[u8]) -> NixlResult<String> {
+            $inner.add_remote_agent(agent, metadata)
+        }
+    };
+    (@one remove_remote_agent, $s:ident, $inner:expr) => {
+        fn remove_remote_agent(&mut $s, agent: AgentId, remote: &str) -> NixlResult<()> {
+            $inner.remove_remote_agent(agent, remote)
+        }
+    };
+    (@one prepare_dlist, $s:ident, $inner:expr) => {
+        fn prepare_dlist(
+            &mut $s,
+            agent: AgentId,
+            target: &DlistTarget,
+            mem: MemKind,
+            list: &DescList,
+        ) -> NixlResult<DlistHandle> {
+            $inner.prepare_dlist(agent, target, mem, list)
+        }
+    };
+    (@one make_xfer_spec, $s:ident, $inner:expr) => {
+        fn make_xfer_spec(&mut $s, agent: AgentId, xfer: XferSpec<'_>) -> NixlResult<XferHandle> {
+            $inner.make_xfer_spec(agent, xfer)
+        }
+    };
+    (@one post_xfer, $s:ident, $inner:expr) => {
+        fn post_xfer(&mut $s, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState> {
+            $inner.post_xfer(agent, xfer)
+        }
+    };
+    (@one xfer_state, $s:ident, $inner:expr) => {
+        fn xfer_state(&mut $s, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState> {
+            $inner.xfer_state(agent, xfer)
+        }
+    };
+    (@one release_xfer, $s:ident, $inner:expr) => {
+        fn release_xfer(&mut $s, agent: AgentId, xfer: XferHandle) -> NixlResult<()> {
+            $inner.release_xfer(agent, xfer)
+        }
+    };
+    (@one release_dlist, $s:ident, $inner:expr) => {
+        fn release_dlist(&mut $s, agent: AgentId, dlist: DlistHandle) -> NixlResult<()> {
+            $inner.release_dlist(agent, dlist)
+        }
+    };
+    (@one send_notification, $s:ident, $inner:expr) => {
+        fn send_notification(
+            &mut $s,
+            agent: AgentId,
+            remote: &str,
+            message: &[u8],
+        ) -> NixlResult<()> {
+            $inner.send_notification(agent, remote, message)
+        }
+    };
+    (@one take_notifications, $s:ident, $inner:expr) => {
+        fn take_notifications(&mut $s, agent: AgentId) -> NixlResult<Vec<(String, Vec<u8>)>> {
+            $inner.take_notifications(agent)
+        }
+    };
+}
+pub(crate) use forward_nixl;
+
 impl<T: Nixl + ?Sized> Nixl for Box<T> {
-    fn create_agent(&mut self, name: &str) -> NixlResult<AgentId> {
-        (**self).create_agent(name)
-    }
-    fn agent_name(&self, agent: AgentId) -> NixlResult<String> {
-        (**self).agent_name(agent)
-    }
-    fn register_memory(&mut self, agent: AgentId, regions: &[MemRegion]) -> NixlResult<()> {
-        (**self).register_memory(agent, regions)
-    }
-    fn deregister_memory(&mut self, agent: AgentId, regions: &[MemRegion]) -> NixlResult<()> {
-        (**self).deregister_memory(agent, regions)
-    }
-    fn local_metadata(&mut self, agent: AgentId) -> NixlResult<Vec<u8>> {
-        (**self).local_metadata(agent)
-    }
-    fn add_remote_agent(&mut self, agent: AgentId, metadata: &[u8]) -> NixlResult<String> {
-        (**self).add_remote_agent(agent, metadata)
-    }
-    fn remove_remote_agent(&mut self, agent: AgentId, remote: &str) -> NixlResult<()> {
-        (**self).remove_remote_agent(agent, remote)
-    }
-    fn prepare_dlist(
-        &mut self,
-        agent: AgentId,
-        target: &DlistTarget,
-        mem: MemKind,
-        list: &DescList,
-    ) -> NixlResult<DlistHandle> {
-        (**self).prepare_dlist(agent, target, mem, list)
-    }
-    fn make_xfer_spec(&mut self, agent: AgentId, xfer: XferSpec<'_>) -> NixlResult<XferHandle> {
-        (**self).make_xfer_spec(agent, xfer)
-    }
-    fn post_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState> {
-        (**self).post_xfer(agent, xfer)
-    }
-    fn xfer_state(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState> {
-        (**self).xfer_state(agent, xfer)
-    }
-    fn release_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<()> {
-        (**self).release_xfer(agent, xfer)
-    }
-    fn release_dlist(&mut self, agent: AgentId, dlist: DlistHandle) -> NixlResult<()> {
-        (**self).release_dlist(agent, dlist)
-    }
-    fn send_notification(
-        &mut self,
-        agent: AgentId,
-        remote: &str,
-        message: &[u8],
-    ) -> NixlResult<()> {
-        (**self).send_notification(agent, remote, message)
-    }
-    fn take_notifications(&mut self, agent: AgentId) -> NixlResult<Vec<(String, Vec<u8>)>> {
-        (**self).take_notifications(agent)
-    }
+    forward_nixl!(self => (**self);
+        create_agent, agent_name, register_memory, deregister_memory, local_metadata,
+        add_remote_agent, remove_remote_agent, prepare_dlist, make_xfer_spec, post_xfer,
+        xfer_state, release_xfer, release_dlist, send_notification, take_notifications,
+    );
 }

@@ -5,8 +5,8 @@
 use serde::Serialize;
 
 use super::{
-    AgentId, DescList, DescRow, DlistHandle, DlistTarget, MemKind, MemRegion, Nixl, NixlResult,
-    XferHandle, XferOp, XferSpec, XferState,
+    forward_nixl, AgentId, DescList, DescRow, DlistHandle, DlistTarget, MemKind, MemRegion, Nixl,
+    NixlResult, XferHandle, XferOp, XferSpec, XferState,
 };
 
 /// One recorded call.
@@ -254,6 +254,11 @@ impl<T: Nixl> Recording<T> {
 }
 
 impl<T: Nixl> Nixl for Recording<T> {
+    forward_nixl!(self => self.inner;
+        agent_name, deregister_memory, local_metadata, remove_remote_agent, xfer_state,
+        release_xfer, release_dlist, take_notifications,
+    );
+
     fn create_agent(&mut self, name: &str) -> NixlResult<AgentId> {
         let id = self.inner.create_agent(name)?;
         let idx = id.0 as usize;
@@ -262,10 +267,6 @@ impl<T: Nixl> Nixl for Recording<T> {
         }
         self.names[idx] = name.to_string();
         Ok(id)
-    }
-
-    fn agent_name(&self, agent: AgentId) -> NixlResult<String> {
-        self.inner.agent_name(agent)
     }
 
     fn register_memory(&mut self, agent: AgentId, regions: &[MemRegion]) -> NixlResult<()> {
@@ -277,14 +278,6 @@ impl<T: Nixl> Nixl for Recording<T> {
         Ok(())
     }
 
-    fn deregister_memory(&mut self, agent: AgentId, regions: &[MemRegion]) -> NixlResult<()> {
-        self.inner.deregister_memory(agent, regions)
-    }
-
-    fn local_metadata(&mut self, agent: AgentId) -> NixlResult<Vec<u8>> {
-        self.inner.local_metadata(agent)
-    }
-
     fn add_remote_agent(&mut self, agent: AgentId, metadata: &[u8]) -> NixlResult<String> {
         let remote = self.inner.add_remote_agent(agent, metadata)?;
         self.events.push(Event::AddRemoteAgent {
@@ -292,10 +285,6 @@ impl<T: Nixl> Nixl for Recording<T> {
             remote: remote.clone(),
         });
         Ok(remote)
-    }
-
-    fn remove_remote_agent(&mut self, agent: AgentId, remote: &str) -> NixlResult<()> {
-        self.inner.remove_remote_agent(agent, remote)
     }
 
     fn prepare_dlist(
@@ -340,18 +329,6 @@ impl<T: Nixl> Nixl for Recording<T> {
         Ok(state)
     }
 
-    fn xfer_state(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<XferState> {
-        self.inner.xfer_state(agent, xfer)
-    }
-
-    fn release_xfer(&mut self, agent: AgentId, xfer: XferHandle) -> NixlResult<()> {
-        self.inner.release_xfer(agent, xfer)
-    }
-
-    fn release_dlist(&mut self, agent: AgentId, dlist: DlistHandle) -> NixlResult<()> {
-        self.inner.release_dlist(agent, dlist)
-    }
-
     fn send_notification(
         &mut self,
         agent: AgentId,
@@ -365,9 +342,5 @@ impl<T: Nixl> Nixl for Recording<T> {
             message: message.to_vec(),
         });
         Ok(())
-    }
-
-    fn take_notifications(&mut self, agent: AgentId) -> NixlResult<Vec<(String, Vec<u8>)>> {
-        self.inner.take_notifications(agent)
     }
 }

@@ -4,29 +4,12 @@
 //! batch's errors.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use super::*;
 use crate::driver::{scratch_for, DriverError, NixlRun};
 
 fn case(prompt_len: u32) -> Case {
-    let g = crate::geometry::parse_geometry(
-        "x.toml",
-        "stack = \"sglang\"\ndescription = \"d\"\n[model]\nlayers = 1\n[model.attention]\n\
-         kind = \"full\"\ntotal_kv_heads = 2\nhead_size = 8\ndtype_bytes = 2\n\
-         [prefill]\ntp_size = 1\npage_size = 4\n[decode]\ntp_size = 1\npage_size = 4\n",
-    )
-    .expect("geometry");
-    Case {
-        geometry: Arc::new(g),
-        file: Some("geometries/sglang/x.toml".into()),
-        prompt_len,
-        prefix_hit: 0,
-        mode: crate::geometry::Mode::Push,
-        allocation: crate::scheduler::DecodeAllocation::Mainline,
-        seed: 3,
-        variant: crate::variant::Variant::KVGEOM,
-    }
+    crate::sglang::one_layer_test_case(prompt_len, 3)
 }
 
 /// `/bin/sh` running `script` (given the batch folder as `$1`) as the driver.

@@ -293,23 +293,33 @@ pub fn locate_in(r: &RegionModel, page_size: u32, offset: u64) -> Option<Cell> {
 }
 
 #[cfg(test)]
+impl EnginePools {
+    /// The tests' small MHA pools: `total_heads` heads of 8 K bytes' and
+    /// `v_head_size` V bytes' worth of 2-byte values, two layers, pages of
+    /// 4 tokens, 6 pages.
+    pub(crate) fn small_mha(side: Side, total_heads: u32, attn_tp: u32, v_head_size: u32) -> Self {
+        EnginePools {
+            side,
+            kind: PoolKind::Mha {
+                total_heads,
+                k_head_size: 8,
+                v_head_size,
+            },
+            layers: 2,
+            dtype_bytes: 2,
+            attn_tp,
+            page_size: 4,
+            num_pages: 6,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
     fn mha(total: u32, tp: u32, v: u32) -> EnginePools {
-        EnginePools {
-            side: Side::Decode,
-            kind: PoolKind::Mha {
-                total_heads: total,
-                k_head_size: 8,
-                v_head_size: v,
-            },
-            layers: 2,
-            dtype_bytes: 2,
-            attn_tp: tp,
-            page_size: 4,
-            num_pages: 6,
-        }
+        EnginePools::small_mha(Side::Decode, total, tp, v)
     }
 
     #[test]

@@ -22,3 +22,27 @@ pub mod result;
 pub mod run;
 pub mod state;
 pub mod trace_file;
+
+/// The tests' smallest SGLang case: one layer of full attention, two KV
+/// heads, TP 1 and page size 4 on both engines, pushed, as the file
+/// `geometries/sglang/x.toml` would give it.
+#[cfg(test)]
+pub(crate) fn one_layer_test_case(prompt_len: u32, seed: u64) -> crate::scenario::Case {
+    let g = crate::geometry::parse_geometry(
+        "x.toml",
+        "stack = \"sglang\"\ndescription = \"d\"\n[model]\nlayers = 1\n[model.attention]\n\
+         kind = \"full\"\ntotal_kv_heads = 2\nhead_size = 8\ndtype_bytes = 2\n\
+         [prefill]\ntp_size = 1\npage_size = 4\n[decode]\ntp_size = 1\npage_size = 4\n",
+    )
+    .expect("geometry");
+    crate::scenario::Case {
+        geometry: std::sync::Arc::new(g),
+        file: Some("geometries/sglang/x.toml".into()),
+        prompt_len,
+        prefix_hit: 0,
+        mode: crate::geometry::Mode::Push,
+        allocation: crate::scheduler::DecodeAllocation::Mainline,
+        seed,
+        variant: crate::variant::Variant::KVGEOM,
+    }
+}

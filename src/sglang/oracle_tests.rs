@@ -21,19 +21,7 @@ enum Defect {
 }
 
 fn pools(side: Side, heads: u32, tp: u32, v: u32) -> EnginePools {
-    EnginePools {
-        side,
-        kind: PoolKind::Mha {
-            total_heads: heads,
-            k_head_size: 8,
-            v_head_size: v,
-        },
-        layers: 2,
-        dtype_bytes: 2,
-        attn_tp: tp,
-        page_size: 4,
-        num_pages: 6,
-    }
+    EnginePools::small_mha(side, heads, tp, v)
 }
 
 /// A push of `placement` from `p` to `d`, every replica writing when

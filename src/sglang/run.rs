@@ -457,28 +457,12 @@ mod tests {
 
     #[test]
     fn a_region_unlike_the_model_is_named_and_a_case_replays_on_sglang() {
-        let g = crate::geometry::parse_geometry(
-            "x.toml",
-            "stack = \"sglang\"\ndescription = \"d\"\n[model]\nlayers = 1\n[model.attention]\n\
-             kind = \"full\"\ntotal_kv_heads = 2\nhead_size = 8\ndtype_bytes = 2\n\
-             [prefill]\ntp_size = 1\npage_size = 4\n[decode]\ntp_size = 1\npage_size = 4\n",
-        )
-        .expect("geometry");
-        let case = Case {
-            geometry: std::sync::Arc::new(g.clone()),
-            file: Some("geometries/sglang/x.toml".into()),
-            prompt_len: 5,
-            prefix_hit: 0,
-            mode: crate::geometry::Mode::Push,
-            allocation: crate::scheduler::DecodeAllocation::Mainline,
-            seed: 7,
-            variant: crate::variant::Variant::KVGEOM,
-        };
+        let case = crate::sglang::one_layer_test_case(5, 7);
         assert_eq!(
             case.replay_command(),
             "kvgeom explain --connector sglang geometries/sglang/x.toml --prompt 5 --seed 7"
         );
-        let pools = EnginePools::of(&g, Side::Decode, 3).expect("pools");
+        let pools = EnginePools::of(&case.geometry, Side::Decode, 3).expect("pools");
         let mut regions: Vec<Region> = pools
             .regions(0)
             .iter()

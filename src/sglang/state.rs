@@ -227,34 +227,40 @@ impl StatePools {
         };
         let temporal = shard(0, heads, self.attn_tp, rank);
         let kda = s.kind == StateKind::Kda;
-        let mut out = Vec::new();
-        for &layer in &s.layers {
-            out.push(StateTensor {
-                index: out.len() as u32,
-                field: Field::Conv,
-                layer,
-                slots: self.slots,
-                outer: if kda { window } else { 1 },
-                dim: conv.len() as u32,
-                inner: if kda {
+        // Every layer's conv tensor, then every layer's temporal one:
+        // (field, outer, inner bytes, channels).
+        let kinds = [
+            (
+                Field::Conv,
+                if kda { window } else { 1 },
+                if kda {
                     CONV_BYTES
                 } else {
                     u64::from(window) * CONV_BYTES
                 },
-                channels: conv.clone(),
-            });
-        }
-        for &layer in &s.layers {
-            out.push(StateTensor {
-                index: out.len() as u32,
-                field: Field::Temporal,
-                layer,
-                slots: self.slots,
-                outer: 1,
-                dim: temporal.len() as u32,
-                inner: u64::from(hd) * u64::from(st) * TEMPORAL_BYTES,
-                channels: temporal.clone(),
-            });
+                conv,
+            ),
+            (
+                Field::Temporal,
+                1,
+                u64::from(hd) * u64::from(st) * TEMPORAL_BYTES,
+                temporal,
+            ),
+        ];
+        let mut out = Vec::new();
+        for (field, outer, inner, channels) in kinds {
+            for &layer in &s.layers {
+                out.push(StateTensor {
+                    index: out.len() as u32,
+                    field,
+                    layer,
+                    slots: self.slots,
+                    outer,
+                    dim: channels.len() as u32,
+                    inner,
+                    channels: channels.clone(),
+                });
+            }
         }
         out
     }

@@ -21,7 +21,7 @@ use crate::geometry::{parse_geometry, to_toml, Geometry, Mode, Stack};
 use crate::limits::{read_capped, MAX_INPUT_BYTES, MAX_PROMPT_LEN};
 use crate::scenario::Case;
 use crate::scheduler::DecodeAllocation;
-use crate::trace::base64;
+use crate::trace::base64::{self, EncodedMemory};
 use crate::trace::TRACE_FORMAT_V3;
 use crate::under_test::{CodeUnderTest, ConnectorKind};
 use crate::variant::Variant;
@@ -252,7 +252,7 @@ struct RawTrace {
     case: RawCase,
     result: Value,
     #[serde(default)]
-    memory: Option<RawMemory>,
+    memory: Option<EncodedMemory<RawImage>>,
     #[serde(default)]
     memory_left_out: Option<String>,
 }
@@ -264,13 +264,6 @@ struct RawCase {
     prompt_len: u32,
     seed: u64,
     driver_case: Value,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawMemory {
-    encoding: String,
-    images: Vec<RawImage>,
 }
 
 #[derive(Deserialize)]
@@ -429,17 +422,15 @@ fn same_case(traced: &Value, ours: &Value) -> Result<(), SglangTraceErrorKind> {
 
 type ImageMap = BTreeMap<(String, ImageKind, u32), Vec<u8>>;
 
-fn images(m: RawMemory, p: &Prepared) -> Result<ImageMap, SglangTraceErrorKind> {
+fn images(m: EncodedMemory<RawImage>, p: &Prepared) -> Result<ImageMap, SglangTraceErrorKind> {
     use SglangTraceErrorKind as E;
-    if m.encoding != "base64" {
-        return Err(E::Encoding(m.encoding));
-    }
+    let images = m.base64_images().map_err(|e| E::Encoding(e.0))?;
     let lens: BTreeMap<(String, ImageKind, u32), u64> = every_image(p)
         .into_iter()
         .map(|(agent, _, kind, index, len)| ((agent, kind, index), len))
         .collect();
     let mut out = BTreeMap::new();
-    for (i, img) in m.images.into_iter().enumerate() {
+    for (i, img) in images.into_iter().enumerate() {
         let (kind, index) = match (img.region, img.state) {
             (Some(r), None) => (ImageKind::Region, r),
             (None, Some(s)) => (ImageKind::State, s),

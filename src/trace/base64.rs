@@ -84,6 +84,31 @@ pub fn decode(text: &str) -> Result<Vec<u8>, Base64Error> {
     Ok(out)
 }
 
+/// A trace's `memory` section: how its images are encoded, and the images
+/// in the shape the trace's format gives them.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EncodedMemory<Image> {
+    encoding: String,
+    images: Vec<Image>,
+}
+
+impl<Image> EncodedMemory<Image> {
+    /// The images, whose texts are base64.
+    pub(crate) fn base64_images(self) -> Result<Vec<Image>, UnknownEncoding> {
+        if self.encoding == "base64" {
+            Ok(self.images)
+        } else {
+            Err(UnknownEncoding(self.encoding))
+        }
+    }
+}
+
+/// A memory section in an encoding other than base64: the encoding it names.
+#[derive(Debug, thiserror::Error)]
+#[error("memory encoding `{0}` is not base64")]
+pub(crate) struct UnknownEncoding(pub String);
+
 #[cfg(test)]
 mod tests {
     use super::*;

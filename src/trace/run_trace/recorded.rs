@@ -19,7 +19,7 @@ use crate::live::protocol::{CaseResult, CaseSpec, RESULT_FORMAT};
 use crate::live::run::{prepare, side_index, Prepared};
 use crate::scenario::memory_estimate::process_budget;
 use crate::scenario::{estimate_memory, Case};
-use crate::trace::base64;
+use crate::trace::base64::{self, EncodedMemory};
 use crate::trace::TRACE_FORMAT_V3;
 use crate::trace::{decompress, TraceError};
 use crate::under_test::{CodeUnderTest, ConnectorKind, RELEASES};
@@ -221,7 +221,7 @@ struct RawTrace {
     case: CaseSpec,
     result: CaseResult,
     #[serde(default)]
-    memory: Option<RawMemory>,
+    memory: Option<EncodedMemory<RawImage>>,
 }
 
 /// A v3 trace: a v2 trace whose `vllm_version` is replaced by what ran.
@@ -233,7 +233,7 @@ struct RawTraceV3 {
     case: CaseSpec,
     result: CaseResult,
     #[serde(default)]
-    memory: Option<RawMemory>,
+    memory: Option<EncodedMemory<RawImage>>,
 }
 
 impl RawTraceV3 {
@@ -258,13 +258,6 @@ impl RawTraceV3 {
         };
         (raw, code)
     }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawMemory {
-    encoding: String,
-    images: Vec<RawImage>,
 }
 
 #[derive(Deserialize)]
@@ -504,15 +497,15 @@ fn prepare_checked(case: &Case, spec: &CaseSpec) -> Result<Prepared, RecordedErr
 /// The trace's images, one for every region of every rank of both engines,
 /// each as long as the region, the initial ones equal to kvgeom's.
 fn memory_images(
-    m: RawMemory,
+    m: EncodedMemory<RawImage>,
     spec: &CaseSpec,
     p: &Prepared,
 ) -> Result<BTreeMap<(String, u32), RegionImages>, RecordedErrorKind> {
-    if m.encoding != "base64" {
-        return Err(RecordedErrorKind::Encoding(m.encoding));
-    }
+    let images = m
+        .base64_images()
+        .map_err(|e| RecordedErrorKind::Encoding(e.0))?;
     let mut out = BTreeMap::new();
-    for image in m.images {
+    for image in images {
         let fail = |problem| RecordedErrorKind::Image {
             agent: image.agent.clone(),
             region: image.region,
