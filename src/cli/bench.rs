@@ -298,12 +298,8 @@ fn bench_kind(
     vram: &VramArgs,
     max_memory: Option<&str>,
 ) -> u8 {
-    let threads = match super::threads_within_limit(threads) {
-        Ok(t) => t,
-        Err(code) => return code,
-    };
-    let budget = match super::max_memory_option(max_memory) {
-        Ok(b) => b,
+    let (threads, budget) = match super::threads_and_budget(threads, max_memory) {
+        Ok(both) => both,
         Err(code) => return code,
     };
     let vram_only = VramArgs {

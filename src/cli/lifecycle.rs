@@ -342,20 +342,7 @@ fn print_json(
         "geometries": geometries,
         "not_run": not_run,
     });
-    print_value(&report)
-}
-
-fn print_value(report: &serde_json::Value) -> Result<(), u8> {
-    match serde_json::to_string_pretty(report) {
-        Ok(text) => {
-            outln!("{text}");
-            Ok(())
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            Err(EXIT_BAD_INPUT)
-        }
-    }
+    super::output::print_json_value(&report)
 }
 
 fn replay(
@@ -440,7 +427,7 @@ fn replay(
                     "findings": run.findings,
                 },
             });
-            if let Err(code) = print_value(&report) {
+            if let Err(code) = super::output::print_json_value(&report) {
                 return code;
             }
         }

@@ -2,7 +2,8 @@
 //! own NIXL connector (vllm-driver/), judged by kvgeom's oracles.
 
 use super::pipeline::{
-    nixl_fields, ran_line, Explained, Fields, Judged, OneCase, PipelineConnector, Swept,
+    nixl_fields, ran_line, resolve_nixl, Explained, Fields, Judged, OneCase, PipelineConnector,
+    Swept,
 };
 use super::run_args::RequestsArg;
 use super::{ExplainArgs, NixlArg, SweepArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
@@ -32,20 +33,7 @@ fn driver_python(
     })?;
     python.reference = python.code_under_test().reference_policy();
     let driver_dir = crate::driver::project_root().join("vllm-driver");
-    let resolved = crate::driver::resolve(
-        &live::VLLM_DRIVER,
-        &python.python,
-        &driver_dir,
-        nixl.unwrap_or_default().choice(),
-    )
-    .map_err(|e| {
-        eprintln!("error: {e}");
-        EXIT_BAD_INPUT
-    })?;
-    if let Some(why) = &resolved.note {
-        eprintln!("note: --nixl auto: real NIXL does not run here ({why}); the driver's stand-in moves the bytes");
-    }
-    python.nixl = resolved.run;
+    python.nixl = resolve_nixl(&live::VLLM_DRIVER, &python.python, &driver_dir, nixl)?;
     Ok(python)
 }
 

@@ -167,6 +167,18 @@ pub(crate) fn max_memory_option(
     }
 }
 
+/// `--threads` and `--max-memory` of a command that runs cases, each
+/// checked (exit 2 naming the option).
+pub(crate) fn threads_and_budget(
+    threads: Option<usize>,
+    max_memory: Option<&str>,
+) -> Result<(Option<usize>, crate::scenario::memory_estimate::Budget), u8> {
+    Ok((
+        threads_within_limit(threads)?,
+        max_memory_option(max_memory)?,
+    ))
+}
+
 /// `--max-memory` of a command that reads its cases from files (check-trace,
 /// diff-trace): checked, and made this process's budget, which rebuilding a
 /// case is held to.

@@ -87,12 +87,8 @@ pub fn mutants(args: MutantsArgs) -> u8 {
         max_memory,
     } = args;
     let max_memory = max_memory.as_deref();
-    let threads = match super::threads_within_limit(threads) {
-        Ok(t) => t,
-        Err(code) => return code,
-    };
-    let budget = match super::max_memory_option(max_memory) {
-        Ok(b) => b,
+    let (threads, budget) = match super::threads_and_budget(threads, max_memory) {
+        Ok(both) => both,
         Err(code) => return code,
     };
     let paths = match default_paths(paths) {
@@ -226,14 +222,5 @@ fn print_json(
         })).collect::<Vec<_>>(),
         "lifecycle_variants": super::lifecycle::variant_results_json(lifecycle),
     });
-    match serde_json::to_string_pretty(&report) {
-        Ok(text) => {
-            outln!("{text}");
-            Ok(())
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            Err(EXIT_BAD_INPUT)
-        }
-    }
+    super::output::print_json_value(&report)
 }

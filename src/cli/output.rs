@@ -23,3 +23,18 @@ pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
         }
     }
 }
+
+/// Print a JSON value on stdout, pretty, with a newline; `Err` is exit 2
+/// after saying why it could not be written as JSON.
+pub(crate) fn print_json_value(report: &serde_json::Value) -> Result<(), u8> {
+    match serde_json::to_string_pretty(report) {
+        Ok(text) => {
+            outln!("{text}");
+            Ok(())
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            Err(super::EXIT_BAD_INPUT)
+        }
+    }
+}

@@ -605,6 +605,31 @@ pub(crate) fn nixl_fields(nixl: &crate::driver::NixlRun) -> Fields {
     fields
 }
 
+/// What moves a driven connector's bytes (`--nixl`), resolved for its
+/// interpreter by the driver's own probe; the note of `--nixl auto` falling
+/// back to the stand-in printed. `Err` is exit 2, the reason printed.
+pub(crate) fn resolve_nixl(
+    driver: &'static crate::driver::DriverKind,
+    python: &std::path::Path,
+    driver_dir: &std::path::Path,
+    nixl: Option<super::NixlArg>,
+) -> Result<crate::driver::NixlRun, u8> {
+    let resolved = crate::driver::resolve(
+        driver,
+        python,
+        driver_dir,
+        nixl.unwrap_or_default().choice(),
+    )
+    .map_err(|e| {
+        eprintln!("error: {e}");
+        EXIT_BAD_INPUT
+    })?;
+    if let Some(why) = &resolved.note {
+        eprintln!("note: --nixl auto: real NIXL does not run here ({why}); the driver's stand-in moves the bytes");
+    }
+    Ok(resolved.run)
+}
+
 /// Exit status of a sweep held to `expectations` (printed), or, without
 /// them, of every case passing.
 pub(crate) fn expected_or_passed(

@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 
 use super::pipeline::{
-    expected_or_passed, nixl_fields, ran_line, refused_plan_options, reports_of, Explained, Fields,
-    Judged, OneCase, PipelineConnector, Swept,
+    expected_or_passed, nixl_fields, ran_line, refused_plan_options, reports_of, resolve_nixl,
+    Explained, Fields, Judged, OneCase, PipelineConnector, Swept,
 };
 use super::{AllocArg, ExplainArgs, ModeArg, SweepArgs, EXIT_BAD_INPUT};
 use crate::geometry::{Mode, Stack};
@@ -422,21 +422,12 @@ fn sglang_python(
         .parent()
         .map(std::path::Path::to_path_buf)
         .unwrap_or_default();
-    let choice = run.nixl.unwrap_or_default().choice();
-    let resolved = crate::driver::resolve(
+    python.nixl = resolve_nixl(
         &crate::sglang::python::SGLANG_DRIVER,
         &python.python,
         &driver_dir,
-        choice,
-    )
-    .map_err(|e| {
-        eprintln!("error: {e}");
-        EXIT_BAD_INPUT
-    })?;
-    if let Some(why) = &resolved.note {
-        eprintln!("note: --nixl auto: real NIXL does not run here ({why}); the driver's stand-in moves the bytes");
-    }
-    python.nixl = resolved.run;
+        run.nixl,
+    )?;
     Ok(python)
 }
 
