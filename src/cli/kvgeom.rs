@@ -26,6 +26,8 @@ pub(crate) struct KvgeomPipeline {
     run_opts: RunOptions,
     /// `--max-memory`, as the cases are checked against it.
     budget: Option<Budget>,
+    /// `--threads`, checked.
+    threads: Option<usize>,
 }
 
 impl KvgeomPipeline {
@@ -35,6 +37,7 @@ impl KvgeomPipeline {
             variant: Variant::KVGEOM,
             run_opts: RunOptions::default(),
             budget: None,
+            threads: None,
         }
     }
 }
@@ -44,6 +47,11 @@ impl PipelineConnector for KvgeomPipeline {
         refused_plan_options(args)
     }
 
+    fn options(&mut self, args: &SweepArgs) -> Result<(), u8> {
+        self.threads = threads_within_limit(args.threads)?;
+        Ok(())
+    }
+
     fn start(
         &mut self,
         args: &SweepArgs,
@@ -51,7 +59,6 @@ impl PipelineConnector for KvgeomPipeline {
         cases: Vec<Case>,
     ) -> Result<Vec<Case>, u8> {
         self.variant = args.run.variant.variant()?;
-        threads_within_limit(args.threads)?;
         let budget = super::max_memory_option(args.run.max_memory.as_deref())?;
         self.run_opts = RunOptions {
             transport: args.run.transport,
@@ -88,7 +95,7 @@ impl PipelineConnector for KvgeomPipeline {
     }
 
     fn run(&mut self, args: &SweepArgs, cases: &[Case]) -> Result<Vec<Judged>, u8> {
-        let threads = threads_within_limit(args.threads)?;
+        let threads = self.threads;
         let bytes = self.budget.map_or_else(default_budget, |b| b.bytes);
         let budget = MemoryBudget::new(bytes);
         let reports = match &args.record_traces {
@@ -118,9 +125,7 @@ impl PipelineConnector for KvgeomPipeline {
             ..
         } = *sweep;
         let reports = sweep.reports();
-        let threads = threads_within_limit(args.threads).unwrap_or(None);
-        let cases: Vec<Case> = reports.iter().map(|r| r.case.clone()).collect();
-        let differs = args.compare_host && !same_as_host(&cases, &reports, threads);
+        let differs = args.compare_host && !same_as_host(&reports, self.threads);
         let failed = reports.iter().filter(|r| r.failed()).count();
         match expectations {
             Some(expectations) => judge_against(expectations, &reports, code, differs),
@@ -197,14 +202,11 @@ fn judge_against(
     }
 }
 
-/// Run `cases` on host memory over the loopback transport and report every
-/// case whose results differ from `reports`; true when none does.
-fn same_as_host(
-    cases: &[crate::scenario::Case],
-    reports: &[crate::scenario::CaseReport],
-    threads: Option<usize>,
-) -> bool {
-    let reference = execute::run_all(cases, &RunOptions::default(), threads);
+/// Run the cases of `reports` again on host memory over the loopback
+/// transport and report every case whose results differ; true when none does.
+fn same_as_host(reports: &[CaseReport], threads: Option<usize>) -> bool {
+    let cases: Vec<Case> = reports.iter().map(|r| r.case.clone()).collect();
+    let reference = execute::run_all(&cases, &RunOptions::default(), threads);
     let mismatches = compare::compare(reports, &reference);
     if mismatches.is_empty() {
         eprintln!(

@@ -136,6 +136,8 @@ pub(crate) struct ReplayPipeline {
     traces: Vec<PathBuf>,
     /// The traces, opened.
     connector: Option<ReplayConnector>,
+    /// `--threads`, checked.
+    threads: Option<usize>,
 }
 
 impl ReplayPipeline {
@@ -144,6 +146,7 @@ impl ReplayPipeline {
         ReplayPipeline {
             traces: Vec::new(),
             connector: None,
+            threads: None,
         }
     }
 }
@@ -153,9 +156,13 @@ impl PipelineConnector for ReplayPipeline {
         refused_plan_options(args).or_else(|| refused_for_sweep(args))
     }
 
+    fn options(&mut self, args: &SweepArgs) -> Result<(), u8> {
+        self.threads = threads_within_limit(args.threads)?;
+        Ok(())
+    }
+
     /// The traces named, sharded by path, opened.
     fn cases(&mut self, args: &SweepArgs, shard_of: Option<(u32, u32)>) -> Result<ShardCases, u8> {
-        threads_within_limit(args.threads)?;
         let traces = v2_traces(&args.paths)?;
         super::pipeline::refuse_overwrite(args, &traces)?;
         let (traces, shard) = shard_traces(traces, shard_of);
@@ -170,8 +177,8 @@ impl PipelineConnector for ReplayPipeline {
     }
 
     /// Every traced case replayed and judged, in the traces' order.
-    fn run(&mut self, args: &SweepArgs, cases: &[Case]) -> Result<Vec<Judged>, u8> {
-        let threads = threads_within_limit(args.threads)?;
+    fn run(&mut self, _args: &SweepArgs, cases: &[Case]) -> Result<Vec<Judged>, u8> {
+        let threads = self.threads;
         let Some(connector) = &self.connector else {
             return Ok(Vec::new());
         };
