@@ -3,9 +3,11 @@
 //! within the memory budget; one case's descriptor tables and byte
 //! verdicts (`--svg`, `--record-trace`).
 
-use super::pipeline::{refused_plan_options, Explained, Judged, OneCase, PipelineConnector, Swept};
+use super::pipeline::{
+    expected_or_passed, refused_plan_options, Explained, Judged, OneCase, PipelineConnector, Swept,
+};
 use super::sweep::{threads_within_limit, SweepArgs};
-use super::{ExplainArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
+use super::{ExplainArgs, EXIT_BAD_INPUT, EXIT_FAILED};
 use crate::report::explain::{explain_text, svg};
 use crate::scenario::memory_estimate::{default_budget, Budget};
 use crate::scenario::{Case, CaseReport, Outcome};
@@ -13,8 +15,7 @@ use crate::scenario::{MemoryKind, RunOptions, TransportKind};
 use crate::sweep::budget::MemoryBudget;
 use crate::sweep::plan::SourcedGeometry;
 use crate::sweep::{compare, execute};
-use crate::under_test::expectations::Expectations;
-use crate::under_test::{judge_sweep, run_case, run_case_detailed, CodeUnderTest};
+use crate::under_test::{run_case, run_case_detailed, CodeUnderTest};
 use crate::variant::Variant;
 
 /// kvgeom's own connector in the one sweep ([`super::pipeline`]): cases on
@@ -124,17 +125,12 @@ impl PipelineConnector for KvgeomPipeline {
             code,
             ..
         } = *sweep;
-        let reports = sweep.reports();
-        let differs = args.compare_host && !same_as_host(&reports, self.threads);
-        let failed = reports.iter().filter(|r| r.failed()).count();
-        match expectations {
-            Some(expectations) => judge_against(expectations, &reports, code, differs),
-            None if failed == 0 && !differs => EXIT_OK,
-            None if failed == 0 => EXIT_FAILED,
-            None => {
-                eprintln!("\n{failed} of {} cases failed", reports.len());
-                EXIT_FAILED
-            }
+        let differs = args.compare_host && !same_as_host(sweep.reports, self.threads);
+        let exit = expected_or_passed(sweep.reports, expectations, code, "cases");
+        if differs {
+            EXIT_FAILED
+        } else {
+            exit
         }
     }
 
@@ -184,21 +180,6 @@ fn run_recorded(
             Err(EXIT_BAD_INPUT)
         }
         None => Ok(reports),
-    }
-}
-
-/// Exit status of a sweep judged against expected failures: 0 when exactly
-/// the expected cases failed the expected way.
-fn judge_against(
-    expectations: &Expectations,
-    reports: &[CaseReport],
-    code: &CodeUnderTest,
-    differs: bool,
-) -> u8 {
-    if super::print_sweep_verdict(&judge_sweep(expectations, reports, code)) && !differs {
-        EXIT_OK
-    } else {
-        EXIT_FAILED
     }
 }
 

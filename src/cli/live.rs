@@ -328,7 +328,7 @@ impl PipelineConnector for VllmPipeline {
         Ok(given.or_else(|| self.default_expectations.take()))
     }
 
-    fn table(&self, _judged: &[Judged]) -> String {
+    fn table(&self, _judged: &[Judged], _reports: &[CaseReport]) -> String {
         match &self.python {
             Some(python) => table(&self.live, &python.nixl),
             None => sweep_report::table(&[]),
@@ -832,7 +832,8 @@ pub(super) fn json(
         .collect();
     let mut fields = nixl;
     fields.insert("connector".into(), "vllm".into());
-    super::pipeline::json(&judged, shard, code, fields)
+    let reports: Vec<CaseReport> = live.iter().map(|l| l.report.clone()).collect();
+    super::pipeline::json(&judged, &reports, shard, code, fields)
 }
 
 /// Move the one trace recorded into `dir` to `file`, gunzipped unless

@@ -58,19 +58,12 @@ impl Judged {
 pub(crate) struct Swept<'a> {
     /// Its command line.
     pub args: &'a SweepArgs,
-    /// Every case, judged.
-    pub judged: &'a [Judged],
+    /// Every case's report.
+    pub reports: &'a [CaseReport],
     /// What it is held to, if anything.
     pub expectations: Option<&'a Expectations>,
     /// The code that ran.
     pub code: &'a CodeUnderTest,
-}
-
-impl Swept<'_> {
-    /// Every case's report.
-    pub fn reports(&self) -> Vec<CaseReport> {
-        reports_of(self.judged)
-    }
 }
 
 /// The cases of this shard, and the shard's record and positions among
@@ -158,9 +151,9 @@ pub(crate) trait PipelineConnector {
         Ok(given)
     }
 
-    /// The terminal table.
-    fn table(&self, judged: &[Judged]) -> String {
-        sweep_report::table(&reports_of(judged))
+    /// The terminal table of the judged cases and their `reports`.
+    fn table(&self, _judged: &[Judged], reports: &[CaseReport]) -> String {
+        sweep_report::table(reports)
     }
 
     /// The connector's own fields of the JSON report (beside its cases).
@@ -283,11 +276,12 @@ pub(crate) fn sweep(mut connector: Box<dyn PipelineConnector>, args: SweepArgs) 
         Ok(e) => e,
         Err(code) => return code,
     };
+    let reports = reports_of(&judged);
     let shard = shard.as_ref().map(|(s, p)| (s, p.as_slice()));
     let text = match args.format {
-        Format::Table => connector.table(&judged),
-        Format::Json => json(&judged, shard, &code, connector.report_fields()),
-        Format::Junit => sweep_report::junit(&reports_of(&judged), shard, &code),
+        Format::Table => connector.table(&judged, &reports),
+        Format::Json => json(&judged, &reports, shard, &code, connector.report_fields()),
+        Format::Junit => sweep_report::junit(&reports, shard, &code),
     };
     match &args.out {
         Some(path) => {
@@ -299,12 +293,11 @@ pub(crate) fn sweep(mut connector: Box<dyn PipelineConnector>, args: SweepArgs) 
     }
     let swept = Swept {
         args: &args,
-        judged: &judged,
+        reports: &reports,
         expectations: expectations.as_ref(),
         code: &code,
     };
     let exit = connector.verdict(&swept);
-    let reports = swept.reports();
     let failures = unexpected_failures(&reports, swept.expectations);
     if !failures.is_empty() {
         connector.minimal_replays(&args, &failures);
@@ -441,11 +434,12 @@ pub(crate) fn reports_of(judged: &[Judged]) -> Vec<CaseReport> {
 /// each case's extras. Without any, exactly [`sweep_report::json`].
 pub(super) fn json(
     judged: &[Judged],
+    reports: &[CaseReport],
     shard: Option<(&Shard, &[usize])>,
     code: &CodeUnderTest,
     fields: Fields,
 ) -> String {
-    let text = sweep_report::json(&reports_of(judged), shard, code);
+    let text = sweep_report::json(reports, shard, code);
     if fields.is_empty() && judged.iter().all(|j| j.extras.is_empty()) {
         return text;
     }
@@ -631,15 +625,22 @@ pub(crate) fn resolve_nixl(
 }
 
 /// Exit status of a sweep held to `expectations` (printed), or, without
-/// them, of every case passing.
+/// them, of every case passing (how many of the `what` failed printed).
 pub(crate) fn expected_or_passed(
     reports: &[CaseReport],
     expectations: Option<&Expectations>,
     code: &CodeUnderTest,
+    what: &str,
 ) -> u8 {
     let as_expected = match expectations {
         Some(e) => super::print_sweep_verdict(&judge_sweep(e, reports, code)),
-        None => reports.iter().all(CaseReport::passed),
+        None => {
+            let failed = reports.iter().filter(|r| !r.passed()).count();
+            if failed > 0 {
+                eprintln!("\n{failed} of {} {what} failed", reports.len());
+            }
+            failed == 0
+        }
     };
     if as_expected {
         EXIT_OK

@@ -251,15 +251,7 @@ impl PipelineConnector for ReplayPipeline {
         let Swept {
             expectations, code, ..
         } = *sweep;
-        let reports = sweep.reports();
-        let exit = expected_or_passed(&reports, expectations, code);
-        if expectations.is_none() {
-            let failed = reports.iter().filter(|r| r.failed()).count();
-            if failed > 0 {
-                eprintln!("\n{failed} of {} traces failed", reports.len());
-            }
-        }
-        exit
+        expected_or_passed(sweep.reports, expectations, code, "traces")
     }
 }
 

@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 
 use super::pipeline::{
-    expected_or_passed, nixl_fields, ran_line, refused_plan_options, reports_of, resolve_nixl,
-    Explained, Fields, Judged, OneCase, PipelineConnector, Swept,
+    expected_or_passed, nixl_fields, ran_line, refused_plan_options, resolve_nixl, Explained,
+    Fields, Judged, OneCase, PipelineConnector, Swept,
 };
 use super::{AllocArg, ExplainArgs, ModeArg, SweepArgs, EXIT_BAD_INPUT};
 use crate::geometry::{Mode, Stack};
@@ -319,8 +319,8 @@ impl PipelineConnector for SglangPipeline {
         Ok(given.or_else(|| default_expectations(code)))
     }
 
-    fn table(&self, judged: &[Judged]) -> String {
-        table(judged)
+    fn table(&self, judged: &[Judged], reports: &[CaseReport]) -> String {
+        table(judged, reports)
     }
 
     fn report_fields(&self) -> Fields {
@@ -346,7 +346,7 @@ impl PipelineConnector for SglangPipeline {
         let Swept {
             expectations, code, ..
         } = *sweep;
-        expected_or_passed(&sweep.reports(), expectations, code)
+        expected_or_passed(sweep.reports, expectations, code, "cases")
     }
 
     fn run_candidates(&mut self, cases: &[Case]) -> Option<Vec<CaseReport>> {
@@ -451,10 +451,9 @@ fn default_expectations(code: &CodeUnderTest) -> Option<Expectations> {
 }
 
 /// The terminal table, each failure, and the redundant writes.
-fn table(judged: &[Judged]) -> String {
+fn table(judged: &[Judged], reports: &[CaseReport]) -> String {
     use std::fmt::Write;
-    let reports = reports_of(judged);
-    let mut out = sweep_report::table(&reports);
+    let mut out = sweep_report::table(reports);
     let failed: Vec<&CaseReport> = reports.iter().filter(|r| !r.passed()).collect();
     if !failed.is_empty() {
         let _ = writeln!(out, "\nfailures:");
