@@ -134,6 +134,8 @@ fn shard_traces(
 pub(crate) struct ReplayPipeline {
     /// This shard's traces, in the cases' order.
     traces: Vec<PathBuf>,
+    /// Each trace's case label, in the same order.
+    labels: Vec<String>,
     /// The traces, opened.
     connector: Option<ReplayConnector>,
     /// `--threads`, checked.
@@ -145,6 +147,7 @@ impl ReplayPipeline {
     pub(crate) fn new() -> Self {
         ReplayPipeline {
             traces: Vec::new(),
+            labels: Vec::new(),
             connector: None,
             threads: None,
         }
@@ -171,6 +174,7 @@ impl PipelineConnector for ReplayPipeline {
             EXIT_BAD_INPUT
         })?;
         let cases = connector.cases();
+        self.labels = cases.iter().map(Case::label).collect();
         self.traces = traces;
         self.connector = Some(connector);
         Ok(ShardCases { cases, shard })
@@ -218,13 +222,13 @@ impl PipelineConnector for ReplayPipeline {
     fn minimal_replays(&mut self, _args: &SweepArgs, failures: &[&CaseReport]) {
         eprintln!("\nthe traces of the unexpected failures:");
         for r in failures {
+            let label = r.case.label();
             let trace = self
-                .traces
+                .labels
                 .iter()
-                .zip(self.connector.iter().flat_map(|c| c.cases()))
-                .find(|(_, c)| c.label() == r.case.label() && c.file == r.case.file)
-                .map(|(t, _)| t.display().to_string())
-                .unwrap_or_else(|| r.case.label());
+                .position(|l| *l == label)
+                .and_then(|i| self.traces.get(i))
+                .map_or(label, |t| t.display().to_string());
             eprintln!("- {trace}: {}", r.outcome.describe());
         }
     }
