@@ -52,8 +52,8 @@ enum Command {
     /// and print outcomes per geometry, mode and release.
     Matrix(Box<cli::MatrixArgs>),
     /// Many requests at once on one P/D pair: lifecycle scenarios through
-    /// kvgeom's connector, judged by the lifecycle oracles; `--replay`
-    /// prints one as a timeline.
+    /// the chosen connector (`--connector`, kvgeom's by default), judged by
+    /// the lifecycle oracles; `--replay` prints one as a timeline.
     Lifecycle(Box<cli::LifecycleArgs>),
     /// List the known connector defects and the lifecycle variants.
     Defects,

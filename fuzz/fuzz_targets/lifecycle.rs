@@ -7,14 +7,14 @@
 use std::sync::LazyLock;
 
 use kvgeom::lifecycle::fuzz_input::run_bytes;
-use kvgeom::lifecycle::{LifecycleDefect, LifecyclePolicy};
+use kvgeom::lifecycle::{KvgeomScenarios, LifecycleDefect};
 use libfuzzer_sys::fuzz_target;
 
-static POLICY: LazyLock<LifecyclePolicy> = LazyLock::new(|| {
+static CONNECTOR: LazyLock<KvgeomScenarios> = LazyLock::new(|| {
     match std::env::var("KVGEOM_FUZZ_LIFECYCLE_VARIANT") {
-        Err(_) => LifecyclePolicy::default(),
+        Err(_) => KvgeomScenarios::new(None),
         Ok(name) => match LifecycleDefect::from_name(&name) {
-            Some(d) => d.policy(),
+            Some(d) => KvgeomScenarios::new(Some(d)),
             None => {
                 eprintln!("error: KVGEOM_FUZZ_LIFECYCLE_VARIANT={name}: unknown lifecycle variant");
                 std::process::exit(2)
@@ -24,7 +24,7 @@ static POLICY: LazyLock<LifecyclePolicy> = LazyLock::new(|| {
 });
 
 fuzz_target!(|data: &[u8]| {
-    let (shape, scenario, run) = match run_bytes(data, *POLICY) {
+    let (shape, scenario, run) = match run_bytes(data, &*CONNECTOR) {
         Ok(r) => r,
         Err(e) => panic!("harness error: {e}"),
     };

@@ -1,6 +1,8 @@
-//! `kvgeom sweep` and `kvgeom explain` for the chosen connector under test:
-//! the options that do not apply to it refused, then its command.
+//! `kvgeom sweep`, `kvgeom explain` and `kvgeom lifecycle` for the chosen
+//! connector under test: the options that do not apply to it refused, then
+//! its command.
 
+use super::lifecycle::LifecycleArgs;
 use super::pipeline::PipelineConnector;
 use super::{ConnectorArg, ExplainArgs, SweepArgs, EXIT_BAD_INPUT};
 
@@ -33,4 +35,11 @@ pub fn explain(args: ExplainArgs) -> u8 {
         return EXIT_BAD_INPUT;
     }
     super::pipeline::explain(build(args.run.connector), args)
+}
+
+/// `kvgeom lifecycle`: the chosen connector's scenarios, through its
+/// lifecycle half.
+pub fn lifecycle(args: LifecycleArgs) -> u8 {
+    let connector = args.connector;
+    super::lifecycle::lifecycle(build(connector), connector, args)
 }

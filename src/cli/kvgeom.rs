@@ -8,6 +8,7 @@ use super::pipeline::{
 };
 use super::sweep::{threads_within_limit, SweepArgs};
 use super::{ExplainArgs, EXIT_BAD_INPUT, EXIT_FAILED};
+use crate::lifecycle::{KvgeomScenarios, LifecycleDefect, LifecycleError, ScenarioConnector};
 use crate::report::explain::{explain_text, svg};
 use crate::scenario::memory_estimate::{default_budget, Budget};
 use crate::scenario::{Case, CaseReport, Outcome};
@@ -51,6 +52,13 @@ impl PipelineConnector for KvgeomPipeline {
     fn options(&mut self, args: &SweepArgs) -> Result<(), u8> {
         self.threads = threads_within_limit(args.threads)?;
         Ok(())
+    }
+
+    fn lifecycle(
+        &self,
+        variant: Option<LifecycleDefect>,
+    ) -> Result<Box<dyn ScenarioConnector>, LifecycleError> {
+        Ok(Box::new(KvgeomScenarios::new(variant)))
     }
 
     fn start(

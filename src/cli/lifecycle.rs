@@ -1,7 +1,8 @@
 //! `kvgeom lifecycle`: many requests at once on one P/D pair, scenario by
-//! scenario through kvgeom's connector, judged by the lifecycle oracles;
-//! `--replay SEED` prints one scenario as a timeline; `kvgeom bench
-//! lifecycle` times them.
+//! scenario through the chosen connector's lifecycle half
+//! ([`super::pipeline::PipelineConnector::lifecycle`]), judged by the
+//! lifecycle oracles; `--replay SEED` prints one scenario as a timeline;
+//! `kvgeom bench lifecycle` times kvgeom's connector on them.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -10,11 +11,12 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 
-use super::{default_paths, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
+use super::pipeline::PipelineConnector;
+use super::{default_paths, ConnectorArg, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::lifecycle::sweep::{self, GeometryResult, SweepOptions, VariantResult};
 use crate::lifecycle::timeline;
-use crate::lifecycle::LifecycleError;
-use crate::lifecycle::{LifecycleDefect, LifecyclePolicy, LifecycleShape, LIFECYCLE_VARIANTS};
+use crate::lifecycle::{KvgeomScenarios, LifecycleError, ScenarioConnector};
+use crate::lifecycle::{LifecycleDefect, LifecycleShape, LIFECYCLE_VARIANTS};
 use crate::sweep::plan;
 
 /// The JSON report's schema.
@@ -49,6 +51,10 @@ pub struct LifecycleArgs {
     /// The run's seed; each scenario's own seed is drawn from it.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// The connector under test: its half that runs several requests at
+    /// once on shared pools (kvgeom's; the others say why they have none).
+    #[arg(long, value_enum, default_value_t)]
+    pub connector: ConnectorArg,
     /// Run kvgeom's connector with one lifecycle defect variant (see `kvgeom defects`).
     #[arg(long)]
     pub variant: Option<String>,
@@ -64,12 +70,12 @@ pub struct LifecycleArgs {
     pub format: LifecycleFormat,
 }
 
-fn variant(name: Option<&str>) -> Result<(Option<LifecycleDefect>, LifecyclePolicy), u8> {
+fn variant(name: Option<&str>) -> Result<Option<LifecycleDefect>, u8> {
     let Some(name) = name else {
-        return Ok((None, LifecyclePolicy::default()));
+        return Ok(None);
     };
     match LifecycleDefect::from_name(name) {
-        Some(d) => Ok((Some(d), d.policy())),
+        Some(d) => Ok(Some(d)),
         None => {
             let known: Vec<_> = LIFECYCLE_VARIANTS.iter().map(|v| v.name).collect();
             eprintln!(
@@ -110,8 +116,12 @@ fn replay_command(
     seed: u64,
     requests: u32,
     variant: Option<LifecycleDefect>,
+    connector: Option<&str>,
 ) -> String {
     let mut c = format!("kvgeom lifecycle {file} --replay {seed}");
+    if let Some(name) = connector.filter(|&n| n != "kvgeom") {
+        c.push_str(&format!(" --connector {name}"));
+    }
     if requests != 4 {
         c.push_str(&format!(" --requests {requests}"));
     }
@@ -121,8 +131,13 @@ fn replay_command(
     c
 }
 
-/// `kvgeom lifecycle [PATH...]`.
-pub fn lifecycle(args: LifecycleArgs) -> u8 {
+/// `kvgeom lifecycle [PATH...]` on `pipeline`, the connector `--connector`
+/// names (`named`).
+pub(crate) fn lifecycle(
+    pipeline: Box<dyn PipelineConnector>,
+    named: ConnectorArg,
+    args: LifecycleArgs,
+) -> u8 {
     if args.scenarios == 0 || args.scenarios > MAX_SCENARIOS {
         eprintln!(
             "error: --scenarios {}: give 1 to {MAX_SCENARIOS}",
@@ -141,10 +156,20 @@ pub fn lifecycle(args: LifecycleArgs) -> u8 {
         eprintln!("error: --no-shrink applies to --replay only");
         return EXIT_BAD_INPUT;
     }
-    let (defect, policy) = match variant(args.variant.as_deref()) {
+    let defect = match variant(args.variant.as_deref()) {
         Ok(v) => v,
         Err(code) => return code,
     };
+    let connector = match pipeline.lifecycle(defect) {
+        Ok(c) => c,
+        Err(why) => {
+            let name = clap::ValueEnum::to_possible_value(&named)
+                .map_or_else(|| format!("{named:?}"), |v| v.get_name().to_string());
+            eprintln!("error: --connector {name}: {why}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let connector = connector.as_ref();
     let paths = match default_paths(args.paths.clone()) {
         Ok(p) => p,
         Err(code) => return code,
@@ -154,7 +179,7 @@ pub fn lifecycle(args: LifecycleArgs) -> u8 {
         Err(code) => return code,
     };
     if let Some(seed) = args.replay {
-        return replay(&args, &loaded, seed, defect, policy);
+        return replay(&args, &loaded, seed, connector);
     }
     let opts = SweepOptions {
         scenarios: args.scenarios,
@@ -179,7 +204,7 @@ pub fn lifecycle(args: LifecycleArgs) -> u8 {
     let started = Instant::now();
     let results: Vec<_> = runnable
         .par_iter()
-        .map(|(_, shape)| sweep::sweep_geometry(shape, &opts, policy, false, || bar.inc(1)))
+        .map(|(_, shape)| sweep::sweep_geometry(shape, &opts, connector, false, || bar.inc(1)))
         .collect();
     bar.finish_and_clear();
     let seconds = started.elapsed().as_secs_f64();
@@ -204,9 +229,9 @@ pub fn lifecycle(args: LifecycleArgs) -> u8 {
     }
     let failed = done.iter().any(|(_, r)| r.failed > 0);
     match args.format {
-        LifecycleFormat::Text => print_table(&done, &loaded, &args, defect, seconds),
+        LifecycleFormat::Text => print_table(&done, &loaded, &args, connector, seconds),
         LifecycleFormat::Json => {
-            if let Err(code) = print_json(&done, &loaded, &args, defect) {
+            if let Err(code) = print_json(&done, &loaded, &args, connector) {
                 return code;
             }
         }
@@ -222,9 +247,10 @@ fn print_table(
     done: &[(&Loaded, GeometryResult)],
     loaded: &[Loaded],
     args: &LifecycleArgs,
-    defect: Option<LifecycleDefect>,
+    connector: &dyn ScenarioConnector,
     seconds: f64,
 ) {
+    let defect = connector.variant();
     outln!(
         "{:<48} {:>9} {:>7} {:>10}  oracles failed",
         "geometry",
@@ -277,13 +303,20 @@ fn print_table(
         }
         outln!(
             "  replay: {}",
-            replay_command(&file, f.scenario_seed, args.requests, defect)
+            replay_command(
+                &file,
+                f.scenario_seed,
+                args.requests,
+                defect,
+                Some(connector.name())
+            )
         );
     }
     let rate = operations as f64 / seconds.max(1e-9);
     outln!(
-        "\n{} geometries, {scenarios} scenarios, {operations} operations ({rate:.0}/s), {failed} failed (seed {}{})",
+        "\n{} geometries, {scenarios} scenarios through {}'s connector, {operations} operations ({rate:.0}/s), {failed} failed (seed {}{})",
         done.len(),
+        connector.name(),
         args.seed,
         defect.map_or(String::new(), |d| format!(", variant {}", d.name()))
     );
@@ -293,8 +326,9 @@ fn print_json(
     done: &[(&Loaded, GeometryResult)],
     loaded: &[Loaded],
     args: &LifecycleArgs,
-    defect: Option<LifecycleDefect>,
+    connector: &dyn ScenarioConnector,
 ) -> Result<(), u8> {
+    let defect = connector.variant();
     let geometries: Vec<_> = done
         .iter()
         .map(|(l, r)| {
@@ -311,7 +345,7 @@ fn print_json(
                     "operations": f.operations,
                     "shrunk": f.shrunk.operations,
                     "findings": f.findings,
-                    "replay": replay_command(&file, f.scenario_seed, args.requests, defect),
+                    "replay": replay_command(&file, f.scenario_seed, args.requests, defect, Some(connector.name())),
                 })),
             })
         })
@@ -329,6 +363,7 @@ fn print_json(
         .collect();
     let report = serde_json::json!({
         "schema": LIFECYCLE_SCHEMA,
+        "connector": connector.name(),
         "seed": args.seed,
         "scenarios_per_geometry": args.scenarios,
         "requests": args.requests,
@@ -349,9 +384,9 @@ fn replay(
     args: &LifecycleArgs,
     loaded: &[Loaded],
     seed: u64,
-    defect: Option<LifecycleDefect>,
-    policy: LifecyclePolicy,
+    connector: &dyn ScenarioConnector,
 ) -> u8 {
+    let defect = connector.variant();
     let [one] = loaded else {
         eprintln!(
             "error: --replay takes one geometry file ({} given)",
@@ -367,10 +402,10 @@ fn replay(
         }
     };
     let scenario = sweep::scenario(shape, args.requests, seed);
-    let result = sweep::run(shape, &scenario, policy).and_then(|run| {
+    let result = connector.run(shape, &scenario).and_then(|run| {
         if run.failed() && !args.no_shrink {
             let oracle = run.findings[0].oracle;
-            sweep::shrink_failure(shape, &scenario, policy, oracle).map(|(s, r)| (s, r, true))
+            sweep::shrink_failure(shape, &scenario, connector, oracle).map(|(s, r)| (s, r, true))
         } else {
             Ok((scenario.clone(), run, false))
         }
@@ -385,8 +420,9 @@ fn replay(
     match args.format {
         LifecycleFormat::Text => {
             outln!(
-                "{}: scenario {seed}, {} request(s), {} operation(s){}{}",
+                "{}: scenario {seed} through {}'s connector, {} request(s), {} operation(s){}{}",
                 shape.name,
+                connector.name(),
                 shown.requests,
                 shown.operations.len(),
                 if shrunk {
@@ -409,6 +445,7 @@ fn replay(
         LifecycleFormat::Json => {
             let report = serde_json::json!({
                 "schema": LIFECYCLE_SCHEMA,
+                "connector": connector.name(),
                 "replay": {
                     "geometry": shape.name,
                     "scenario_seed": seed,
@@ -515,7 +552,7 @@ pub fn bench_lifecycle() -> u8 {
     let started = Instant::now();
     let (mut operations, mut scenarios, mut failed) = (0u64, 0u64, 0u64);
     for shape in &shapes {
-        match sweep::sweep_geometry(shape, &opts, LifecyclePolicy::default(), false, || {}) {
+        match sweep::sweep_geometry(shape, &opts, &KvgeomScenarios::new(None), false, || {}) {
             Ok(r) => {
                 operations += r.operations;
                 scenarios += u64::from(r.scenarios);

@@ -50,11 +50,11 @@ pub use bench::{
 };
 pub use bench_scale::{bench_scale, ScaleFormat};
 pub use choices::{AllocArg, ConnectorArg, ModeArg, NixlArg, OneAllocArg, OneModeArg};
-pub use connectors::{explain, sweep};
+pub use connectors::{explain, lifecycle, sweep};
 pub use derive::{derive, DeriveArgs, DeriveFormat};
 pub use explain::ExplainArgs;
 pub use layout::{layout, LayoutArgs};
-pub use lifecycle::{bench_lifecycle, lifecycle, LifecycleArgs, LifecycleFormat, LIFECYCLE_SCHEMA};
+pub use lifecycle::{bench_lifecycle, LifecycleArgs, LifecycleFormat, LIFECYCLE_SCHEMA};
 pub use matrix::{matrix, MatrixArgs, MatrixFormat, MATRIX_SCHEMA};
 pub use mutants::{defects, mutants, MutantsArgs, MutantsFormat, MUTANTS_SCHEMA};
 pub use report_merge::{merge as merge_reports, report_merge, MergeError, ReportMergeArgs};

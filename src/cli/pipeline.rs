@@ -21,6 +21,7 @@ use super::sweep::{overwritten_input, SweepArgs};
 use super::{default_paths, ExplainArgs, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
 use crate::derive::{load_geometry_file_with_source, ModelSource};
 use crate::geometry::{Mode, Stack};
+use crate::lifecycle::{LifecycleDefect, LifecycleError, ScenarioConnector};
 use crate::report::sweep_report::{self, Format};
 use crate::scenario::run::check_prefix_hit;
 use crate::scenario::{Case, CaseReport};
@@ -137,6 +138,21 @@ pub(crate) trait PipelineConnector {
     /// Run and judge `cases`, in their order; `Err` is the exit status once
     /// the harness error is printed.
     fn run(&mut self, args: &SweepArgs, cases: &[Case]) -> Result<Vec<Judged>, u8>;
+
+    /// Its lifecycle half (`kvgeom lifecycle`): the connector running
+    /// batches of requests that share the engines' pools, with `variant`
+    /// (one of kvgeom's lifecycle defect variants) if given; or why it runs
+    /// none, which the command prints before anything is read.
+    fn lifecycle(
+        &self,
+        _variant: Option<LifecycleDefect>,
+    ) -> Result<Box<dyn ScenarioConnector>, LifecycleError> {
+        Err(LifecycleError::NoLifecycle {
+            reason: "its driver runs one request per case: several requests at once on shared \
+                     pools (aborts, completions landing late, leases) are run on kvgeom's \
+                     connector only",
+        })
+    }
 
     /// The code that ran (after [`run`](Self::run)).
     fn code_under_test(&self, judged: &[Judged]) -> CodeUnderTest;

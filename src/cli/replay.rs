@@ -237,6 +237,17 @@ impl PipelineConnector for ReplayPipeline {
         refused_explain(args)
     }
 
+    fn lifecycle(
+        &self,
+        _variant: Option<crate::lifecycle::LifecycleDefect>,
+    ) -> Result<Box<dyn crate::lifecycle::ScenarioConnector>, crate::lifecycle::LifecycleError>
+    {
+        Err(crate::lifecycle::LifecycleError::NoLifecycle {
+            reason: "a recorded trace is one request's run: it holds no scenario of several \
+                     requests on shared pools",
+        })
+    }
+
     /// The traced case (not a geometry file's).
     fn explain_case(&mut self, args: &ExplainArgs) -> Result<OneCase, u8> {
         let (connector, case) = traced_case(args)?;

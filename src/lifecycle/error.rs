@@ -1,6 +1,6 @@
 //! Why a lifecycle run could not be made: bad input, a geometry whose
-//! lifecycle kvgeom does not model, or a failure of the harness itself
-//! (never a verdict on the connector).
+//! lifecycle kvgeom does not model, a connector that runs no scenario, or a
+//! failure of the harness itself (never a verdict on the connector).
 
 /// A lifecycle run that could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -12,6 +12,12 @@ pub enum LifecycleError {
         geometry: String,
         /// Why.
         reason: String,
+    },
+    /// The connector under test runs no scenario of several requests.
+    #[error("{reason}")]
+    NoLifecycle {
+        /// Why it has none.
+        reason: &'static str,
     },
     /// The harness itself failed (memory, the transport): no verdict.
     #[error("harness error: {0}")]

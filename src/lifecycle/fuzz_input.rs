@@ -5,15 +5,14 @@
 
 use super::error::LifecycleError;
 use super::generator::{draw, Bytes, Entropy};
-use super::policy::LifecyclePolicy;
 use super::runner::{Scenario, ScenarioRun};
+use super::scenario_connector::ScenarioConnector;
 use super::shape::LifecycleShape;
-use super::sweep::run;
 
-/// The shape, the scenario and kvgeom's run of it under `policy`.
+/// The shape, the scenario and `connector`'s run of it.
 pub fn run_bytes(
     data: &[u8],
-    policy: LifecyclePolicy,
+    connector: &dyn ScenarioConnector,
 ) -> Result<(LifecycleShape, Scenario, ScenarioRun), LifecycleError> {
     let mut e = Bytes(data);
     let prefill_block_tokens = 1 + e.below(16);
@@ -31,6 +30,6 @@ pub fn run_bytes(
         prefix_caching,
     };
     let scenario = draw(&shape, requests, 0, &mut e);
-    let result = run(&shape, &scenario, policy)?;
+    let result = connector.run(&shape, &scenario)?;
     Ok((shape, scenario, result))
 }

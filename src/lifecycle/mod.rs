@@ -8,8 +8,11 @@
 //! - `operation.rs`: the operations; `shape.rs`: what a geometry gives a
 //!   lifecycle; `pools.rs`: the shared pools and their ownership;
 //!   `content.rs`: the bytes blocks must hold.
-//! - `seam.rs`: where a connector plugs in ([`LifecycleConnector`] over
-//!   [`Io`]); `kvgeom_connector.rs`: kvgeom's connector; `policy.rs`: its
+//! - `scenario_connector.rs`: a connector as the sweep sees it
+//!   ([`ScenarioConnector`]: a scenario in, its judged record out; what
+//!   the one pipeline's connectors hand out); `seam.rs`: where a connector
+//!   run in process plugs in ([`LifecycleConnector`] over [`Io`]);
+//!   `kvgeom_connector.rs`: kvgeom's connector; `policy.rs`: its
 //!   lifecycle decisions; `variants.rs`: the lifecycle defect variants.
 //! - `record.rs`: what a run records; `runner.rs`: one scenario run with
 //!   its drain; `oracles/`: one file per oracle; `model.rs`: the reference
@@ -30,6 +33,7 @@ pub mod policy;
 pub mod pools;
 pub mod record;
 pub mod runner;
+pub mod scenario_connector;
 pub mod seam;
 pub mod shape;
 pub mod shrink;
@@ -42,6 +46,7 @@ pub use kvgeom_connector::KvgeomLifecycle;
 pub use operation::{Engine, Operation, RequestId};
 pub use policy::LifecyclePolicy;
 pub use runner::{run_scenario, Scenario, ScenarioRun};
+pub use scenario_connector::{KvgeomScenarios, ScenarioConnector};
 pub use seam::{Io, LifecycleConnector};
 pub use shape::LifecycleShape;
 pub use variants::{LifecycleDefect, LIFECYCLE_VARIANTS};

@@ -1,15 +1,15 @@
 //! Many scenarios: each geometry's scenarios drawn from one seed and run
-//! through kvgeom's connector under a policy, the first failure of each
-//! geometry shrunk; and the variants' runs (`kvgeom mutants`).
+//! through a connector ([`ScenarioConnector`]), the first failure of each
+//! geometry shrunk; and the variants' runs of kvgeom's connector
+//! (`kvgeom mutants`).
 
 use serde::Serialize;
 
 use super::error::LifecycleError;
 use super::generator::{draw, scenario_seed, Seeded};
-use super::kvgeom_connector::KvgeomLifecycle;
 use super::oracles::Finding;
-use super::policy::LifecyclePolicy;
-use super::runner::{run_scenario, Scenario, ScenarioRun};
+use super::runner::{Scenario, ScenarioRun};
+use super::scenario_connector::{KvgeomScenarios, ScenarioConnector};
 use super::shape::LifecycleShape;
 use super::shrink::shrink;
 use super::variants::LifecycleDefect;
@@ -60,29 +60,21 @@ pub fn scenario(shape: &LifecycleShape, requests: u32, seed: u64) -> Scenario {
     draw(shape, requests, seed, &mut Seeded(seed))
 }
 
-/// Run `scenario` through kvgeom's connector under `policy`.
-pub fn run(
-    shape: &LifecycleShape,
-    scenario: &Scenario,
-    policy: LifecyclePolicy,
-) -> Result<ScenarioRun, LifecycleError> {
-    run_scenario(shape, scenario, &mut KvgeomLifecycle::new(policy))
-}
-
 /// `scenario` shrunk while the oracle that fired first on it still fires.
 pub fn shrink_failure(
     shape: &LifecycleShape,
     scenario: &Scenario,
-    policy: LifecyclePolicy,
+    connector: &dyn ScenarioConnector,
     oracle: &str,
 ) -> Result<(Scenario, ScenarioRun), LifecycleError> {
     let small = shrink(scenario, |s| {
-        Ok(run(shape, s, policy)?
+        Ok(connector
+            .run(shape, s)?
             .findings
             .iter()
             .any(|f| f.oracle == oracle))
     })?;
-    let run = run(shape, &small, policy)?;
+    let run = connector.run(shape, &small)?;
     Ok((small, run))
 }
 
@@ -91,7 +83,7 @@ pub fn shrink_failure(
 pub fn sweep_geometry(
     shape: &LifecycleShape,
     opts: &SweepOptions,
-    policy: LifecyclePolicy,
+    connector: &dyn ScenarioConnector,
     stop_at_first: bool,
     mut progress: impl FnMut(),
 ) -> Result<GeometryResult, LifecycleError> {
@@ -106,7 +98,7 @@ pub fn sweep_geometry(
     for index in 0..opts.scenarios {
         let seed = scenario_seed(opts.seed, &shape.name, index);
         let s = scenario(shape, opts.requests, seed);
-        let r = run(shape, &s, policy)?;
+        let r = connector.run(shape, &s)?;
         progress();
         result.scenarios += 1;
         result.operations += r.steps.len() as u64;
@@ -121,7 +113,7 @@ pub fn sweep_geometry(
             }
         }
         if result.first_failure.is_none() {
-            let (shrunk, small) = shrink_failure(shape, &s, policy, r.findings[0].oracle)?;
+            let (shrunk, small) = shrink_failure(shape, &s, connector, r.findings[0].oracle)?;
             result.first_failure = Some(Failure {
                 scenario_seed: seed,
                 operations: s.operations.len(),
@@ -153,7 +145,7 @@ pub struct VariantResult {
     pub file: Option<String>,
 }
 
-/// Run `defect` on each shape, `opts.scenarios` scenarios each, until one fails.
+/// Run kvgeom's connector with `defect` on each shape, `opts.scenarios` scenarios each, until one fails.
 pub fn run_variant(
     shapes: &[LifecycleShape],
     opts: &SweepOptions,
@@ -167,8 +159,9 @@ pub fn run_variant(
         caught_by: None,
         file: None,
     };
+    let connector = KvgeomScenarios::new(Some(defect));
     for shape in shapes {
-        let g = sweep_geometry(shape, opts, defect.policy(), true, || {})?;
+        let g = sweep_geometry(shape, opts, &connector, true, || {})?;
         out.scenarios += g.scenarios;
         if let Some(f) = g.first_failure {
             out.oracles = g.oracles.into_iter().map(|(o, _)| o).collect();

@@ -7,8 +7,13 @@ use proptest::prelude::*;
 
 use super::fuzz_input::run_bytes;
 use super::oracles::ORACLE_NAMES;
-use super::sweep::{run, scenario, shrink_failure, sweep_geometry, SweepOptions};
-use super::{LifecycleDefect, LifecyclePolicy, LifecycleShape};
+use super::sweep::{scenario, shrink_failure, sweep_geometry, SweepOptions};
+use super::{KvgeomScenarios, LifecycleDefect, LifecycleShape, ScenarioConnector};
+
+/// kvgeom's connector, or one of its lifecycle variants.
+fn kvgeom(variant: Option<LifecycleDefect>) -> KvgeomScenarios {
+    KvgeomScenarios::new(variant)
+}
 
 fn shape(p: u32, d: u32, has_state: bool, prefix_caching: bool) -> LifecycleShape {
     LifecycleShape {
@@ -41,13 +46,13 @@ proptest! {
     ) {
         let s = shape(p, d, has_state, prefix_caching);
         let sc = scenario(&s, requests, seed);
-        let r = run(&s, &sc, LifecyclePolicy::default()).unwrap();
+        let r = kvgeom(None).run(&s, &sc).unwrap();
         prop_assert!(!r.failed(), "{:?}\n{}", r.findings, super::timeline::render(&r));
     }
 
     #[test]
     fn byte_drawn_scenarios_run_and_pass(data in proptest::collection::vec(any::<u8>(), 0..400)) {
-        let (_, _, r) = run_bytes(&data, LifecyclePolicy::default()).unwrap();
+        let (_, _, r) = run_bytes(&data, &kvgeom(None)).unwrap();
         prop_assert!(!r.failed(), "{:?}", r.findings);
     }
 }
@@ -56,18 +61,9 @@ proptest! {
 fn a_seed_gives_the_same_run() {
     let s = hybrid();
     for seed in 0..20 {
-        let a = run(
-            &s,
-            &scenario(&s, 4, seed),
-            LifecycleDefect::ReadAfterLeaseReaped.policy(),
-        )
-        .unwrap();
-        let b = run(
-            &s,
-            &scenario(&s, 4, seed),
-            LifecycleDefect::ReadAfterLeaseReaped.policy(),
-        )
-        .unwrap();
+        let connector = kvgeom(Some(LifecycleDefect::ReadAfterLeaseReaped));
+        let a = connector.run(&s, &scenario(&s, 4, seed)).unwrap();
+        let b = connector.run(&s, &scenario(&s, 4, seed)).unwrap();
         assert_eq!(
             serde_json::to_string(&a).unwrap(),
             serde_json::to_string(&b).unwrap()
@@ -84,7 +80,7 @@ fn every_variant_is_caught_and_every_oracle_fails_on_one() {
     };
     let mut fired = std::collections::BTreeSet::new();
     for d in LifecycleDefect::ALL {
-        let g = sweep_geometry(&hybrid(), &opts, d.policy(), false, || {}).unwrap();
+        let g = sweep_geometry(&hybrid(), &opts, &kvgeom(Some(d)), false, || {}).unwrap();
         assert!(g.failed > 0, "{} is not caught", d.name());
         fired.extend(g.oracles.into_iter().map(|(o, _)| o));
     }
@@ -97,15 +93,15 @@ fn every_variant_is_caught_and_every_oracle_fails_on_one() {
 fn a_failure_shrinks_to_a_handful_of_operations_and_still_fails() {
     let s = hybrid();
     for d in LifecycleDefect::ALL {
-        let policy = d.policy();
+        let connector = kvgeom(Some(d));
         let failing = (0..500)
             .map(|seed| scenario(&s, 4, seed))
             .find_map(|sc| {
-                let r = run(&s, &sc, policy).unwrap();
+                let r = connector.run(&s, &sc).unwrap();
                 r.failed().then(|| (sc, r.findings[0].oracle))
             })
             .unwrap_or_else(|| panic!("{} never fails", d.name()));
-        let (small, r) = shrink_failure(&s, &failing.0, policy, failing.1).unwrap();
+        let (small, r) = shrink_failure(&s, &failing.0, &connector, failing.1).unwrap();
         assert!(r.findings.iter().any(|f| f.oracle == failing.1));
         assert!(
             small.operations.len() <= 8,
@@ -115,8 +111,6 @@ fn a_failure_shrinks_to_a_handful_of_operations_and_still_fails() {
             small.operations
         );
         // kvgeom's own connector passes the shrunk scenario.
-        assert!(!run(&s, &small, LifecyclePolicy::default())
-            .unwrap()
-            .failed());
+        assert!(!kvgeom(None).run(&s, &small).unwrap().failed());
     }
 }

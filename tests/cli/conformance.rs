@@ -3,7 +3,7 @@
 //! 0.34.0, held to its expectations file) and recorded traces replayed.
 //! vLLM's and SGLang's are in `tests/live/conformance.rs`.
 
-use crate::support::conformance::{conformance, vllm_stack_cases, Connector, OneCase};
+use crate::support::conformance::{conformance, vllm_stack_cases, Connector, Lifecycle, OneCase};
 
 /// The twin of vLLM 0.34.0: `--policy vllm-0.34.0`.
 #[test]
@@ -17,6 +17,7 @@ fn kvgeoms_connector_conforms() {
         expectations: "expected/vllm-0.34.0.toml",
         replay: "replay: kvgeom explain",
         refused: &["--nixl", "real"],
+        lifecycle: Lifecycle::Runs,
     });
 }
 
@@ -46,5 +47,6 @@ fn the_replay_connector_conforms() {
         // A trace is its own minimal replay.
         replay: failing,
         refused: &["--prompts", "3"],
+        lifecycle: Lifecycle::Refused("a recorded trace is one request's run"),
     });
 }

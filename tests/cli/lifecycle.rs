@@ -27,6 +27,7 @@ fn kvgeom_passes_and_a_variant_fails_shrinks_and_replays() {
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(report["schema"], "kvgeom-lifecycle/1");
     assert_eq!(report["variant"], "lifecycle-abort-reuse-in-flight");
+    assert_eq!(report["connector"], "kvgeom");
     let failure = &report["geometries"][0]["first_failure"];
     assert!(
         failure["shrunk"].as_array().unwrap().len() <= 8,
@@ -85,6 +86,16 @@ fn bad_lifecycle_input_is_exit_2_with_one_line() {
             "no geometry given has a lifecycle kvgeom models",
         ),
         (vec!["lifecycle", "no-such-file.toml"], "no-such-file.toml"),
+        // A connector without a lifecycle half says so before reading
+        // anything, with or without its venv.
+        (
+            vec!["lifecycle", "--connector", "vllm", "no-such-file.toml"],
+            "--connector vllm: its driver runs one request per case",
+        ),
+        (
+            vec!["lifecycle", "--connector", "sglang"],
+            "--connector sglang: its driver runs one request per case",
+        ),
     ] {
         let o = kvgeom(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));

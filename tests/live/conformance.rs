@@ -3,7 +3,7 @@
 //! SGLang's (`.sglang-venv`), each skipped, with the reason, without its
 //! venv. kvgeom's and the replay connector's are in `tests/cli/conformance.rs`.
 
-use crate::support::conformance::{conformance, vllm_stack_cases, Connector, OneCase};
+use crate::support::conformance::{conformance, vllm_stack_cases, Connector, Lifecycle, OneCase};
 use crate::support::{skip, vllm_install_command, vllm_venv_python};
 
 /// The pinned vLLM runs the cases kvgeom's twin of it runs in the CLI's
@@ -34,6 +34,7 @@ fn vllms_connector_conforms() {
         expectations,
         replay: "replay: kvgeom explain",
         refused: &["--memory", "vram"],
+        lifecycle: Lifecycle::Refused("its driver runs one request per case"),
     });
 }
 
@@ -57,5 +58,6 @@ fn sglangs_connector_conforms() {
         expectations: "expected/sglang-0.5.23.toml",
         replay: "replay: kvgeom explain",
         refused: &["--mode", "pull"],
+        lifecycle: Lifecycle::Refused("its driver runs one request per case"),
     });
 }

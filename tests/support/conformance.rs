@@ -2,7 +2,8 @@
 //! sweep and explain (`src/cli/pipeline.rs`): a passing case and a failing
 //! case, the failing one listed in the connector's expectations file, are
 //! placed, run, judged, shrunk to a replay and explained, and one option
-//! the connector does not take is refused. A connector whose run differs
+//! the connector does not take is refused; `kvgeom lifecycle` runs its
+//! scenarios of several requests on shared pools, or says why it has none. A connector whose run differs
 //! from the others' only in its options (its interpreter) passes the same
 //! assertions.
 
@@ -139,7 +140,20 @@ pub struct Connector {
     pub replay: &'static str,
     /// A `sweep` option it refuses (exit 2, the option named).
     pub refused: &'static [&'static str],
+    /// What `kvgeom lifecycle --connector NAME` does.
+    pub lifecycle: Lifecycle,
 }
+
+/// A connector's lifecycle half.
+pub enum Lifecycle {
+    /// It runs scenarios: kvgeom's passes 20 of one geometry.
+    Runs,
+    /// It has none: exit 2 before anything runs, saying this.
+    Refused(&'static str),
+}
+
+/// The geometry the lifecycle step runs.
+const LIFECYCLE_GEOMETRY: &str = "geometries/g5-mla-kda-mixed-kernel.toml";
 
 impl Connector {
     fn run(&self, command: &str, case: &[String], more: &[&str]) -> Run {
@@ -280,4 +294,46 @@ pub fn conformance(c: &Connector) {
         c.refused[0],
         refused.text
     );
+
+    // Several requests at once on shared pools: through the connector's
+    // lifecycle half, or refused with the reason.
+    let lifecycle = kvgeom_run(&[
+        "lifecycle",
+        "--connector",
+        name,
+        LIFECYCLE_GEOMETRY,
+        "--scenarios",
+        "20",
+        "--format",
+        "json",
+    ]);
+    match c.lifecycle {
+        Lifecycle::Runs => {
+            assert_eq!(
+                lifecycle.code,
+                Some(0),
+                "{name}: lifecycle: {}",
+                lifecycle.text
+            );
+            let report: Value = serde_json::from_str(lifecycle.text.trim())
+                .unwrap_or_else(|e| panic!("{name}: lifecycle JSON: {e}: {}", lifecycle.text));
+            assert_eq!(report["schema"], "kvgeom-lifecycle/1", "{name}");
+            assert_eq!(report["connector"], name, "{name}");
+            assert_eq!(report["summary"]["scenarios"], 20, "{name}");
+        }
+        Lifecycle::Refused(why) => {
+            assert_eq!(
+                lifecycle.code,
+                Some(2),
+                "{name}: lifecycle: {}",
+                lifecycle.text
+            );
+            let line = format!("error: --connector {name}: ");
+            assert!(
+                lifecycle.text.contains(&line) && lifecycle.text.contains(why),
+                "{name}: the lifecycle refusal does not say `{line}...{why}`: {}",
+                lifecycle.text
+            );
+        }
+    }
 }
