@@ -119,6 +119,7 @@ mod tests {
             prompts: None,
             expect_rejection: None,
             stack: crate::geometry::Stack::Vllm,
+            handshake: crate::geometry::HandshakeCompat::default(),
             sglang: None,
         }
     }

@@ -110,6 +110,12 @@ pub struct DeriveArgs {
     /// A pair: the geometry name (default: the --out file stem).
     #[arg(long)]
     pub name: Option<String>,
+    /// A pair: write `enforce_handshake_compat = false`, as a deployer who
+    /// sets `kv_connector_extra_config: {"enforce_handshake_compat": false}`
+    /// on both engines: a pair whose backends or cache dtypes differ is then
+    /// judged on its geometry and bytes instead of refused at the handshake.
+    #[arg(long)]
+    pub no_enforce_handshake_compat: bool,
     /// --stack sglang, a pair: tokens per page on both engines.
     #[arg(long)]
     pub page_size: Option<u64>,
@@ -323,6 +329,7 @@ fn request(args: &DeriveArgs) -> Result<Request, DeriveError> {
                 prefill,
                 decode,
                 layer_slots: args.layer_slots,
+                enforce_handshake_compat: !args.no_enforce_handshake_compat,
             }))
         }
     }
@@ -370,6 +377,14 @@ fn run(args: &DeriveArgs) -> Result<(), DeriveError> {
         Request::Pair(options) => {
             let pair = derive_pair(&model, &options)?;
             let text = geometry_file(args, &model, &pair)?;
+            let handshake = &pair.geometry.handshake;
+            if let Some(why) = handshake.refusal(&pair.geometry.model) {
+                eprintln!(
+                    "note: vLLM refuses this pair at its handshake, before any geometry rule ({why}); \
+                     --no-enforce-handshake-compat (enforce_handshake_compat = false on both engines) \
+                     looks past it"
+                );
+            }
             match &args.out {
                 Some(path) => {
                     std::fs::write(path, &text).map_err(|e| {

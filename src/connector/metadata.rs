@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::geometry::KvLayout;
+use crate::geometry::{CompatFactors, KvLayout};
 use crate::memory::MemKind;
 
 /// What one rank tells its peers at handshake (vLLM's `NixlAgentMetadata`).
@@ -37,4 +37,9 @@ pub struct HandshakeMetadata {
     /// else with its platform's type.
     #[serde(default)]
     pub region_mem_types: Option<Vec<MemKind>>,
+    /// What the rank's compatibility hash covers that a pair can differ in
+    /// (vLLM sends the hash; kvgeom sends the factors, to name the ones
+    /// that differ); `None` when unknown (a recorded trace).
+    #[serde(default)]
+    pub compat_factors: Option<CompatFactors>,
 }

@@ -19,6 +19,7 @@ use super::remote_lists;
 use super::role::Role;
 use super::split_lists::split_lists;
 use super::tp_mapping::{model_tp_mapping, TpMapping};
+use crate::geometry::CompatFactors;
 use crate::geometry::{
     block_size_ratio, tp_ratio, EngineGeometry, GroupKind, Mode, ModelSpec, SubRegion,
 };
@@ -51,6 +52,12 @@ pub struct WorkerConfig {
     pub device: u32,
     /// The connector's decisions (`Policy::default()`: kvgeom's).
     pub policy: Policy,
+    /// What this engine's handshake compatibility hash covers that a pair
+    /// can differ in, as it advertises it; `None` advertises nothing and
+    /// checks nothing (a replayed trace, which recorded no hash).
+    pub compat_factors: Option<CompatFactors>,
+    /// `enforce_handshake_compat`: refuse a peer whose factors differ.
+    pub enforce_compat: bool,
 }
 
 /// Errors of the connector.
@@ -315,6 +322,7 @@ impl Worker {
             physical_blocks_per_logical_kv_block: self.reg.ppl,
             host_buffer: self.cfg.engine.host_buffer,
             region_mem_types: Some(vec![self.reg.mem; self.reg.num_regions()]),
+            compat_factors: self.cfg.compat_factors.clone(),
         })
     }
 
@@ -365,6 +373,21 @@ impl Worker {
             .and_then(|e| e.ranks.get(&remote_rank))
         {
             return Ok(r.agent_name.clone());
+        }
+        // The compatibility hash first, before any geometry rule (vLLM
+        // compares it before decoding the agent metadata).
+        if self.cfg.enforce_compat {
+            if let (Some(local), Some(remote)) = (&self.cfg.compat_factors, &meta.compat_factors) {
+                let engine = if self.cfg.role.is_decode() {
+                    crate::geometry::Engine::Decode
+                } else {
+                    crate::geometry::Engine::Prefill
+                };
+                let differences = local.differences(engine, remote);
+                if !differences.is_empty() {
+                    return Err(HandshakeError::CompatibilityHashMismatch { differences }.into());
+                }
+            }
         }
         if self.cfg.role.mode() == Mode::Push {
             handshake::check_push_block_sizes(&self.cfg.policy, &self.reg, meta)?;

@@ -290,12 +290,24 @@ fn derived(source: &str, file: &mut Table, hf_config: &str) -> Result<String, Ge
         load_model(&config_path).map_err(|e| invalid(source, "model.hf_config", e.to_string()))?;
     let prefill = engine_options(source, file, "prefill", rules)?;
     let decode = engine_options(source, file, "decode", rules)?;
+    let enforce_handshake_compat = match file.get("enforce_handshake_compat") {
+        None => true,
+        Some(Value::Boolean(b)) => *b,
+        Some(v) => {
+            return Err(invalid(
+                source,
+                "enforce_handshake_compat",
+                format!("must be true or false, found {v}"),
+            ))
+        }
+    };
     let pair = derive_pair(
         &model,
         &PairOptions {
             prefill,
             decode,
             layer_slots,
+            enforce_handshake_compat,
         },
     )
     .map_err(|e| invalid(source, "model.hf_config", e.to_string()))?;
@@ -355,6 +367,20 @@ fn derived(source: &str, file: &mut Table, hf_config: &str) -> Result<String, Ge
         }
         for key in ENGINE_DERIVE_KEYS {
             table.remove(key);
+        }
+        // What the engine hashes at the handshake, in the plain format.
+        let compat = pair.geometry.handshake.of(if name == "prefill" {
+            crate::geometry::Engine::Prefill
+        } else {
+            crate::geometry::Engine::Decode
+        });
+        for (key, value) in [
+            ("backend", &compat.backend),
+            ("kv_cache_dtype", &compat.kv_cache_dtype),
+        ] {
+            if let Some(value) = value {
+                table.insert(key.into(), Value::String(value.clone()));
+            }
         }
     }
     // The model tables as the plain format writes them.

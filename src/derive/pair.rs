@@ -9,6 +9,14 @@ use super::engine::{derive_engine, EngineDerivation, EngineOptions};
 use super::error::DeriveError;
 use super::families::{MambaArch, ModelArch};
 
+/// What `derivation`'s engine hashes at the handshake, as its file states it.
+fn engine_compat(derivation: &EngineDerivation) -> crate::geometry::EngineCompat {
+    crate::geometry::EngineCompat {
+        backend: Some(derivation.backend.to_string()),
+        kv_cache_dtype: Some(derivation.cache_dtype.to_string()),
+    }
+}
+
 /// Both engines' options and what the geometry file should hold besides.
 #[derive(Clone, Debug)]
 pub struct PairOptions {
@@ -18,6 +26,9 @@ pub struct PairOptions {
     pub decode: EngineOptions,
     /// Layer slots (shared tensors) to model; default: vLLM's group size.
     pub layer_slots: Option<u32>,
+    /// `enforce_handshake_compat` (vLLM's default: on); off looks past a
+    /// compatibility-hash mismatch to the geometry rules and the bytes.
+    pub enforce_handshake_compat: bool,
 }
 
 /// vLLM 0.33.0's KV-cache grouping for a hybrid model
@@ -315,6 +326,13 @@ pub fn derive_pair(
         prompts: None,
         expect_rejection: None,
         stack: crate::geometry::Stack::Vllm,
+        // What each engine hashes at the handshake: a pair whose backends or
+        // cache dtypes differ is refused there while the check is on.
+        handshake: crate::geometry::HandshakeCompat {
+            prefill: engine_compat(&prefill),
+            decode: engine_compat(&decode),
+            enforce: options.enforce_handshake_compat,
+        },
         sglang: None,
     };
     Ok(PairDerivation {

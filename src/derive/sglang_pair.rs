@@ -284,6 +284,7 @@ pub fn derive_sglang_pair(
             .clone()
             .map(ExpectedRejection::both),
         stack: Stack::Sglang,
+        handshake: crate::geometry::HandshakeCompat::default(),
         sglang: Some(SglangSpec {
             v_head_size,
             prefill_tp_size: n(options.prefill_tp, "--prefill-tp")?,

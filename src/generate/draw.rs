@@ -243,6 +243,7 @@ pub(crate) fn draw(u: &mut Unstructured<'_>, refusal: Option<Refusal>) -> Result
         prompts: None,
         expect_rejection: refusal.map(|r| ExpectedRejection::both(r.message())),
         stack: crate::geometry::Stack::Vllm,
+        handshake: crate::geometry::HandshakeCompat::default(),
         sglang: None,
     };
     let max_logical = geometry

@@ -169,6 +169,14 @@ pub enum Rule {
         /// The name.
         name: String,
     },
+    /// A name not spelled as the stack spells such names.
+    #[error("`{found}` is not {expected}")]
+    BadSpelling {
+        /// The value given.
+        found: String,
+        /// What was expected.
+        expected: &'static str,
+    },
     /// A count or size of zero or less.
     #[error("must be at least 1, found {found}")]
     NotPositive {

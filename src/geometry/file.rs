@@ -17,6 +17,7 @@ use super::file_fields::{
     attention_spec, expand_prompts, list, write_attention, write_header, AttentionKind,
     PromptEntry, RejectionFile,
 };
+use super::handshake_compat::{EngineCompat, HandshakeCompat};
 use super::model::{AttentionSpec, GroupKind, KvLayout, MambaKind, MambaSpec, ModelSpec};
 use super::pair::Geometry;
 use super::sglang_file::{renamed, write_sglang_toml, SglangGeometryFile};
@@ -116,6 +117,8 @@ struct GeometryFile {
     prompts: Option<Vec<PromptEntry>>,
     #[serde(default)]
     expect_rejection: Option<RejectionFile>,
+    #[serde(default)]
+    enforce_handshake_compat: Option<bool>,
     model: ModelFile,
     prefill: EngineFile,
     decode: EngineFile,
@@ -172,6 +175,10 @@ struct EngineFile {
     prefix_caching: bool,
     #[serde(default)]
     block_padding_bytes: u64,
+    #[serde(default)]
+    backend: Option<String>,
+    #[serde(default)]
+    kv_cache_dtype: Option<String>,
 }
 
 fn default_layout() -> KvLayout {
@@ -181,14 +188,21 @@ fn default_layout() -> KvLayout {
 impl GeometryFile {
     fn into_geometry(self, default_name: &str) -> Result<Geometry, Violation> {
         let prompts = self.prompts.as_deref().map(expand_prompts).transpose()?;
+        let (prefill, prefill_compat) = self.prefill.into_engine();
+        let (decode, decode_compat) = self.decode.into_engine();
         Ok(Geometry {
             name: self.name.unwrap_or_else(|| default_name.to_string()),
             description: self.description,
             model: self.model.into_spec()?,
-            prefill: self.prefill.into_engine(),
-            decode: self.decode.into_engine(),
+            prefill,
+            decode,
             prompts,
             expect_rejection: self.expect_rejection.map(|r| r.0),
+            handshake: HandshakeCompat {
+                prefill: prefill_compat,
+                decode: decode_compat,
+                enforce: self.enforce_handshake_compat.unwrap_or(true),
+            },
             stack: Stack::Vllm,
             sglang: None,
         })
@@ -227,8 +241,13 @@ impl AttentionFile {
 }
 
 impl EngineFile {
-    fn into_engine(self) -> EngineGeometry {
-        EngineGeometry {
+    /// The engine's geometry and its hashed settings.
+    fn into_engine(self) -> (EngineGeometry, EngineCompat) {
+        let compat = EngineCompat {
+            backend: self.backend,
+            kv_cache_dtype: self.kv_cache_dtype,
+        };
+        let engine = EngineGeometry {
             tp_size: self.tp_size,
             kernel_block: self.kernel_block,
             logical_block: self.logical_block,
@@ -237,7 +256,8 @@ impl EngineFile {
             host_buffer: self.host_buffer,
             prefix_caching: self.prefix_caching,
             block_padding_bytes: self.block_padding_bytes,
-        }
+        };
+        (engine, compat)
     }
 }
 
@@ -253,6 +273,9 @@ fn write_toml(out: &mut String, g: &Geometry, named: bool) -> fmt::Result {
         return write_sglang_toml(out, g, named);
     }
     write_header(out, g, named)?;
+    if !g.handshake.enforce {
+        writeln!(out, "enforce_handshake_compat = false")?;
+    }
     write_model_and_engines(out, g)
 }
 
@@ -280,11 +303,16 @@ fn write_model_and_engines(out: &mut String, g: &Geometry) -> fmt::Result {
             writeln!(out, "n_groups = {groups}")?;
         }
     }
-    write_engine(out, "prefill", &g.prefill)?;
-    write_engine(out, "decode", &g.decode)
+    write_engine(out, "prefill", &g.prefill, &g.handshake.prefill)?;
+    write_engine(out, "decode", &g.decode, &g.handshake.decode)
 }
 
-fn write_engine(out: &mut String, table: &str, e: &EngineGeometry) -> fmt::Result {
+fn write_engine(
+    out: &mut String,
+    table: &str,
+    e: &EngineGeometry,
+    compat: &EngineCompat,
+) -> fmt::Result {
     writeln!(out, "\n[{table}]")?;
     writeln!(out, "tp_size = {}", e.tp_size)?;
     writeln!(out, "kernel_block = {}", e.kernel_block)?;
@@ -303,6 +331,13 @@ fn write_engine(out: &mut String, table: &str, e: &EngineGeometry) -> fmt::Resul
     }
     if e.prefix_caching {
         writeln!(out, "prefix_caching = true")?;
+    }
+    // Validated names: letters, digits, '_' and ',' only.
+    if let Some(backend) = &compat.backend {
+        writeln!(out, "backend = \"{backend}\"")?;
+    }
+    if let Some(dtype) = &compat.kv_cache_dtype {
+        writeln!(out, "kv_cache_dtype = \"{dtype}\"")?;
     }
     Ok(())
 }

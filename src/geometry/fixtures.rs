@@ -37,6 +37,7 @@ pub fn g1() -> Geometry {
         prompts: Some((2..=39).collect()),
         expect_rejection: None,
         stack: crate::geometry::Stack::Vllm,
+        handshake: crate::geometry::HandshakeCompat::default(),
         sglang: None,
     }
 }

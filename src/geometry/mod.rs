@@ -6,6 +6,7 @@ pub(crate) mod error;
 pub(crate) mod file;
 pub(crate) mod file_fields;
 pub(crate) mod fixtures;
+pub(crate) mod handshake_compat;
 pub(crate) mod load;
 pub(crate) mod model;
 pub(crate) mod pair;
@@ -19,6 +20,9 @@ pub(crate) mod validate;
 pub use engine::{block_size_ratio, tp_ratio, EngineGeometry};
 pub use error::{Engine, GeometryError, Rule, Violation};
 pub use file::{parse_geometry, to_toml, to_toml_named_by_path};
+pub use handshake_compat::{
+    default_backend, CompatFactors, EngineCompat, FactorDifference, HandshakeCompat,
+};
 pub use load::{geometry_files, load_geometries, load_geometry, load_geometry_with, toml_files_in};
 pub use model::{AttentionSpec, GroupKind, KvLayout, MambaKind, MambaSpec, ModelSpec, SubRegion};
 pub use pair::{ExpectedRejection, Geometry, Mode, PairRatios};

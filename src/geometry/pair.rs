@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::engine::{block_size_ratio, tp_ratio, EngineGeometry};
+use super::handshake_compat::HandshakeCompat;
 use super::model::ModelSpec;
 use super::stack::{SglangSpec, Stack};
 
@@ -53,6 +54,10 @@ pub struct Geometry {
     /// then passes a case of that mode only if the handshake rejects it
     /// loudly with that message.
     pub expect_rejection: Option<ExpectedRejection>,
+    /// What each engine's handshake compatibility hash covers that the file
+    /// states (backend, KV-cache dtype), and whether the check is on.
+    #[serde(default, skip_serializing_if = "HandshakeCompat::is_default")]
+    pub handshake: HandshakeCompat,
     /// The stack whose pools this describes: vLLM's unless the file says
     /// `stack = "sglang"`.
     #[serde(default, skip_serializing_if = "Stack::is_vllm")]

@@ -116,6 +116,7 @@ impl SglangGeometryFile {
             prompts,
             expect_rejection: self.expect_rejection.map(|r| r.0),
             stack: Stack::Sglang,
+            handshake: crate::geometry::HandshakeCompat::default(),
             sglang: Some(SglangSpec {
                 v_head_size,
                 prefill_tp_size: prefill.1,

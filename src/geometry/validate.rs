@@ -44,6 +44,7 @@ pub fn validate(geometry: &Geometry) -> Result<(), Violation> {
 }
 
 fn check_text(geometry: &Geometry) -> Result<(), Violation> {
+    check_handshake(geometry)?;
     check_one_line("description", &geometry.description)?;
     let name = &geometry.name;
     if name.is_empty() {
@@ -71,6 +72,41 @@ fn check_text(geometry: &Geometry) -> Result<(), Violation> {
                 if let Some(text) = text {
                     check_one_line(&format!("expect_rejection.{mode}"), text)?;
                 }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Each engine's hashed settings are spelled as vLLM spells them.
+fn check_handshake(geometry: &Geometry) -> Result<(), Violation> {
+    use super::handshake_compat::{is_backend_name, is_cache_dtype_name};
+    for (table, compat) in [
+        ("prefill", &geometry.handshake.prefill),
+        ("decode", &geometry.handshake.decode),
+    ] {
+        if let Some(name) = &compat.backend {
+            if !is_backend_name(name) {
+                return Err(Violation::new(
+                    format!("{table}.backend"),
+                    Rule::BadSpelling {
+                        found: name.clone(),
+                        expected: "an attention backend's name as vLLM spells it \
+                                   (`FLASHINFER`, `FLASH_ATTN`, `FLASHMLA`, ...)",
+                    },
+                ));
+            }
+        }
+        if let Some(name) = &compat.kv_cache_dtype {
+            if !is_cache_dtype_name(name) {
+                return Err(Violation::new(
+                    format!("{table}.kv_cache_dtype"),
+                    Rule::BadSpelling {
+                        found: name.clone(),
+                        expected: "a KV-cache dtype as vLLM spells it (`auto`, `fp8`, \
+                                   `fp8_e4m3`, ...)",
+                    },
+                ));
             }
         }
     }

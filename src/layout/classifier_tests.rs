@@ -68,6 +68,7 @@ pub(crate) fn case(
         prompts: None,
         expect_rejection: None,
         stack: crate::geometry::Stack::Vllm,
+        handshake: crate::geometry::HandshakeCompat::default(),
         sglang: None,
     };
     CaseLayout::from_bases(
@@ -483,6 +484,7 @@ fn bad_inputs_are_typed_errors() {
         prompts: None,
         expect_rejection: None,
         stack: crate::geometry::Stack::Vllm,
+        handshake: crate::geometry::HandshakeCompat::default(),
         sglang: None,
     };
     let hnd = |tp, k, b| engine(tp, k, b, KvLayout::Hnd);

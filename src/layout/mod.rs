@@ -43,6 +43,14 @@ impl Side {
         }
     }
 
+    /// The geometry's engine of this side.
+    pub fn engine(self) -> crate::geometry::Engine {
+        match self {
+            Side::Prefill => crate::geometry::Engine::Prefill,
+            Side::Decode => crate::geometry::Engine::Decode,
+        }
+    }
+
     /// The NIXL agent name of this side's worker on `rank`: `prefill-<rank>` or `decode-<rank>`.
     pub fn agent_name(self, rank: u32) -> String {
         format!("{}-{rank}", self.as_str())

@@ -60,6 +60,12 @@ impl LifecycleShape {
                 reason: "an SGLang geometry: the lifecycle models vLLM's NIXL connector".into(),
             });
         }
+        if let Some(why) = geometry.handshake.refusal(&geometry.model) {
+            return Err(LifecycleError::NotModelled {
+                geometry: geometry.name.clone(),
+                reason: format!("vLLM refuses this pair at its handshake ({why})"),
+            });
+        }
         if let Some(why) = geometry.expected_rejection(Mode::Pull) {
             return Err(LifecycleError::NotModelled {
                 geometry: geometry.name.clone(),

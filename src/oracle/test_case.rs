@@ -83,6 +83,7 @@ fn geometry_with_state_slots(state_slots: Option<u32>) -> Geometry {
         prompts: None,
         expect_rejection: None,
         stack: crate::geometry::Stack::Vllm,
+        handshake: crate::geometry::HandshakeCompat::default(),
         sglang: None,
     }
 }

@@ -52,6 +52,8 @@ fn workers(
                     platform_mem: MemKind::Dram,
                     device: 0,
                     policy,
+                    compat_factors: None,
+                    enforce_compat: false,
                 },
                 &tensors,
             )

@@ -253,6 +253,13 @@ pub fn register_side_on(
             platform_mem: platform.unwrap_or(mem),
             device: DEVICE_ORDINAL,
             policy,
+            compat_factors: Some(
+                geometry
+                    .handshake
+                    .of(side.engine())
+                    .factors(&geometry.model),
+            ),
+            enforce_compat: geometry.handshake.enforce,
         };
         let tensors: Vec<KvTensor> = match &device {
             Some(d) => d

@@ -145,6 +145,7 @@ pub fn traced_geometry(case: &TraceCase) -> Result<Geometry, CheckError> {
         prompts: None,
         expect_rejection: None,
         stack: crate::geometry::Stack::Vllm,
+        handshake: crate::geometry::HandshakeCompat::default(),
         sglang: None,
     })
 }

@@ -172,6 +172,9 @@ pub fn replay(case: &TraceCase, policy: Policy) -> Result<Replay, ReplayError> {
         platform_mem: g.nixl_memory_type,
         device: 0,
         policy,
+        // A recorded trace got past vLLM's own hash check.
+        compat_factors: None,
+        enforce_compat: false,
     };
     let tensors: Vec<KvTensor> = case
         .local_regions
@@ -211,6 +214,7 @@ pub fn replay(case: &TraceCase, policy: Policy) -> Result<Replay, ReplayError> {
             physical_blocks_per_logical_kv_block: m.physical_blocks_per_logical_kv_block,
             host_buffer: false,
             region_mem_types: m.region_mem_types.clone(),
+            compat_factors: None,
         };
         worker
             .add_remote_agent(&mut nixl, &meta, remote.tp_rank, remote.tp_size)

@@ -8,6 +8,7 @@ mod support;
 mod cli;
 mod conformance;
 mod docs_commands;
+mod handshake_compat;
 mod hostile_inputs;
 mod installed_binary;
 mod lifecycle;

@@ -32,6 +32,8 @@ fn decode_lists(
         platform_mem: MemKind::Vram,
         device: 0,
         policy: Policy::default(),
+        compat_factors: None,
+        enforce_compat: true,
     };
     let tensors = |side: u64, rank: u64| -> Vec<KvTensor> {
         (0..2u64)

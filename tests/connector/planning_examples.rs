@@ -58,6 +58,8 @@ fn pair_with(
         platform_mem: MemKind::Dram,
         device: 0,
         policy,
+        compat_factors: None,
+        enforce_compat: true,
     };
     let d_page = d.unified_page_bytes(model) * u64::from(d_pool);
     let arenas: Vec<HostArena> = (0..2).map(|_| HostArena::new(d_page)).collect();

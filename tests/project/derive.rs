@@ -815,6 +815,7 @@ fn derived_mamba(config: &str, local_tp: u64, remote_tp: u64) -> kvgeom::geometr
             prefill: EngineOptions::new(remote_tp, Backend::parse("FLASH_ATTN").unwrap()),
             decode: EngineOptions::new(local_tp, Backend::parse("FLASH_ATTN").unwrap()),
             layer_slots: Some(1),
+            enforce_handshake_compat: true,
         },
     )
     .unwrap_or_else(|e| panic!("{config} TP{local_tp} / TP{remote_tp}: {e}"));

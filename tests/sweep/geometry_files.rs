@@ -463,12 +463,43 @@ fn every_optional_field_round_trips() {
     g.decode.layout = KvLayout::Hnd;
     g.decode.host_buffer = true;
     g.prefill.prefix_caching = true;
+    g.handshake.prefill.backend = Some("FLASHINFER".into());
+    g.handshake.decode.backend = Some("FLASH_ATTN".into());
+    g.handshake.decode.kv_cache_dtype = Some("fp8_e4m3".into());
+    g.handshake.enforce = false;
     let text = to_toml(&g);
     assert!(
         text.contains(r#"prompts = [40, "1..=3", 7, 8, "100..=103"]"#),
         "{text}"
     );
+    assert!(
+        text.contains("enforce_handshake_compat = false\n"),
+        "{text}"
+    );
+    assert!(text.contains("backend = \"FLASHINFER\"\n"), "{text}");
+    assert!(text.contains("kv_cache_dtype = \"fp8_e4m3\"\n"), "{text}");
     assert_eq!(parse_geometry(FILE, &text).unwrap(), g);
+}
+
+#[test]
+fn rule_backend_and_cache_dtype_are_spelled_as_vllm_spells_them() {
+    assert_rule(
+        &edit(
+            BASE,
+            &[("[prefill]\n", "[prefill]\nbackend = \"flash attn\"\n")],
+        ),
+        "prefill.backend",
+        "`flash attn` is not an attention backend's name as vLLM spells it \
+         (`FLASHINFER`, `FLASH_ATTN`, `FLASHMLA`, ...)",
+    );
+    assert_rule(
+        &edit(
+            BASE,
+            &[("[decode]\n", "[decode]\nkv_cache_dtype = \"FP8\"\n")],
+        ),
+        "decode.kv_cache_dtype",
+        "`FP8` is not a KV-cache dtype as vLLM spells it (`auto`, `fp8`, `fp8_e4m3`, ...)",
+    );
 }
 
 // ---------------------------------------------------------------- one test per rule
