@@ -101,6 +101,12 @@ pub fn seconds_text(d: Duration) -> String {
     }
 }
 
+/// `limit` as the environment variable `var` would set it, for messages
+/// that say which setting to raise: `VAR=SECONDS`.
+pub fn setting_text(var: &str, limit: Duration) -> String {
+    format!("{var}={}", limit.as_secs_f64())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -157,10 +157,9 @@ pub enum PeerError {
     /// The peer said nothing for the time-out; it was killed.
     #[error(
         "hung: the peer process said nothing for {} while the parent waited for {awaited} \
-         (killed; limit {}={})",
+         (killed; limit {})",
         crate::time_limits::seconds_text(*timeout),
-        crate::time_limits::PEER_TIMEOUT_VAR,
-        timeout.as_secs_f64()
+        crate::time_limits::setting_text(crate::time_limits::PEER_TIMEOUT_VAR, *timeout)
     )]
     Hung {
         /// The time-out per line.

@@ -29,10 +29,9 @@ pub enum ReplayError {
     /// ([`crate::time_limits::stall_limit`]).
     #[error(
         "hung: {pending} of {total} transfers still in progress after {} (iteration {iteration}; \
-         limit {}={})",
+         limit {})",
         crate::time_limits::seconds_text(*limit),
-        crate::time_limits::STALL_LIMIT_VAR,
-        limit.as_secs_f64()
+        crate::time_limits::setting_text(crate::time_limits::STALL_LIMIT_VAR, *limit)
     )]
     Stalled {
         /// The iteration, from 1.

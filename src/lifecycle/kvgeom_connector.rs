@@ -107,6 +107,27 @@ impl KvgeomLifecycle {
         io.emit(Event::Ignored { reason: why.into() });
     }
 
+    /// `r`'s blocks and state block on `engine` ([`Io::allocate_request`]),
+    /// or `None`, the operation ignored, when a pool is full.
+    fn allocate_or_ignore(
+        io: &mut Io<'_>,
+        engine: Engine,
+        n: u32,
+        r: RequestId,
+    ) -> Option<(Vec<BlockRef>, Option<BlockRef>)> {
+        match io.allocate_request(engine, n, r) {
+            Ok(blocks) => Some(blocks),
+            Err(BlockKind::Attention) => {
+                Self::ignore(io, format!("{engine}'s pool is full"));
+                None
+            }
+            Err(BlockKind::State) => {
+                Self::ignore(io, format!("{engine}'s state pool is full"));
+                None
+            }
+        }
+    }
+
     /// Decode loads prefill's metadata once (the handshake).
     fn handshake(&mut self, io: &mut Io<'_>) -> Result<(), LifecycleError> {
         if self.handshaken {
@@ -178,23 +199,8 @@ impl KvgeomLifecycle {
         }
         let prompt = req.prompt;
         let n = io.shape.blocks_for(Engine::Prefill, prompt);
-        let Some(blocks) = io.allocate(Engine::Prefill, BlockKind::Attention, n, r) else {
-            Self::ignore(io, "prefill's pool is full");
+        let Some((blocks, state)) = Self::allocate_or_ignore(io, Engine::Prefill, n, r) else {
             return Ok(());
-        };
-        let state = if io.shape.has_state {
-            match io.allocate(Engine::Prefill, BlockKind::State, 1, r) {
-                Some(s) => Some(s[0]),
-                None => {
-                    for b in blocks {
-                        io.free(b, r);
-                    }
-                    Self::ignore(io, "prefill's state pool is full");
-                    return Ok(());
-                }
-            }
-        } else {
-            None
         };
         let per = io.shape.prefill_block_tokens;
         for (i, &b) in blocks.iter().enumerate() {
@@ -251,23 +257,8 @@ impl KvgeomLifecycle {
         }
         let (prompt, hit) = (req.prompt, req.hit);
         let n = io.shape.blocks_for(Engine::Decode, prompt);
-        let Some(blocks) = io.allocate(Engine::Decode, BlockKind::Attention, n, r) else {
-            Self::ignore(io, "decode's pool is full");
+        let Some((blocks, state)) = Self::allocate_or_ignore(io, Engine::Decode, n, r) else {
             return Ok(());
-        };
-        let state = if io.shape.has_state {
-            match io.allocate(Engine::Decode, BlockKind::State, 1, r) {
-                Some(s) => Some(s[0]),
-                None => {
-                    for b in blocks {
-                        io.free(b, r);
-                    }
-                    Self::ignore(io, "decode's state pool is full");
-                    return Ok(());
-                }
-            }
-        } else {
-            None
         };
         // The prefix hit: decode's cache holds the first `hit` blocks,
         // computed for the same tokens.

@@ -54,16 +54,37 @@ impl Io<'_> {
         self.record.push(event);
     }
 
-    /// `n` blocks of `kind` on `engine` for `request`, each filled with
-    /// its sentinel, or `None` when the pool has fewer free.
-    pub fn allocate(
+    /// `request`'s blocks on `engine`, all or none: `n` attention blocks
+    /// and, when the geometry has state, one state block, each filled with
+    /// the request's sentinel. `Err` is the kind of the pool that has too
+    /// few free (attention blocks already taken are freed again).
+    pub fn allocate_request(
         &mut self,
         engine: Engine,
-        kind: BlockKind,
         n: u32,
         request: RequestId,
-    ) -> Option<Vec<BlockRef>> {
-        let blocks = self.pools.allocate(engine, kind, n, request)?;
+    ) -> Result<(Vec<BlockRef>, Option<BlockRef>), BlockKind> {
+        let blocks = self
+            .pools
+            .allocate(engine, BlockKind::Attention, n, request)
+            .ok_or(BlockKind::Attention)?;
+        self.fill_allocated(&blocks, request);
+        if !self.shape.has_state {
+            return Ok((blocks, None));
+        }
+        let Some(state) = self.pools.allocate(engine, BlockKind::State, 1, request) else {
+            for b in blocks {
+                self.free(b, request);
+            }
+            return Err(BlockKind::State);
+        };
+        self.fill_allocated(&state, request);
+        Ok((blocks, Some(state[0])))
+    }
+
+    /// Record the allocation of `blocks` to `request` and fill each with
+    /// its sentinel.
+    fn fill_allocated(&mut self, blocks: &[BlockRef], request: RequestId) {
         for (position, &block) in blocks.iter().enumerate() {
             self.emit(Event::Allocated {
                 block,
@@ -73,7 +94,7 @@ impl Io<'_> {
             let (offset, len) = self.pools.span(block);
             self.write_fill(
                 Span {
-                    engine,
+                    engine: block.engine,
                     offset,
                     len,
                 },
@@ -82,7 +103,6 @@ impl Io<'_> {
                 WriteCause::Allocation,
             );
         }
-        Some(blocks)
     }
 
     /// Give `block` back on behalf of `request`.

@@ -483,26 +483,13 @@ pub fn run_sweep(
     case_limit: Duration,
     drivers: usize,
 ) -> Result<Vec<LiveReport>, BatchError> {
-    run_sweep_recording(cases, checks, python, case_limit, drivers, None)
-}
-
-/// [`run_sweep`], saving each case's v2 trace (docs/trace-format.md) into
-/// `record_traces` when given, named by [`crate::driver::trace_file_name`].
-pub fn run_sweep_recording(
-    cases: &[Case],
-    checks: &[BlockCheck],
-    python: &Interpreter,
-    case_limit: Duration,
-    drivers: usize,
-    record_traces: Option<&Path>,
-) -> Result<Vec<LiveReport>, BatchError> {
     run_sweep_requests(
         cases,
         checks,
         python,
         case_limit,
         drivers,
-        record_traces,
+        None,
         Requests::default(),
     )
 }
@@ -622,8 +609,10 @@ fn judged(
     })
 }
 
-/// [`run_sweep_recording`] with the requests made as `requests` says
-/// (`--requests`): the CLI's sweep.
+/// [`run_sweep`], saving each case's v2 trace (docs/trace-format.md) into
+/// `record_traces` when given, named by [`crate::driver::trace_file_name`],
+/// with the requests made as `requests` says (`--requests`): the CLI's
+/// sweep.
 pub fn run_sweep_requests(
     cases: &[Case],
     checks: &[BlockCheck],

@@ -27,8 +27,7 @@ pub use blocks::{BlockCheck, BlocksComparison, EngineBlocks, PairBlocks};
 pub use chunks::{default_drivers, CHUNK_MEMORY_BYTES, MAX_DEFAULT_DRIVERS};
 pub use connector::{
     run_batch, run_batch_checked, run_batch_hooked, run_batch_with, run_sweep, run_sweep_probed,
-    run_sweep_recording, run_sweep_requests, DefectProbe, LiveReport, ProbeSeen, VllmConnector,
-    VllmRecord,
+    run_sweep_requests, DefectProbe, LiveReport, ProbeSeen, VllmConnector, VllmRecord,
 };
 pub use driver_log::{connector_log, run_outcome};
 pub use error::BatchError;

@@ -26,7 +26,7 @@ pub use dry_run::DryRun;
 pub use loopback::{Loopback, PendingPair};
 #[cfg(feature = "nixl")]
 pub use real::RealNixl;
-pub use recording::{Classify, Event, Recording};
+pub use recording::{Classify, Event, RecordedDlist, Recording};
 
 use serde::{Deserialize, Serialize};
 

@@ -76,6 +76,72 @@ pub enum Event {
     },
 }
 
+impl Event {
+    /// The list an [`Event::Dlist`] prepared, borrowed from it.
+    pub fn dlist(&self) -> Option<RecordedDlist<'_>> {
+        match self {
+            Event::Dlist {
+                agent,
+                handle,
+                target,
+                mem,
+                list,
+            } => Some(RecordedDlist {
+                agent: *agent,
+                handle: *handle,
+                target,
+                mem: *mem,
+                list,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The transfer an [`Event::Xfer`] prepared: its agent, its handle and
+    /// what was asked for, borrowed from it.
+    pub fn xfer(&self) -> Option<(AgentId, XferHandle, XferSpec<'_>)> {
+        match self {
+            Event::Xfer {
+                agent,
+                handle,
+                op,
+                local,
+                local_ids,
+                remote,
+                remote_ids,
+                notification,
+            } => Some((
+                *agent,
+                *handle,
+                XferSpec {
+                    op: *op,
+                    local: *local,
+                    local_ids,
+                    remote: *remote,
+                    remote_ids,
+                    notification: notification.as_deref(),
+                },
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// A prepared descriptor list as recorded.
+#[derive(Clone, Copy, Debug)]
+pub struct RecordedDlist<'a> {
+    /// The agent that prepared it.
+    pub agent: AgentId,
+    /// The handle it got.
+    pub handle: DlistHandle,
+    /// Whose memory the rows address.
+    pub target: &'a DlistTarget,
+    /// The memory type it was prepared with.
+    pub mem: MemKind,
+    /// The rows.
+    pub list: &'a DescList,
+}
+
 /// A prepared transfer as recorded, with both descriptor lists.
 #[derive(Clone, Debug)]
 pub struct RecordedXfer<'a> {
@@ -165,58 +231,41 @@ impl<T: Nixl> Recording<T> {
     }
 
     fn dlist(&self, agent: AgentId, handle: DlistHandle) -> Option<(&DescList, &DlistTarget)> {
-        self.events.iter().find_map(|e| match e {
-            Event::Dlist {
-                agent: a,
-                handle: h,
-                list,
-                target,
-                ..
-            } if *a == agent && *h == handle => Some((list, target)),
-            _ => None,
-        })
+        self.events
+            .iter()
+            .filter_map(Event::dlist)
+            .find(|d| d.agent == agent && d.handle == handle)
+            .map(|d| (d.list, d.target))
     }
 
     /// Every recorded transfer with its lists, in recording order.
     pub fn xfers(&self) -> Vec<RecordedXfer<'_>> {
         let mut out = Vec::new();
-        for e in &self.events {
-            if let Event::Xfer {
+        for (agent, handle, x) in self.events.iter().filter_map(Event::xfer) {
+            let (Some((local_list, _)), Some((remote_list, target))) =
+                (self.dlist(agent, x.local), self.dlist(agent, x.remote))
+            else {
+                continue;
+            };
+            let remote_agent = match target {
+                DlistTarget::Remote(name) => name.as_str(),
+                DlistTarget::Local => "",
+            };
+            let posted = self.events.iter().any(
+                |p| matches!(p, Event::Post { agent: a, handle: h } if *a == agent && *h == handle),
+            );
+            out.push(RecordedXfer {
                 agent,
                 handle,
-                op,
-                local,
-                local_ids,
-                remote,
-                remote_ids,
-                notification,
-            } = e
-            {
-                let (Some((local_list, _)), Some((remote_list, target))) =
-                    (self.dlist(*agent, *local), self.dlist(*agent, *remote))
-                else {
-                    continue;
-                };
-                let remote_agent = match target {
-                    DlistTarget::Remote(name) => name.as_str(),
-                    DlistTarget::Local => "",
-                };
-                let posted = self.events.iter().any(
-                    |p| matches!(p, Event::Post { agent: a, handle: h } if a == agent && h == handle),
-                );
-                out.push(RecordedXfer {
-                    agent: *agent,
-                    handle: *handle,
-                    op: *op,
-                    local_list,
-                    local_ids,
-                    remote_list,
-                    remote_agent,
-                    remote_ids,
-                    notification: notification.as_deref(),
-                    posted,
-                });
-            }
+                op: x.op,
+                local_list,
+                local_ids: x.local_ids,
+                remote_list,
+                remote_agent,
+                remote_ids: x.remote_ids,
+                notification: x.notification,
+                posted,
+            });
         }
         out
     }

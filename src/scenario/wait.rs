@@ -20,10 +20,9 @@ pub fn completion_limit() -> Result<Duration, crate::time_limits::TimeLimitError
 pub fn waited(patient: bool, limit: Duration) -> String {
     if patient {
         format!(
-            "after {} ({}={})",
+            "after {} ({})",
             crate::time_limits::seconds_text(limit),
-            crate::time_limits::COMPLETION_LIMIT_VAR,
-            limit.as_secs_f64()
+            crate::time_limits::setting_text(crate::time_limits::COMPLETION_LIMIT_VAR, limit)
         )
     } else {
         "after the post (the transport completes transfers inside it)".into()

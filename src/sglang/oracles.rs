@@ -83,22 +83,35 @@ struct Gather {
     pairs: Vec<PairRef>,
 }
 
+/// Where one offending byte lies: its side, rank and region, its offset
+/// in the region, and the page holding it.
+#[derive(Clone, Copy)]
+struct ByteAt {
+    side: Side,
+    rank: u32,
+    region: u32,
+    offset: u64,
+    page: u32,
+}
+
 #[derive(Default)]
 struct Gathered(BTreeMap<(&'static str, u8, u32, u32), Gather>);
 
 impl Gathered {
-    #[allow(clippy::too_many_arguments)]
     fn add(
         &mut self,
         oracle: &'static str,
-        side: Side,
-        rank: u32,
-        region: u32,
-        offset: u64,
-        page: u32,
+        at: ByteAt,
         what: impl FnOnce() -> (String, String, String),
         pair: Option<PairRef>,
     ) {
+        let ByteAt {
+            side,
+            rank,
+            region,
+            offset,
+            page,
+        } = at;
         let key = (oracle, u8::from(side == Side::Decode), rank, region);
         match self.0.get_mut(&key) {
             Some(g) => {
@@ -215,13 +228,16 @@ fn final_bytes(o: &Observed, g: &mut Gathered) {
                         format!("untouched {}", hex(SENTINEL)),
                     ),
                 };
+                let at = ByteAt {
+                    side: Side::Decode,
+                    rank,
+                    region: region.index,
+                    offset,
+                    page: cell.page,
+                };
                 g.add(
                     oracle,
-                    Side::Decode,
-                    rank,
-                    region.index,
-                    offset,
-                    cell.page,
+                    at,
                     || {
                         (
                             format!(
@@ -253,13 +269,16 @@ fn prefill_unchanged(o: &Observed, g: &mut Gathered) {
                         .prefill
                         .locate(rank as u32, region as u32, offset as u64)
                         .map_or(0, |c| c.page);
+                    let at = ByteAt {
+                        side: Side::Prefill,
+                        rank: rank as u32,
+                        region: region as u32,
+                        offset: offset as u64,
+                        page,
+                    };
                     g.add(
                         neighbour_preservation::NAME,
-                        Side::Prefill,
-                        rank as u32,
-                        region as u32,
-                        offset as u64,
-                        page,
+                        at,
                         || {
                             (
                                 "prefill's memory changed".into(),
@@ -311,6 +330,13 @@ fn writes(o: &Observed, g: &mut Gathered) -> (u64, u64) {
             ) else {
                 continue;
             };
+            let at = ByteAt {
+                side: Side::Decode,
+                rank: w.destination.rank,
+                region: w.destination.region,
+                offset: d_off,
+                page: dc.page,
+            };
             // pairing: the same identity on both ends.
             let st = request_token(&sc, &o.placement.prefill_pages, o.prefill.page_size);
             let dt = request_token(&dc, &o.placement.decode_pages, o.decode.page_size);
@@ -320,11 +346,7 @@ fn writes(o: &Observed, g: &mut Gathered) -> (u64, u64) {
             if !same {
                 g.add(
                     pairing::NAME,
-                    Side::Decode,
-                    w.destination.rank,
-                    w.destination.region,
-                    d_off,
-                    dc.page,
+                    at,
                     || {
                         let token = |t: Option<u32>| {
                             t.map_or("no request token".into(), |t| format!("token {t}"))
@@ -375,11 +397,7 @@ fn writes(o: &Observed, g: &mut Gathered) -> (u64, u64) {
                     let first = *first;
                     g.add(
                         no_double_write::NAME,
-                        Side::Decode,
-                        w.destination.rank,
-                        w.destination.region,
-                        d_off,
-                        dc.page,
+                        at,
                         || {
                             (
                                 format!(

@@ -18,7 +18,7 @@ use serde::Serialize;
 use super::case::TraceCase;
 use super::normalize::{NormRow, RegionMap};
 use crate::nixl::recording::Event;
-use crate::nixl::{AgentId, DescList, DlistHandle, DlistTarget, MemKind, XferOp};
+use crate::nixl::{AgentId, DlistHandle, DlistTarget, MemKind, RecordedDlist, XferOp, XferSpec};
 
 /// Where the compared run put its memory. Region lengths are the trace's;
 /// only the bases differ between runs.
@@ -426,24 +426,6 @@ impl From<Result<(), Difference>> for DiffReport {
     }
 }
 
-/// A list the run prepared, as the diff sees it.
-struct ActualList<'a> {
-    handle: DlistHandle,
-    target: &'a DlistTarget,
-    mem: MemKind,
-    list: &'a DescList,
-}
-
-/// A transfer the run made, as the diff sees it.
-struct ActualXfer<'a> {
-    op: XferOp,
-    local: DlistHandle,
-    local_ids: &'a [u32],
-    remote: DlistHandle,
-    remote_ids: &'a [u32],
-    notification: Option<&'a [u8]>,
-}
-
 /// Compare `case`'s expected lists and transfers with `events` (a
 /// recording's [`crate::nixl::Recording::events`]) of agent `actual.agent`.
 pub fn diff_run(case: &TraceCase, events: &[Event], actual: &ActualRun) -> DiffReport {
@@ -451,42 +433,17 @@ pub fn diff_run(case: &TraceCase, events: &[Event], actual: &ActualRun) -> DiffR
 }
 
 fn compare_run(case: &TraceCase, events: &[Event], actual: &ActualRun) -> Result<(), Difference> {
-    let mut lists = Vec::new();
-    let mut xfers = Vec::new();
-    for event in events {
-        match event {
-            Event::Dlist {
-                agent,
-                handle,
-                target,
-                mem,
-                list,
-            } if *agent == actual.agent => lists.push(ActualList {
-                handle: *handle,
-                target,
-                mem: *mem,
-                list,
-            }),
-            Event::Xfer {
-                agent,
-                op,
-                local,
-                local_ids,
-                remote,
-                remote_ids,
-                notification,
-                ..
-            } if *agent == actual.agent => xfers.push(ActualXfer {
-                op: *op,
-                local: *local,
-                local_ids,
-                remote: *remote,
-                remote_ids,
-                notification: notification.as_deref(),
-            }),
-            _ => {}
-        }
-    }
+    let lists: Vec<RecordedDlist<'_>> = events
+        .iter()
+        .filter_map(Event::dlist)
+        .filter(|l| l.agent == actual.agent)
+        .collect();
+    let xfers: Vec<XferSpec<'_>> = events
+        .iter()
+        .filter_map(Event::xfer)
+        .filter(|(agent, ..)| *agent == actual.agent)
+        .map(|(.., x)| x)
+        .collect();
 
     let lens = case.local_region_lens();
     if actual.local_bases.len() != lens.len() {
@@ -560,7 +517,7 @@ fn compare_run(case: &TraceCase, events: &[Event], actual: &ActualRun) -> Result
 fn compare_list(
     case: &TraceCase,
     index: usize,
-    found: &ActualList<'_>,
+    found: &RecordedDlist<'_>,
     local_map: &RegionMap,
     actual: &ActualRun,
 ) -> Result<(), Difference> {

@@ -336,8 +336,8 @@ fn local_geometry(case: &TraceCase) -> Result<(), TraceErrorKind> {
     }
     shared_regions(
         EV,
-        "geometry.region_group_ids",
-        g.other.get("region_group_ids"),
+        "geometry.",
+        &g.other,
         case.request.blocks.local_block_ids.len(),
     )?;
     unknown_extra(EV, "geometry.", &g.other, &KNOWN_GEOMETRY_EXTRAS)?;
@@ -385,17 +385,19 @@ fn local_geometry(case: &TraceCase) -> Result<(), TraceErrorKind> {
     Ok(())
 }
 
-/// Region group ids, when given, must all be -1: every region shared by
-/// the KV-cache groups, as the model lays them out. With one KV-cache group
+/// Region group ids (`region_group_ids` of `other`, the extra fields
+/// under `prefix`), when given, must all be -1: every region shared by the
+/// KV-cache groups, as the model lays them out. With one KV-cache group
 /// (`groups`, the request's), every region tied to group 0 is the same
 /// layout: the only group owns every region.
 fn shared_regions(
     ev: &'static str,
-    field: &str,
-    ids: Option<&Value>,
+    prefix: &str,
+    other: &BTreeMap<String, Value>,
     groups: usize,
 ) -> Result<(), TraceErrorKind> {
-    let Some(v) = ids.filter(|v| !v.is_null()) else {
+    let field = "region_group_ids";
+    let Some(v) = other.get(field).filter(|v| !v.is_null()) else {
         return Ok(());
     };
     let all_shared = v.as_array().is_some_and(|ids| {
@@ -407,7 +409,7 @@ fn shared_regions(
     }
     Err(refused(
         ev,
-        field,
+        format!("{prefix}{field}"),
         v,
         "regions tied to single KV-cache groups are not modelled (every region must be shared, -1, \
          or, with one KV-cache group, all 0)",
@@ -525,8 +527,8 @@ fn remote_rank(case: &TraceCase, remote: &super::case::RemoteRank) -> Result<(),
     }
     shared_regions(
         EV,
-        "remote_meta.region_group_ids",
-        m.other.get("region_group_ids"),
+        "remote_meta.",
+        &m.other,
         case.request.blocks.local_block_ids.len(),
     )?;
     for (field, why) in [

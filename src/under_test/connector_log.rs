@@ -120,28 +120,20 @@ impl ConnectorLog {
         };
         let name = |agent| recording.name_of(agent).unwrap_or("?").to_string();
         for event in recording.events() {
-            match event {
-                Event::RegisterMemory { agent, regions } => {
-                    let entry = log.regions.entry(name(*agent)).or_default();
-                    entry.extend(regions.iter().map(|r| (r.addr, r.len)));
-                }
-                Event::Dlist {
-                    agent,
-                    handle,
-                    target,
-                    mem,
-                    list,
-                } => log.dlists.push(DlistRecord {
-                    agent: name(*agent),
-                    handle: handle.0,
-                    target: match target {
+            if let Event::RegisterMemory { agent, regions } = event {
+                let entry = log.regions.entry(name(*agent)).or_default();
+                entry.extend(regions.iter().map(|r| (r.addr, r.len)));
+            } else if let Some(d) = event.dlist() {
+                log.dlists.push(DlistRecord {
+                    agent: name(d.agent),
+                    handle: d.handle.0,
+                    target: match d.target {
                         DlistTarget::Local => "local".to_string(),
                         DlistTarget::Remote(peer) => peer.clone(),
                     },
-                    mem: mem_name(*mem).to_string(),
-                    rows: list.rows().map(|r| (r.addr, r.len, r.dev)).collect(),
-                }),
-                _ => {}
+                    mem: mem_name(d.mem).to_string(),
+                    rows: d.list.rows().map(|r| (r.addr, r.len, r.dev)).collect(),
+                });
             }
         }
         for x in recording.xfers() {
@@ -208,15 +200,8 @@ fn mem_name(mem: MemKind) -> &'static str {
 fn list_of(events: &[Event], agent: AgentId, handle: XferHandle, local_list: bool) -> u64 {
     events
         .iter()
-        .find_map(|e| match e {
-            Event::Xfer {
-                agent: a,
-                handle: h,
-                local,
-                remote,
-                ..
-            } if *a == agent && *h == handle => Some(if local_list { local.0 } else { remote.0 }),
-            _ => None,
-        })
+        .filter_map(Event::xfer)
+        .find(|(a, h, _)| *a == agent && *h == handle)
+        .map(|(.., x)| if local_list { x.local.0 } else { x.remote.0 })
         .unwrap_or_default()
 }

@@ -108,27 +108,17 @@ pub(crate) fn rebuilt_lists(run: &crate::scenario::CaseRun) -> Vec<ListKey> {
         })
         .collect();
     let mut out = Vec::new();
-    for e in recording.events() {
-        let Event::Dlist {
-            agent,
-            handle,
-            target,
-            mem,
-            list,
-        } = e
-        else {
-            continue;
-        };
-        let target = match target {
+    for d in recording.events().iter().filter_map(Event::dlist) {
+        let target = match d.target {
             DlistTarget::Local => "local".to_string(),
-            DlistTarget::Remote(_) if !read.contains(&(*agent, *handle)) => continue,
+            DlistTarget::Remote(_) if !read.contains(&(d.agent, d.handle)) => continue,
             DlistTarget::Remote(peer) => peer.clone(),
         };
         out.push(ListKey {
-            agent: recording.name_of(*agent).unwrap_or("?").to_string(),
+            agent: recording.name_of(d.agent).unwrap_or("?").to_string(),
             target,
-            mem: mem_name(*mem).to_string(),
-            rows: list.rows().map(|row| place_of(layout, row)).collect(),
+            mem: mem_name(d.mem).to_string(),
+            rows: d.list.rows().map(|row| place_of(layout, row)).collect(),
         });
     }
     out.sort();
