@@ -40,6 +40,7 @@ from vllm.v1.kv_cache_layout import KVCacheLayout
 from vllm.v1.worker.utils import allocate_kv_cache
 
 import compat
+import compat_hash
 import failure
 import fake_nixl
 import real_nixl
@@ -134,6 +135,8 @@ base_worker.current_platform = _Platform()
 import vllm.utils.torch_utils as _torch_utils  # noqa: E402
 
 compat.pin_memory_off(_torch_utils)
+# Every compatibility hash the workers compute, with its factors.
+compat_hash.capture()
 
 _MODEL_DIR = [None]
 
@@ -167,10 +170,22 @@ class _Backend:
         return ("kvgeom", cls.name)
 
 
-def backend_for(geometry, engine):
+def engine_compat(geometry, side):
+    """What the geometry states `side` hashes at the handshake (its backend,
+    KV-cache dtype) and whether the check is on; absent: one backend for
+    both engines, the check on."""
+    handshake = geometry.get("handshake") or {}
+    return handshake.get(side) or {}, handshake.get("enforce", True)
+
+
+def backend_for(geometry, side):
+    """The stand-in backend of `side`: the name its geometry states, else one
+    name for both engines from the attention kind."""
     attn = geometry["model"].get("attention") or {}
-    name = "FLASHMLA" if attn.get("kind") == "mla" else "FLASH_ATTN"
-    return type(f"Backend_{name}", (_Backend,), {"name": name, "kernel": engine["kernel_block"]})
+    stated = engine_compat(geometry, side)[0].get("backend")
+    name = stated or ("FLASHMLA" if attn.get("kind") == "mla" else "FLASH_ATTN")
+    kernel = geometry[side]["kernel_block"]
+    return type(f"Backend_{name.replace(',', '_')}", (_Backend,), {"name": name, "kernel": kernel})
 
 
 class Unsupported(Exception):
@@ -198,10 +213,15 @@ def build_vllm_config(geometry, engine, side, tp_size):
     elif attn:
         heads = attn["total_kv_heads"]
         model_config.get_total_num_kv_heads = lambda: heads
+    compat_settings, enforce = engine_compat(geometry, side)
     cache = CacheConfig(
         block_size=engine["logical_block"],
         enable_prefix_caching=engine.get("prefix_caching", False),
     )
+    # Hashed at the handshake only: the bytes per element come from the
+    # geometry's own tables.
+    if compat_settings.get("kv_cache_dtype"):
+        cache.cache_dtype = compat_settings["kv_cache_dtype"]
     cache.kv_cache_layout = vllm_layout_name(engine)
     kvt = KVTransferConfig(
         kv_connector="NixlConnector",
@@ -209,6 +229,8 @@ def build_vllm_config(geometry, engine, side, tp_size):
         # A host-buffer engine stages through CPU buffers; otherwise pin the
         # buffer to the faked device, as on a GPU.
         kv_buffer_device="cpu" if engine.get("host_buffer") else "cuda",
+        # The deployer's `enforce_handshake_compat` (vLLM's default: on).
+        kv_connector_extra_config={"enforce_handshake_compat": bool(enforce)},
     )
     config = VllmConfig(
         model_config=model_config,
@@ -562,7 +584,7 @@ def build_rank(spec, side, rank, fabric, case_dir, worker_cls=NixlConnectorWorke
     engine = geometry[side]
     cfg = build_vllm_config(geometry, engine, side, engine["tp_size"])
     kv_cache_config, tensors, raw = build_engine(spec, side, rank, case_dir)
-    backend = backend_for(geometry, engine)
+    backend = backend_for(geometry, side)
     base_worker.get_current_attn_backends = lambda *a, **k: [backend]
     _TP.rank, _TP.size = rank, engine["tp_size"]
     fabric.pending_alias = agent(side, rank)
@@ -669,6 +691,9 @@ def _run_pull(spec, case_dir, fabric, ranks, placed=None):
             pw, _ = ranks[("prefill", p)]
             sent = None
             try:
+                # The hash first, as vLLM's `_nixl_handshake` compares it
+                # before it decodes the agent metadata.
+                compat_hash.check_pull(dw, _handshake_payload(pw))
                 agent_meta = _agent_metadata(pw)
                 # What prefill sent, before decode's handshake rewrites the
                 # metadata in place (a remote block larger than decode's
@@ -832,12 +857,18 @@ def _scheduler_requests(spec, placed, ranks, connectors, fabric, result, regions
     return finish(result, ranks, fabric, case_dir)
 
 
-def _agent_metadata(worker):
-    import msgspec
-
+def _handshake_payload(worker):
+    """What `worker` answers a handshake with (one payload per rank)."""
     payload = worker.xfer_handshake_metadata
     if isinstance(payload, dict):
         payload = next(iter(payload.values()))
+    return payload
+
+
+def _agent_metadata(worker):
+    import msgspec
+
+    payload = _handshake_payload(worker)
     raw = getattr(payload, "agent_metadata_bytes", None)
     if raw is None:
         return payload

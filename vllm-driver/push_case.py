@@ -53,6 +53,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.nixl.push_worker import (
     NixlPushConnectorWorker,
 )
 
+import compat_hash
 import failure
 import fake_nixl
 import live_case
@@ -226,6 +227,10 @@ def _text(e):
     if not text and e.__traceback__ is not None:
         frame = traceback.extract_tb(e.__traceback__)[-1]
         text = f"{frame.line} ({frame.filename.split('site-packages/')[-1]}:{frame.lineno})"
+    factors = compat_hash.explain(e)
+    if factors:
+        # vLLM's own hash mismatch names hashes only: the factors that differ.
+        text = f"{text} [differing factors: {factors}]"
     return f"{type(e).__name__}: {text}"
 
 
