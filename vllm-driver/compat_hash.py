@@ -21,7 +21,7 @@ def capture():
     except ImportError:
         return
     original = getattr(utils, "hash_factors", None)
-    if original is None or getattr(original, "_kvgeom_records", False):
+    if original is None or getattr(original, "kvgeom_records", False):
         return
 
     def recording(factors, *args, **kwargs):
@@ -30,7 +30,7 @@ def capture():
             FACTORS[digest] = dict(factors)
         return digest
 
-    recording._kvgeom_records = True
+    recording.kvgeom_records = True
     utils.hash_factors = recording
 
 

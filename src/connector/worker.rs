@@ -374,21 +374,7 @@ impl Worker {
         {
             return Ok(r.agent_name.clone());
         }
-        // The compatibility hash first, before any geometry rule (vLLM
-        // compares it before decoding the agent metadata).
-        if self.cfg.enforce_compat {
-            if let (Some(local), Some(remote)) = (&self.cfg.compat_factors, &meta.compat_factors) {
-                let engine = if self.cfg.role.is_decode() {
-                    crate::geometry::Engine::Decode
-                } else {
-                    crate::geometry::Engine::Prefill
-                };
-                let differences = local.differences(engine, remote);
-                if !differences.is_empty() {
-                    return Err(HandshakeError::CompatibilityHashMismatch { differences }.into());
-                }
-            }
-        }
+        self.check_compatibility_hash(meta)?;
         if self.cfg.role.mode() == Mode::Push {
             handshake::check_push_block_sizes(&self.cfg.policy, &self.reg, meta)?;
         }
@@ -399,6 +385,29 @@ impl Worker {
         let list = self.prepare_remote_list(nixl, &peer, &agent_name, remote_rank, remote_tp)?;
         self.record_remote(remote_rank, remote_tp, peer, &agent_name, Some(list));
         Ok(agent_name)
+    }
+
+    /// The compatibility hash, first of the handshake's checks (vLLM
+    /// compares it before it decodes the agent metadata): refused when the
+    /// check is on and a factor both sides advertise differs.
+    fn check_compatibility_hash(&self, meta: &HandshakeMetadata) -> Result<(), HandshakeError> {
+        let (Some(local), Some(remote)) = (&self.cfg.compat_factors, &meta.compat_factors) else {
+            return Ok(());
+        };
+        if !self.cfg.enforce_compat {
+            return Ok(());
+        }
+        let engine = if self.cfg.role.is_decode() {
+            crate::geometry::Engine::Decode
+        } else {
+            crate::geometry::Engine::Prefill
+        };
+        let differences = local.differences(engine, remote);
+        if differences.is_empty() {
+            Ok(())
+        } else {
+            Err(HandshakeError::CompatibilityHashMismatch { differences })
+        }
     }
 
     /// The views of a remote rank's metadata the checks and lists use, the
@@ -757,6 +766,7 @@ impl Worker {
         if self.cfg.policy.push.decode_handshake == DecodePushHandshake::Validated {
             return self.add_remote_agent(nixl, meta, remote_rank, remote_tp);
         }
+        self.check_compatibility_hash(meta)?;
         handshake::check_push_block_sizes(&self.cfg.policy, &self.reg, meta)?;
         let agent_name = nixl.add_remote_agent(self.agent, &meta.agent_metadata)?;
         let model = &self.cfg.model;

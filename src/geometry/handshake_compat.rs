@@ -217,38 +217,39 @@ pub(super) fn is_cache_dtype_name(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::geometry::fixtures::g1;
+
+    fn factors(backend: &str, dtype: &str) -> CompatFactors {
+        CompatFactors {
+            attn_backend_name: backend.into(),
+            cache_dtype: dtype.into(),
+        }
+    }
 
     #[test]
-    fn unstated_engines_hash_alike_and_a_stated_backend_differs_by_name() {
-        let model = g1().model;
-        let none = EngineCompat::default().factors(&model);
-        assert_eq!(none, EngineCompat::default().factors(&model));
-        assert!(none.differences(Engine::Decode, &none).is_empty());
-        let flashinfer = EngineCompat {
-            backend: Some("FLASHINFER".into()),
-            kv_cache_dtype: None,
-        }
-        .factors(&model);
-        let d = none.differences(Engine::Decode, &flashinfer);
+    fn equal_factors_differ_in_nothing_and_each_difference_is_named() {
+        let flash_attn = factors("FLASH_ATTN", "auto");
+        assert!(flash_attn
+            .differences(Engine::Decode, &flash_attn)
+            .is_empty());
+        let d = flash_attn.differences(Engine::Decode, &factors("FLASHINFER", "auto"));
         assert_eq!(d.len(), 1);
-        assert_eq!(d[0].factor, "attn_backend_name");
         assert_eq!(
             d[0].to_string(),
-            format!(
-                "attn_backend_name {} (decode) vs FLASHINFER (prefill)",
-                default_backend(&model)
-            )
+            "attn_backend_name FLASH_ATTN (decode) vs FLASHINFER (prefill)"
         );
-        let fp8 = EngineCompat {
-            backend: None,
-            kv_cache_dtype: Some("fp8".into()),
-        }
-        .factors(&model);
+        let d = flash_attn.differences(Engine::Prefill, &factors("FLASH_ATTN", "fp8"));
         assert_eq!(
-            none.differences(Engine::Prefill, &fp8)[0].factor,
-            "cache_dtype"
+            d[0].to_string(),
+            "cache_dtype auto (prefill) vs fp8 (decode)"
         );
+    }
+
+    #[test]
+    fn an_unstated_engine_hashes_the_defaults() {
+        let none = EngineCompat::default();
+        assert!(none.is_unstated());
+        assert!(HandshakeCompat::default().is_default());
+        assert!(HandshakeCompat::default().enforce);
     }
 
     #[test]
@@ -258,6 +259,7 @@ mod tests {
         assert!(!is_backend_name("flashinfer"));
         assert!(!is_backend_name("FLASH ATTN"));
         assert!(!is_backend_name(""));
+        assert!(!is_backend_name("A,"));
         assert!(is_cache_dtype_name("fp8_e4m3"));
         assert!(!is_cache_dtype_name("FP8"));
         assert!(!is_cache_dtype_name("fp8\n"));

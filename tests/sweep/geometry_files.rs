@@ -172,6 +172,7 @@ fn shipped_geometries_load_in_name_order() {
             "qwen3-next-p8-flashinfer-d2-flashinfer",
             "reject-deepseek-v3-p8-flashmla-d4-flash-attn-mla",
             "reject-jamba-p2-flash-attn-d1-flashinfer",
+            "reject-nemotron-h-p2-flashinfer-d2-flash-attn-compat-hash",
             "reject-qwen3-next-p2-d4-flashinfer",
             // geometries/sglang/: SGLang's pools (stack = "sglang")
             "gqa-2heads-p1-d4",
@@ -346,6 +347,10 @@ fn rejection_geometries_use_the_connector_messages() {
             "reject-gqa-nhd-replicated-heads",
             "Heterogeneous TP head-dimension splitting requires contiguous heads",
         ),
+        (
+            "reject-nemotron-h-p2-flashinfer-d2-flash-attn-compat-hash",
+            "NIXL compatibility hash mismatch",
+        ),
     ] {
         let expected = find(&all, name).expect_rejection.as_ref();
         assert_eq!(expected.and_then(|r| r.in_both()), Some(message));
@@ -372,7 +377,7 @@ fn rejection_geometries_use_the_connector_messages() {
                 .is_some_and(|r| r.in_both().is_some())
         })
         .count();
-    assert_eq!(both, 8);
+    assert_eq!(both, 9);
     let kimi = find(&all, "kimi-linear-p1-d2-flash-attn-mla-push-refused");
     assert_eq!(
         kimi.expect_rejection,
