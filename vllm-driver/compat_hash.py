@@ -14,12 +14,15 @@ it decodes the metadata, with the hashes and the flag vLLM computed.
 FACTORS = {}
 
 
-def capture():
-    """Record the factors of every hash vLLM computes from now on."""
-    try:
-        import vllm.config.utils as utils
-    except ImportError:
-        return
+def capture(utils=None):
+    """Record the factors of every hash vLLM computes from now on (`utils`:
+    the module whose `hash_factors` vLLM calls, `vllm.config.utils` unless
+    given)."""
+    if utils is None:
+        try:
+            import vllm.config.utils as utils
+        except ImportError:
+            return
     original = getattr(utils, "hash_factors", None)
     if original is None or getattr(original, "kvgeom_records", False):
         return

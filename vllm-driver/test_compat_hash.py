@@ -2,10 +2,12 @@
 where two engines' hashes differ, and the pull path's comparison made as
 vLLM's `_nixl_handshake` makes it (the check on, the hashes different).
 
-Run: python -m pytest vllm-driver/test_compat_hash.py (in the vLLM venv:
-the hash is vLLM's own `hash_factors`).
+Run: python -m pytest vllm-driver/test_compat_hash.py (no vLLM needed: a
+stand-in `hash_factors` takes vLLM's place, which the driver wraps the same
+way).
 """
 
+import hashlib
 import os
 import sys
 from types import SimpleNamespace
@@ -17,11 +19,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compat_hash  # noqa: E402
 
 
-def _hash(factors):
-    import vllm.config.utils as utils
+# A stand-in for `vllm.config.utils`: a digest of the factors, as vLLM's is.
+UTILS = SimpleNamespace(hash_factors=lambda factors: hashlib.sha256(repr(sorted(factors.items())).encode()).hexdigest())
+compat_hash.capture(UTILS)
 
-    compat_hash.capture()
-    return utils.hash_factors(factors)
+
+def _hash(factors):
+    return UTILS.hash_factors(factors)
 
 
 def test_a_mismatch_names_the_factors_vllm_hashed_differently():

@@ -8,24 +8,27 @@ use serde_json::Value;
 
 use crate::support::{json_report, kvgeom, scratch, text};
 
-const NEMOTRON: &str = "tests/fixtures/models/nemotron-h-8b.json";
+const LLAMA: &str = "tests/fixtures/models/llama-3.1-8b-test.json";
 
-/// `kvgeom derive` of Nemotron-H, P TP2 on `prefill` -> D TP2 on `decode`,
-/// written to a scratch file; `more` adds options.
+/// `kvgeom derive` of a Llama config (one layer slot, to keep it quick), P
+/// TP2 on `prefill` -> D TP1 on `decode`, written to a scratch file; `more`
+/// adds options.
 fn derived(name: &str, prefill: &str, decode: &str, more: &[&str]) -> String {
     let out = scratch(module_path!(), name).join(format!("{name}.toml"));
     let out = out.display().to_string();
     let mut args = vec![
         "derive",
-        NEMOTRON,
+        LLAMA,
         "--prefill-tp",
         "2",
         "--prefill-backend",
         prefill,
         "--decode-tp",
-        "2",
+        "1",
         "--decode-backend",
         decode,
+        "--layer-slots",
+        "1",
         "--prompts",
         "1,17,100",
         "--out",
@@ -83,13 +86,13 @@ fn two_backends_are_refused_at_the_handshake_naming_the_factor() {
     // derive says so when it writes the file.
     let o = kvgeom(&[
         "derive",
-        NEMOTRON,
+        LLAMA,
         "--prefill-tp",
         "2",
         "--prefill-backend",
         "FLASHINFER",
         "--decode-tp",
-        "2",
+        "1",
         "--decode-backend",
         "FLASH_ATTN",
     ]);
