@@ -6,7 +6,7 @@ keeps every factor dictionary that function hashes (by wrapping
 `vllm.config.utils.hash_factors`, which it calls), so that a mismatch can name
 the factors that differ. Push runs vLLM's own `_nixl_handshake`, which
 compares the hashes itself; the pull path loads prefill's agent metadata
-directly, so `check_pull` makes the comparison `_nixl_handshake` makes before
+directly, so `pull_mismatch` makes the comparison `_nixl_handshake` makes before
 it decodes the metadata, with the hashes and the flag vLLM computed.
 """
 
@@ -54,16 +54,17 @@ def mismatch_message(local_hash, remote_hash, local_side, remote_side):
     return "NIXL compatibility hash mismatch: " + differing(local_hash, remote_hash, local_side, remote_side)
 
 
-def check_pull(decode_worker, payload):
-    """Refuse prefill's handshake payload where vLLM's `_nixl_handshake` would:
-    the check on (`enforce_handshake_compat`) and the hashes different. A
-    release whose payload or worker carries no hash checks nothing."""
+def pull_mismatch(decode_worker, payload):
+    """Why vLLM's `_nixl_handshake` would refuse prefill's handshake payload
+    (the check on, `enforce_handshake_compat`, and the hashes different), or
+    None. A release whose payload or worker carries no hash checks nothing."""
     remote = getattr(payload, "compatibility_hash", None)
     local = getattr(decode_worker, "compat_hash", None)
     if remote is None or local is None:
-        return
+        return None
     if getattr(decode_worker, "enforce_compat_hash", True) and remote != local:
-        raise RuntimeError(mismatch_message(local, remote, "decode", "prefill"))
+        return mismatch_message(local, remote, "decode", "prefill")
+    return None
 
 
 def explain(error):

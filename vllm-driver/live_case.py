@@ -690,10 +690,14 @@ def _run_pull(spec, case_dir, fabric, ranks, placed=None):
         for p in range(p_tp):
             pw, _ = ranks[("prefill", p)]
             sent = None
+            # The hash first, as vLLM's `_nixl_handshake` compares it before
+            # it decodes the agent metadata. Outside the `try`: a fault in
+            # the driver's own comparison is a harness error, not a refusal.
+            mismatch = compat_hash.pull_mismatch(dw, _handshake_payload(pw))
+            if mismatch is not None:
+                result.update(status="rejected", side="decode", message=f"RuntimeError: {mismatch}")
+                return finish(result, ranks, fabric, case_dir)
             try:
-                # The hash first, as vLLM's `_nixl_handshake` compares it
-                # before it decodes the agent metadata.
-                compat_hash.check_pull(dw, _handshake_payload(pw))
                 agent_meta = _agent_metadata(pw)
                 # What prefill sent, before decode's handshake rewrites the
                 # metadata in place (a remote block larger than decode's

@@ -12,8 +12,6 @@ import os
 import sys
 from types import SimpleNamespace
 
-import pytest
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import compat_hash  # noqa: E402
@@ -41,12 +39,12 @@ def test_pull_refuses_only_with_the_check_on_and_the_hashes_different():
     a = _hash({"attn_backend_name": "FLASHINFER"})
     b = _hash({"attn_backend_name": "FLASH_ATTN"})
     payload = SimpleNamespace(compatibility_hash=a)
-    with pytest.raises(RuntimeError, match="NIXL compatibility hash mismatch: attn_backend_name"):
-        compat_hash.check_pull(SimpleNamespace(compat_hash=b, enforce_compat_hash=True), payload)
-    compat_hash.check_pull(SimpleNamespace(compat_hash=b, enforce_compat_hash=False), payload)
-    compat_hash.check_pull(SimpleNamespace(compat_hash=a, enforce_compat_hash=True), payload)
+    refused = compat_hash.pull_mismatch(SimpleNamespace(compat_hash=b, enforce_compat_hash=True), payload)
+    assert refused.startswith("NIXL compatibility hash mismatch: attn_backend_name")
+    assert compat_hash.pull_mismatch(SimpleNamespace(compat_hash=b, enforce_compat_hash=False), payload) is None
+    assert compat_hash.pull_mismatch(SimpleNamespace(compat_hash=a, enforce_compat_hash=True), payload) is None
     # A release whose payload carries no hash checks nothing.
-    compat_hash.check_pull(SimpleNamespace(compat_hash=b, enforce_compat_hash=True), SimpleNamespace())
+    assert compat_hash.pull_mismatch(SimpleNamespace(compat_hash=b, enforce_compat_hash=True), SimpleNamespace()) is None
 
 
 def test_vllms_own_push_error_gets_the_factors():

@@ -6,15 +6,15 @@ use super::metadata::HandshakeMetadata;
 use super::policy::{Acceptance, Policy, PushBlockSizes};
 use super::registration::Registration;
 use super::split_lists::SplitError;
-use crate::geometry::{FactorDifference, KvLayout, ModelSpec};
+use crate::geometry::{mismatch_text, FactorDifference, KvLayout, ModelSpec};
 
 /// A refused handshake.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum HandshakeError {
     #[error(
-        "NIXL compatibility hash mismatch: {}; vLLM refuses the pair before any geometry \
-         rule unless kv_connector_extra_config sets enforce_handshake_compat to false",
-        differences.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+        "{}; vLLM refuses the pair before any geometry rule unless \
+         kv_connector_extra_config sets enforce_handshake_compat to false",
+        mismatch_text(differences)
     )]
     /// The engines' compatibility hashes differ (vLLM's
     /// `compute_nixl_compatibility_hash`): the factors that differ.

@@ -43,6 +43,15 @@ impl Role {
         matches!(self, Role::PullReader | Role::PushTarget)
     }
 
+    /// The engine the worker belongs to.
+    pub fn engine(self) -> crate::geometry::Engine {
+        if self.is_decode() {
+            crate::geometry::Engine::Decode
+        } else {
+            crate::geometry::Engine::Prefill
+        }
+    }
+
     /// Whether the worker posts the transfers (decode in pull, prefill in push).
     pub fn initiates(self) -> bool {
         matches!(self, Role::PullReader | Role::PushWriter)

@@ -391,18 +391,14 @@ impl Worker {
     /// compares it before it decodes the agent metadata): refused when the
     /// check is on and a factor both sides advertise differs.
     fn check_compatibility_hash(&self, meta: &HandshakeMetadata) -> Result<(), HandshakeError> {
-        let (Some(local), Some(remote)) = (&self.cfg.compat_factors, &meta.compat_factors) else {
+        let (true, Some(local), Some(remote)) = (
+            self.cfg.enforce_compat,
+            &self.cfg.compat_factors,
+            &meta.compat_factors,
+        ) else {
             return Ok(());
         };
-        if !self.cfg.enforce_compat {
-            return Ok(());
-        }
-        let engine = if self.cfg.role.is_decode() {
-            crate::geometry::Engine::Decode
-        } else {
-            crate::geometry::Engine::Prefill
-        };
-        let differences = local.differences(engine, remote);
+        let differences = local.differences(self.cfg.role.engine(), remote);
         if differences.is_empty() {
             Ok(())
         } else {

@@ -33,7 +33,7 @@ use super::load_model;
 use super::pair::{derive_pair, PairOptions};
 use super::rules::VllmRules;
 use crate::geometry::error::{GeometryError, Rule, Violation};
-use crate::geometry::{to_toml, Geometry};
+use crate::geometry::{to_toml, Engine, Geometry};
 
 /// Keys an engine table of such a file may hold besides the plain format's.
 const ENGINE_DERIVE_KEYS: [&str; 6] = [
@@ -313,10 +313,11 @@ fn derived(source: &str, file: &mut Table, hf_config: &str) -> Result<String, Ge
     .map_err(|e| invalid(source, "model.hf_config", e.to_string()))?;
 
     // Stated blocks must be the ones vLLM uses.
-    for (name, engine, derived) in [
-        ("prefill", &pair.geometry.prefill, &pair.prefill),
-        ("decode", &pair.geometry.decode, &pair.decode),
+    for (side, engine, derived) in [
+        (Engine::Prefill, &pair.geometry.prefill, &pair.prefill),
+        (Engine::Decode, &pair.geometry.decode, &pair.decode),
     ] {
+        let name = side.as_str();
         let table = file
             .get_mut(name)
             .and_then(Value::as_table_mut)
@@ -369,11 +370,7 @@ fn derived(source: &str, file: &mut Table, hf_config: &str) -> Result<String, Ge
             table.remove(key);
         }
         // What the engine hashes at the handshake, in the plain format.
-        let compat = pair.geometry.handshake.of(if name == "prefill" {
-            crate::geometry::Engine::Prefill
-        } else {
-            crate::geometry::Engine::Decode
-        });
+        let compat = pair.geometry.handshake.of(side);
         for (key, value) in [
             ("backend", &compat.backend),
             ("kv_cache_dtype", &compat.kv_cache_dtype),

@@ -61,16 +61,7 @@ impl HandshakeCompat {
     /// the check is on and some factor differs.
     pub fn refusal(&self, model: &ModelSpec) -> Option<String> {
         let differences = self.differences(model);
-        (self.enforce && !differences.is_empty()).then(|| {
-            format!(
-                "NIXL compatibility hash mismatch: {}",
-                differences
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        })
+        (self.enforce && !differences.is_empty()).then(|| mismatch_text(&differences))
     }
 
     /// The settings of `engine`.
@@ -131,9 +122,15 @@ impl std::fmt::Display for FactorDifference {
     }
 }
 
+/// vLLM's refusal of a pair whose hashes differ, naming the factors that do.
+pub fn mismatch_text(differences: &[FactorDifference]) -> String {
+    let named: Vec<String> = differences.iter().map(ToString::to_string).collect();
+    format!("NIXL compatibility hash mismatch: {}", named.join(", "))
+}
+
 /// The backend an engine that names none hashes: what the live driver
 /// gives both engines of such a file (an MLA backend for MLA attention).
-pub fn default_backend(model: &ModelSpec) -> &'static str {
+fn default_backend(model: &ModelSpec) -> &'static str {
     if model.is_mla() {
         "FLASHMLA"
     } else {
@@ -154,11 +151,6 @@ impl EngineCompat {
                 .clone()
                 .unwrap_or_else(|| "auto".to_string()),
         }
-    }
-
-    /// Whether the file states nothing for this engine.
-    pub fn is_unstated(&self) -> bool {
-        self.backend.is_none() && self.kv_cache_dtype.is_none()
     }
 }
 
@@ -246,8 +238,17 @@ mod tests {
 
     #[test]
     fn an_unstated_engine_hashes_the_defaults() {
-        let none = EngineCompat::default();
-        assert!(none.is_unstated());
+        let model = crate::geometry::ModelSpec {
+            attention: None,
+            mamba: None,
+            groups: Vec::new(),
+            layer_slots: 1,
+            state_slots: None,
+        };
+        assert_eq!(
+            EngineCompat::default().factors(&model),
+            factors("FLASH_ATTN", "auto")
+        );
         assert!(HandshakeCompat::default().is_default());
         assert!(HandshakeCompat::default().enforce);
     }

@@ -21,7 +21,7 @@ pub use engine::{block_size_ratio, tp_ratio, EngineGeometry};
 pub use error::{Engine, GeometryError, Rule, Violation};
 pub use file::{parse_geometry, to_toml, to_toml_named_by_path};
 pub use handshake_compat::{
-    default_backend, CompatFactors, EngineCompat, FactorDifference, HandshakeCompat,
+    mismatch_text, CompatFactors, EngineCompat, FactorDifference, HandshakeCompat,
 };
 pub use load::{geometry_files, load_geometries, load_geometry, load_geometry_with, toml_files_in};
 pub use model::{AttentionSpec, GroupKind, KvLayout, MambaKind, MambaSpec, ModelSpec, SubRegion};

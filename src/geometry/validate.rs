@@ -85,26 +85,28 @@ fn check_handshake(geometry: &Geometry) -> Result<(), Violation> {
         ("prefill", &geometry.handshake.prefill),
         ("decode", &geometry.handshake.decode),
     ] {
-        if let Some(name) = &compat.backend {
-            if !is_backend_name(name) {
+        let spellings = [
+            (
+                "backend",
+                &compat.backend,
+                is_backend_name as fn(&str) -> bool,
+                "an attention backend's name as vLLM spells it \
+                 (`FLASHINFER`, `FLASH_ATTN`, `FLASHMLA`, ...)",
+            ),
+            (
+                "kv_cache_dtype",
+                &compat.kv_cache_dtype,
+                is_cache_dtype_name,
+                "a KV-cache dtype as vLLM spells it (`auto`, `fp8`, `fp8_e4m3`, ...)",
+            ),
+        ];
+        for (key, value, spelled, expected) in spellings {
+            if let Some(name) = value.as_ref().filter(|n| !spelled(n)) {
                 return Err(Violation::new(
-                    format!("{table}.backend"),
+                    format!("{table}.{key}"),
                     Rule::BadSpelling {
                         found: name.clone(),
-                        expected: "an attention backend's name as vLLM spells it \
-                                   (`FLASHINFER`, `FLASH_ATTN`, `FLASHMLA`, ...)",
-                    },
-                ));
-            }
-        }
-        if let Some(name) = &compat.kv_cache_dtype {
-            if !is_cache_dtype_name(name) {
-                return Err(Violation::new(
-                    format!("{table}.kv_cache_dtype"),
-                    Rule::BadSpelling {
-                        found: name.clone(),
-                        expected: "a KV-cache dtype as vLLM spells it (`auto`, `fp8`, \
-                                   `fp8_e4m3`, ...)",
+                        expected,
                     },
                 ));
             }
