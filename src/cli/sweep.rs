@@ -32,7 +32,8 @@ pub struct SweepArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Worker threads (default: all cores); with `--connector vllm`, the
-    /// vLLM driver processes run at once (default: one per core, at most 4).
+    /// vLLM driver processes run at once (default: one per core, at most 4,
+    /// and at most one per 32 cases).
     #[arg(long)]
     pub threads: Option<usize>,
     #[arg(long, value_enum, default_value = "table")]

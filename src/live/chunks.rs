@@ -35,6 +35,19 @@ pub fn default_drivers() -> usize {
         .clamp(1, MAX_DEFAULT_DRIVERS)
 }
 
+/// Cases each default driver process gets at least: a process spends about
+/// 10 s of CPU importing vLLM and a case about a quarter of a second, so a
+/// second process pays for itself only on a batch this large.
+pub const CASES_PER_DEFAULT_DRIVER: usize = 32;
+
+/// Driver processes for a batch of `cases`: `threads` when given
+/// (`--threads`), else [`default_drivers`], fewer for a small batch
+/// ([`CASES_PER_DEFAULT_DRIVER`]).
+pub fn drivers_for(threads: Option<usize>, cases: usize) -> usize {
+    threads
+        .unwrap_or_else(|| default_drivers().min(cases.div_ceil(CASES_PER_DEFAULT_DRIVER).max(1)))
+}
+
 /// One chunk's first case and its judged cases.
 type ChunkResult<T> = (usize, Result<Vec<T>, BatchError>);
 
@@ -266,7 +279,7 @@ impl Chunk {
 
 #[cfg(test)]
 mod tests {
-    use super::{ChunkBudget, ChunkLimits};
+    use super::{default_drivers, drivers_for, ChunkBudget, ChunkLimits, CASES_PER_DEFAULT_DRIVER};
 
     /// Admitted sizes per chunk, for a run of case sizes.
     fn chunks(bytes: u64, cases: usize, sizes: &[u64]) -> Vec<Vec<u64>> {
@@ -301,6 +314,18 @@ mod tests {
             [vec![1, 1], vec![1, 1], vec![1]]
         );
         assert_eq!(chunks(100, 1, &[1, 1]), [vec![1], vec![1]]);
+    }
+
+    #[test]
+    fn a_small_batch_gets_one_default_driver_and_threads_given_are_kept() {
+        assert_eq!(drivers_for(None, 1), 1);
+        assert_eq!(drivers_for(None, CASES_PER_DEFAULT_DRIVER), 1);
+        assert_eq!(
+            drivers_for(None, CASES_PER_DEFAULT_DRIVER + 1),
+            default_drivers().min(2)
+        );
+        assert_eq!(drivers_for(None, 100_000), default_drivers());
+        assert_eq!(drivers_for(Some(3), 1), 3);
     }
 
     #[test]

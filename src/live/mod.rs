@@ -24,7 +24,9 @@ pub(crate) mod traces;
 pub use crate::under_test::CoveredRange;
 pub use batch::{run_in_scratch, DriverSettings};
 pub use blocks::{BlockCheck, BlocksComparison, EngineBlocks, PairBlocks};
-pub use chunks::{default_drivers, CHUNK_MEMORY_BYTES, MAX_DEFAULT_DRIVERS};
+pub use chunks::{
+    default_drivers, drivers_for, CASES_PER_DEFAULT_DRIVER, CHUNK_MEMORY_BYTES, MAX_DEFAULT_DRIVERS,
+};
 pub use connector::{
     run_batch, run_batch_checked, run_batch_hooked, run_batch_with, run_sweep, run_sweep_probed,
     run_sweep_requests, DefectProbe, LiveReport, ProbeSeen, VllmConnector, VllmRecord,
