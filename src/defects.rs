@@ -9,8 +9,8 @@ use serde::Serialize;
 use crate::connector::policy::{
     Acceptance, ConvSplit, DecodePushHandshake, MambaExpansion, PaddedPageRegistration, Policy,
     PrefixAlignment, PrefixCountTolerance, PushBlockSizes, PushCompletionReport,
-    PushRatioDirection, ReceiveZeroing, RemoteIdExpansion, ReplicatedPageWriters, SplitListKey,
-    SubBlockAddressing,
+    PushRatioDirection, ReceiveZeroing, RemoteIdExpansion, ReplicatedPageWriters, SplitHeadSlot,
+    SplitListKey, SubBlockAddressing,
 };
 
 /// One real defect of vLLM's NIXL connector in the heterogeneous-geometry code.
@@ -46,6 +46,9 @@ pub enum Defect {
     /// vLLM 0.33.0 push with `P_TP > D_TP`: every prefill rank writes the
     /// replicated MLA pages.
     PushReplicatedDoubleWrite,
+    /// A multi-read (`P_TP > D_TP`, head-sharded attention) places every
+    /// source rank's heads at the first head slot of the local page.
+    SplitHeadSlotIgnored,
     /// vLLM 0.33.0's prefix alignment: P's list end-aligned to D's.
     EndTrimAlignment,
     /// vLLM 0.33.0's handshake accepts NHD pages when heads are gathered from
@@ -67,6 +70,18 @@ pub enum Defect {
     PushIdenticalBlockSizesOnly,
 }
 
+/// What a defect does to a request's KV.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Effect {
+    /// Wrong or missing bytes, a crash, a hang or a wrong refusal: the
+    /// sweep must fail a case.
+    Corrupts,
+    /// The right bytes at a cost (the same bytes written again): every case
+    /// is judged right and some carry redundant writes.
+    Costs,
+}
+
 /// One row of the defect table.
 #[derive(Clone, Copy, Debug)]
 pub struct DefectInfo {
@@ -80,6 +95,8 @@ pub struct DefectInfo {
     pub bug: &'static str,
     /// The real-world symptom it caused.
     pub symptom: &'static str,
+    /// Whether it corrupts or only costs.
+    pub effect: Effect,
     /// The vLLM releases that have it as released: those whose plans, on
     /// the cases of `geometries/*.toml` that expose it, equal kvgeom's plan
     /// with the defect's decision and never the plan without it (`kvgeom
@@ -109,13 +126,14 @@ pub const MATRIX_FIXTURE: &str = "tests/fixtures/matrix/vllm-0.30.0-0.34.0.json"
 pub const MODELS_MATRIX_FIXTURE: &str = "tests/fixtures/matrix/vllm-0.30.0-0.33.0-models.json";
 
 /// Every known defect, in the order `kvgeom defects` lists them.
-pub static DEFECTS: [DefectInfo; 19] = [
+pub static DEFECTS: [DefectInfo; 20] = [
     DefectInfo {
         defect: Defect::StrictPrefixTolerance,
         name: "strict-prefix-tolerance",
         title: "strict prefix-cache count bound",
         bug: "prefix-cache count check uses max(local ppl, remote ppl) as a strict bound",
         symptom: "legitimate transfers refused (AssertionError), e.g. 12- vs 8-token blocks at N=25",
+        effect: Effect::Corrupts,
         in_vllm: &[],
         read_in_vllm: &[],
         select: |p| p.prefix_count_tolerance = PrefixCountTolerance::StrictMaxPpl,
@@ -126,6 +144,7 @@ pub static DEFECTS: [DefectInfo; 19] = [
         title: "clipped block tail never zeroed",
         bug: "with equal kernel pages but different logical blocks, the clipped tail is never zeroed",
         symptom: "stale tail bytes surfacing as garbage mid-response",
+        effect: Effect::Corrupts,
         in_vllm: &[],
         read_in_vllm: &[],
         select: |p| p.receive_zeroing = ReceiveZeroing::RatioOnly,
@@ -136,6 +155,7 @@ pub static DEFECTS: [DefectInfo; 19] = [
         title: "older two-path receive zeroing",
         bug: "older split zeroing: ratio tail path (non-MLA, last block only) plus a whole-kernel-block path for ppl mismatch",
         symptom: "stale kernel blocks when both regimes meet (11 of 16 mixed-regime lengths)",
+        effect: Effect::Corrupts,
         in_vllm: &[],
         read_in_vllm: &[],
         select: |p| p.receive_zeroing = ReceiveZeroing::TwoPath,
@@ -146,6 +166,7 @@ pub static DEFECTS: [DefectInfo; 19] = [
         title: "post-process block ids dropped",
         bug: "block ids for the post-process are computed but not passed on, so nothing is zeroed",
         symptom: "every clipped block keeps stale bytes",
+        effect: Effect::Corrupts,
         in_vllm: &[],
         read_in_vllm: &[],
         select: |p| p.receive_zeroing = ReceiveZeroing::Skipped,
@@ -156,6 +177,7 @@ pub static DEFECTS: [DefectInfo; 19] = [
         title: "sub-block addresses as index x stride / ratio",
         bug: "sub-block addresses computed as index x stride / ratio, right only when stride equals length",
         symptom: "sub-blocks written outside the layer's page on interleaved layouts",
+        effect: Effect::Corrupts,
         in_vllm: &[],
         read_in_vllm: &[],
         select: |p| p.sub_block_addressing = SubBlockAddressing::StrideOverRatio,
@@ -166,6 +188,7 @@ pub static DEFECTS: [DefectInfo; 19] = [
         title: "remote ids expanded with the local ppl",
         bug: "remote logical ids expanded to kernel ids with the local ppl instead of the remote one",
         symptom: "reads from the wrong prefill blocks (Qwen3.5 4P2D bug class)",
+        effect: Effect::Corrupts,
         in_vllm: &[],
         read_in_vllm: &[],
         select: |p| p.remote_id_expansion = RemoteIdExpansion::LocalPpl,
@@ -176,6 +199,7 @@ pub static DEFECTS: [DefectInfo; 19] = [
         title: "mamba state expanded by the block-size ratio",
         bug: "mamba state descriptors and desc ids expanded by the block-size ratio like attention",
         symptom: "mamba state read from and written to wrong sub-regions",
+        effect: Effect::Corrupts,
         in_vllm: &[],
         read_in_vllm: &[],
         select: |p| p.mamba_expansion = MambaExpansion::RatioExpanded,
@@ -186,6 +210,7 @@ pub static DEFECTS: [DefectInfo; 19] = [
         title: "host-buffer mode accepted with a block-size ratio",
         bug: "handshake accepts host-buffer mode with a block-size ratio",
         symptom: "host staging copies at the wrong granularity, corrupting KV",
+        effect: Effect::Corrupts,
         in_vllm: &[],
         read_in_vllm: &[],
         select: |p| p.handshake.host_buffer_with_ratio = Acceptance::Accept,
@@ -196,6 +221,7 @@ pub static DEFECTS: [DefectInfo; 19] = [
         title: "split lists keyed by the TP ratio alone",
         bug: "per-source split lists keyed by tp_ratio alone and built at local granularity",
         symptom: "multi-read transfers use descriptors of the wrong granularity",
+        effect: Effect::Corrupts,
         in_vllm: &[],
         read_in_vllm: &[],
         select: |p| p.split_list_key = SplitListKey::RatioOnly,
@@ -206,6 +232,7 @@ pub static DEFECTS: [DefectInfo; 19] = [
         title: "vLLM 0.33.0 push: empty remote block list on decode",
         bug: "vLLM 0.33.0 push: D keeps an empty remote block list and fails on completion when ppl differs",
         symptom: "decode crashes with IndexError; request never finishes",
+        effect: Effect::Corrupts,
         in_vllm: &["0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"],
         read_in_vllm: &[],
         select: |p| {
@@ -219,6 +246,7 @@ pub static DEFECTS: [DefectInfo; 19] = [
         title: "vLLM 0.33.0 push: one-way block-size ratio",
         bug: "vLLM 0.33.0 push: P and D compute the block-size ratio in opposite directions",
         symptom: "assertion on one side, decode waits forever for a push that never comes",
+        effect: Effect::Corrupts,
         in_vllm: &["0.30.0", "0.31.0", "0.32.0", "0.33.0"],
         read_in_vllm: &["0.34.0"],
         select: |p| {
@@ -232,9 +260,21 @@ pub static DEFECTS: [DefectInfo; 19] = [
         title: "vLLM 0.33.0 push: replicated pages written by every prefill rank",
         bug: "vLLM 0.33.0 push with P_TP > D_TP: every prefill rank writes the replicated MLA pages",
         symptom: "the same decode bytes written by several concurrent WRITEs (NIXL does not detect it)",
+        effect: Effect::Costs,
         in_vllm: &["0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"],
         read_in_vllm: &[],
         select: |p| p.push.replicated_pages = ReplicatedPageWriters::EveryHolder,
+    },
+    DefectInfo {
+        defect: Defect::SplitHeadSlotIgnored,
+        name: "split-head-slot-ignored",
+        title: "multi-read heads all written to the first head slot",
+        bug: "P_TP > D_TP with head-sharded attention: each per-source split list places its rank's heads at the first head slot of decode's page instead of that rank's",
+        symptom: "several prefill ranks write different heads into the same decode bytes; the other head slots are never written (silent corruption)",
+        effect: Effect::Corrupts,
+        in_vllm: &[],
+        read_in_vllm: &[],
+        select: |p| p.split_head_slot = SplitHeadSlot::First,
     },
     DefectInfo {
         defect: Defect::EndTrimAlignment,
@@ -242,6 +282,7 @@ pub static DEFECTS: [DefectInfo; 19] = [
         title: "vLLM 0.33.0 end-trim alignment",
         bug: "vLLM 0.33.0's prefix alignment end-aligns P's list to D's, wrong when P's list does not end where D's does",
         symptom: "D receives the wrong tokens after a prefix hit with the last-token block, or with different logical blocks on a model without mamba (silent corruption); a longer D list is refused",
+        effect: Effect::Corrupts,
         in_vllm: &["0.30.0", "0.31.0", "0.32.0", "0.33.0"],
         read_in_vllm: &[],
         select: |p| p.prefix_alignment = PrefixAlignment::EndTrim,
@@ -252,6 +293,7 @@ pub static DEFECTS: [DefectInfo; 19] = [
         title: "vLLM 0.33.0 NHD pages accepted for gathered replicated heads",
         bug: "vLLM 0.33.0's handshake accepts token-major (NHD) pages when a rank gathers heads from prefill ranks that replicate them",
         symptom: "each prefill page lands in a byte slot, not a head slot: tokens and heads scrambled",
+        effect: Effect::Corrupts,
         in_vllm: &["0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"],
         read_in_vllm: &[],
         select: |p| p.handshake.gathered_replicated_heads_nhd = Acceptance::Accept,
@@ -262,6 +304,7 @@ pub static DEFECTS: [DefectInfo; 19] = [
         title: "receive zeroing one kernel block past the end",
         bug: "the receive post-process zeroes its stale blocks through an inclusive end: one kernel block past the request's last is zeroed too",
         symptom: "the block after the request's, which belongs to another request or the free pool, loses its KV (silent corruption of a co-resident request)",
+        effect: Effect::Corrupts,
         in_vllm: &[],
         read_in_vllm: &[],
         select: |p| p.receive_zeroing = ReceiveZeroing::InclusiveEnd,
@@ -272,6 +315,7 @@ pub static DEFECTS: [DefectInfo; 19] = [
         title: "vLLM 0.33.0 conv offsets scaled from the local widths",
         bug: "vLLM 0.33.0 locates the peer's conv sub-projections by scaling its own widths by the TP ratio; Mamba2 B and C replicated beyond n_groups (one group) keep their width at every TP",
         symptom: "decode's B and C conv state receive half of B twice, the other projection or SSM bytes, with no error (Falcon-H1, Granite-4.0-H, Zamba2 at different TP sizes)",
+        effect: Effect::Corrupts,
         in_vllm: &["0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"],
         read_in_vllm: &[],
         select: |p| p.conv_split = ConvSplit::LocalWidthsScaled,
@@ -282,6 +326,7 @@ pub static DEFECTS: [DefectInfo; 19] = [
         title: "vLLM 0.33.0 refuses padded pages in a shared allocation",
         bug: "vLLM 0.33.0 registers a layer's view as whole runs of its blocks; a padded page (block stride larger than the page) in an allocation shared by several layer slots leaves a view whose bytes are not such runs, and registration asserts",
         symptom: "the engine fails at start (AssertionError: KV cache view cannot be partitioned into NIXL regions) for any padded kernel page layout with more than one layer slot",
+        effect: Effect::Corrupts,
         in_vllm: &["0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"],
         read_in_vllm: &[],
         select: |p| p.padded_pages = PaddedPageRegistration::RefusedWhenShared,
@@ -292,6 +337,7 @@ pub static DEFECTS: [DefectInfo; 19] = [
         title: "vLLM 0.34.0 pairs block lists from the last token",
         bug: "vLLM 0.34.0's pull across different kernel or logical block sizes drops each side's sub-blocks past prefill's token count and pairs the lists from their ends (equal block sizes still end-trim); right only when decode's list ends in the logical block of prefill's last token",
         symptom: "a decode list one logical block longer (the recomputed last token's block) receives prefill's tokens in its later blocks and the head zeroing wipes its first ones; after a prefix hit with equal block sizes, the end-trim pairs the wrong tokens (silent corruption)",
+        effect: Effect::Corrupts,
         in_vllm: &["0.34.0"],
         read_in_vllm: &[],
         select: |p| p.prefix_alignment = PrefixAlignment::LastTokenWhenSizesDiffer,
@@ -302,6 +348,7 @@ pub static DEFECTS: [DefectInfo; 19] = [
         title: "vLLM 0.34.0 push refuses any P/D block-size difference",
         bug: "vLLM 0.34.0's push worker refuses, at the handshake, any pair whose kernel block size or kernel blocks per logical block differ",
         symptom: "push between engines of different block geometry (which pull serves) fails the handshake with NotImplementedError: NixlPushConnector requires identical P/D block sizes",
+        effect: Effect::Corrupts,
         in_vllm: &["0.34.0"],
         read_in_vllm: &[],
         select: |p| p.push.block_sizes = PushBlockSizes::IdenticalOnly,
@@ -310,7 +357,7 @@ pub static DEFECTS: [DefectInfo; 19] = [
 
 impl Defect {
     /// Every defect, in table order.
-    pub const ALL: [Defect; 19] = [
+    pub const ALL: [Defect; 20] = [
         Defect::StrictPrefixTolerance,
         Defect::NoClippedBlockZeroing,
         Defect::TwoPathZeroing,
@@ -323,6 +370,7 @@ impl Defect {
         Defect::PushEmptyRemoteIds,
         Defect::PushOneWayRatio,
         Defect::PushReplicatedDoubleWrite,
+        Defect::SplitHeadSlotIgnored,
         Defect::EndTrimAlignment,
         Defect::ReplicatedHeadsNhdAccepted,
         Defect::ZeroingOnePastEnd,
@@ -466,12 +514,16 @@ mod tests {
         assert_eq!(policy_with(&[]), Policy::default());
     }
 
-    /// Rows of defects first read from the 0.34.0 wheel: the models matrix
-    /// (0.30.0-0.33.0) was made before them and has no row for them.
+    /// Rows added after a committed matrix report was made, which it may
+    /// lack: those first read from the 0.34.0 wheel (the models matrix,
+    /// 0.30.0-0.33.0, was made before them) and the differing-bytes double
+    /// write (added after both).
     fn newer_than_matrices(info: &DefectInfo) -> bool {
         matches!(
             info.defect,
-            Defect::LastTokenPairing | Defect::PushIdenticalBlockSizesOnly
+            Defect::LastTokenPairing
+                | Defect::PushIdenticalBlockSizesOnly
+                | Defect::SplitHeadSlotIgnored
         )
     }
 
@@ -491,20 +543,21 @@ mod tests {
             ran.push(version.to_string());
             let rows = release["defects"].as_array().expect("defects");
             // The report's rows follow the table's order; a report made
-            // before the rows read from a newer wheel were added lacks them.
-            let made: Vec<&DefectInfo> = if rows.len() == DEFECTS.len() {
-                DEFECTS.iter().collect()
-            } else {
-                DEFECTS
-                    .iter()
-                    .filter(|info| !newer_than_matrices(info))
-                    .collect()
-            };
-            assert_eq!(rows.len(), made.len(), "vLLM {version}");
-            for (row, info) in rows.iter().zip(made) {
-                assert_eq!(row["defect"], info.name);
+            // before a row was added lacks only such rows.
+            let mut table = DEFECTS.iter();
+            for row in rows {
+                let info = table
+                    .find(|info| row["defect"] == info.name || !newer_than_matrices(info))
+                    .filter(|info| row["defect"] == info.name)
+                    .unwrap_or_else(|| {
+                        panic!("vLLM {version}: {} out of the table's order", row["defect"])
+                    });
                 out.push((version.to_string(), row.clone(), info));
             }
+            assert!(
+                table.all(newer_than_matrices),
+                "vLLM {version}: the report lacks a row older than it"
+            );
         }
         out
     }

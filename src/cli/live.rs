@@ -102,8 +102,9 @@ pub(crate) struct VllmPipeline {
     /// `--plan-differences FILE`, read before the interpreter is probed;
     /// after it, the differences this sweep allows.
     plan_differences: Option<PlanDifferences>,
-    /// `--threads`: how many driver processes run at once.
-    drivers: usize,
+    /// `--threads`: how many driver processes run at once (by default
+    /// `live::drivers_for` a batch's size).
+    threads: Option<usize>,
     /// The interpreter with vLLM, once found.
     python: Option<live::Interpreter>,
     /// The vLLM it runs.
@@ -127,7 +128,7 @@ impl VllmPipeline {
             compare_policy: None,
             compared: None,
             plan_differences: None,
-            drivers: 1,
+            threads: None,
             python: None,
             under_test: None,
             default_expectations: None,
@@ -153,8 +154,7 @@ impl PipelineConnector for VllmPipeline {
             .as_deref()
             .map(load_plan_differences)
             .transpose()?;
-        self.drivers =
-            super::sweep::threads_within_limit(args.threads)?.unwrap_or_else(live::default_drivers);
+        self.threads = super::sweep::threads_within_limit(args.threads)?;
         Ok(())
     }
 
@@ -276,7 +276,7 @@ impl PipelineConnector for VllmPipeline {
             &self.checks,
             python,
             live::CASE_LIMIT,
-            self.drivers,
+            live::drivers_for(self.threads, with_canary.len()),
             args.record_traces.as_deref(),
             self.requests,
         )
@@ -398,7 +398,7 @@ impl PipelineConnector for VllmPipeline {
             &[],
             python,
             live::CASE_LIMIT,
-            self.drivers,
+            live::drivers_for(self.threads, cases.len()),
             None,
             self.requests,
         );
@@ -929,6 +929,9 @@ fn live_explain(
             "plan vs kvgeom --policy kvgeom: {}\n",
             differs(&p.first_difference)
         ));
+    }
+    if let Some(line) = live.report.stats.redundant_writes.explain_line() {
+        out.push_str(&format!("{line}\n"));
     }
     out.push_str(&format!("request path: {}\n", live.request_path.as_str()));
     if let Some(m) = &live.scheduler_model {

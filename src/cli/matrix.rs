@@ -112,6 +112,13 @@ enum NotRun {
 struct Cell {
     cases: usize,
     passed: usize,
+    /// Passed cases that wrote some bytes more than once, with the same
+    /// content (a cost, not a violation).
+    #[serde(skip_serializing_if = "is_zero")]
+    redundant_writes: usize,
+    /// The most pairs writing one destination byte among them (`k`x).
+    #[serde(skip_serializing_if = "is_zero_u32")]
+    multiplicity: u32,
     refused: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     refused_reason: Option<String>,
@@ -700,7 +707,14 @@ fn count(reports: &[CaseReport]) -> Cell {
     let mut oracles = std::collections::BTreeSet::new();
     for r in reports {
         match &r.outcome {
-            Outcome::Passed if r.violations.is_empty() => cell.passed += 1,
+            Outcome::Passed if r.violations.is_empty() => {
+                cell.passed += 1;
+                let rewrites = r.stats.redundant_writes;
+                if !rewrites.is_none() {
+                    cell.redundant_writes += 1;
+                    cell.multiplicity = cell.multiplicity.max(rewrites.multiplicity);
+                }
+            }
             Outcome::Passed | Outcome::Violations => {
                 cell.violations += 1;
                 oracles.extend(r.violations.iter().map(|v| v.oracle.to_string()));
@@ -863,11 +877,22 @@ fn relative(path: &Path) -> String {
         .to_string()
 }
 
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
+}
+
 /// One cell as the table prints it.
 fn cell_text(cell: &Cell) -> String {
     let mut parts = Vec::new();
     if cell.passed > 0 {
         parts.push(format!("{} ok", cell.passed));
+    }
+    if cell.redundant_writes > 0 {
+        parts.push(format!("{}x redundant writes", cell.multiplicity));
     }
     if cell.refused > 0 {
         parts.push(format!(

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use super::{default_paths, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK};
-use crate::defects::Defect;
+use crate::defects::{Defect, Effect};
 use crate::scenario::RunOptions;
 use crate::sweep::mutants::{run_mutant_sampled, MutantResult};
 use crate::sweep::plan::{self, SourcedGeometry};
@@ -117,7 +117,7 @@ pub fn mutants(args: MutantsArgs) -> u8 {
         .map(|&d| run_mutant_sampled(&sources, sampled, d, &opts, threads, false))
         .collect();
     let sampled_files: Vec<&SourcedGeometry> = sources.iter().filter(|s| sampled(s)).collect();
-    let missed = results.iter().filter(|r| !r.caught()).count();
+    let missed = results.iter().filter(|r| !r.as_described()).count();
     let lifecycle = match super::lifecycle::lifecycle_mutants(&paths) {
         Ok(l) => l,
         Err(code) => return code,
@@ -162,8 +162,17 @@ fn print_text(results: &[MutantResult], sampled: &[&SourcedGeometry], missed: us
         "failed cases"
     );
     for r in results {
-        let verdict = if r.caught() { "caught" } else { "MISSED" };
-        let first = r.first.as_ref().map_or(String::from("-"), |(c, why)| {
+        let verdict = match (r.as_described(), r.defect.info().effect) {
+            (true, Effect::Corrupts) => "caught",
+            (true, Effect::Costs) => "cost",
+            (false, Effect::Corrupts) => "MISSED",
+            (false, Effect::Costs) => "NO COST",
+        };
+        let cost = format!(
+            "judged right; {}x redundant writes in {} cases",
+            r.multiplicity, r.redundant
+        );
+        let first = r.first.as_ref().map_or(cost, |(c, why)| {
             format!(
                 "{} N={} {} ({why})\n{:<52}replay: {}",
                 c.geometry_name(),
@@ -181,7 +190,15 @@ fn print_text(results: &[MutantResult], sampled: &[&SourcedGeometry], missed: us
             r.cases
         );
     }
-    outln!("\n{} caught, {} missed", results.len() - missed, missed);
+    let costs = results
+        .iter()
+        .filter(|r| r.defect.info().effect == Effect::Costs && r.as_described())
+        .count();
+    outln!(
+        "\n{} caught, {costs} shown as a cost (the right bytes, written more than once), {} missed",
+        results.len() - missed - costs,
+        missed
+    );
 }
 
 fn print_json(
@@ -200,14 +217,19 @@ fn print_json(
         },
         "summary": {
             "defects": results.len(),
-            "caught": results.len() - missed,
+            "caught": results.iter().filter(|r| r.as_described() && r.caught()).count(),
+            "costs": results.iter().filter(|r| r.as_described() && !r.caught()).count(),
             "missed": missed,
         },
         "defects": results.iter().map(|r| serde_json::json!({
             "defect": r.defect.name(),
+            "effect": r.defect.info().effect,
             "caught": r.caught(),
+            "as_described": r.as_described(),
             "cases": r.cases,
             "failed": r.failed,
+            "redundant_write_cases": r.redundant,
+            "multiplicity": r.multiplicity,
             "oracles": r.oracles.iter().collect::<Vec<_>>(),
             "first_failing_case": r.first.as_ref().map(|(c, why)| serde_json::json!({
                 "geometry": c.geometry_name(),

@@ -75,6 +75,18 @@ pub enum SplitListKey {
     RatioOnly,
 }
 
+/// Where a per-source split list (multi-read) places its source rank's
+/// share of head-sharded attention inside the local page.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SplitHeadSlot {
+    /// At the slot of the source rank's heads.
+    #[default]
+    BySourceRank,
+    /// Every source rank's share at the first slot.
+    First,
+}
+
 /// How the addresses of a kernel block's sub-blocks are computed when the
 /// block is split for a smaller remote kernel.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
@@ -257,6 +269,8 @@ pub struct Policy {
     pub prefix_count_tolerance: PrefixCountTolerance,
     /// What per-source split lists are keyed by and at which granularity.
     pub split_list_key: SplitListKey,
+    /// Where each source rank's head share lands in a multi-read.
+    pub split_head_slot: SplitHeadSlot,
     /// How sub-block addresses are computed when kernel blocks are split.
     pub sub_block_addressing: SubBlockAddressing,
     /// Which ppl expands remote logical ids to kernel ids.

@@ -2,6 +2,7 @@
 //! list per source rank, each placing that rank's share inside the local
 //! pages (vLLM's `_build_local_splits_from_plan`).
 
+use super::policy::SplitHeadSlot;
 use super::registration::Registration;
 use super::tp_mapping::TpMapping;
 use crate::geometry::{GroupKind, SubRegion};
@@ -22,6 +23,8 @@ pub enum SplitError {
 /// `conv`, when given, holds per source position the piece of each conv
 /// sub-projection in the local page (`conv_split.rs`); otherwise every
 /// state sub-region is split evenly over the sources, as vLLM does.
+/// `head_slot` says where each source's attention share lands.
+#[allow(clippy::too_many_arguments)]
 pub fn split_lists(
     reg: &Registration,
     mapping: &TpMapping,
@@ -30,6 +33,7 @@ pub fn split_lists(
     num_fa: u64,
     ratio: u32,
     conv: Option<&[Vec<SubRegion>]>,
+    head_slot: SplitHeadSlot,
 ) -> Result<Vec<DescList>, SplitError> {
     let first = |kind| groups.iter().position(|g| *g == kind);
     let fa_splits = first(GroupKind::Attention)
@@ -65,7 +69,10 @@ pub fn split_lists(
         .iter()
         .enumerate()
         .map(|(position, &rank)| {
-            let slot = u64::from(mapping.attention_slot(rank));
+            let slot = match head_slot {
+                SplitHeadSlot::BySourceRank => u64::from(mapping.attention_slot(rank)),
+                SplitHeadSlot::First => 0,
+            };
             // State runs come per SSM region: each conv sub-projection, then the SSM state.
             let per_region = reg.conv_offsets.len() + 1;
             let mut state_run = 0;

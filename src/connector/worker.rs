@@ -527,6 +527,7 @@ impl Worker {
             num_fa,
             split_ratio,
             conv.as_deref(),
+            self.cfg.policy.split_head_slot,
         )
         .map_err(HandshakeError::from)?;
         let mut handles = Vec::new();

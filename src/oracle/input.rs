@@ -170,6 +170,18 @@ impl OracleInput {
         }
     }
 
+    /// Drops every rank's memory, as a trace recorded without memory has none.
+    #[cfg(test)]
+    pub(crate) fn forget_memory(&mut self) {
+        for slot in self
+            .decode_memory
+            .iter_mut()
+            .chain(&mut self.prefill_memory)
+        {
+            *slot = None;
+        }
+    }
+
     /// The memory the case carries of one rank (byte-level oracles only).
     pub fn rank_memory(&self, side: Side, rank: u32) -> Option<&RankMemory> {
         let slots = match side {

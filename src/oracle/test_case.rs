@@ -46,6 +46,8 @@ pub(crate) enum Fault {
     WriteNeighbourByte,
     /// Pair 1 (region 0, tokens 4..8) is issued twice.
     DoubleWrite,
+    /// Pair 1's destination is written again from pair 2's source (tokens 8..12).
+    DoubleWriteOtherSource,
     /// Pairs 0 and 1 read each other's prefill kernel block.
     MisalignTokens,
     /// Pair 2 (region 0, tokens 8..12) reads prefill kernel 6, of unowned block 3.
@@ -154,6 +156,10 @@ fn plan(case: &CaseLayout, fault: Fault) -> Vec<Vec<(DescRow, DescRow)>> {
         Fault::ShiftDestination => xfers[0][0].0.addr += decode.unified_page(),
         Fault::DoubleWrite => {
             let dup = xfers[0][1];
+            xfers[0].push(dup);
+        }
+        Fault::DoubleWriteOtherSource => {
+            let dup = (xfers[0][1].0, xfers[0][2].1);
             xfers[0].push(dup);
         }
         Fault::MisalignTokens => {
@@ -365,7 +371,7 @@ mod tests {
     /// memory-only faults.
     #[test]
     fn each_fault_trips_the_expected_oracles() {
-        let cases: [(Fault, &[&str]); 8] = [
+        let cases: [(Fault, &[&str]); 9] = [
             (
                 Fault::ShiftDestination,
                 &[
@@ -377,7 +383,11 @@ mod tests {
             ),
             (Fault::SkipZeroing, &["transferred_or_zeroed"]),
             (Fault::WriteNeighbourByte, &["neighbour_preservation"]),
-            (Fault::DoubleWrite, &["no_double_write"]),
+            (Fault::DoubleWrite, &[]),
+            (
+                Fault::DoubleWriteOtherSource,
+                &["no_double_write", "pairing", "transferred_or_zeroed"],
+            ),
             (Fault::MisalignTokens, &["pairing", "transferred_or_zeroed"]),
             (
                 Fault::ReadWrongPrefillBlock,

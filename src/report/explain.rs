@@ -164,6 +164,9 @@ pub fn explain_text(run: &CaseRun) -> String {
         );
     }
     let _ = writeln!(out, "\noutcome: {}", run.report.outcome.describe());
+    if let Some(line) = run.report.stats.redundant_writes.explain_line() {
+        let _ = writeln!(out, "{line}");
+    }
     for (side, rank, transfers) in &run.transfers {
         for t in transfers {
             let _ = writeln!(

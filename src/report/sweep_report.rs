@@ -203,9 +203,10 @@ pub fn table(reports: &[CaseReport]) -> String {
                 crate::scenario::Outcome::ExpectedRejection { .. }
             )
         });
+        let rewrites = redundant_writes_note(&mine);
         let _ = writeln!(
             out,
-            "{:<44} {:<5} {:>6} {:>6} {:>6} {:>10} {:>12}{}",
+            "{:<44} {:<5} {:>6} {:>6} {:>6} {:>10} {:>12}{}{rewrites}",
             key.0,
             key.1,
             mine.len(),
@@ -231,6 +232,27 @@ pub fn table(reports: &[CaseReport]) -> String {
     }
     out.push('\n');
     out
+}
+
+/// `  (2x redundant writes in 9 cases)`: identical rewrites, a cost the
+/// passing cases of a geometry and mode carry (empty when none).
+fn redundant_writes_note(reports: &[&CaseReport]) -> String {
+    let with: Vec<_> = reports
+        .iter()
+        .filter(|r| r.passed() && !r.stats.redundant_writes.is_none())
+        .collect();
+    let most = with
+        .iter()
+        .map(|r| r.stats.redundant_writes.multiplicity)
+        .max();
+    match most {
+        None => String::new(),
+        Some(k) => format!(
+            "  ({k}x redundant writes in {} case{})",
+            with.len(),
+            if with.len() == 1 { "" } else { "s" }
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::geometry::{Geometry, Mode};
 use crate::layout::Side;
+use crate::oracle::no_double_write::RedundantWrites;
 use crate::oracle::Violation;
 use crate::scheduler::DecodeAllocation;
 use crate::variant::Variant;
@@ -241,6 +242,10 @@ pub struct Stats {
     pub zeroed_bytes: u64,
     /// The case's estimated peak memory (`scenario::memory_estimate`).
     pub memory_bytes: u64,
+    /// Destination bytes written again with the same content: a cost, not
+    /// corruption (omitted from reports when none).
+    #[serde(skip_serializing_if = "RedundantWrites::is_none")]
+    pub redundant_writes: RedundantWrites,
 }
 
 /// The result of one case.

@@ -65,6 +65,8 @@ pub struct Judged {
     pub redundant_bytes: u64,
     /// Posted pairs that wrote only such bytes again.
     pub redundant_pairs: u64,
+    /// The most writes of any one decode byte (1 without redundant writes).
+    pub most_writers: u32,
 }
 
 /// Offending bytes of one oracle in one region, gathered into one violation.
@@ -179,11 +181,12 @@ pub fn judge(o: &Observed) -> Judged {
     let mut g = Gathered::default();
     final_bytes(o, &mut g);
     prefill_unchanged(o, &mut g);
-    let (redundant_bytes, redundant_pairs) = writes(o, &mut g);
+    let (redundant_bytes, redundant_pairs, most_writers) = writes(o, &mut g);
     Judged {
         violations: g.into_violations(),
         redundant_bytes,
         redundant_pairs,
+        most_writers,
     }
 }
 
@@ -294,13 +297,18 @@ fn prefill_unchanged(o: &Observed, g: &mut Gathered) {
     }
 }
 
+/// A decode byte's first written value and how many pairs wrote it.
+type FirstWrite = (u8, u32);
+
 /// pairing and no_double_write over the posted pairs; the redundant
-/// bytes and pairs.
-fn writes(o: &Observed, g: &mut Gathered) -> (u64, u64) {
-    // Per decode rank and region: the first byte written at each offset.
-    let mut written: BTreeMap<(u32, u32), Vec<Option<u8>>> = BTreeMap::new();
+/// bytes and pairs, and the most writes of any one decode byte.
+fn writes(o: &Observed, g: &mut Gathered) -> (u64, u64, u32) {
+    // Per decode rank and region: the first byte written at each offset,
+    // and how many pairs wrote it.
+    let mut written: BTreeMap<(u32, u32), Vec<Option<FirstWrite>>> = BTreeMap::new();
     let mut redundant_bytes = 0;
     let mut redundant_pairs = 0;
+    let mut most_writers = 1;
     for w in &o.writes {
         let pair = PairRef {
             xfer: w.xfer,
@@ -389,11 +397,13 @@ fn writes(o: &Observed, g: &mut Gathered) -> (u64, u64) {
                 .or_else(|| st.map(|t| request_byte(&sc, t)));
             let Some(value) = value else { continue };
             match slot.get_mut(d_off as usize) {
-                Some(s @ None) => *s = Some(value),
-                Some(Some(first)) if *first == value => {
+                Some(s @ None) => *s = Some((value, 1)),
+                Some(Some((first, writers))) if *first == value => {
                     again += 1;
+                    *writers += 1;
+                    most_writers = most_writers.max(*writers);
                 }
-                Some(Some(first)) => {
+                Some(Some((first, _))) => {
                     let first = *first;
                     g.add(
                         no_double_write::NAME,
@@ -419,7 +429,7 @@ fn writes(o: &Observed, g: &mut Gathered) -> (u64, u64) {
             redundant_pairs += 1;
         }
     }
-    (redundant_bytes, redundant_pairs)
+    (redundant_bytes, redundant_pairs, most_writers)
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use super::oracles::{self, Images, Observed};
 use super::result::{DriverResult, Region};
 use super::state::{self, StateImages, StatePools};
 use crate::layout::Side;
+use crate::oracle::no_double_write::RedundantWrites;
 use crate::scenario::{Case, CaseReport, Stats};
 use crate::under_test::judge::expected_outcome;
 use crate::under_test::RunOutcome;
@@ -253,11 +254,12 @@ pub fn judge_result(
     };
     let outcome = outcome_of(r);
     let (writes, _unresolved) = r.kv_writes();
-    let stats = Stats {
+    let mut stats = Stats {
         pairs: writes.len() as u64,
         transferred_bytes: writes.iter().map(|w| w.len).sum(),
         zeroed_bytes: 0,
         memory_bytes: memory_bytes(p),
+        redundant_writes: RedundantWrites::default(),
     };
     let mut judged = oracles::Judged::default();
     if outcome == RunOutcome::Completed {
@@ -285,6 +287,13 @@ pub fn judge_result(
                 }
             }
         }
+    }
+    if judged.redundant_pairs > 0 {
+        stats.redundant_writes = RedundantWrites {
+            pairs: judged.redundant_pairs,
+            bytes: judged.redundant_bytes,
+            multiplicity: judged.most_writers,
+        };
     }
     SglangCase {
         layout_checked,

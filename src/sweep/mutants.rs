@@ -1,5 +1,7 @@
-//! Running the sweep once per known defect: a defect is caught when at least
-//! one case fails. An oracle that no defect can fail is not trusted.
+//! Running the sweep once per known defect: a defect that corrupts is
+//! caught when at least one case fails; a defect that only costs (identical
+//! bytes written again) is shown when no case fails and some carry its
+//! redundant writes. An oracle that no defect can fail is not trusted.
 
 use std::collections::BTreeSet;
 
@@ -7,7 +9,7 @@ use rayon::prelude::*;
 
 use super::execute;
 use super::plan::{sampled_grid, PlanOptions, SourcedGeometry};
-use crate::defects::Defect;
+use crate::defects::{Defect, Effect};
 use crate::scenario::{Case, RunOptions};
 use crate::under_test::run_case;
 use crate::variant::Variant;
@@ -25,12 +27,26 @@ pub struct MutantResult {
     pub first: Option<(Case, String)>,
     /// The oracles whose violations failed the cases that failed.
     pub oracles: BTreeSet<&'static str>,
+    /// Passing cases with redundant writes (identical bytes written again).
+    pub redundant: usize,
+    /// The most writers of one destination byte among them (`k`x).
+    pub multiplicity: u32,
 }
 
 impl MutantResult {
     /// Whether any case failed.
     pub fn caught(&self) -> bool {
         self.failed > 0
+    }
+
+    /// Whether the sweep showed the defect as its table row says: a
+    /// corrupting defect caught, a costly one judged right with redundant
+    /// writes.
+    pub fn as_described(&self) -> bool {
+        match self.defect.info().effect {
+            Effect::Corrupts => self.caught(),
+            Effect::Costs => !self.caught() && self.redundant > 0,
+        }
     }
 }
 
@@ -69,19 +85,28 @@ pub fn run_mutant_sampled(
     );
     let mut ran = 0;
     let mut failures = Vec::new();
+    let (mut redundant, mut multiplicity) = (0, 0);
+    let mut tally = |reports: Vec<crate::scenario::CaseReport>| {
+        ran += reports.len();
+        for r in reports {
+            if !r.passed() {
+                failures.push(r);
+            } else if !r.stats.redundant_writes.is_none() {
+                redundant += 1;
+                multiplicity = multiplicity.max(r.stats.redundant_writes.multiplicity);
+            }
+        }
+        // Enough to know: a failure, or a costly defect's cost shown.
+        !failures.is_empty() || (defect.info().effect == Effect::Costs && redundant > 0)
+    };
     if stop_early {
         for chunk in cases.chunks(CHUNK) {
-            let reports: Vec<_> = chunk.par_iter().map(|c| run_case(c, opts)).collect();
-            ran += chunk.len();
-            failures.extend(reports.into_iter().filter(|r| !r.passed()));
-            if !failures.is_empty() {
+            if tally(chunk.par_iter().map(|c| run_case(c, opts)).collect()) {
                 break;
             }
         }
     } else {
-        let reports = execute::run_all(&cases, opts, threads);
-        ran = reports.len();
-        failures.extend(reports.into_iter().filter(|r| !r.passed()));
+        tally(execute::run_all(&cases, opts, threads));
     }
     let oracles = failures
         .iter()
@@ -96,5 +121,7 @@ pub fn run_mutant_sampled(
         failed: failures.len(),
         first,
         oracles,
+        redundant,
+        multiplicity,
     }
 }

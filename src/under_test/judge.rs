@@ -40,11 +40,17 @@ pub fn verdict(record: &RunRecord) -> Verdict {
             (n + 1, bytes + p.destination.row.len)
         })
     });
+    let redundant_writes = record
+        .observed
+        .as_ref()
+        .map(oracle::no_double_write::redundant_writes)
+        .unwrap_or_default();
     let stats = Stats {
         pairs,
         transferred_bytes,
         zeroed_bytes: record.zeroed_bytes,
         memory_bytes: record.memory_bytes,
+        redundant_writes,
     };
     let outcome = expected_outcome(
         &record.case.geometry,

@@ -435,7 +435,7 @@ fn mutants_samples_the_files_in_subfolders_unless_full() {
     assert_eq!(files.len(), 1);
     assert!(files[0].as_str().unwrap().ends_with("models/g1.toml"));
     let defects = sampled["defects"].as_array().unwrap();
-    assert_eq!(defects.len(), 19);
+    assert_eq!(defects.len(), kvgeom::defects::Defect::ALL.len());
     // One prompt length in both modes with the mainline allocation.
     assert!(defects.iter().all(|d| d["cases"] == 2), "{sampled}");
     let full = run(&["--full"]);

@@ -113,13 +113,25 @@ fn coverage_fails_when_one_pair_is_dropped() {
 }
 
 #[test]
-fn no_double_write_fails_when_one_pair_is_posted_twice() {
+fn a_pair_posted_twice_is_a_redundant_write_and_another_source_a_double_write() {
     let run = real_run();
+    assert!(oracle::no_double_write::redundant_writes(&input(&run)).is_none());
+    // The same bytes to the same place: a cost, not a violation.
+    let mut again = input(&run);
+    let twice = again.pairs[3].clone();
+    again.pairs.push(twice);
+    assert_eq!(oracle::no_double_write::check(&again), Vec::new());
+    let cost = oracle::no_double_write::redundant_writes(&again);
+    assert_eq!((cost.pairs, cost.multiplicity), (1, 2), "{cost:?}");
+    assert_eq!(cost.bytes, again.pairs[3].destination.row.len);
+    // Another pair's source into the same place: different bytes.
     let mut bad = input(&run);
-    let again = bad.pairs[3].clone();
-    bad.pairs.push(again);
+    let mut other = bad.pairs[3].clone();
+    other.source = bad.pairs[4].source.clone();
+    bad.pairs.push(other);
     let v = oracle::no_double_write::check(&bad);
     assert_eq!(v.len(), 1, "{v:#?}");
+    assert!(v[0].message.contains("with different content"), "{v:#?}");
 }
 
 #[test]

@@ -106,14 +106,16 @@ fn every_expected_failure_cites_an_existing_finding() {
 #[test]
 fn the_comparison_reports_a_missing_and_an_unexpected_failure() {
     // kvgeom's own connector passes every case: each listed failure is missing.
-    let sources = plan::load_sources(&[root().join("geometries/deepseek-mla.toml")]).unwrap();
+    let sources =
+        plan::load_sources(&[root().join("geometries/gqa-prefill-logical-larger.toml")]).unwrap();
     let cases = plan::grid(&sources, &plan::PlanOptions::default());
     let reports = execute::run_all(&cases, &RunOptions::default(), None);
     let lines = expectations().compare(&reports);
     assert!(
         lines
             .iter()
-            .any(|l| l.contains("deepseek-mla N=1 h=0 push mainline: expected violations")),
+            .any(|l| l
+                .contains("gqa-prefill-logical-larger N=5 h=0 pull mainline: expected violations")),
         "{lines:?}"
     );
     // An empty list of expectations turns vLLM's failures into unexpected ones.

@@ -733,14 +733,17 @@ const MUTATIONS: &[Mutation] = &[
         set_ids(x, "local_ids", l);
         set_ids(x, "remote_ids", r);
     }),
-    ("a pair duplicated", |t| {
-        let x = &mut t["result"]["xfers"][0];
-        let (mut l, mut r) = (ids(x, "local_ids"), ids(x, "remote_ids"));
-        l.push(l[0]);
-        r.push(r[0]);
-        set_ids(x, "local_ids", l);
-        set_ids(x, "remote_ids", r);
-    }),
+    (
+        "a pair's destination written again from another source",
+        |t| {
+            let x = &mut t["result"]["xfers"][0];
+            let (mut l, mut r) = (ids(x, "local_ids"), ids(x, "remote_ids"));
+            l.push(l[0]);
+            r.push(r[1]);
+            set_ids(x, "local_ids", l);
+            set_ids(x, "remote_ids", r);
+        },
+    ),
     ("a local id beyond its list", |t| {
         let x = &mut t["result"]["xfers"][0];
         let mut l = ids(x, "local_ids");
@@ -795,6 +798,28 @@ fn planted_bugs_are_caught() {
             }
         }
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A pair posted twice writes the same bytes again: with the trace's memory
+/// that is a redundant write (a cost, the trace passes); without it the
+/// content is unknown and it stays a double write.
+#[test]
+fn a_pair_posted_twice_is_redundant_with_memory_and_unknown_without() {
+    let dir = scratch(module_path!(), "posted-twice");
+    let mut twice = load("nemotron-h-gqa-mamba2-hnd-pull-n13-hit0-mainline-s0");
+    let x = &mut twice["result"]["xfers"][0];
+    let (mut l, mut r) = (ids(x, "local_ids"), ids(x, "remote_ids"));
+    l.push(l[0]);
+    r.push(r[0]);
+    set_ids(x, "local_ids", l);
+    set_ids(x, "remote_ids", r);
+    let (v, m, _) = verdict(&["check-trace"], &write(&dir, "with-memory", &twice));
+    assert_eq!(v, "passed", "{m}");
+    twice.as_object_mut().expect("object").remove("memory");
+    let (v, m, _) = verdict(&["check-trace"], &write(&dir, "without-memory", &twice));
+    assert_eq!(v, "violations", "{m}");
+    assert!(m.contains("content unknown"), "{m}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
