@@ -54,7 +54,8 @@ impl MutantResult {
 const CHUNK: usize = 64;
 
 /// Run the grid of `sources` with `defect`. With `stop_early` the sweep stops
-/// after the first chunk that has a failure (enough to know it is caught).
+/// after the first chunk that has a failure (enough to know it is caught)
+/// or, for a costly defect, redundant writes.
 pub fn run_mutant(
     sources: &[SourcedGeometry],
     defect: Defect,
@@ -96,7 +97,9 @@ pub fn run_mutant_sampled(
                 multiplicity = multiplicity.max(r.stats.redundant_writes.multiplicity);
             }
         }
-        // Enough to know: a failure, or a costly defect's cost shown.
+        // Enough to know: a failure, or a costly defect's cost shown (a
+        // stopped run vouches only for the cases it ran; the command runs
+        // every case).
         !failures.is_empty() || (defect.info().effect == Effect::Costs && redundant > 0)
     };
     if stop_early {

@@ -823,8 +823,9 @@ fn the_pinned_push_refuses_block_size_differences_at_the_handshake() {
 }
 
 /// Push mode on vLLM's real push workers: where 0.33.0 push is right
-/// (equal TP-compatible GQA with prefix caching), where it double-writes
-/// (MLA with P TP > D TP), where prefill's handshake refuses and decode
+/// (equal TP-compatible GQA with prefix caching), where it writes the same
+/// bytes twice (MLA with P TP > D TP: right, 2x redundant writes), where
+/// prefill's handshake refuses and decode
 /// waits forever (hung, with what was pending), and where decode's or
 /// prefill's push path raises. Each verdict and plan is pinned, against
 /// kvgeom's reproduction and against expected/vllm-0.33.0.toml.
@@ -887,12 +888,14 @@ fn vllm_push_agrees_with_the_reproduction_and_the_expectations() {
                 pinned += 1;
             }
             "deepseek-mla" => {
-                assert_eq!(*outcome, Outcome::Violations, "{label}: {text}");
-                assert!(l
-                    .report
-                    .violations
-                    .iter()
-                    .all(|v| v.oracle == "no_double_write"));
+                // Every prefill rank writes the same replicated MLA pages:
+                // the KV is right at twice the traffic, a cost and not a
+                // violation, counted as the twin counts it.
+                assert_eq!(*outcome, Outcome::Passed, "{label}: {text}");
+                let rewrites = l.report.stats.redundant_writes;
+                assert_eq!(rewrites.multiplicity, 2, "{label}: {rewrites:?}");
+                let twin = run_case(case, &RunOptions::default());
+                assert_eq!(rewrites, twin.stats.redundant_writes, "{label}");
                 pinned += 1;
             }
             "gqa-kernel-ratio4" => {
