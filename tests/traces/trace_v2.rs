@@ -735,14 +735,7 @@ const MUTATIONS: &[Mutation] = &[
     }),
     (
         "a pair's destination written again from another source",
-        |t| {
-            let x = &mut t["result"]["xfers"][0];
-            let (mut l, mut r) = (ids(x, "local_ids"), ids(x, "remote_ids"));
-            l.push(l[0]);
-            r.push(r[1]);
-            set_ids(x, "local_ids", l);
-            set_ids(x, "remote_ids", r);
-        },
+        |t| post_first_destination_again(t, 1),
     ),
     ("a local id beyond its list", |t| {
         let x = &mut t["result"]["xfers"][0];
@@ -801,6 +794,17 @@ fn planted_bugs_are_caught() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Appends to the first transfer a pair into its first pair's destination,
+/// read from the source of its pair `source`.
+fn post_first_destination_again(t: &mut Value, source: usize) {
+    let x = &mut t["result"]["xfers"][0];
+    let (mut l, mut r) = (ids(x, "local_ids"), ids(x, "remote_ids"));
+    l.push(l[0]);
+    r.push(r[source]);
+    set_ids(x, "local_ids", l);
+    set_ids(x, "remote_ids", r);
+}
+
 /// A pair posted twice writes the same bytes again: with the trace's memory
 /// that is a redundant write (a cost, the trace passes); without it the
 /// content is unknown and it stays a double write.
@@ -808,12 +812,7 @@ fn planted_bugs_are_caught() {
 fn a_pair_posted_twice_is_redundant_with_memory_and_unknown_without() {
     let dir = scratch(module_path!(), "posted-twice");
     let mut twice = load("nemotron-h-gqa-mamba2-hnd-pull-n13-hit0-mainline-s0");
-    let x = &mut twice["result"]["xfers"][0];
-    let (mut l, mut r) = (ids(x, "local_ids"), ids(x, "remote_ids"));
-    l.push(l[0]);
-    r.push(r[0]);
-    set_ids(x, "local_ids", l);
-    set_ids(x, "remote_ids", r);
+    post_first_destination_again(&mut twice, 0);
     let (v, m, _) = verdict(&["check-trace"], &write(&dir, "with-memory", &twice));
     assert_eq!(v, "passed", "{m}");
     twice.as_object_mut().expect("object").remove("memory");
