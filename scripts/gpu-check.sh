@@ -72,14 +72,13 @@ usage() {
 # ---------------------------------------------------------------- pack
 
 pack() {
-    local root dest="" target json tests_exe profile=release profile_dir=release
+    local root dest="" json tests_exe kvgeom_exe profile=release
     root="$(cd "${SCRIPT_DIR}/.." && pwd)"
     [[ -f "${root}/Cargo.toml" ]] || die "pack runs from a kvgeom checkout (no Cargo.toml above ${SCRIPT_DIR})"
     while (($#)); do
         case "$1" in
         --debug)
             profile=dev
-            profile_dir=debug
             ;;
         -h | --help) usage ;;
         -*) die "pack: unknown option $1" ;;
@@ -94,15 +93,19 @@ pack() {
     require_libclang "gpu-check"
     command -v xz >/dev/null || die "xz is needed to pack the NIXL runtime"
     cd "${root}"
-    target="${CARGO_TARGET_DIR:-${root}/target}"
 
-    note "building kvgeom (${profile}, --features nixl,cuda)"
-    cargo build --profile "${profile}" --features nixl,cuda --bin kvgeom >&2
-    note "building the GPU test binary (${profile}, --features nixl,cuda)"
+    # One cargo invocation builds both: cargo builds the binary for the
+    # integration test, with the test build's dependency features, so the
+    # library is compiled once (a separate `cargo build` resolves features
+    # without the dev-dependencies and compiles it again).
+    note "building kvgeom and the GPU test binary (${profile}, --features nixl,cuda)"
     json="$(cargo test --profile "${profile}" --features nixl,cuda --test gpu --no-run --message-format=json)"
     tests_exe="$(printf '%s\n' "${json}" | grep '"name":"gpu"' | grep -o '"executable":"[^"]*"' |
         tail -n1 | sed 's/^"executable":"//; s/"$//')"
     [[ -n "${tests_exe}" && -x "${tests_exe}" ]] || die "cargo did not report the gpu test executable"
+    kvgeom_exe="$(printf '%s\n' "${json}" | grep '"kind":\["bin"\]' | grep '"name":"kvgeom"' |
+        grep -o '"executable":"[^"]*"' | tail -n1 | sed 's/^"executable":"//; s/"$//')"
+    [[ -n "${kvgeom_exe}" && -x "${kvgeom_exe}" ]] || die "cargo did not report the kvgeom executable"
 
     if [[ ! -f "${root}/.nixl-runtime/.installed" ]]; then
         note "installing the NIXL runtime first"
@@ -111,7 +114,7 @@ pack() {
 
     rm -rf "${dest}"
     mkdir -p "${dest}/bin"
-    cp "${target}/${profile_dir}/kvgeom" "${dest}/bin/kvgeom"
+    cp "${kvgeom_exe}" "${dest}/bin/kvgeom"
     cp "${tests_exe}" "${dest}/bin/gpu-tests"
     if command -v strip >/dev/null; then
         strip "${dest}/bin/kvgeom" "${dest}/bin/gpu-tests"

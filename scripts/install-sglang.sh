@@ -180,6 +180,8 @@ find_donor() {
 # link_torch DONOR: torch and its dependency closure hard-linked from DONOR.
 # shellcheck source=scripts/link-torch.sh
 source "${ROOT}/scripts/link-torch.sh"
+# shellcheck source=scripts/uv-install.sh
+source "${ROOT}/scripts/uv-install.sh"
 
 # --- the stamp: a rerun with nothing changed returns here ---
 STAMP_TEXT="sglang==${VERSION} deps=$(printf '%s ' "${LIGHT_DEPS[@]}" | cksum | cut -d' ' -f1)"
@@ -276,7 +278,9 @@ TORCH_HAVE="$("${VENV}/bin/python" -c 'import importlib.metadata as m; print(m.v
 CONSTRAINTS="${VENV}/.kvgeom-constraints.txt"
 echo "torch==${TORCH_HAVE}" >"${CONSTRAINTS}"
 note "installing the light dependencies (${#DEPS[@]} packages; torch held at ${TORCH_HAVE})"
-if ! "${PIP[@]}" install -q -c "${CONSTRAINTS}" "${DEPS[@]}" >"${LOG}" 2>&1; then
+if uv_install "${ROOT}" "${VENV}" "${LOG}" -c "${CONSTRAINTS}" "${DEPS[@]}"; then
+    note "light dependencies installed with uv (scripts/uv-install.sh)"
+elif ! "${PIP[@]}" install -q -c "${CONSTRAINTS}" "${DEPS[@]}" >"${LOG}" 2>&1; then
     echo "install-sglang: error: pip could not install the light dependencies:" >&2
     tail -n 8 "${LOG}" | sed 's/^/    /' >&2
     exit 2

@@ -10,6 +10,8 @@
 # or the same dependency versions downloads nothing again.
 
 WHEEL_STORE="${ROOT}/.vllm-venvs/.wheels"
+# shellcheck source=scripts/uv-install.sh
+source "${ROOT}/scripts/uv-install.sh"
 
 # pip in the new venv; its output goes to LOG, which bad() callers cite.
 other_pip() {
@@ -74,7 +76,8 @@ store_install() {
         rm -f "${log}"
         exit 2
     done
-    if ! other_pip install -q "${nodeps[@]}" --no-index --find-links "${WHEEL_STORE}" "${reqs[@]}" >"${log}" 2>&1; then
+    if ! uv_install "${ROOT}" "${VENV}" "${log}" "${nodeps[@]}" --no-index --find-links "${WHEEL_STORE}" "${reqs[@]}" &&
+        ! other_pip install -q "${nodeps[@]}" --no-index --find-links "${WHEEL_STORE}" "${reqs[@]}" >"${log}" 2>&1; then
         echo "install-vllm: error: pip could not install ${reqs[*]}:" >&2
         log_tail "${log}" >&2
         rm -f "${log}"
@@ -254,9 +257,10 @@ install_other() {
     note "torch in $(($(date +%s) - t0)) s"
     note "installing $(basename "${wheel}") without its dependencies"
     # A source tree's wheel keeps its version across changes: reinstall it.
-    local force=()
-    [[ "${kind}" == source ]] && force=(--force-reinstall)
-    other_pip install -q --no-deps "${force[@]}" "${wheel}" >"${log}" 2>&1 || {
+    local force=() uv_force=()
+    [[ "${kind}" == source ]] && force=(--force-reinstall) && uv_force=(--reinstall)
+    uv_install "${ROOT}" "${VENV}" "${log}" --no-deps "${uv_force[@]}" "${wheel}" ||
+        other_pip install -q --no-deps "${force[@]}" "${wheel}" >"${log}" 2>&1 || {
         echo "install-vllm: error: pip could not install ${wheel}:" >&2
         log_tail "${log}" >&2
         exit 2
@@ -267,12 +271,16 @@ install_other() {
         local constraints="${VENV}/.kvgeom-constraints.txt"
         echo "torch==$("${VENV}/bin/python" -c 'import importlib.metadata as m; print(m.version("torch"))')" >"${constraints}"
         local tries=0
-        until other_pip install -q -c "${constraints}" --find-links "${WHEEL_STORE}" "${deps[@]}" >"${log}" 2>&1; do
-            if ((tries++ < 8)) && substitute_missing_pin "${log}" deps; then continue; fi
-            echo "install-vllm: error: pip could not install the light dependencies:" >&2
-            log_tail "${log}" >&2
-            exit 2
-        done
+        if uv_install "${ROOT}" "${VENV}" "${log}" -c "${constraints}" --find-links "${WHEEL_STORE}" "${deps[@]}"; then
+            note "light dependencies installed with uv (scripts/uv-install.sh)"
+        else
+            until other_pip install -q -c "${constraints}" --find-links "${WHEEL_STORE}" "${deps[@]}" >"${log}" 2>&1; do
+                if ((tries++ < 8)) && substitute_missing_pin "${log}" deps; then continue; fi
+                echo "install-vllm: error: pip could not install the light dependencies:" >&2
+                log_tail "${log}" >&2
+                exit 2
+            done
+        fi
     else
         store_install --deps "${deps[@]}"
     fi
