@@ -12,7 +12,7 @@ link_torch() {
     local donor="$1" dest
     dest="$("${VENV}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
     "${donor}/bin/python" - "${dest}" <<'EOF'
-import errno, importlib.metadata as md, os, re, sys
+import errno, glob, importlib.metadata as md, os, re, sys
 from pip._vendor.packaging.requirements import Requirement
 
 dest = sys.argv[1]
@@ -43,12 +43,28 @@ while todo:
 have = {re.sub(r"[-_.]+", "-", (d.metadata["Name"] or "")).lower() for d in md.distributions(path=[dest])}
 kept = sorted(seen & have)
 seen -= have
+
+def with_bytecode(files):
+    """The recorded files and, beside each module, the bytecode the donor
+    has for it: an installer that compiles without recording the .pyc
+    (uv) leaves them out of RECORD, and the drivers never write bytecode,
+    so a venv without them compiles torch at every start."""
+    for f in files:
+        rel = os.path.normpath(str(f))
+        yield rel
+        if rel.endswith(".py"):
+            folder, stem = os.path.split(rel[:-3])
+            cache = os.path.join(base, folder, "__pycache__")
+            if os.path.isdir(cache):
+                for pyc in glob.glob(glob.escape(os.path.join(cache, stem)) + ".*.pyc"):
+                    yield os.path.relpath(pyc, base)
+
+
 linked = 0
 for name in sorted(seen):
     d = dists[name]
     base = os.path.realpath(str(d.locate_file("")))
-    for f in d.files or []:
-        rel = os.path.normpath(str(f))
+    for rel in with_bytecode(d.files or []):
         if rel.startswith(".."):
             continue  # console scripts outside site-packages
         src = os.path.join(base, rel)
