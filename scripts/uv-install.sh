@@ -54,7 +54,12 @@ uv_install() {
     local root="$1" venv="$2" log="$3" uv
     shift 3
     uv="$(find_uv "${root}")" || return 1
-    local certs=()
-    [[ -n "${PIP_CERT:-}" && -z "${SSL_CERT_FILE:-}" ]] && certs=("SSL_CERT_FILE=${PIP_CERT}")
-    env "${certs[@]}" UV_NO_CACHE=1 "${uv}" pip install --quiet --python "${venv}/bin/python" --compile-bytecode "$@" >"${log}" 2>&1
+    # pip's settings from the environment that uv reads under other names:
+    # a private index or wheel folder must not be bypassed by uv.
+    local settings=()
+    [[ -n "${PIP_CERT:-}" && -z "${SSL_CERT_FILE:-}" ]] && settings+=("SSL_CERT_FILE=${PIP_CERT}")
+    [[ -n "${PIP_INDEX_URL:-}" ]] && settings+=("UV_INDEX_URL=${PIP_INDEX_URL}")
+    [[ -n "${PIP_EXTRA_INDEX_URL:-}" ]] && settings+=("UV_EXTRA_INDEX_URL=${PIP_EXTRA_INDEX_URL}")
+    [[ -n "${PIP_FIND_LINKS:-}" ]] && settings+=("UV_FIND_LINKS=${PIP_FIND_LINKS}")
+    env "${settings[@]}" UV_NO_CACHE=1 "${uv}" pip install --quiet --python "${venv}/bin/python" --compile-bytecode "$@" >"${log}" 2>&1
 }
